@@ -1,0 +1,1 @@
+"""Front doors (REST and gRPC) over one protocol-neutral data plane."""

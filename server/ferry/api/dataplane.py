@@ -1,0 +1,188 @@
+"""The protocol-neutral data plane: health, metadata, inference, repository and statistics.
+
+REST and gRPC handlers only translate their wire formats to and from the types used here, so
+every check and every error message exists once and both protocols behave the same.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+from ferry_client.protocol import model_config_pb2 as mc
+
+from .. import __version__
+from ..errors import InvalidArgument
+from ..repository.config import TensorSpec
+from ..repository.manager import ModelManager
+from ..repository.model import ModelVersion
+from ..types import InferenceRequest, InferenceResponse, OutputTensor
+
+EXTENSIONS = [
+    "binary_tensor_data",
+    "model_repository",
+    "model_repository(unload_dependents)",
+    "model_configuration",
+    "statistics",
+    "schedule_policy",
+]
+
+
+class DataPlane:
+    """What the server does, independent of how the request arrived."""
+
+    def __init__(self, manager: ModelManager) -> None:
+        self.manager = manager
+        self.started = False
+        self.draining = False
+        self.start_time = time.time()
+
+    # --- health and metadata ----------------------------------------------------------------
+
+    def live(self) -> bool:
+        return True
+
+    def ready(self) -> bool:
+        return self.started and not self.draining
+
+    def server_metadata(self) -> dict[str, Any]:
+        return {"name": "ferry", "version": __version__, "extensions": list(EXTENSIONS)}
+
+    def model_ready(self, name: str, version: str = "") -> bool:
+        return self.manager.is_ready(name, version)
+
+    def model(self, name: str, version: str = "") -> ModelVersion:
+        return self.manager.get(name, version)
+
+    def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
+        model = self.manager.get(name, version)
+        versions = [row["version"] for row in self.manager.index(ready_only=True) if row["name"] == name]
+        batched = model.max_batch_size > 0
+        return {
+            "name": model.name,
+            "versions": versions,
+            "platform": model.platform,
+            "inputs": [_tensor_metadata(s, batched) for s in model.inputs.values()],
+            "outputs": [_tensor_metadata(s, batched) for s in model.outputs.values()],
+        }
+
+    def model_config(self, name: str, version: str = "") -> mc.ModelConfig:
+        return self.manager.get(name, version).config
+
+    # --- inference ------------------------------------------------------------------------------
+
+    async def infer(self, request: InferenceRequest) -> InferenceResponse:
+        model = self.manager.get(request.model_name, request.model_version)
+        inputs, batch_size = validate_inputs(model, request)
+        requested = request.outputs if request.outputs else None
+        if requested is not None:
+            for output in requested:
+                if output.name not in model.outputs:
+                    raise InvalidArgument(
+                        f"unexpected inference output '{output.name}' for model '{model.name}' "
+                        f"(outputs: {', '.join(model.outputs)})"
+                    )
+        names = [o.name for o in requested] if requested is not None else list(model.outputs)
+        assert model.scheduler is not None
+        results = await model.scheduler.submit(inputs, names, batch_size)
+        binary_default = request.binary_output_default
+        binary = {o.name: o.binary for o in requested} if requested is not None else {}
+        outputs = []
+        for name in names:
+            spec = model.outputs[name]
+            array = results[name]
+            if spec.reshape is not None:
+                array = array.reshape((batch_size, *spec.dims) if model.max_batch_size > 0 else spec.dims)
+            flag = binary.get(name)
+            outputs.append(OutputTensor(name, spec.datatype, array, binary_default if flag is None else flag))
+        return InferenceResponse(model.name, str(model.version), request.id, outputs)
+
+    # --- repository and statistics -----------------------------------------------------------
+
+    def repository_index(self, ready_only: bool = False) -> list[dict[str, str]]:
+        return self.manager.index(ready_only)
+
+    async def load_model(self, name: str, config_json: str | None = None) -> None:
+        await self.manager.load(name, config_json)
+
+    async def unload_model(self, name: str) -> None:
+        await self.manager.unload(name)
+
+    def statistics(self, name: str = "", version: str = "") -> list[dict[str, Any]]:
+        """Statistics of every ready version, or of one model (all its ready versions or one)."""
+        if name:
+            if version:
+                models = [self.manager.get(name, version)]
+            else:
+                models = [m for m in self.manager.ready_models() if m.name == name]
+                if not models:
+                    self.manager.get(name)  # raises the precise not-found / not-ready error
+        else:
+            models = self.manager.ready_models()
+        return [m.stats.as_dict() for m in sorted(models, key=lambda m: (m.name, m.version)) if m.stats]
+
+
+def _tensor_metadata(spec: TensorSpec, batched: bool) -> dict[str, Any]:
+    return {"name": spec.name, "datatype": spec.datatype, "shape": list(spec.full_shape(batched))}
+
+
+def _dims_match(shape: tuple[int, ...], dims: tuple[int, ...]) -> bool:
+    return len(shape) == len(dims) and all(d == -1 or d == s for s, d in zip(shape, dims, strict=False))
+
+
+def validate_inputs(model: ModelVersion, request: InferenceRequest) -> tuple[dict[str, np.ndarray], int]:
+    """Check request inputs against the config; returns the engine's inputs and the batch size."""
+    for name in request.inputs:
+        if name not in model.inputs:
+            raise InvalidArgument(
+                f"unexpected inference input '{name}' for model '{model.name}' (inputs: {', '.join(model.inputs)})"
+            )
+    missing = [n for n, s in model.inputs.items() if n not in request.inputs and not s.optional]
+    if missing:
+        raise InvalidArgument(
+            f"model '{model.name}' expects {len(model.inputs)} inputs but the request has "
+            f"{len(request.inputs)}: missing input {', '.join(repr(m) for m in missing)}"
+        )
+    batched = model.max_batch_size > 0
+    batch_size = 1
+    batch_sizes: dict[str, int] = {}
+    prepared: dict[str, np.ndarray] = {}
+    for name, array in request.inputs.items():
+        spec = model.inputs[name]
+        datatype = request.input_datatypes.get(name, spec.datatype)
+        if datatype != spec.datatype:
+            raise InvalidArgument(
+                f"input '{name}' of model '{model.name}': expected datatype {spec.datatype}, got {datatype}"
+            )
+        shape = tuple(array.shape)
+        if batched:
+            if len(shape) != len(spec.dims) + 1 or not _dims_match(shape[1:], spec.dims):
+                raise InvalidArgument(
+                    f"input '{name}' of model '{model.name}': expected shape {[-1, *spec.dims]} "
+                    f"(batch first), got {list(shape)}"
+                )
+            if shape[0] < 1 or shape[0] > model.max_batch_size:
+                raise InvalidArgument(
+                    f"input '{name}': batch size {shape[0]} is outside 1..{model.max_batch_size}, "
+                    f"the max_batch_size of model '{model.name}'"
+                )
+            batch_sizes[name] = shape[0]
+        elif not _dims_match(shape, spec.dims):
+            raise InvalidArgument(
+                f"input '{name}' of model '{model.name}': expected shape {list(spec.dims)}, got {list(shape)}"
+            )
+        if spec.reshape is not None:
+            array = array.reshape((shape[0], *spec.reshape) if batched else spec.reshape)
+        prepared[name] = array
+    if batch_sizes:
+        sizes = set(batch_sizes.values())
+        if len(sizes) > 1:
+            raise InvalidArgument(
+                f"inputs of model '{model.name}' disagree on the batch size: "
+                + ", ".join(f"{n}={b}" for n, b in batch_sizes.items())
+            )
+        batch_size = sizes.pop()
+    return prepared, batch_size
+
+

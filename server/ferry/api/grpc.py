@@ -1,0 +1,149 @@
+"""The gRPC front door: ``inference.GRPCInferenceService`` on grpc.aio.
+
+Each RPC translates its message to the data plane and back; a FerryError aborts the call with the
+status code its kind carries, so gRPC and REST report the same failures the same way.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+from ferry_client.protocol import grpc_service_pb2 as pb
+from ferry_client.protocol import grpc_service_pb2_grpc as pb_grpc
+from google.protobuf import json_format
+
+from ..errors import FerryError, InvalidArgument
+from .dataplane import DataPlane
+from .grpc_codec import decode_infer_request, encode_infer_response
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+def _rpc(method: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
+    """Turn data-plane errors into gRPC statuses; anything unexpected becomes INTERNAL."""
+
+    @functools.wraps(method)
+    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> T:
+        try:
+            return await method(self, request, context)
+        except FerryError as exc:
+            await context.abort(exc.grpc_code, exc.message)
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:
+            log.exception("unexpected error in %s", method.__name__)
+            await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {exc}")
+        raise AssertionError("unreachable")
+
+    return wrapper
+
+
+class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
+    """Implements every RPC the server supports; the rest answer UNIMPLEMENTED by default."""
+
+    def __init__(self, plane: DataPlane) -> None:
+        self.plane = plane
+
+    @_rpc
+    async def ServerLive(self, request: pb.ServerLiveRequest, context) -> pb.ServerLiveResponse:
+        return pb.ServerLiveResponse(live=self.plane.live())
+
+    @_rpc
+    async def ServerReady(self, request: pb.ServerReadyRequest, context) -> pb.ServerReadyResponse:
+        return pb.ServerReadyResponse(ready=self.plane.ready())
+
+    @_rpc
+    async def ModelReady(self, request: pb.ModelReadyRequest, context) -> pb.ModelReadyResponse:
+        return pb.ModelReadyResponse(ready=self.plane.model_ready(request.name, request.version))
+
+    @_rpc
+    async def ServerMetadata(self, request: pb.ServerMetadataRequest, context) -> pb.ServerMetadataResponse:
+        return json_format.ParseDict(self.plane.server_metadata(), pb.ServerMetadataResponse())
+
+    @_rpc
+    async def ModelMetadata(self, request: pb.ModelMetadataRequest, context) -> pb.ModelMetadataResponse:
+        return json_format.ParseDict(
+            self.plane.model_metadata(request.name, request.version), pb.ModelMetadataResponse()
+        )
+
+    @_rpc
+    async def ModelConfig(self, request: pb.ModelConfigRequest, context) -> pb.ModelConfigResponse:
+        response = pb.ModelConfigResponse()
+        response.config.CopyFrom(self.plane.model_config(request.name, request.version))
+        return response
+
+    @_rpc
+    async def ModelStatistics(self, request: pb.ModelStatisticsRequest, context) -> pb.ModelStatisticsResponse:
+        stats = self.plane.statistics(request.name, request.version)
+        return json_format.ParseDict({"model_stats": stats}, pb.ModelStatisticsResponse(),
+                                     ignore_unknown_fields=True)
+
+    @_rpc
+    async def RepositoryIndex(self, request: pb.RepositoryIndexRequest, context) -> pb.RepositoryIndexResponse:
+        rows = self.plane.repository_index(ready_only=request.ready)
+        return json_format.ParseDict({"models": rows}, pb.RepositoryIndexResponse())
+
+    @_rpc
+    async def RepositoryModelLoad(self, request: pb.RepositoryModelLoadRequest, context
+                                  ) -> pb.RepositoryModelLoadResponse:
+        config = None
+        for key, value in request.parameters.items():
+            if key == "config":
+                if value.WhichOneof("parameter_choice") != "string_param":
+                    raise InvalidArgument("parameter 'config' must be a string holding the model config as JSON")
+                config = value.string_param
+            elif key.startswith("file:"):
+                raise InvalidArgument("loading model files through the API is not supported; "
+                                      "place them in the repository")
+        await self.plane.load_model(request.model_name, config)
+        return pb.RepositoryModelLoadResponse()
+
+    @_rpc
+    async def RepositoryModelUnload(self, request: pb.RepositoryModelUnloadRequest, context
+                                    ) -> pb.RepositoryModelUnloadResponse:
+        await self.plane.unload_model(request.model_name)
+        return pb.RepositoryModelUnloadResponse()
+
+    @_rpc
+    async def ModelInfer(self, request: pb.ModelInferRequest, context) -> pb.ModelInferResponse:
+        response = await self.plane.infer(decode_infer_request(request))
+        return encode_infer_response(response)
+
+    async def ModelStreamInfer(
+        self, request_iterator: AsyncIterator[pb.ModelInferRequest], context
+    ) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        """Answer each streamed request in order; an error answers that request, not the stream."""
+        async for request in request_iterator:
+            try:
+                response = await self.plane.infer(decode_infer_request(request))
+                yield pb.ModelStreamInferResponse(infer_response=encode_infer_response(response))
+            except FerryError as exc:
+                yield pb.ModelStreamInferResponse(error_message=exc.message)
+            except Exception as exc:
+                log.exception("unexpected error in ModelStreamInfer")
+                yield pb.ModelStreamInferResponse(error_message=f"internal error: {exc}")
+
+
+def create_grpc_server(plane: DataPlane, address: str, max_message_bytes: int) -> grpc.aio.Server:
+    """A grpc.aio server bound to ``address`` with generous message limits."""
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.max_send_message_length", max_message_bytes),
+            ("grpc.so_reuseport", 0),
+        ]
+    )
+    pb_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(plane), server)
+    try:
+        port = server.add_insecure_port(address)
+    except RuntimeError:
+        port = 0
+    if port == 0:
+        raise OSError(f"cannot bind gRPC to {address}: the address is in use or not available")
+    return server

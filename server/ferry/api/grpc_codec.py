@@ -1,0 +1,81 @@
+"""gRPC wire format <-> data-plane types: ModelInferRequest / ModelInferResponse messages."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ferry_client.codec import CodecError, tensor_from_bytes, tensor_from_contents, tensor_to_bytes
+from ferry_client.protocol import grpc_service_pb2 as pb
+
+from ..errors import InvalidArgument
+from ..types import InferenceRequest, InferenceResponse, RequestedOutput
+
+
+def parameter_value(parameter: pb.InferParameter) -> Any:
+    """The Python value of an InferParameter, whichever of its oneof fields is set."""
+    choice = parameter.WhichOneof("parameter_choice")
+    return getattr(parameter, choice) if choice else None
+
+
+def set_parameter(parameter: pb.InferParameter, value: Any) -> None:
+    if isinstance(value, bool):
+        parameter.bool_param = value
+    elif isinstance(value, int):
+        parameter.int64_param = value
+    elif isinstance(value, float):
+        parameter.double_param = value
+    else:
+        parameter.string_param = str(value)
+
+
+def decode_infer_request(message: pb.ModelInferRequest) -> InferenceRequest:
+    """Decode inputs from raw_input_contents (zero-copy) or typed contents."""
+    raw = message.raw_input_contents
+    if raw and len(raw) != len(message.inputs):
+        raise InvalidArgument(
+            f"raw_input_contents holds {len(raw)} entries but the request has {len(message.inputs)} inputs"
+        )
+    inputs = {}
+    datatypes = {}
+    try:
+        for index, tensor in enumerate(message.inputs):
+            if tensor.name in inputs:
+                raise InvalidArgument(f"input '{tensor.name}' appears more than once")
+            shape = list(tensor.shape)
+            if raw:
+                array = tensor_from_bytes(tensor.name, tensor.datatype, shape, raw[index])
+            else:
+                array = tensor_from_contents(tensor.name, tensor.datatype, shape, tensor.contents)
+            inputs[tensor.name] = array
+            datatypes[tensor.name] = tensor.datatype
+    except CodecError as exc:
+        raise InvalidArgument(str(exc)) from None
+    outputs = None
+    if message.outputs:
+        outputs = []
+        for out in message.outputs:
+            classification = out.parameters["classification"].int64_param if "classification" in out.parameters else 0
+            outputs.append(RequestedOutput(out.name, True, int(classification)))
+    return InferenceRequest(
+        model_name=message.model_name,
+        model_version=message.model_version,
+        id=message.id,
+        inputs=inputs,
+        input_datatypes=datatypes,
+        outputs=outputs,
+        parameters={key: parameter_value(value) for key, value in message.parameters.items()},
+    )
+
+
+def encode_infer_response(response: InferenceResponse) -> pb.ModelInferResponse:
+    """Encode outputs as raw_output_contents, the form tritonclient expects."""
+    message = pb.ModelInferResponse(
+        model_name=response.model_name, model_version=response.model_version, id=response.id
+    )
+    for key, value in response.parameters.items():
+        set_parameter(message.parameters[key], value)
+    for out in response.outputs:
+        tensor = message.outputs.add(name=out.name, datatype=out.datatype)
+        tensor.shape.extend(out.data.shape)
+        message.raw_output_contents.append(bytes(tensor_to_bytes(out.data, out.datatype)))
+    return message

@@ -1,0 +1,173 @@
+"""The REST front door: KServe V2 / Triton HTTP paths on FastAPI, served by uvicorn.
+
+Handlers only translate between HTTP and the data plane; errors become ``{"error": "..."}`` with
+the status code the error kind carries.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from ferry_client.codec import HEADER_LENGTH, CodecError, dumps, loads_json
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+
+from ..errors import FerryError, InvalidArgument, PayloadTooLarge
+from ..repository.config import config_to_dict
+from .dataplane import DataPlane
+from .http_codec import decode_infer_request, decompress, encode_infer_response
+
+log = logging.getLogger(__name__)
+
+JSON = "application/json"
+
+
+def json_response(content: Any, status: int = 200) -> Response:
+    return Response(dumps(content), status_code=status, media_type=JSON)
+
+
+def error_response(message: str, status: int) -> Response:
+    return json_response({"error": message}, status)
+
+
+def _status_response(ok: bool) -> Response:
+    return Response(status_code=200 if ok else 503)
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"request body of {declared} bytes exceeds the limit of {limit} bytes")
+    chunks = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"request body exceeds the limit of {limit} bytes")
+        chunks.append(chunk)
+    body = b"".join(chunks)
+    return decompress(body, request.headers.get("content-encoding"), limit)
+
+
+async def _json_body(request: Request, limit: int) -> dict[str, Any]:
+    body = await _read_body(request, limit)
+    if not body.strip():
+        return {}
+    try:
+        parsed = loads_json(body)
+    except CodecError as exc:
+        raise InvalidArgument(str(exc)) from None
+    if not isinstance(parsed, dict):
+        raise InvalidArgument("request body must be a JSON object")
+    return parsed
+
+
+def create_http_app(plane: DataPlane, max_body_bytes: int = 256 * 1024 * 1024) -> FastAPI:
+    """Build the REST application around a data plane."""
+    app = FastAPI(title="Ferry", version=plane.server_metadata()["version"],
+                  description="KServe V2 / Open Inference Protocol REST API")
+
+    @app.exception_handler(FerryError)
+    async def _ferry_error(_: Request, exc: FerryError) -> Response:
+        return error_response(exc.message, exc.http_status)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_: Request, exc: StarletteHTTPException) -> Response:
+        return error_response(str(exc.detail), exc.status_code)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(_: Request, exc: RequestValidationError) -> Response:
+        return error_response(f"invalid request: {exc.errors()}", 400)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, exc: Exception) -> Response:
+        log.exception("unexpected error")
+        return error_response(f"internal error: {exc}", 500)
+
+    # --- health and metadata ----------------------------------------------------------------
+
+    @app.get("/v2/health/live")
+    async def server_live() -> Response:
+        return _status_response(plane.live())
+
+    @app.get("/v2/health/ready")
+    async def server_ready() -> Response:
+        return _status_response(plane.ready())
+
+    @app.get("/v2")
+    async def server_metadata() -> Response:
+        return json_response(plane.server_metadata())
+
+    @app.get("/v2/models/{model}/ready")
+    @app.get("/v2/models/{model}/versions/{version}/ready")
+    async def model_ready(model: str, version: str = "") -> Response:
+        return _status_response(plane.model_ready(model, version))
+
+    @app.get("/v2/models/stats")
+    async def all_statistics() -> Response:
+        return json_response({"model_stats": plane.statistics()})
+
+    @app.get("/v2/models/{model}")
+    @app.get("/v2/models/{model}/versions/{version}")
+    async def model_metadata(model: str, version: str = "") -> Response:
+        return json_response(plane.model_metadata(model, version))
+
+    @app.get("/v2/models/{model}/config")
+    @app.get("/v2/models/{model}/versions/{version}/config")
+    async def model_config(model: str, version: str = "") -> Response:
+        return json_response(config_to_dict(plane.model_config(model, version)))
+
+    @app.get("/v2/models/{model}/stats")
+    @app.get("/v2/models/{model}/versions/{version}/stats")
+    async def model_statistics(model: str, version: str = "") -> Response:
+        return json_response({"model_stats": plane.statistics(model, version)})
+
+    # --- inference --------------------------------------------------------------------------
+
+    @app.post("/v2/models/{model}/infer")
+    @app.post("/v2/models/{model}/versions/{version}/infer")
+    async def infer(model: str, request: Request, version: str = "") -> Response:
+        body = await _read_body(request, max_body_bytes)
+        infer_request = decode_infer_request(model, version, body, request.headers.get(HEADER_LENGTH))
+        response = await plane.infer(infer_request)
+        payload, header_length = encode_infer_response(response)
+        if header_length is None:
+            return Response(payload, media_type=JSON)
+        return Response(payload, media_type="application/octet-stream",
+                        headers={HEADER_LENGTH: str(header_length)})
+
+    # --- repository -------------------------------------------------------------------------
+
+    @app.post("/v2/repository/index")
+    async def repository_index(request: Request) -> Response:
+        body = await _json_body(request, max_body_bytes)
+        ready = body.get("ready", False)
+        if not isinstance(ready, bool):
+            raise InvalidArgument("'ready' must be true or false")
+        return json_response(plane.repository_index(ready_only=ready))
+
+    @app.post("/v2/repository/models/{model}/load")
+    async def load_model(model: str, request: Request) -> Response:
+        body = await _json_body(request, max_body_bytes)
+        parameters = body.get("parameters") or {}
+        if not isinstance(parameters, dict):
+            raise InvalidArgument("'parameters' must be a JSON object")
+        config = parameters.get("config")
+        if config is not None and not isinstance(config, str):
+            raise InvalidArgument("parameter 'config' must be a string holding the model config as JSON")
+        if any(key.startswith("file:") for key in parameters):
+            raise InvalidArgument("loading model files through the API is not supported; "
+                                  "place them in the repository")
+        await plane.load_model(model, config)
+        return Response(status_code=200)
+
+    @app.post("/v2/repository/models/{model}/unload")
+    async def unload_model(model: str, request: Request) -> Response:
+        await _json_body(request, max_body_bytes)
+        await plane.unload_model(model)
+        return Response(status_code=200)
+
+    return app

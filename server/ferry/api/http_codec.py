@@ -1,0 +1,107 @@
+"""REST wire format <-> data-plane types: V2 JSON with the binary tensor data extension."""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+from ferry_client.codec import CodecError, join_body, read_tensors, split_body, write_tensor
+
+from ..errors import InvalidArgument, PayloadTooLarge
+from ..types import InferenceRequest, InferenceResponse, RequestedOutput
+
+
+def decompress(body: bytes, encoding: str | None, limit: int) -> bytes:
+    """Undo a gzip/deflate Content-Encoding without ever holding more than ``limit`` bytes."""
+    if not encoding or encoding == "identity":
+        return body
+    if encoding not in ("gzip", "deflate"):
+        raise InvalidArgument(f"unsupported Content-Encoding '{encoding}'; use gzip or deflate")
+    wbits = 16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS
+    decompressor = zlib.decompressobj(wbits)
+    try:
+        out = decompressor.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise InvalidArgument(f"request body is not valid {encoding} data: {exc}") from None
+    if len(out) > limit or decompressor.unconsumed_tail:
+        raise PayloadTooLarge(f"decompressed request body exceeds the limit of {limit} bytes")
+    if not decompressor.eof:
+        raise InvalidArgument(f"request body is truncated {encoding} data")
+    return out
+
+
+def decode_infer_request(
+    model_name: str, model_version: str, body: bytes, header_length: str | None
+) -> InferenceRequest:
+    """Build an InferenceRequest from a V2 JSON (+ binary) body."""
+    try:
+        header, blob = split_body(body, header_length)
+        parameters = header.get("parameters") or {}
+        if not isinstance(parameters, dict):
+            raise CodecError("'parameters' must be a JSON object")
+        if "inputs" not in header:
+            raise CodecError("request has no 'inputs'")
+        decoded = read_tensors(header["inputs"], blob, "inputs")
+    except CodecError as exc:
+        raise InvalidArgument(str(exc)) from None
+    inputs = {}
+    datatypes = {}
+    for entry, array in decoded:
+        if entry["name"] in inputs:
+            raise InvalidArgument(f"input '{entry['name']}' appears more than once")
+        inputs[entry["name"]] = array
+        datatypes[entry["name"]] = entry["datatype"]
+    request_id = header.get("id", "")
+    if not isinstance(request_id, str):
+        raise InvalidArgument("'id' must be a string")
+    return InferenceRequest(
+        model_name=model_name,
+        model_version=model_version,
+        id=request_id,
+        inputs=inputs,
+        input_datatypes=datatypes,
+        outputs=_requested_outputs(header.get("outputs")),
+        parameters=parameters,
+    )
+
+
+def _requested_outputs(entries: Any) -> list[RequestedOutput] | None:
+    if entries is None:
+        return None
+    if not isinstance(entries, list):
+        raise InvalidArgument("'outputs' must be a list")
+    outputs = []
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            raise InvalidArgument(f"outputs[{index}] must be an object with a 'name'")
+        params = entry.get("parameters") or {}
+        if not isinstance(params, dict):
+            raise InvalidArgument(f"output '{entry['name']}': 'parameters' must be a JSON object")
+        binary = params.get("binary_data")
+        if binary is not None and not isinstance(binary, bool):
+            raise InvalidArgument(f"output '{entry['name']}': binary_data must be true or false")
+        classification = params.get("classification", 0)
+        if isinstance(classification, bool) or not isinstance(classification, int) or classification < 0:
+            raise InvalidArgument(f"output '{entry['name']}': classification must be a non-negative integer")
+        outputs.append(RequestedOutput(entry["name"], binary, classification))
+    return outputs
+
+
+def encode_infer_response(response: InferenceResponse) -> tuple[bytes, int | None]:
+    """Serialise a response; returns the body and the JSON header length when binary follows."""
+    blobs: list = []
+    header: dict[str, Any] = {"model_name": response.model_name, "model_version": response.model_version}
+    if response.id:
+        header["id"] = response.id
+    if response.parameters:
+        header["parameters"] = response.parameters
+    try:
+        header["outputs"] = [
+            write_tensor(out.name, out.data, out.datatype, out.binary, blobs) for out in response.outputs
+        ]
+    except CodecError as exc:
+        raise InvalidArgument(str(exc)) from None
+    return join_body(header, blobs)
+
+
+__all__ = ["decode_infer_request", "decompress", "encode_infer_response"]

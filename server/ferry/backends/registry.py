@@ -1,0 +1,44 @@
+"""Which backend serves a model: from the config's platform/backend, or from the model file name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import ModelLoadError
+from .base import Backend
+
+_PLATFORM_BY_FILENAME = {"model.onnx": "onnxruntime_onnx", "model.plan": "tensorrt_plan"}
+_PLATFORM_BY_BACKEND = {"onnxruntime": "onnxruntime_onnx", "tensorrt": "tensorrt_plan"}
+
+
+def platform_for_file(version_dir: Path) -> str | None:
+    """Guess the platform from the default model file present in a version directory."""
+    for filename, platform in _PLATFORM_BY_FILENAME.items():
+        if (version_dir / filename).exists():
+            return platform
+    return None
+
+
+def normalise_platform(platform: str, backend: str) -> str:
+    """Triton accepts either ``platform`` or ``backend``; reduce both to one platform name."""
+    if platform:
+        return platform
+    if backend:
+        try:
+            return _PLATFORM_BY_BACKEND[backend]
+        except KeyError:
+            raise ModelLoadError(
+                f"backend '{backend}' is not supported; supported: {', '.join(_PLATFORM_BY_BACKEND)}"
+            ) from None
+    return ""
+
+
+def backend_for(platform: str) -> Backend:
+    """The backend for a platform, imported only when a model needs it."""
+    if platform == "onnxruntime_onnx":
+        from .onnxruntime import OnnxRuntimeBackend
+
+        return OnnxRuntimeBackend()
+    raise ModelLoadError(
+        f"platform '{platform}' is not supported by this server; supported: onnxruntime_onnx"
+    )

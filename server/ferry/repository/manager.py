@@ -1,0 +1,334 @@
+"""The model lifecycle: which versions are LOADING, READY, UNLOADING or UNAVAILABLE, and why.
+
+Loads run in worker threads so the server keeps answering; a reloaded version replaces the old
+one only once it is READY, and the old one drains its queue before it is closed, so reloads never
+drop requests. A model that fails to load is recorded with its reason and harms nothing else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import hashlib
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ferry_client.protocol import model_config_pb2 as mc
+
+from ..errors import FerryError, InvalidArgument, ModelLoadError, NotFound, Unavailable
+from ..scheduling import Scheduler
+from ..statistics import ModelStats
+from .config import CONFIG_FILENAME, parse_config_json, read_config_file
+from .model import ModelVersion, load_version
+from .versions import select_versions, versions_on_disk
+
+log = logging.getLogger(__name__)
+
+
+class ControlMode(str, enum.Enum):
+    NONE = "none"
+    EXPLICIT = "explicit"
+    POLL = "poll"
+
+
+class ModelState(str, enum.Enum):
+    LOADING = "LOADING"
+    READY = "READY"
+    UNLOADING = "UNLOADING"
+    UNAVAILABLE = "UNAVAILABLE"
+
+
+@dataclass
+class VersionStatus:
+    state: ModelState
+    reason: str = ""
+    model: ModelVersion | None = None
+
+
+@dataclass
+class ModelRecord:
+    name: str
+    versions: dict[int, VersionStatus] = field(default_factory=dict)
+    error: str = ""  # a failure before any version could be tried (e.g. a config typo)
+    fingerprint: str = ""
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+def check_model_name(name: str) -> str:
+    """Reject names that could point outside the repository (path separators, dot names)."""
+    if not name or name in (".", "..") or any(ch in name for ch in "/\\\x00") or name.startswith("."):
+        raise InvalidArgument(f"invalid model name {name!r}")
+    return name
+
+
+def _fingerprint(model_dir: Path) -> str:
+    """Changes to any file of a model (config, labels, version files) change this digest."""
+    digest = hashlib.sha256()
+    for path in sorted(model_dir.rglob("*")):
+        if path.is_file() and "trt_cache" not in path.parts:
+            stat = path.stat()
+            digest.update(f"{path.relative_to(model_dir)}:{stat.st_size}:{stat.st_mtime_ns};".encode())
+    return digest.hexdigest()
+
+
+class ModelManager:
+    """Owns every model version of one repository and answers "which model serves this request"."""
+
+    def __init__(
+        self,
+        repository: Path,
+        control_mode: ControlMode = ControlMode.NONE,
+        startup_models: Iterable[str] = (),
+        poll_interval: float = 15.0,
+        on_loaded: Callable[[ModelVersion], None] | None = None,
+    ) -> None:
+        self.repository = repository.resolve()
+        self.control_mode = control_mode
+        self.startup_models = list(startup_models)
+        self.poll_interval = poll_interval
+        self.on_loaded = on_loaded
+        self._records: dict[str, ModelRecord] = {}
+        self._poll_task: asyncio.Task | None = None
+        self._closing = False
+
+    # --- start and stop ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Load the models the control mode asks for at start-up, then start polling if asked."""
+        if not self.repository.is_dir():
+            raise FerryError(f"model repository {self.repository} is not a directory")
+        if self.control_mode == ControlMode.EXPLICIT and "*" not in self.startup_models:
+            names = self.startup_models
+        else:
+            names = self.scan()
+        await asyncio.gather(*(self._load_logged(name) for name in names))
+        if self.control_mode == ControlMode.POLL:
+            self._poll_task = asyncio.create_task(self._poll_forever(), name="repository-poll")
+
+    async def stop(self, timeout: float | None = None) -> None:
+        """Stop polling, drain every scheduler and close every instance."""
+        self._closing = True
+        if self._poll_task:
+            self._poll_task.cancel()
+        await asyncio.gather(
+            *(self._retire(status, timeout) for record in self._records.values() for status in record.versions.values()
+              if status.model is not None)
+        )
+
+    def scan(self) -> list[str]:
+        """Model directories in the repository (hidden and ``_``-prefixed ones are skipped)."""
+        return sorted(
+            entry.name
+            for entry in self.repository.iterdir()
+            if entry.is_dir() and not entry.name.startswith((".", "_"))
+        )
+
+    # --- queries ----------------------------------------------------------------------------
+
+    def index(self, ready_only: bool = False) -> list[dict[str, str]]:
+        """Every model and version with its state and reason, as the repository index reports it."""
+        rows: list[dict[str, str]] = []
+        names = set(self._records) | set(self.scan())
+        for name in sorted(names):
+            record = self._records.get(name)
+            if record is None or (not record.versions and not record.error):
+                if not ready_only:
+                    rows.append({"name": name})
+                continue
+            if record.error and not record.versions:
+                if not ready_only:
+                    rows.append({"name": name, "version": "", "state": ModelState.UNAVAILABLE.value,
+                                 "reason": record.error})
+                continue
+            for version, status in sorted(record.versions.items()):
+                if ready_only and status.state != ModelState.READY:
+                    continue
+                rows.append({"name": name, "version": str(version), "state": status.state.value,
+                             "reason": status.reason})
+        return rows
+
+    def get(self, name: str, version: str = "") -> ModelVersion:
+        """The READY version that serves a request (the highest one when no version is given)."""
+        record = self._records.get(name)
+        if record is None:
+            raise NotFound(f"unknown model '{name}'")
+        if version:
+            try:
+                number = int(version)
+            except ValueError:
+                raise InvalidArgument(f"model version must be an integer, got '{version}'") from None
+            status = record.versions.get(number)
+            if status is None:
+                raise NotFound(f"model '{name}' has no version {number}")
+            if status.state != ModelState.READY or status.model is None:
+                raise Unavailable(f"model '{name}' version {number} is not ready ({status.state.value}"
+                                  + (f": {status.reason})" if status.reason else ")"))
+            return status.model
+        ready = [v for v, s in record.versions.items() if s.state == ModelState.READY and s.model is not None]
+        if not ready:
+            raise Unavailable(f"model '{name}' is not ready: {self._why_not_ready(record)}")
+        return record.versions[max(ready)].model  # type: ignore[return-value]
+
+    @staticmethod
+    def _why_not_ready(record: ModelRecord) -> str:
+        if record.error:
+            return record.error
+        reasons = [f"version {v} {s.state.value}" + (f" ({s.reason})" if s.reason else "")
+                   for v, s in sorted(record.versions.items())]
+        return "; ".join(reasons) or "no version is loaded"
+
+    def is_ready(self, name: str, version: str = "") -> bool:
+        try:
+            self.get(name, version)
+        except FerryError:
+            return False
+        return True
+
+    def ready_models(self) -> list[ModelVersion]:
+        return [s.model for r in self._records.values() for s in r.versions.values()
+                if s.state == ModelState.READY and s.model is not None]
+
+    # --- the repository API -------------------------------------------------------------------
+
+    def _require_explicit(self, action: str) -> None:
+        if self.control_mode != ControlMode.EXPLICIT:
+            raise Unavailable(
+                f"explicit model {action} is not allowed in model control mode '{self.control_mode.value}'; "
+                "start the server with --model-control-mode=explicit"
+            )
+
+    async def load(self, name: str, config_json: str | None = None) -> None:
+        """Load (or reload) a model through the repository API; raises with the reason on failure."""
+        self._require_explicit("load")
+        check_model_name(name)
+        if not (self.repository / name).is_dir():
+            raise NotFound(f"model '{name}' is not in the repository {self.repository}")
+        await self._load(name, config_json)
+
+    async def unload(self, name: str) -> None:
+        self._require_explicit("unload")
+        check_model_name(name)
+        record = self._records.get(name)
+        if record is None or not record.versions:
+            if not (self.repository / name).is_dir():
+                raise NotFound(f"unknown model '{name}'")
+            return
+        await self._unload(record, "unloaded")
+
+    # --- loading and unloading ----------------------------------------------------------------
+
+    async def _load_logged(self, name: str) -> None:
+        try:
+            await self._load(name, None)
+        except FerryError as exc:
+            log.error("model '%s' failed to load: %s", name, exc.message)
+
+    async def _load(self, name: str, config_json: str | None) -> None:
+        record = self._records.setdefault(name, ModelRecord(name))
+        async with record.lock:
+            model_dir = self.repository / name
+            source = str(model_dir / CONFIG_FILENAME)
+            fingerprint = _fingerprint(model_dir)
+            try:
+                config = await asyncio.to_thread(self._read_config, model_dir, config_json, source)
+                wanted = select_versions(config.version_policy, versions_on_disk(model_dir))
+                if not wanted:
+                    raise ModelLoadError(f"model '{name}' has no version directory that its version policy serves")
+            except FerryError as exc:
+                record.error = exc.message
+                record.fingerprint = fingerprint
+                raise ModelLoadError(f"failed to load '{name}': {exc.message}") from None
+            record.error = ""
+            record.fingerprint = fingerprint
+            failures = await asyncio.gather(*(self._load_version(record, model_dir, v, config, source) for v in wanted))
+            stale = [v for v in record.versions if v not in wanted and record.versions[v].model is not None]
+            await asyncio.gather(*(self._unload_version(record, v, "no longer served by the version policy")
+                                   for v in stale))
+            errors = [f for f in failures if f]
+            if errors:
+                raise ModelLoadError(f"failed to load '{name}': {'; '.join(errors)}")
+
+    @staticmethod
+    def _read_config(model_dir: Path, config_json: str | None, source: str) -> mc.ModelConfig:
+        if config_json:
+            return parse_config_json(config_json, f"config parameter for '{model_dir.name}'")
+        return read_config_file(model_dir) or mc.ModelConfig()
+
+    async def _load_version(
+        self, record: ModelRecord, model_dir: Path, version: int, config: mc.ModelConfig, source: str
+    ) -> str:
+        """Load one version; the old copy keeps serving until the new one is READY. Returns an error."""
+        old = record.versions.get(version)
+        if old is None or old.model is None:
+            record.versions[version] = VersionStatus(ModelState.LOADING)
+        try:
+            model = await asyncio.to_thread(load_version, model_dir, version, config, source)
+        except FerryError as exc:
+            reason = exc.message
+        except Exception as exc:  # an engine's unexpected failure must not take the server down
+            log.exception("model '%s' version %d: unexpected load failure", record.name, version)
+            reason = f"unexpected error: {exc}"
+        else:
+            model.stats = ModelStats(model.name, str(version))
+            model.scheduler = Scheduler(f"{model.name}:{version}", model.instances, model.stats)
+            model.scheduler.start()
+            record.versions[version] = VersionStatus(ModelState.READY, model=model)
+            log.info("model '%s' version %d READY in %.2fs (%s)", record.name, version, model.load_seconds,
+                     ", ".join(i.device for i in model.instances))
+            if self.on_loaded:
+                self.on_loaded(model)
+            if old is not None and old.model is not None:
+                await self._retire(old)
+            return ""
+        log.error("model '%s' version %d failed to load: %s", record.name, version, reason)
+        if old is None or old.model is None:
+            record.versions[version] = VersionStatus(ModelState.UNAVAILABLE, reason)
+        return f"version {version}: {reason}"
+
+    async def _unload(self, record: ModelRecord, reason: str) -> None:
+        async with record.lock:
+            await asyncio.gather(*(self._unload_version(record, v, reason) for v in list(record.versions)))
+
+    async def _unload_version(self, record: ModelRecord, version: int, reason: str) -> None:
+        status = record.versions.get(version)
+        if status is None:
+            return
+        if status.model is None:
+            record.versions[version] = VersionStatus(ModelState.UNAVAILABLE, reason)
+            return
+        record.versions[version] = VersionStatus(ModelState.UNLOADING, reason)
+        await self._retire(status)
+        record.versions[version] = VersionStatus(ModelState.UNAVAILABLE, reason)
+
+    @staticmethod
+    async def _retire(status: VersionStatus, timeout: float | None = None) -> None:
+        """Let a replaced or unloaded version finish what it accepted, then free its instances."""
+        model = status.model
+        if model is None:
+            return
+        if model.scheduler is not None:
+            await model.scheduler.stop(timeout)
+        await asyncio.to_thread(model.close)
+
+    # --- poll mode ------------------------------------------------------------------------------
+
+    async def _poll_forever(self) -> None:
+        while not self._closing:
+            await asyncio.sleep(self.poll_interval)
+            try:
+                await self.poll_once()
+            except Exception:  # polling must survive anything a user does to the directory
+                log.exception("repository poll failed")
+
+    async def poll_once(self) -> None:
+        """Load new models, reload changed ones and unload removed ones."""
+        present = set(self.scan())
+        for name in sorted(present):
+            record = self._records.get(name)
+            if record is None or record.fingerprint != _fingerprint(self.repository / name):
+                await self._load_logged(name)
+        for name in sorted(set(self._records) - present):
+            await self._unload(self._records[name], "removed from the repository")
+            del self._records[name]

@@ -1,0 +1,190 @@
+"""A loaded model version: its completed config, tensor specs, labels, instances and scheduler."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from ferry_client.codec import datatype_from_config, numpy_dtype
+from ferry_client.protocol import model_config_pb2 as mc
+
+from ..backends import InstanceSpec, backend_for
+from ..backends.base import Instance
+from ..backends.registry import normalise_platform, platform_for_file
+from ..errors import FerryError, ModelLoadError
+from ..scheduling import Scheduler
+from ..statistics import ModelStats
+from .autocomplete import complete_config
+from .config import TensorSpec, read_labels, tensor_specs, validate_config
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ModelVersion:
+    """Everything needed to serve one version; immutable once READY."""
+
+    name: str
+    version: int
+    config: mc.ModelConfig
+    inputs: dict[str, TensorSpec]
+    outputs: dict[str, TensorSpec]
+    labels: dict[str, list[str]]
+    instances: list[Instance]
+    load_seconds: float
+    model_dir: Path = field(default_factory=Path)
+    scheduler: Scheduler | None = field(default=None, repr=False)
+    stats: ModelStats | None = field(default=None, repr=False)
+
+    @property
+    def max_batch_size(self) -> int:
+        return self.config.max_batch_size
+
+    @property
+    def platform(self) -> str:
+        return self.config.platform
+
+    def close(self) -> None:
+        for instance in self.instances:
+            instance.close()
+        self.instances.clear()
+
+
+def instance_specs(config: mc.ModelConfig, gpu_available: bool) -> list[InstanceSpec]:
+    """Expand instance_group into one spec per instance (``count`` per listed GPU, as Triton)."""
+    groups = list(config.instance_group) or [mc.ModelInstanceGroup(kind=mc.ModelInstanceGroup.KIND_AUTO)]
+    specs: list[InstanceSpec] = []
+    for index, group in enumerate(groups):
+        count = group.count if group.count > 0 else 1
+        kind = group.kind
+        if kind == mc.ModelInstanceGroup.KIND_AUTO:
+            kind = mc.ModelInstanceGroup.KIND_GPU if gpu_available else mc.ModelInstanceGroup.KIND_CPU
+        group_name = group.name or f"{config.name}_{index}"
+        if kind == mc.ModelInstanceGroup.KIND_GPU:
+            for gpu in list(group.gpus) or [0]:
+                specs.extend(
+                    InstanceSpec(name=f"{group_name}_{gpu}_{i}", kind="GPU", device_id=gpu) for i in range(count)
+                )
+        elif kind == mc.ModelInstanceGroup.KIND_CPU:
+            specs.extend(InstanceSpec(name=f"{group_name}_{i}", kind="CPU") for i in range(count))
+        else:
+            raise ModelLoadError(
+                f"instance_group[{index}]: kind {mc.ModelInstanceGroup.Kind.Name(kind)} is not supported"
+            )
+    cpu_instances = sum(1 for spec in specs if spec.kind == "CPU")
+    threads = max(1, (os.cpu_count() or 1) // max(1, cpu_instances))
+    return [
+        InstanceSpec(name=s.name, kind=s.kind, device_id=s.device_id, threads=threads if s.kind == "CPU" else 0)
+        for s in specs
+    ]
+
+
+def _model_file(model_dir: Path, version: int, config: mc.ModelConfig, default: str) -> Path:
+    filename = config.default_model_filename or default
+    path = model_dir / str(version) / filename
+    if not path.exists():
+        raise ModelLoadError(f"model file {path} does not exist")
+    return path
+
+
+def _gpu_available() -> bool:
+    import onnxruntime as ort
+
+    return "CUDAExecutionProvider" in ort.get_available_providers()
+
+
+def load_version(model_dir: Path, version: int, config: mc.ModelConfig, source: str) -> ModelVersion:
+    """Create every instance of one version, complete and check its config, and run warm-up.
+
+    Blocking (engines load synchronously): call it from a worker thread.
+    """
+    started = time.perf_counter()
+    config = mc.ModelConfig.FromString(config.SerializeToString())  # each version owns its copy
+    if not config.name:
+        config.name = model_dir.name
+    platform = normalise_platform(config.platform, config.backend) or platform_for_file(
+        model_dir / str(version)
+    )
+    if not platform:
+        raise ModelLoadError(
+            f"{source}: no platform/backend given and no model.onnx or model.plan in {model_dir / str(version)}"
+        )
+    config.platform = platform
+    backend = backend_for(platform)
+    model_file = _model_file(model_dir, version, config, backend.default_filename)
+    specs = instance_specs(config, _gpu_available())
+    instances: list[Instance] = []
+    try:
+        first = backend.create_instance(model_file, config, specs[0])
+        instances.append(first)
+        complete_config(config, first.io, source)
+        validate_config(config, source)
+        instances.extend(backend.create_instance(model_file, config, spec) for spec in specs[1:])
+        if not config.backend:
+            config.backend = "onnxruntime" if platform == "onnxruntime_onnx" else config.backend
+        inputs = {s.name: s for s in tensor_specs(config.input, "input", source)}
+        outputs = {s.name: s for s in tensor_specs(config.output, "output", source)}
+        labels = {
+            spec.name: read_labels(model_dir, spec.label_filename) for spec in outputs.values() if spec.label_filename
+        }
+        model = ModelVersion(
+            name=config.name,
+            version=version,
+            config=config,
+            inputs=inputs,
+            outputs=outputs,
+            labels=labels,
+            instances=instances,
+            load_seconds=0.0,
+            model_dir=model_dir,
+        )
+        warm_up(model)
+    except BaseException:
+        for instance in instances:
+            instance.close()
+        raise
+    model.load_seconds = time.perf_counter() - started
+    return model
+
+
+def _warmup_input(name: str, spec: mc.ModelWarmup.Input, batch: int, model_dir: Path) -> np.ndarray:
+    datatype = datatype_from_config(mc.DataType.Name(spec.data_type))
+    shape = [batch, *spec.dims] if batch else list(spec.dims)
+    dtype = numpy_dtype(datatype)
+    choice = spec.WhichOneof("input_data_type")
+    if datatype == "BYTES":
+        array = np.empty(int(np.prod(shape)), dtype=object)
+        array[:] = b"0"
+        return array.reshape(shape)
+    if choice == "random_data":
+        rng = np.random.default_rng(0)
+        return rng.random(shape).astype(dtype) if dtype.kind == "f" else rng.integers(0, 2, shape).astype(dtype)
+    if choice == "input_data_file":
+        path = (model_dir / "warmup" / spec.input_data_file).resolve()
+        if model_dir.resolve() not in path.parents:
+            raise ModelLoadError(f"warmup input '{name}': file must stay inside the model directory")
+        return np.fromfile(path, dtype=dtype).reshape(shape)
+    return np.zeros(shape, dtype=dtype)
+
+
+def warm_up(model: ModelVersion) -> None:
+    """Run the config's ``model_warmup`` samples on every instance before the version is READY."""
+    if not model.config.model_warmup:
+        return
+    for sample in model.config.model_warmup:
+        batch = sample.batch_size if model.max_batch_size > 0 else 0
+        inputs = {name: _warmup_input(name, spec, max(batch, 1) if batch else 0, model.model_dir)
+                  for name, spec in sample.inputs.items()}
+        outputs = list(model.outputs)
+        for instance in model.instances:
+            for _ in range(max(1, sample.count)):
+                try:
+                    instance.run(inputs, outputs)
+                except FerryError:
+                    raise
+                except Exception as exc:
+                    raise ModelLoadError(f"warmup sample '{sample.name}' failed: {exc}") from None

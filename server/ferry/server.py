@@ -1,0 +1,112 @@
+"""Runs the front doors and the model manager on one event loop, and shuts them down in order.
+
+Shutdown order matters: readiness flips first (load balancers stop sending), the front doors stop
+accepting, in-flight and queued requests finish within the exit timeout, then models unload.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Iterator
+
+import uvicorn
+
+from .api.dataplane import DataPlane
+from .api.grpc import create_grpc_server
+from .api.http import create_http_app
+from .repository.manager import ModelManager
+from .settings import Settings
+
+log = logging.getLogger("ferry")
+
+
+class _UvicornServer(uvicorn.Server):
+    """uvicorn without its own signal handling: the Ferry server owns SIGTERM/SIGINT."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class FerryServer:
+    """The whole server: model manager, data plane, REST and gRPC front doors."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.manager = ModelManager(
+            settings.model_repository,
+            control_mode=settings.model_control_mode,
+            startup_models=settings.load_model,
+            poll_interval=settings.repository_poll_secs,
+        )
+        self.plane = DataPlane(self.manager)
+        self._stop = asyncio.Event()
+        self._http: _UvicornServer | None = None
+        self._http_task: asyncio.Task | None = None
+        self._grpc = None
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    async def start(self) -> None:
+        s = self.settings
+        if s.http_port:
+            app = create_http_app(self.plane, s.http_max_body_bytes)
+            config = uvicorn.Config(app, host=s.host, port=s.http_port, log_level="warning", access_log=False,
+                                    lifespan="off", timeout_graceful_shutdown=max(1, int(s.exit_timeout_secs)))
+            self._http = _UvicornServer(config)
+            self._http_task = asyncio.create_task(self._http.serve(), name="http")
+        if s.grpc_port:
+            self._grpc = create_grpc_server(self.plane, f"{s.host}:{s.grpc_port}", s.grpc_max_message_bytes)
+            await self._grpc.start()
+        await self.manager.start()
+        if self._http is not None:
+            while not self._http.started:
+                if self._http_task and self._http_task.done():
+                    raise OSError(f"REST server on {s.host}:{s.http_port} stopped at start-up")
+                await asyncio.sleep(0.01)
+        self.plane.started = True
+        log.info("ferry ready: REST %s:%d, gRPC %s:%d, repository %s (%s mode)", s.host, s.http_port, s.host,
+                 s.grpc_port, self.manager.repository, s.model_control_mode.value)
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.request_stop)
+        await self.start()
+        await self._stop.wait()
+        await self.shutdown()
+
+    async def shutdown(self) -> None:
+        timeout = self.settings.exit_timeout_secs
+        log.info("shutting down: draining for up to %.0fs", timeout)
+        self.plane.draining = True
+        stops = []
+        if self._grpc is not None:
+            stops.append(self._grpc.stop(grace=timeout))
+        if self._http is not None:
+            self._http.should_exit = True
+            if self._http_task is not None:
+                stops.append(self._http_task)
+        await asyncio.gather(*stops, return_exceptions=True)
+        await self.manager.stop(timeout)
+        log.info("ferry stopped")
+
+
+def serve(settings: Settings) -> None:
+    """Run the server until SIGTERM or SIGINT."""
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:  # pragma: no cover - uvloop is optional on some platforms
+        pass
+    try:
+        asyncio.run(FerryServer(settings).run())
+    except OSError as exc:
+        log.error("cannot start: %s", exc)
+        raise SystemExit(1) from None

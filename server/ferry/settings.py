@@ -1,0 +1,32 @@
+"""Server options: every flag of ``ferry serve`` also reads a ``FERRY_*`` environment variable,
+so a container or a Kubernetes manifest configures the server without wrapper scripts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from .repository.manager import ControlMode
+
+MIB = 1024 * 1024
+
+
+class Settings(BaseSettings):
+    """Options of ``ferry serve``. Flags win over environment variables, which win over defaults."""
+
+    model_config = SettingsConfigDict(env_prefix="FERRY_", protected_namespaces=())
+
+    model_repository: Path = Field(Path("model_repo"), description="model repository directory")
+    host: str = Field("127.0.0.1", description="address to bind (0.0.0.0 to serve other hosts)")
+    http_port: int = Field(8000, ge=0, le=65535, description="REST port (0 disables REST)")
+    grpc_port: int = Field(8001, ge=0, le=65535, description="gRPC port (0 disables gRPC)")
+    metrics_port: int = Field(8002, ge=0, le=65535, description="Prometheus /metrics port (0 disables)")
+    model_control_mode: ControlMode = Field(ControlMode.NONE, description="none | explicit | poll")
+    load_model: list[str] = Field(default_factory=list, description="models to load at start (explicit mode)")
+    repository_poll_secs: float = Field(15.0, gt=0, description="rescan interval in poll mode")
+    exit_timeout_secs: float = Field(30.0, ge=0, description="time allowed to drain at shutdown")
+    http_max_body_bytes: int = Field(256 * MIB, gt=0, description="largest accepted REST body")
+    grpc_max_message_bytes: int = Field(256 * MIB, gt=0, description="largest gRPC message")
+    log_level: str = Field("info", description="debug | info | warning | error")

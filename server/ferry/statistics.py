@@ -1,0 +1,85 @@
+"""Per-model-version counters and durations in the shape of Triton's statistics extension.
+
+The scheduler and the data plane record into one ``ModelStats`` per version; the statistics API
+(REST and gRPC) and the Prometheus exporter both read it, so they can never disagree.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Duration:
+    count: int = 0
+    ns: int = 0
+
+    def add(self, ns: int, count: int = 1) -> None:
+        self.count += count
+        self.ns += ns
+
+    def as_dict(self) -> dict[str, int]:
+        return {"count": self.count, "ns": self.ns}
+
+
+_INFER_FIELDS = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output",
+                 "cache_hit", "cache_miss")
+_BATCH_FIELDS = ("compute_input", "compute_infer", "compute_output")
+
+
+@dataclass
+class ModelStats:
+    """Cumulative statistics of one model version; thread-safe because workers record from threads."""
+
+    name: str
+    version: str
+    last_inference_ms: int = 0
+    inference_count: int = 0  # batch items inferred (a batch of 8 counts 8)
+    execution_count: int = 0  # engine executions (a batch of 8 counts 1)
+    infer: dict[str, Duration] = field(default_factory=lambda: {k: Duration() for k in _INFER_FIELDS})
+    batches: dict[int, dict[str, Duration]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def record_success(self, request_ns: int, queue_ns: int) -> None:
+        with self._lock:
+            self.infer["success"].add(request_ns)
+            self.infer["queue"].add(queue_ns)
+            self.last_inference_ms = int(time.time() * 1000)
+
+    def record_failure(self, request_ns: int) -> None:
+        with self._lock:
+            self.infer["fail"].add(request_ns)
+            self.last_inference_ms = int(time.time() * 1000)
+
+    def record_execution(self, batch_size: int, requests: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
+        """One engine execution of ``batch_size`` items gathered from ``requests`` requests."""
+        with self._lock:
+            self.execution_count += 1
+            self.inference_count += batch_size
+            # Triton counts compute durations once per request, batch stats once per execution.
+            self.infer["compute_input"].add(input_ns * requests, requests)
+            self.infer["compute_infer"].add(infer_ns * requests, requests)
+            self.infer["compute_output"].add(output_ns * requests, requests)
+            per_batch = self.batches.setdefault(batch_size, {k: Duration() for k in _BATCH_FIELDS})
+            per_batch["compute_input"].add(input_ns)
+            per_batch["compute_infer"].add(infer_ns)
+            per_batch["compute_output"].add(output_ns)
+
+    def as_dict(self) -> dict:
+        """Triton's JSON statistics shape (``model_stats`` entries)."""
+        with self._lock:
+            return {
+                "name": self.name,
+                "version": self.version,
+                "last_inference": self.last_inference_ms,
+                "inference_count": self.inference_count,
+                "execution_count": self.execution_count,
+                "inference_stats": {k: d.as_dict() for k, d in self.infer.items()},
+                "batch_stats": [
+                    {"batch_size": size, **{k: d.as_dict() for k, d in durations.items()}}
+                    for size, durations in sorted(self.batches.items())
+                ],
+                "memory_usage": [],
+            }

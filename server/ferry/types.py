@@ -1,0 +1,51 @@
+"""The protocol-neutral request and response that flow between front doors and the data plane."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class RequestedOutput:
+    """An output the caller asked for, with how it wants it back."""
+
+    name: str
+    binary: bool | None = None  # None: the request-wide default
+    classification: int = 0  # Triton's classification extension: top-k as "score:index:label"
+
+
+@dataclass
+class InferenceRequest:
+    """One inference call: named numpy inputs (already decoded from the wire) and what to return."""
+
+    model_name: str
+    model_version: str = ""
+    id: str = ""
+    inputs: dict[str, np.ndarray] = field(default_factory=dict)
+    input_datatypes: dict[str, str] = field(default_factory=dict)
+    outputs: list[RequestedOutput] | None = None
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def binary_output_default(self) -> bool:
+        return bool(self.parameters.get("binary_data_output", False))
+
+
+@dataclass
+class OutputTensor:
+    name: str
+    datatype: str
+    data: np.ndarray
+    binary: bool = False
+
+
+@dataclass
+class InferenceResponse:
+    model_name: str
+    model_version: str
+    id: str = ""
+    outputs: list[OutputTensor] = field(default_factory=list)
+    parameters: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,97 @@
+"""Shared fixtures: a real Ferry server started as a subprocess on free loopback ports."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL_REPO = ROOT / "model_repo"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class RunningServer:
+    """A server process and where to reach it."""
+
+    process: subprocess.Popen
+    http_port: int
+    grpc_port: int
+    metrics_port: int
+    repository: Path
+    log_path: Path
+
+    @property
+    def http_url(self) -> str:
+        return f"127.0.0.1:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self, timeout: float = 30) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+
+def start_server(repository: Path, log_path: Path, *extra: str, wait_ready: bool = True,
+                 timeout: float = 60) -> RunningServer:
+    """Start ``ferry serve`` on free ports and wait until /v2/health/ready answers 200."""
+    http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
+    cmd = [sys.executable, "-m", "ferry", "serve", "--model-repository", str(repository), "--host", "127.0.0.1",
+           "--http-port", str(http_port), "--grpc-port", str(grpc_port), "--metrics-port", str(metrics_port),
+           *extra]
+    log_file = open(log_path, "wb")  # noqa: SIM115 - closed with the process
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    process = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env)
+    server = RunningServer(process, http_port, grpc_port, metrics_port, repository, log_path)
+    deadline = time.monotonic() + timeout
+    url = f"http://127.0.0.1:{http_port}/v2/health/{'ready' if wait_ready else 'live'}"
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited with {process.returncode}:\n{server.log()}")
+        try:
+            with urllib.request.urlopen(url, timeout=1) as response:
+                if response.status == 200:
+                    return server
+        except OSError:
+            pass
+        time.sleep(0.1)
+    server.stop()
+    raise RuntimeError(f"server did not become ready in {timeout}s:\n{server.log()}")
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    """The bundled example repository served in explicit mode with every model loaded."""
+    repo = tmp_path_factory.mktemp("repo") / "models"
+    shutil.copytree(MODEL_REPO, repo)
+    running = start_server(repo, repo.parent / "server.log", "--model-control-mode", "explicit",
+                           "--load-model", "*")
+    yield running
+    running.stop()
