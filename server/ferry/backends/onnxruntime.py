@@ -7,6 +7,7 @@ the missing provider, unless the config insists on the GPU.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 from pathlib import Path
 from typing import Any
@@ -199,11 +200,13 @@ class OnnxRuntimeInstance:
         }
         results = self.session.run_with_ort_values(outputs, values)
         out: dict[str, np.ndarray] = {}
-        for name, value in zip(outputs, results, strict=False):
-            array = value.numpy()
+        for name, value in zip(outputs, results, strict=True):
             if value.data_type() == "tensor(bfloat16)":
-                array = array.view(np.uint16)
-            out[name] = self._from_ort(array)
+                # OrtValue.numpy() has no bfloat16; copy the raw 16-bit patterns out instead.
+                raw = ctypes.string_at(value.data_ptr(), value.tensor_size_in_bytes())
+                out[name] = np.frombuffer(raw, dtype=np.uint16).reshape(value.shape())
+            else:
+                out[name] = self._from_ort(value.numpy())
         return out
 
     def close(self) -> None:
