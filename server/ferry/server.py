@@ -17,6 +17,7 @@ import uvicorn
 from .api.dataplane import DataPlane
 from .api.grpc import create_grpc_server
 from .api.http import create_http_app
+from .metrics import Metrics
 from .repository.manager import ModelManager
 from .settings import Settings
 
@@ -42,10 +43,14 @@ class FerryServer:
             startup_models=settings.load_model,
             poll_interval=settings.repository_poll_secs,
         )
+        self.metrics = Metrics(self.manager.ready_models)
+        self.manager.on_loaded = self.metrics.attach
         self.plane = DataPlane(self.manager)
         self._stop = asyncio.Event()
         self._http: _UvicornServer | None = None
         self._http_task: asyncio.Task | None = None
+        self._metrics_http: _UvicornServer | None = None
+        self._metrics_task: asyncio.Task | None = None
         self._grpc = None
 
     def request_stop(self) -> None:
@@ -59,6 +64,13 @@ class FerryServer:
                                     lifespan="off", timeout_graceful_shutdown=max(1, int(s.exit_timeout_secs)))
             self._http = _UvicornServer(config)
             self._http_task = asyncio.create_task(self._http.serve(), name="http")
+        if s.metrics_port:
+            from prometheus_client import make_asgi_app
+
+            config = uvicorn.Config(make_asgi_app(self.metrics.registry), host=s.host, port=s.metrics_port,
+                                    log_level="warning", access_log=False, lifespan="off")
+            self._metrics_http = _UvicornServer(config)
+            self._metrics_task = asyncio.create_task(self._metrics_http.serve(), name="metrics")
         if s.grpc_port:
             self._grpc = create_grpc_server(self.plane, f"{s.host}:{s.grpc_port}", s.grpc_max_message_bytes)
             await self._grpc.start()
@@ -93,6 +105,9 @@ class FerryServer:
                 stops.append(self._http_task)
         await asyncio.gather(*stops, return_exceptions=True)
         await self.manager.stop(timeout)
+        if self._metrics_http is not None:
+            self._metrics_http.should_exit = True
+            await asyncio.gather(self._metrics_task, return_exceptions=True)
         log.info("ferry stopped")
 
 

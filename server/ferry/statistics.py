@@ -9,6 +9,23 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+class Observer(Protocol):
+    def observe(self, value: float) -> None: ...
+
+
+@dataclass
+class Histograms:
+    """Prometheus histogram children for one model version (set by the metrics module)."""
+
+    request_us: Observer
+    queue_us: Observer
+    compute_input_us: Observer
+    compute_infer_us: Observer
+    compute_output_us: Observer
+    batch_size: Observer
 
 
 @dataclass
@@ -38,6 +55,8 @@ class ModelStats:
     last_inference_ms: int = 0
     inference_count: int = 0  # batch items inferred (a batch of 8 counts 8)
     execution_count: int = 0  # engine executions (a batch of 8 counts 1)
+    failures: dict[str, int] = field(default_factory=dict)  # by reason: REJECTED, CANCELED, BACKEND, OTHER
+    histograms: Histograms | None = field(default=None, repr=False)
     infer: dict[str, Duration] = field(default_factory=lambda: {k: Duration() for k in _INFER_FIELDS})
     batches: dict[int, dict[str, Duration]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -47,10 +66,15 @@ class ModelStats:
             self.infer["success"].add(request_ns)
             self.infer["queue"].add(queue_ns)
             self.last_inference_ms = int(time.time() * 1000)
+        if self.histograms is not None:
+            self.histograms.request_us.observe(request_ns / 1000)
+            self.histograms.queue_us.observe(queue_ns / 1000)
 
-    def record_failure(self, request_ns: int) -> None:
+    def record_failure(self, request_ns: int, reason: str) -> None:
+        """A failed request; ``reason`` is Triton's failure label (REJECTED, CANCELED, BACKEND, OTHER)."""
         with self._lock:
             self.infer["fail"].add(request_ns)
+            self.failures[reason] = self.failures.get(reason, 0) + 1
             self.last_inference_ms = int(time.time() * 1000)
 
     def record_execution(self, batch_size: int, requests: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
@@ -66,6 +90,23 @@ class ModelStats:
             per_batch["compute_input"].add(input_ns)
             per_batch["compute_infer"].add(infer_ns)
             per_batch["compute_output"].add(output_ns)
+        if self.histograms is not None:
+            self.histograms.batch_size.observe(batch_size)
+            self.histograms.compute_input_us.observe(input_ns / 1000)
+            self.histograms.compute_infer_us.observe(infer_ns / 1000)
+            self.histograms.compute_output_us.observe(output_ns / 1000)
+
+    def snapshot(self) -> dict[str, Any]:
+        """Counters for the metrics exporter, read under the lock so they are consistent."""
+        with self._lock:
+            return {
+                "success": self.infer["success"].count,
+                "failures": dict(self.failures),
+                "inference_count": self.inference_count,
+                "execution_count": self.execution_count,
+                "durations_ns": {k: self.infer[k].ns for k in
+                                 ("success", "queue", "compute_input", "compute_infer", "compute_output")},
+            }
 
     def as_dict(self) -> dict:
         """Triton's JSON statistics shape (``model_stats`` entries)."""

@@ -74,18 +74,25 @@ class DataPlane:
 
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
         model = self.manager.get(request.model_name, request.model_version)
-        inputs, batch_size = validate_inputs(model, request)
         requested = request.outputs if request.outputs else None
-        if requested is not None:
-            for output in requested:
+        try:
+            inputs, batch_size = validate_inputs(model, request)
+            for output in requested or ():
                 if output.name not in model.outputs:
                     raise InvalidArgument(
                         f"unexpected inference output '{output.name}' for model '{model.name}' "
                         f"(outputs: {', '.join(model.outputs)})"
                     )
+        except InvalidArgument:
+            if model.stats is not None:
+                model.stats.record_failure(0, "OTHER")
+            raise
         names = [o.name for o in requested] if requested is not None else list(model.outputs)
         assert model.scheduler is not None
-        results = await model.scheduler.submit(inputs, names, batch_size)
+        results = await model.scheduler.submit(
+            inputs, names, batch_size,
+            priority=_int_parameter(request, "priority"), timeout_us=_int_parameter(request, "timeout"),
+        )
         binary_default = request.binary_output_default
         binary = {o.name: o.binary for o in requested} if requested is not None else {}
         outputs = []
@@ -121,6 +128,15 @@ class DataPlane:
         else:
             models = self.manager.ready_models()
         return [m.stats.as_dict() for m in sorted(models, key=lambda m: (m.name, m.version)) if m.stats]
+
+
+def _int_parameter(request: InferenceRequest, key: str) -> int | None:
+    value = request.parameters.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidArgument(f"request parameter '{key}' must be a non-negative integer, got {value!r}")
+    return value
 
 
 def _tensor_metadata(spec: TensorSpec, batched: bool) -> dict[str, Any]:

@@ -6,8 +6,10 @@ the status code the error kind carries.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -23,6 +25,7 @@ from .http_codec import decode_infer_request, decompress, encode_infer_response
 log = logging.getLogger(__name__)
 
 JSON = "application/json"
+T = TypeVar("T")
 
 
 def json_response(content: Any, status: int = 200) -> Response:
@@ -63,6 +66,29 @@ async def _json_body(request: Request, limit: int) -> dict[str, Any]:
     if not isinstance(parsed, dict):
         raise InvalidArgument("request body must be a JSON object")
     return parsed
+
+
+async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T | None:
+    """Await ``work`` but cancel it if the client disconnects first, so a request whose caller went
+    away is dropped from the queue instead of occupying an instance."""
+    task = asyncio.ensure_future(work)
+
+    async def watch() -> None:
+        while True:
+            message = await request.receive()
+            if message["type"] == "http.disconnect":
+                task.cancel()
+                return
+
+    watcher = asyncio.ensure_future(watch())
+    try:
+        return await task
+    except asyncio.CancelledError:
+        if watcher.done():
+            return None
+        raise
+    finally:
+        watcher.cancel()
 
 
 def create_http_app(plane: DataPlane, max_body_bytes: int = 256 * 1024 * 1024) -> FastAPI:
@@ -132,7 +158,9 @@ def create_http_app(plane: DataPlane, max_body_bytes: int = 256 * 1024 * 1024) -
     async def infer(model: str, request: Request, version: str = "") -> Response:
         body = await _read_body(request, max_body_bytes)
         infer_request = decode_infer_request(model, version, body, request.headers.get(HEADER_LENGTH))
-        response = await plane.infer(infer_request)
+        response = await _unless_disconnected(request, plane.infer(infer_request))
+        if response is None:
+            return Response(status_code=499)  # the caller is gone; nobody reads this
         payload, header_length = encode_infer_response(response)
         if header_length is None:
             return Response(payload, media_type=JSON)

@@ -18,7 +18,7 @@ from pathlib import Path
 from ferry_client.protocol import model_config_pb2 as mc
 
 from ..errors import FerryError, InvalidArgument, ModelLoadError, NotFound, Unavailable
-from ..scheduling import Scheduler
+from ..scheduling import Scheduler, SchedulingPolicy
 from ..statistics import ModelStats
 from .config import CONFIG_FILENAME, parse_config_json, read_config_file
 from .model import ModelVersion, load_version
@@ -272,13 +272,14 @@ class ModelManager:
             reason = f"unexpected error: {exc}"
         else:
             model.stats = ModelStats(model.name, str(version))
-            model.scheduler = Scheduler(f"{model.name}:{version}", model.instances, model.stats)
+            model.scheduler = Scheduler(f"{model.name}:{version}", model.instances, model.stats,
+                                        SchedulingPolicy.from_config(model.config))
             model.scheduler.start()
+            if self.on_loaded:
+                self.on_loaded(model)
             record.versions[version] = VersionStatus(ModelState.READY, model=model)
             log.info("model '%s' version %d READY in %.2fs (%s)", record.name, version, model.load_seconds,
                      ", ".join(i.device for i in model.instances))
-            if self.on_loaded:
-                self.on_loaded(model)
             if old is not None and old.model is not None:
                 await self._retire(old)
             return ""

@@ -1,5 +1,6 @@
 """Request queues and instance workers: how requests reach model instances."""
 
-from .scheduler import Scheduler
+from .policy import QueuePolicy, SchedulingPolicy
+from .scheduler import Scheduler, choose_batch
 
-__all__ = ["Scheduler"]
+__all__ = ["QueuePolicy", "Scheduler", "SchedulingPolicy", "choose_batch"]

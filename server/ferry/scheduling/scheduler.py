@@ -1,7 +1,11 @@
-"""One queue per model version and one worker per instance.
+"""The dynamic batcher: priority queues in front of a model, one worker per instance.
 
-A free instance takes the oldest queued request and runs it in a worker thread (engines release
-the GIL), so an idle server adds no delay and several instances run side by side.
+A batch forms when an instance is free. It counts batch-dimension items, not requests, never mixes
+requests whose non-batch shapes differ, and waits for more requests only when the config's
+``dynamic_batching`` asks for it (preferred sizes / ``max_queue_delay_microseconds``, measured from
+the oldest queued request). Batches are assembled, executed and split in a worker thread, off the
+event loop. Queue limits and timeouts follow Triton's queue policies, and a request whose caller
+went away is dropped before it runs.
 """
 
 from __future__ import annotations
@@ -9,7 +13,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -18,58 +23,153 @@ import numpy as np
 from ..backends.base import Instance
 from ..errors import FerryError, Unavailable
 from ..statistics import ModelStats
+from .policy import SchedulingPolicy
 
 log = logging.getLogger(__name__)
 
+#: How far past the head of the queue the batcher looks for shape-compatible requests.
+SCAN_LIMIT = 1024
 
-@dataclass
-class _Pending:
+Outputs = dict[str, np.ndarray]
+
+
+@dataclass(eq=False)
+class Pending:
+    """One queued request."""
+
     inputs: dict[str, np.ndarray]
     outputs: list[str]
+    batch_size: int
+    signature: tuple
+    level: int
     future: asyncio.Future = field(repr=False)
-    batch_size: int = 1
     enqueued_ns: int = field(default_factory=time.perf_counter_ns)
     started_ns: int = 0
+    queued: bool = True
+    delayed: bool = False
+    timer: asyncio.TimerHandle | None = field(default=None, repr=False)
+    failure: str = "BACKEND"  # the failure reason reported if this request fails
+
+
+def batch_signature(inputs: dict[str, np.ndarray], batched: bool) -> tuple:
+    """What must be equal for two requests to share a batch: names, dtypes, non-batch shapes."""
+    skip = 1 if batched else 0
+    return tuple(sorted((name, array.dtype.str, array.shape[skip:]) for name, array in inputs.items()))
+
+
+def choose_batch(sizes: Sequence[int], policy: SchedulingPolicy, oldest_wait_ns: int) -> int | None:
+    """How many of the compatible queued requests (item counts ``sizes``, oldest first) to run now.
+
+    Returns None to wait for more requests. Rules, after Triton's dynamic batcher: a full batch or
+    one of the largest preferred size goes at once; with no delay configured, whatever is queued
+    goes at once; otherwise wait until a preferred size is reached or the oldest request has
+    waited ``max_queue_delay``, then send everything that fits.
+    """
+    if not policy.dynamic:
+        return 1
+    prefix = 0
+    best_preferred = 0
+    count = 0
+    for index, size in enumerate(sizes):
+        if prefix + size > policy.max_batch_size:
+            break
+        prefix += size
+        count = index + 1
+        if prefix in policy.preferred_batch_sizes:
+            best_preferred = count
+    total = prefix
+    if total >= policy.max_batch_size:
+        return count
+    preferred = policy.preferred_batch_sizes
+    if preferred and total >= preferred[-1]:
+        return best_preferred or count
+    if policy.max_queue_delay_ns == 0:
+        return count
+    if total in preferred:
+        return count
+    if oldest_wait_ns >= policy.max_queue_delay_ns:
+        return count
+    return None
 
 
 class Scheduler:
-    """Feeds queued requests to the model's instances; ``submit`` returns the outputs."""
+    """Queues requests for one model version and feeds batches to its instances."""
 
-    def __init__(self, name: str, instances: Sequence[Instance], stats: ModelStats) -> None:
+    def __init__(self, name: str, instances: Sequence[Instance], stats: ModelStats,
+                 policy: SchedulingPolicy | None = None) -> None:
         self.name = name
-        self.stats = stats
         self.instances = list(instances)
-        self._queue: asyncio.Queue[_Pending | None] = asyncio.Queue()
-        self._executor = ThreadPoolExecutor(
-            max_workers=max(1, len(self.instances)), thread_name_prefix=f"ferry-{name}"
-        )
+        self.stats = stats
+        self.policy = policy or SchedulingPolicy()
+        self._batched = self.policy.max_batch_size > 0
+        self._queues: dict[int, deque[Pending]] = {level: deque() for level in self.policy.levels}
+        self._delayed: deque[Pending] = deque()
+        self._live: dict[int, int] = dict.fromkeys(self.policy.levels, 0)
+        self._queued = 0
+        self._executor = ThreadPoolExecutor(max_workers=max(1, len(self.instances)),
+                                            thread_name_prefix=f"ferry-{name}")
         self._workers: list[asyncio.Task] = []
+        self._form_lock = asyncio.Lock()
+        self._arrived = asyncio.Event()
         self._closing = False
+        self._stopping = False
         self._in_flight = 0
         self._idle = asyncio.Event()
         self._idle.set()
 
-    def start(self) -> None:
-        self._workers = [
-            asyncio.create_task(self._work(instance), name=f"{self.name}:{instance.spec.name}")
-            for instance in self.instances
-        ]
+    @property
+    def queue_size(self) -> int:
+        return self._queued
 
-    async def submit(
-        self, inputs: dict[str, np.ndarray], outputs: list[str], batch_size: int = 1
-    ) -> dict[str, np.ndarray]:
-        """Queue one request and wait for its outputs."""
+    @property
+    def in_flight(self) -> int:
+        """Requests accepted and not yet answered (queued or executing)."""
+        return self._in_flight
+
+    def start(self) -> None:
+        self._workers = [asyncio.create_task(self._work(instance), name=f"{self.name}:{instance.spec.name}")
+                         for instance in self.instances]
+
+    # --- admission ------------------------------------------------------------------------------
+
+    async def submit(self, inputs: dict[str, np.ndarray], outputs: list[str], batch_size: int = 1,
+                     priority: int | None = None, timeout_us: int | None = None) -> Outputs:
+        """Queue one request and wait for its outputs.
+
+        Raises Unavailable at once when the queue of its priority level is full; a cancelled
+        caller removes the request from the queue.
+        """
         if self._closing:
             raise Unavailable(f"model '{self.name}' is unloading")
-        future = asyncio.get_running_loop().create_future()
-        pending = _Pending(inputs, outputs, future, batch_size)
+        level = self.policy.level_for(priority)
+        queue_policy = self.policy.policy_for(level)
+        if queue_policy.max_queue_size and self._live[level] >= queue_policy.max_queue_size:
+            self.stats.record_failure(0, "REJECTED")
+            raise Unavailable(
+                f"request for model '{self.name}' rejected: exceeds maximum queue size "
+                f"({queue_policy.max_queue_size} at priority level {level})"
+            )
+        loop = asyncio.get_running_loop()
+        pending = Pending(inputs, outputs, batch_size if self._batched else 1,
+                          batch_signature(inputs, self._batched), level, loop.create_future())
+        timeout_ns = queue_policy.timeout_ns(timeout_us)
+        if timeout_ns:
+            pending.timer = loop.call_later(timeout_ns / 1e9, self._expire, pending, queue_policy.delay_on_timeout)
+        self._queues[level].append(pending)
+        self._live[level] += 1
+        self._queued += 1
         self._in_flight += 1
         self._idle.clear()
+        self._arrived.set()
         try:
-            self._queue.put_nowait(pending)
-            result = await future
+            result = await pending.future
+        except asyncio.CancelledError:
+            if pending.queued:
+                self._dequeue(pending)
+            self.stats.record_failure(time.perf_counter_ns() - pending.enqueued_ns, "CANCELED")
+            raise
         except FerryError:
-            self.stats.record_failure(time.perf_counter_ns() - pending.enqueued_ns)
+            self.stats.record_failure(time.perf_counter_ns() - pending.enqueued_ns, pending.failure)
             raise
         else:
             done = time.perf_counter_ns()
@@ -80,48 +180,176 @@ class Scheduler:
             if self._in_flight == 0:
                 self._idle.set()
 
+    def _dequeue(self, pending: Pending) -> None:
+        """Take a request out of the queue (lazily: the deque entry is skipped later)."""
+        if not pending.queued:
+            return
+        pending.queued = False
+        if not pending.delayed:
+            self._live[pending.level] -= 1
+        self._queued -= 1
+        if pending.timer is not None:
+            pending.timer.cancel()
+
+    def _expire(self, pending: Pending, delay: bool) -> None:
+        """A queued request's timeout passed: reject it now, or (DELAY) move it behind the others."""
+        if not pending.queued:
+            return
+        if delay:
+            pending.delayed = True
+            self._live[pending.level] -= 1
+            self._delayed.append(pending)
+            return
+        self._dequeue(pending)
+        pending.failure = "REJECTED"
+        if not pending.future.done():
+            waited_ms = (time.perf_counter_ns() - pending.enqueued_ns) / 1e6
+            pending.future.set_exception(
+                Unavailable(f"request for model '{self.name}' timed out after {waited_ms:.1f} ms in the queue")
+            )
+
+    # --- batch formation ------------------------------------------------------------------------
+
+    def _queued_in_order(self) -> Iterator[Pending]:
+        """Live queued requests: by priority level, FIFO within a level, delayed ones last."""
+        for level in self.policy.levels:
+            queue = self._queues[level]
+            while queue and (not queue[0].queued or queue[0].delayed):
+                queue.popleft()
+            for pending in queue:
+                if pending.queued and not pending.delayed:
+                    yield pending
+        while self._delayed and not self._delayed[0].queued:
+            self._delayed.popleft()
+        for pending in self._delayed:
+            if pending.queued:
+                yield pending
+
+    async def _next_batch(self) -> list[Pending] | None:
+        """Wait for and take the next batch; None once stopping with nothing left."""
+        while True:
+            head: Pending | None = None
+            group: list[Pending] = []
+            for scanned, pending in enumerate(self._queued_in_order()):
+                if head is None:
+                    head = pending
+                    group.append(pending)
+                    if not self.policy.dynamic:
+                        break
+                elif pending.signature == head.signature:
+                    group.append(pending)
+                if scanned >= SCAN_LIMIT:
+                    break
+            if head is None:
+                if self._stopping:
+                    return None
+                self._arrived.clear()
+                await self._arrived.wait()
+                continue
+            waited = time.perf_counter_ns() - head.enqueued_ns
+            count = choose_batch([p.batch_size for p in group], self.policy, waited)
+            if count is not None:
+                batch = group[:count]
+                for pending in batch:
+                    self._dequeue(pending)
+                return batch
+            self._arrived.clear()
+            remaining = (self.policy.max_queue_delay_ns - waited) / 1e9
+            try:
+                await asyncio.wait_for(self._arrived.wait(), max(remaining, 0))
+            except asyncio.TimeoutError:
+                pass
+
     async def _work(self, instance: Instance) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            pending = await self._queue.get()
-            if pending is None:
+            async with self._form_lock:
+                batch = await self._next_batch()
+            if batch is None:
                 return
-            if pending.future.done():  # the caller went away while it waited
+            batch = [p for p in batch if not p.future.done()]
+            if not batch:
                 continue
-            pending.started_ns = time.perf_counter_ns()
+            started = time.perf_counter_ns()
+            for pending in batch:
+                pending.started_ns = started
             try:
-                result = await loop.run_in_executor(self._executor, self._execute, instance, pending)
-            except FerryError as exc:
-                self._resolve(pending, exc=exc)
-            except Exception as exc:  # an engine error fails this request only
-                log.warning("model '%s': inference failed: %s", self.name, exc)
-                self._resolve(pending, exc=FerryError(f"inference failed: {exc}"))
-            else:
-                self._resolve(pending, result=result)
+                results = await loop.run_in_executor(self._executor, self._run_batch, instance, batch)
+            except Exception as exc:  # the whole batch failed: find out which request caused it
+                results = await self._isolate(loop, instance, batch, exc)
+            for pending, result in zip(batch, results, strict=True):
+                if pending.future.done():
+                    continue
+                if isinstance(result, BaseException):
+                    pending.future.set_exception(result)
+                else:
+                    pending.future.set_result(result)
 
-    def _execute(self, instance: Instance, pending: _Pending) -> dict[str, np.ndarray]:
-        started = time.perf_counter_ns()
-        result = instance.run(pending.inputs, pending.outputs)
-        self.stats.record_execution(pending.batch_size, 1, 0, time.perf_counter_ns() - started, 0)
-        return result
+    async def _isolate(self, loop: asyncio.AbstractEventLoop, instance: Instance, batch: list[Pending],
+                       exc: Exception) -> list[Outputs | BaseException]:
+        """Re-run a failed batch one request at a time so one bad request fails alone."""
+        if len(batch) == 1:
+            return [_as_request_error(self.name, exc)]
+        results: list[Outputs | BaseException] = []
+        for pending in batch:
+            try:
+                results.extend(await loop.run_in_executor(self._executor, self._run_batch, instance, [pending]))
+            except Exception as single:
+                results.append(_as_request_error(self.name, single))
+        return results
 
-    @staticmethod
-    def _resolve(pending: _Pending, result=None, exc: BaseException | None = None) -> None:
-        if pending.future.done():
-            return
-        if exc is not None:
-            pending.future.set_exception(exc)
+    def _run_batch(self, instance: Instance, batch: list[Pending]) -> list[Outputs]:
+        """Concatenate, execute and split one batch (runs in a worker thread)."""
+        t0 = time.perf_counter_ns()
+        if len(batch) == 1:
+            inputs = batch[0].inputs
+            names = batch[0].outputs
         else:
-            pending.future.set_result(result)
+            inputs = {name: np.concatenate([p.inputs[name] for p in batch]) for name in batch[0].inputs}
+            names = list(dict.fromkeys(name for p in batch for name in p.outputs))
+        t1 = time.perf_counter_ns()
+        outputs = instance.run(inputs, names)
+        t2 = time.perf_counter_ns()
+        total = sum(p.batch_size for p in batch)
+        if len(batch) == 1:
+            split = [outputs]
+        else:
+            split = []
+            offset = 0
+            for pending in batch:
+                end = offset + pending.batch_size
+                split.append({name: outputs[name][offset:end] for name in pending.outputs})
+                offset = end
+            for name, array in outputs.items():
+                if array.shape[:1] != (total,):
+                    raise FerryError(f"model output '{name}' has shape {list(array.shape)}, which does not "
+                                     f"start with the batch size {total}")
+        t3 = time.perf_counter_ns()
+        self.stats.record_execution(total, len(batch), t1 - t0, t2 - t1, t3 - t2)
+        return split
+
+    # --- shutdown ---------------------------------------------------------------------------------
 
     async def stop(self, timeout: float | None = None) -> None:
-        """Stop taking requests, let queued and running ones finish, then stop the workers."""
+        """Refuse new requests, finish queued and running ones (within ``timeout``), stop workers."""
         self._closing = True
         try:
             await asyncio.wait_for(self._idle.wait(), timeout)
         except asyncio.TimeoutError:
-            log.warning("model '%s': %d requests still running at unload", self.name, self._in_flight)
-        for _ in self._workers:
-            self._queue.put_nowait(None)
+            log.warning("model '%s': %d requests unfinished at unload", self.name, self._in_flight)
+            for pending in list(self._queued_in_order()):
+                self._dequeue(pending)
+                pending.failure = "REJECTED"
+                if not pending.future.done():
+                    pending.future.set_exception(Unavailable(f"model '{self.name}' unloaded before the request ran"))
+        self._stopping = True
+        self._arrived.set()
         await asyncio.gather(*self._workers, return_exceptions=True)
         self._executor.shutdown(wait=True)
+
+
+def _as_request_error(model: str, exc: BaseException) -> FerryError:
+    if isinstance(exc, FerryError):
+        return exc
+    log.warning("model '%s': inference failed: %s", model, exc)
+    return FerryError(f"inference failed: {exc}")
