@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ferry_client.protocol import model_config_pb2 as mc
 
 from ferry.backends.base import ModelIO, TensorInfo
 from ferry.errors import ModelLoadError
 from ferry.repository.autocomplete import complete_config
 from ferry.repository.config import config_to_dict, parse_config_text, tensor_specs, validate_config
 from ferry.repository.versions import select_versions
+from ferry_client.protocol import model_config_pb2 as mc
 
 CONFIGS = Path(__file__).parent / "triton_configs"
 REPO = Path(__file__).resolve().parents[2] / "model_repo"

@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 import numpy as np
+
 from ferry_client.protocol import model_config_pb2 as mc
 
 from .. import __version__

@@ -12,9 +12,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
+from google.protobuf import json_format
+
 from ferry_client.protocol import grpc_service_pb2 as pb
 from ferry_client.protocol import grpc_service_pb2_grpc as pb_grpc
-from google.protobuf import json_format
 
 from ..errors import FerryError, InvalidArgument
 from .dataplane import DataPlane

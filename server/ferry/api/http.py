@@ -13,9 +13,10 @@ from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from ferry_client.codec import HEADER_LENGTH, CodecError, dumps, loads_json
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
+
+from ferry_client.codec import HEADER_LENGTH, CodecError, dumps, loads_json
 
 from ..errors import FerryError, InvalidArgument, PayloadTooLarge
 from ..repository.config import config_to_dict

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Protocol
 
 import numpy as np
+
 from ferry_client.protocol import model_config_pb2 as mc
 
 

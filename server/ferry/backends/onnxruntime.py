@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import onnxruntime as ort
+
 from ferry_client.protocol import model_config_pb2 as mc
 
 from ..errors import InvalidArgument, ModelLoadError

@@ -10,10 +10,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ferry_client.codec import datatype_from_config
-from ferry_client.protocol import model_config_pb2 as mc
 from google.protobuf import json_format, text_format
 from google.protobuf.descriptor import FieldDescriptor
+
+from ferry_client.codec import datatype_from_config
+from ferry_client.protocol import model_config_pb2 as mc
 
 from ..errors import ModelLoadError
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
 from ferry_client.codec import datatype_from_config, numpy_dtype
 from ferry_client.protocol import model_config_pb2 as mc
 

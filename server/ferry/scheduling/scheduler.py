@@ -11,6 +11,7 @@ went away is dropped before it runs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
@@ -255,10 +256,8 @@ class Scheduler:
                 return batch
             self._arrived.clear()
             remaining = (self.policy.max_queue_delay_ns - waited) / 1e9
-            try:
+            with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._arrived.wait(), max(remaining, 0))
-            except asyncio.TimeoutError:
-                pass
 
     async def _work(self, instance: Instance) -> None:
         loop = asyncio.get_running_loop()
