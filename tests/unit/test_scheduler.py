@@ -1,0 +1,311 @@
+"""Scheduler rules with a controllable fake instance (the real engine is tested in integration)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from ferry.backends.base import InstanceSpec, ModelIO
+from ferry.errors import FerryError, InvalidArgument, Unavailable
+from ferry.scheduling import QueuePolicy, Scheduler, SchedulingPolicy, choose_batch
+from ferry.statistics import ModelStats
+
+
+class GatedInstance:
+    """Doubles its input; waits for ``gate`` before each run; records every batch it ran."""
+
+    def __init__(self, name: str = "fake") -> None:
+        self.spec = InstanceSpec(name=name, kind="CPU")
+        self.io = ModelIO([], [])
+        self.device = "cpu"
+        self.gate = threading.Event()
+        self.gate.set()
+        self.batches: list[np.ndarray] = []
+        self.started = threading.Event()
+
+    def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+        self.started.set()
+        self.gate.wait(10)
+        x = inputs["x"]
+        self.batches.append(x.copy())
+        if np.isnan(x).any():
+            raise ValueError("NaN in input")
+        return {"y": x * 2}
+
+    def close(self) -> None:
+        pass
+
+
+def policy(**kwargs) -> SchedulingPolicy:
+    base = {"max_batch_size": 8, "dynamic": True}
+    base.update(kwargs)
+    return SchedulingPolicy(**base)
+
+
+async def make(p: SchedulingPolicy, instances: int = 1) -> tuple[Scheduler, list[GatedInstance]]:
+    fakes = [GatedInstance(f"i{n}") for n in range(instances)]
+    scheduler = Scheduler("m", fakes, ModelStats("m", "1"), p)
+    scheduler.start()
+    return scheduler, fakes
+
+
+def request(value: float, rows: int = 1, width: int = 3) -> dict[str, np.ndarray]:
+    return {"x": np.full((rows, width), value, dtype=np.float32)}
+
+
+async def submit(s: Scheduler, value: float, rows: int = 1, width: int = 3, **kwargs):
+    return await s.submit(request(value, rows, width), ["y"], rows, **kwargs)
+
+
+async def wait_started(instance: GatedInstance) -> None:
+    while not instance.started.is_set():
+        await asyncio.sleep(0.001)
+
+
+# --- the pure batch-size rule ---------------------------------------------------------------
+
+
+def test_choose_batch_rules() -> None:
+    no_delay = policy()
+    assert choose_batch([1, 1, 1], no_delay, 0) == 3  # no delay configured: send what is queued
+    assert choose_batch([4, 4, 4], no_delay, 0) == 2  # never over max_batch_size (items, not requests)
+    delayed = policy(max_queue_delay_ns=1_000_000)
+    assert choose_batch([1, 1], delayed, 0) is None  # wait for more ...
+    assert choose_batch([1, 1], delayed, 1_000_000) == 2  # ... but not past the delay
+    assert choose_batch([4, 4], delayed, 0) == 2  # a full batch goes at once
+    preferred = policy(preferred_batch_sizes=(2, 4), max_queue_delay_ns=10**9)
+    assert choose_batch([1], preferred, 0) is None
+    assert choose_batch([1, 1], preferred, 0) == 2  # a preferred size goes at once
+    assert choose_batch([2, 1, 1, 1], preferred, 0) == 3  # the largest preferred prefix (4 items)
+    assert choose_batch([1], SchedulingPolicy(max_batch_size=8), 0) == 1  # no dynamic batching
+
+
+def test_policy_from_config() -> None:
+    from google.protobuf import text_format
+
+    from ferry_client.protocol import model_config_pb2 as mc
+
+    config = text_format.Parse(
+        "max_batch_size: 16 dynamic_batching { preferred_batch_size: [8, 4] max_queue_delay_microseconds: 250 "
+        "priority_levels: 3 default_priority_level: 2 default_queue_policy { max_queue_size: 10 "
+        "default_timeout_microseconds: 1000 timeout_action: DELAY } priority_queue_policy { key: 1 value { "
+        "max_queue_size: 2 allow_timeout_override: true } } }",
+        mc.ModelConfig(),
+    )
+    p = SchedulingPolicy.from_config(config)
+    assert p.preferred_batch_sizes == (4, 8) and p.max_queue_delay_ns == 250_000
+    assert p.levels == [1, 2, 3] and p.level_for(None) == 2 and p.level_for(3) == 3
+    assert p.policy_for(2) == QueuePolicy(10, 1_000_000, False, True)
+    assert p.policy_for(1).max_queue_size == 2 and p.policy_for(1).timeout_ns(50) == 50_000
+    with pytest.raises(InvalidArgument, match="priority 4 is outside 1..3"):
+        p.level_for(4)
+    assert not SchedulingPolicy.from_config(mc.ModelConfig(max_batch_size=4)).dynamic
+
+
+# --- the scheduler ----------------------------------------------------------------------------
+
+
+async def test_batches_form_under_concurrency_and_split_correctly() -> None:
+    s, (fake,) = await make(policy())
+    fake.gate.clear()
+    first = asyncio.create_task(submit(s, 0))
+    await wait_started(fake)
+    others = [asyncio.create_task(submit(s, v, rows=r)) for v, r in ((1, 1), (2, 2), (3, 1), (4, 3))]
+    await asyncio.sleep(0.05)
+    fake.gate.set()
+    results = await asyncio.gather(first, *others)
+    assert [b.shape[0] for b in fake.batches] == [1, 7]  # 1+2+1+3 items in one execution
+    for (value, rows), result in zip(((0, 1), (1, 1), (2, 2), (3, 1), (4, 3)), results, strict=True):
+        np.testing.assert_array_equal(result["y"], np.full((rows, 3), value * 2, dtype=np.float32))
+    stats = s.stats.as_dict()
+    assert stats["execution_count"] == 2 and stats["inference_count"] == 8
+    assert [b["batch_size"] for b in stats["batch_stats"]] == [1, 7]
+    await s.stop()
+
+
+async def test_idle_request_runs_without_waiting() -> None:
+    s, (fake,) = await make(policy())
+    started = time.perf_counter()
+    await submit(s, 1)
+    assert time.perf_counter() - started < 0.5  # generous: the point is no configured wait exists
+    assert s.stats.infer["queue"].ns < 0.5e9
+    await s.stop()
+
+
+async def test_queue_delay_is_bounded_from_the_oldest_request() -> None:
+    s, (fake,) = await make(policy(max_queue_delay_ns=200_000_000))
+    started = time.perf_counter()
+    a = asyncio.create_task(submit(s, 1))
+    await asyncio.sleep(0.1)
+    b = asyncio.create_task(submit(s, 2))
+    await asyncio.gather(a, b)
+    elapsed = time.perf_counter() - started
+    assert [x.shape[0] for x in fake.batches] == [2]  # the second joined the first's batch
+    assert 0.19 <= elapsed < 1.0  # waited for the delay measured from the OLDEST request, not longer
+    await s.stop()
+
+
+async def test_preferred_size_goes_without_waiting_for_the_delay() -> None:
+    s, (fake,) = await make(policy(preferred_batch_sizes=(4,), max_queue_delay_ns=5_000_000_000))
+    started = time.perf_counter()
+    await asyncio.gather(*(submit(s, v) for v in range(4)))
+    assert time.perf_counter() - started < 2.0
+    assert [b.shape[0] for b in fake.batches] == [4]
+    await s.stop()
+
+
+async def test_full_queue_is_rejected_at_once() -> None:
+    s, (fake,) = await make(policy(queue_policies={1: QueuePolicy(max_queue_size=2)}))
+    fake.gate.clear()
+    running = asyncio.create_task(submit(s, 0))
+    await wait_started(fake)
+    queued = [asyncio.create_task(submit(s, v)) for v in (1, 2)]
+    await asyncio.sleep(0.01)
+    with pytest.raises(Unavailable, match=r"exceeds maximum queue size \(2 at priority level 1\)"):
+        await asyncio.wait_for(submit(s, 3), 1)  # immediate, while the instance is still blocked
+    fake.gate.set()
+    await asyncio.gather(running, *queued)
+    assert s.stats.failures == {"REJECTED": 1}
+    await s.stop()
+
+
+async def test_timeout_rejects_promptly_while_the_instance_is_busy() -> None:
+    s, (fake,) = await make(policy(queue_policies={1: QueuePolicy(default_timeout_ns=100_000_000)}))
+    fake.gate.clear()
+    running = asyncio.create_task(submit(s, 0))
+    await wait_started(fake)
+    started = time.perf_counter()
+    with pytest.raises(Unavailable, match="timed out after"):
+        await submit(s, 1)
+    assert time.perf_counter() - started < 1.0 and not fake.gate.is_set()  # not when a slot freed
+    fake.gate.set()
+    await running
+    assert len(fake.batches) == 1  # the timed-out request never ran
+    await s.stop()
+
+
+async def test_timeout_override_only_when_allowed() -> None:
+    strict = QueuePolicy(default_timeout_ns=0, allow_timeout_override=False)
+    assert strict.timeout_ns(5) == 0
+    assert QueuePolicy(allow_timeout_override=True).timeout_ns(5) == 5000
+    s, (fake,) = await make(policy(queue_policies={1: QueuePolicy(allow_timeout_override=True)}))
+    fake.gate.clear()
+    running = asyncio.create_task(submit(s, 0))
+    await wait_started(fake)
+    with pytest.raises(Unavailable, match="timed out"):
+        await submit(s, 1, timeout_us=50_000)
+    fake.gate.set()
+    await running
+    await s.stop()
+
+
+async def test_delay_action_moves_timed_out_requests_behind() -> None:
+    p = policy(max_batch_size=1, queue_policies={1: QueuePolicy(default_timeout_ns=50_000_000, delay_on_timeout=True)})
+    s, (fake,) = await make(p)
+    fake.gate.clear()
+    running = asyncio.create_task(submit(s, 0))
+    await wait_started(fake)
+    late = asyncio.create_task(submit(s, 1))
+    await asyncio.sleep(0.15)  # its timeout passes: DELAY keeps it, behind newer requests
+    fresh = asyncio.create_task(submit(s, 2))
+    await asyncio.sleep(0.01)
+    fake.gate.set()
+    await asyncio.gather(running, late, fresh)
+    assert [float(b[0, 0]) for b in fake.batches] == [0.0, 2.0, 1.0]
+    await s.stop()
+
+
+async def test_priorities_are_ordered() -> None:
+    s, (fake,) = await make(policy(max_batch_size=1, priority_levels=2, default_priority=2,
+                                   queue_policies={1: QueuePolicy(), 2: QueuePolicy()}))
+    fake.gate.clear()
+    running = asyncio.create_task(submit(s, 0))
+    await wait_started(fake)
+    low = [asyncio.create_task(submit(s, v)) for v in (1, 2)]
+    await asyncio.sleep(0.01)
+    high = [asyncio.create_task(submit(s, v, priority=1)) for v in (3, 4)]
+    await asyncio.sleep(0.01)
+    fake.gate.set()
+    await asyncio.gather(running, *low, *high)
+    assert [float(b[0, 0]) for b in fake.batches] == [0.0, 3.0, 4.0, 1.0, 2.0]
+    await s.stop()
+
+
+async def test_shape_incompatible_requests_are_not_mixed() -> None:
+    s, (fake,) = await make(policy())
+    fake.gate.clear()
+    running = asyncio.create_task(submit(s, 0))
+    await wait_started(fake)
+    tasks = [asyncio.create_task(submit(s, v, width=w)) for v, w in ((1, 3), (2, 4), (3, 3), (4, 4))]
+    await asyncio.sleep(0.02)
+    fake.gate.set()
+    results = await asyncio.gather(running, *tasks)
+    assert sorted(b.shape for b in fake.batches[1:]) == [(2, 3), (2, 4)]
+    assert [r["y"].shape for r in results] == [(1, 3), (1, 3), (1, 4), (1, 3), (1, 4)]
+    await s.stop()
+
+
+async def test_cancelled_requests_are_dropped_before_running() -> None:
+    s, (fake,) = await make(policy())
+    fake.gate.clear()
+    running = asyncio.create_task(submit(s, 0))
+    await wait_started(fake)
+    doomed = asyncio.create_task(submit(s, 99))
+    kept = asyncio.create_task(submit(s, 1))
+    await asyncio.sleep(0.01)
+    doomed.cancel()
+    await asyncio.sleep(0.01)
+    assert s.queue_size == 1
+    fake.gate.set()
+    await asyncio.gather(running, kept)
+    assert 99.0 not in np.concatenate([b.reshape(-1) for b in fake.batches])
+    assert s.stats.failures == {"CANCELED": 1}
+    await s.stop()
+
+
+async def test_one_bad_request_fails_alone() -> None:
+    s, (fake,) = await make(policy())
+    fake.gate.clear()
+    running = asyncio.create_task(submit(s, 0))
+    await wait_started(fake)
+    tasks = [asyncio.create_task(submit(s, v)) for v in (1.0, float("nan"), 3.0)]
+    await asyncio.sleep(0.02)
+    fake.gate.set()
+    results = await asyncio.gather(running, *tasks, return_exceptions=True)
+    assert isinstance(results[2], FerryError) and "NaN in input" in results[2].message
+    for index in (0, 1, 3):
+        assert isinstance(results[index], dict)
+    np.testing.assert_array_equal(results[3]["y"], np.full((1, 3), 6.0, np.float32))
+    await s.stop()
+
+
+async def test_requests_spread_over_instances() -> None:
+    s, fakes = await make(SchedulingPolicy(max_batch_size=8), instances=2)
+    for fake in fakes:
+        fake.gate.clear()
+    tasks = [asyncio.create_task(submit(s, v)) for v in range(2)]
+    for fake in fakes:
+        await asyncio.wait_for(wait_started(fake), 2)  # both instances busy at once
+    for fake in fakes:
+        fake.gate.set()
+    await asyncio.gather(*tasks)
+    assert all(len(f.batches) == 1 for f in fakes)
+    await s.stop()
+
+
+async def test_stop_drains_queued_requests_then_refuses() -> None:
+    s, (fake,) = await make(policy(max_batch_size=1))
+    fake.gate.clear()
+    tasks = [asyncio.create_task(submit(s, v)) for v in range(3)]
+    await wait_started(fake)
+    stopping = asyncio.create_task(s.stop(timeout=5))
+    await asyncio.sleep(0.01)
+    with pytest.raises(Unavailable, match="unloading"):
+        await submit(s, 9)
+    fake.gate.set()
+    await stopping
+    assert all(t.done() and not t.exception() for t in tasks)
