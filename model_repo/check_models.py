@@ -27,8 +27,9 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnxruntime as ort
-from ferry_client.protocol import model_config_pb2 as mc
 from google.protobuf import text_format
+
+from ferry_client.protocol import model_config_pb2 as mc
 
 MAX_BYTES = 5 * 1024 * 1024
 OPSET = 17

@@ -25,8 +25,9 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from ferry_client.protocol import POOL, grpc_service_pb2, grpc_service_pb2_grpc, model_config_pb2
 from google.protobuf import descriptor, descriptor_pool, text_format, unknown_fields
+
+from ferry_client.protocol import POOL, grpc_service_pb2, grpc_service_pb2_grpc, model_config_pb2
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PROTO_DIR = REPO_ROOT / "protos"
