@@ -50,23 +50,25 @@ def loads_json(data: bytes | memoryview, what: str = "request body") -> Any:
         raise CodecError(f"JSON in {what} is nested too deeply") from None
 
 
-def split_body(body: bytes | memoryview, header_length: int | str | None) -> tuple[dict[str, Any], memoryview]:
-    """Split a body into its parsed JSON header and the binary remainder."""
+def split_body(
+    body: bytes | memoryview, header_length: int | str | None, what: str = "request body"
+) -> tuple[dict[str, Any], memoryview]:
+    """Split a body into its parsed JSON header and the binary remainder (``what`` names it in errors)."""
     view = memoryview(body)
     if header_length is None or header_length == "":
-        return _expect_object(loads_json(view)), view[len(view) :]
+        return _expect_object(loads_json(view, what), what), view[len(view) :]
     try:
         length = int(header_length)
     except (TypeError, ValueError):
         raise CodecError(f"{HEADER_LENGTH} must be an integer, got {header_length!r}") from None
     if length < 0 or length > len(view):
         raise CodecError(f"{HEADER_LENGTH} is {length} but the body holds only {len(view)} bytes")
-    return _expect_object(loads_json(view[:length])), view[length:]
+    return _expect_object(loads_json(view[:length], what), what), view[length:]
 
 
-def _expect_object(parsed: Any) -> dict[str, Any]:
+def _expect_object(parsed: Any, what: str) -> dict[str, Any]:
     if not isinstance(parsed, dict):
-        raise CodecError(f"request body must be a JSON object, got {type(parsed).__name__}")
+        raise CodecError(f"{what} must be a JSON object, got {type(parsed).__name__}")
     return parsed
 
 

@@ -18,16 +18,23 @@ from .errors import CodecError
 
 _LENGTH_PREFIX = struct.Struct("<I")
 
+#: Largest product of dimensions numpy can shape an array to at 8 bytes per element.
+_MAX_SPAN = 2**60
+
 
 def element_count(name: str, shape: Sequence[int]) -> int:
     """Number of elements a shape holds; every dimension must be a non-negative integer."""
     if not isinstance(shape, (list, tuple)):
         raise CodecError(f"tensor '{name}': shape must be a list of integers, got {shape!r}")
     count = 1
+    span = 1  # the product numpy checks even when a zero dimension makes the tensor empty
     for dim in shape:
         if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 0:
             raise CodecError(f"tensor '{name}': shape {list(shape)} must hold non-negative integers")
         count *= int(dim)
+        span *= max(int(dim), 1)
+    if span > _MAX_SPAN:
+        raise CodecError(f"tensor '{name}': shape {list(shape)} is too large")
     return count
 
 
@@ -57,9 +64,14 @@ def _as_bytes(item: Any) -> bytes:
 def decode_bytes_elements(name: str, buffer: bytes | memoryview, count: int) -> np.ndarray:
     """Parse ``count`` length-prefixed elements that must fill ``buffer`` exactly."""
     view = memoryview(buffer)
+    total = len(view)
+    if count * 4 > total:  # checked before allocating: a huge declared shape must not exhaust memory
+        raise CodecError(
+            f"tensor '{name}': {count} BYTES elements need at least {count * 4} bytes of length prefixes "
+            f"but the data holds {total}"
+        )
     out = np.empty(count, dtype=object)
     offset = 0
-    total = len(view)
     for index in range(count):
         if offset + 4 > total:
             raise CodecError(
@@ -108,10 +120,11 @@ def tensor_to_bytes(array: np.ndarray, datatype: str) -> bytes | memoryview:
     if datatype == "BYTES":
         return encode_bytes_elements(array)
     dtype = numpy_dtype(datatype).newbyteorder("<")
-    if datatype == "BF16" and array.dtype != np.uint16:
+    if datatype == "BF16" and not (array.dtype.kind == "u" and array.dtype.itemsize == 2):  # not yet bit patterns
         array = float32_to_bf16(np.asarray(array, dtype=np.float32))
     contiguous = np.ascontiguousarray(array, dtype=dtype)
-    return memoryview(contiguous).cast("B")
+    # A flat uint8 view, because memoryview.cast refuses zero-size shapes.
+    return memoryview(contiguous.reshape(-1).view(np.uint8))
 
 
 # --- JSON data -----------------------------------------------------------------------------
@@ -168,8 +181,9 @@ def _check_json_values(name: str, datatype: str, flat: list[Any]) -> None:
         wanted = (int,)
         what = "integers"
     else:
-        wanted = (int, float)
-        what = "numbers"
+        # null stands for NaN / infinity, which JSON cannot spell (tensor_to_json writes it).
+        wanted = (int, float, type(None))
+        what = "numbers or null"
     for index, item in enumerate(flat):
         if not isinstance(item, wanted) or (datatype != "BOOL" and isinstance(item, bool)):
             raise CodecError(f"tensor '{name}': {datatype} data must be {what}, element {index} is {item!r}")
