@@ -1,0 +1,159 @@
+"""Encoded image bytes (JPEG, PNG, WebP, BMP) to an 8-bit RGB Pillow image.
+
+Everything a client can send is untrusted: the pixel limit is checked from the header before any
+pixel data is decoded, and every decoder failure becomes an ``InvalidArgument`` naming the image.
+Truncated files must fail rather than come back half grey, so this module relies on Pillow's
+``ImageFile.LOAD_TRUNCATED_IMAGES`` staying False (it never sets it).
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+import zlib
+
+import numpy as np
+from PIL import ExifTags, Image, ImageOps, UnidentifiedImageError
+
+from ferry.errors import InvalidArgument
+
+#: Formats accepted, by Pillow's format name.  MPO is how Pillow reports multi-picture JPEGs
+#: written by many cameras and phones; it is JPEG for every purpose here.
+SUPPORTED_FORMATS: dict[str, str] = {"JPEG": "JPEG", "MPO": "JPEG", "PNG": "PNG", "WEBP": "WebP", "BMP": "BMP"}
+
+#: Colour that transparent pixels are composited onto.  114 grey is the fill YOLO-style
+#: letterboxing uses, so transparent areas read as "no content" instead of as black or white.
+ALPHA_BACKGROUND: tuple[int, int, int] = (114, 114, 114)
+
+_ALPHA_MODES = frozenset({"RGBA", "RGBa", "LA", "La", "PA"})
+_SIXTEEN_BIT_MODES = frozenset({"I;16", "I;16L", "I;16B", "I;16N", "I"})
+# EXIF orientations that swap width and height (transpose, 90 and 270 degree rotations).
+_SWAPPING_ORIENTATIONS = frozenset({5, 6, 7, 8})
+# Errors Pillow's decoders raise on broken data (UnidentifiedImageError is an OSError too).
+_DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, IndexError, struct.error, zlib.error)
+
+
+def decode_image(
+    data: bytes,
+    *,
+    max_pixels: int,
+    target_size: tuple[int, int] | None = None,
+    index: int = 0,
+) -> Image.Image:
+    """Decode one client image to mode "RGB", upright (EXIF orientation applied).
+
+    ``target_size`` is the (width, height) the image will be resized to (in upright orientation);
+    large JPEGs are then decoded at a reduced scale in the DCT domain, never below that size.
+    ``index`` is the image's position in the request, used in error messages.
+    """
+    if max_pixels <= 0:
+        raise ValueError("max_pixels must be positive")
+    if not data:
+        raise InvalidArgument(f"image {index}: empty")
+    image = _open(data, index)
+    display_name = SUPPORTED_FORMATS.get(image.format or "")
+    if display_name is None:
+        supported = ", ".join(dict.fromkeys(SUPPORTED_FORMATS.values()))
+        raise InvalidArgument(f"image {index}: unsupported image format {image.format} (supported: {supported})")
+    width, height = image.size
+    if width <= 0 or height <= 0:
+        raise InvalidArgument(f"image {index}: invalid size {width}x{height}")
+    if width * height > max_pixels:
+        raise InvalidArgument(
+            f"image {index}: {width}x{height} is {width * height} pixels, more than the limit of {max_pixels}"
+        )
+    if target_size is not None and display_name == "JPEG":
+        # JPEG keeps EXIF ahead of the pixel data, so reading it here decodes nothing.
+        _request_draft(image, target_size, swap=_orientation(image) in _SWAPPING_ORIENTATIONS)
+    try:
+        image.load()
+    except Image.DecompressionBombError as exc:
+        raise InvalidArgument(f"image {index}: too many pixels: {exc}") from None
+    except _DECODE_ERRORS as exc:
+        raise InvalidArgument(f"image {index}: truncated or corrupt {display_name} data: {exc}") from None
+    # Read after load: PNG may keep its EXIF after the pixel data, and asking earlier would decode.
+    if _orientation(image) not in (None, 1):
+        image = ImageOps.exif_transpose(image)
+    return to_rgb(image)
+
+
+def to_rgb(image: Image.Image) -> Image.Image:
+    """Convert any mode the supported decoders produce to 8-bit RGB.
+
+    16-bit samples keep their top 8 bits (Pillow's own conversion would clip them at 255), and
+    transparency is flattened onto ``ALPHA_BACKGROUND``.
+    """
+    mode = image.mode
+    if mode in _SIXTEEN_BIT_MODES:
+        samples = np.asarray(image)
+        if mode == "I":  # 32-bit container; the supported formats only put 16-bit values in it
+            samples = np.clip(samples, 0, 65535)
+        image = Image.fromarray((samples.astype(np.uint32) >> 8).astype(np.uint8))
+        mode = image.mode
+    if mode in _ALPHA_MODES or "transparency" in image.info:
+        return _flatten_alpha(image)
+    if mode == "RGB":
+        return image
+    return image.convert("RGB")
+
+
+def _flatten_alpha(image: Image.Image) -> Image.Image:
+    """Composite on the neutral background, so hidden colour under transparent pixels never shows."""
+    rgba = image if image.mode == "RGBA" else image.convert("RGBA")
+    flattened = Image.new("RGB", rgba.size, ALPHA_BACKGROUND)
+    flattened.paste(rgba, mask=rgba.getchannel("A"))
+    return flattened
+
+
+def _open(data: bytes, index: int) -> Image.Image:
+    """Parse the header only; pixel data is decoded later by ``load``."""
+    try:
+        return Image.open(io.BytesIO(data))
+    except Image.DecompressionBombError as exc:
+        raise InvalidArgument(f"image {index}: too many pixels: {exc}") from None
+    except UnidentifiedImageError:
+        sniffed = _sniff_format(data)
+        if sniffed is None:
+            raise InvalidArgument(f"image {index}: not a recognised image format") from None
+        raise InvalidArgument(f"image {index}: truncated or corrupt {sniffed} data: unreadable header") from None
+    except _DECODE_ERRORS as exc:
+        sniffed = _sniff_format(data) or "image"
+        raise InvalidArgument(f"image {index}: truncated or corrupt {sniffed} data: {exc}") from None
+
+
+def _sniff_format(data: bytes) -> str | None:
+    """Name the format from its magic bytes, to tell "corrupt JPEG" from "not an image"."""
+    if data.startswith(b"\xff\xd8\xff"):
+        return "JPEG"
+    if data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "PNG"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "WebP"
+    if data.startswith(b"BM"):
+        return "BMP"
+    return None
+
+
+def _orientation(image: Image.Image) -> int | None:
+    """The EXIF orientation tag, or None.  A malformed EXIF block is ignored, as browsers do."""
+    try:
+        value = image.getexif().get(ExifTags.Base.Orientation)
+    except Exception:  # any EXIF parsing failure just means "no orientation"
+        return None
+    return value if isinstance(value, int) else None
+
+
+def _request_draft(image: Image.Image, target_size: tuple[int, int], *, swap: bool) -> None:
+    """Let libjpeg scale down by 1/2, 1/4 or 1/8 while decoding when the image is far larger.
+
+    Pillow picks the largest reduction that keeps both sides at or above the requested size.
+    The target is given upright, so it is swapped for images stored rotated by 90 degrees.
+    """
+    target_w, target_h = target_size
+    if swap:
+        target_w, target_h = target_h, target_w
+    if target_w <= 0 or target_h <= 0:
+        return
+    width, height = image.size
+    if width > 2 * target_w and height > 2 * target_h:
+        image.draft("RGB", (target_w, target_h))

@@ -1,0 +1,57 @@
+"""Greedy non-maximum suppression in numpy: each kept box removes its overlapping rivals at once."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def nms(
+    boxes_xyxy: np.ndarray,
+    scores: np.ndarray,
+    classes: np.ndarray | None,
+    iou_threshold: float,
+    class_agnostic: bool,
+    max_detections: int | None,
+) -> np.ndarray:
+    """Indices of the boxes kept, best score first (equal scores: lower index first).
+
+    A box is suppressed when its IoU with an already kept box is above ``iou_threshold``; unless
+    ``class_agnostic``, only boxes of the same class compete.  ``max_detections`` of None or
+    below 1 means no limit.
+    """
+    boxes = np.asarray(boxes_xyxy, dtype=np.float64).reshape(-1, 4)
+    score_values = np.asarray(scores, dtype=np.float64).reshape(-1)
+    count = score_values.shape[0]
+    if boxes.shape[0] != count:
+        raise ValueError(f"nms: {boxes.shape[0]} boxes but {count} scores")
+    limit = count if max_detections is None or max_detections < 1 else min(count, int(max_detections))
+    if limit == 0:
+        return np.empty(0, dtype=np.int64)
+    if not class_agnostic and classes is not None:
+        boxes = _separate_classes(boxes, np.asarray(classes).reshape(-1))
+    x1, y1, x2, y2 = boxes[:, 0], boxes[:, 1], boxes[:, 2], boxes[:, 3]
+    areas = np.clip(x2 - x1, 0.0, None) * np.clip(y2 - y1, 0.0, None)
+    order = np.argsort(-score_values, kind="stable")
+    keep: list[int] = []
+    while order.size and len(keep) < limit:
+        best, rest = order[0], order[1:]
+        keep.append(int(best))
+        inter = np.clip(np.minimum(x2[best], x2[rest]) - np.maximum(x1[best], x1[rest]), 0.0, None)
+        inter *= np.clip(np.minimum(y2[best], y2[rest]) - np.maximum(y1[best], y1[rest]), 0.0, None)
+        union = areas[best] + areas[rest] - inter
+        iou = np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
+        order = rest[iou <= iou_threshold]
+    return np.asarray(keep, dtype=np.int64)
+
+
+def _separate_classes(boxes: np.ndarray, classes: np.ndarray) -> np.ndarray:
+    """Shift each class's boxes into its own disjoint region, so one NMS pass never lets two
+    classes overlap (per-class NMS without a loop over classes)."""
+    if classes.shape[0] != boxes.shape[0]:
+        raise ValueError(f"nms: {boxes.shape[0]} boxes but {classes.shape[0]} classes")
+    if boxes.shape[0] == 0:
+        return boxes
+    _, class_rank = np.unique(classes, return_inverse=True)
+    shifted = boxes - boxes.min()
+    stride = shifted.max() + 1.0
+    return shifted + (class_rank.reshape(-1).astype(np.float64) * stride)[:, None]
