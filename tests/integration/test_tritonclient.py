@@ -216,3 +216,25 @@ def test_load_with_config_override(triton: Triton) -> None:
 def test_load_unknown_model_fails_clearly(triton: Triton) -> None:
     triton.expect_error("not_found", "not in the repository", triton.client.load_model, "no_such_model")
     triton.expect_error("invalid", "invalid model name", triton.client.load_model, "..")
+
+
+def test_classification_extension(triton: Triton) -> None:
+    import onnxruntime as ort
+
+    from ..conftest import MODEL_REPO
+
+    x = np.random.default_rng(3).random((2, 1, 28, 28), dtype=np.float32)
+    if triton.protocol == "http":
+        outputs = [triton.module.InferRequestedOutput("logits", binary_data=False, class_count=3)]
+    else:
+        outputs = [triton.module.InferRequestedOutput("logits", class_count=3)]
+    result = triton.client.infer("digits", triton.inputs({"input": x}), outputs=outputs)
+    strings = result.as_numpy("logits")
+    assert strings.shape == (2, 3)
+    logits = ort.InferenceSession(str(MODEL_REPO / "digits" / "1" / "model.onnx")).run(None, {"input": x})[0]
+    for row, expected in zip(strings, logits, strict=True):
+        top = np.argsort(-expected)[:3]
+        parsed = [item.decode().split(":") if isinstance(item, bytes) else item.split(":") for item in row]
+        assert [int(p[1]) for p in parsed] == list(top)
+        assert [p[2] for p in parsed] == [str(i) for i in top]  # labels.txt holds the digit names
+        np.testing.assert_allclose([float(p[0]) for p in parsed], expected[top], rtol=1e-5, atol=1e-5)

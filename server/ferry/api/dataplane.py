@@ -15,6 +15,7 @@ from ferry_client.protocol import model_config_pb2 as mc
 
 from .. import __version__
 from ..errors import InvalidArgument
+from ..pipelines.postprocess import classification_strings
 from ..repository.config import TensorSpec
 from ..repository.manager import ModelManager
 from ..repository.model import ModelVersion
@@ -22,6 +23,7 @@ from ..types import InferenceRequest, InferenceResponse, OutputTensor
 
 EXTENSIONS = [
     "binary_tensor_data",
+    "classification",
     "model_repository",
     "model_repository(unload_dependents)",
     "model_configuration",
@@ -96,6 +98,7 @@ class DataPlane:
         )
         binary_default = request.binary_output_default
         binary = {o.name: o.binary for o in requested} if requested is not None else {}
+        classify = {o.name: o.classification for o in requested or () if o.classification}
         outputs = []
         for name in names:
             spec = model.outputs[name]
@@ -103,7 +106,11 @@ class DataPlane:
             if spec.reshape is not None:
                 array = array.reshape((batch_size, *spec.dims) if model.max_batch_size > 0 else spec.dims)
             flag = binary.get(name)
-            outputs.append(OutputTensor(name, spec.datatype, array, binary_default if flag is None else flag))
+            datatype = spec.datatype
+            if name in classify:
+                array = classification_tensor(array, classify[name], model.labels.get(name), model.max_batch_size > 0)
+                datatype = "BYTES"
+            outputs.append(OutputTensor(name, datatype, array, binary_default if flag is None else flag))
         return InferenceResponse(model.name, str(model.version), request.id, outputs)
 
     # --- repository and statistics -----------------------------------------------------------
@@ -129,6 +136,16 @@ class DataPlane:
         else:
             models = self.manager.ready_models()
         return [m.stats.as_dict() for m in sorted(models, key=lambda m: (m.name, m.version)) if m.stats]
+
+
+def classification_tensor(array: np.ndarray, k: int, labels: list[str] | None, batched: bool) -> np.ndarray:
+    """Triton's classification extension: the top-k classes as "score:index:label" strings."""
+    rows = array.reshape(array.shape[0], -1) if batched else array.reshape(1, -1)
+    k = min(k, rows.shape[1])
+    out = np.empty((rows.shape[0], k), dtype=object)
+    for index, row in enumerate(rows):
+        out[index, :] = classification_strings(row, k, labels)
+    return out if batched else out.reshape(k)
 
 
 def _int_parameter(request: InferenceRequest, key: str) -> int | None:

@@ -1,0 +1,1 @@
+"""GPU telemetry sources other than NVML (which lives in ``ferry.metrics.GpuCollector``)."""
