@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, Histogram, disable_created_metr
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from .gpu.tegrastats import TegrastatsCollector
 from .repository.model import ModelVersion
 from .statistics import Histograms
 
@@ -153,9 +154,10 @@ class Metrics:
         self.registry = CollectorRegistry()
         self.registry.register(ModelCollector(models))
         self.registry.register(HostCollector())
-        gpu = GpuCollector.create()
-        if gpu is not None:
-            self.registry.register(gpu)
+        # NVML first; on Jetson, where NVML has no GPU, the tegrastats reader.
+        self._gpu = GpuCollector.create() or TegrastatsCollector.create()
+        if self._gpu is not None:
+            self.registry.register(self._gpu)
 
         def histogram(name: str, text: str, buckets: tuple[float, ...]) -> Histogram:
             return Histogram(name, text, _LABELS, buckets=buckets, registry=self.registry)
@@ -171,6 +173,11 @@ class Metrics:
         self._output = histogram("nv_inference_compute_output_duration_histogram_us",
                                  "Output split duration per execution (us)", LATENCY_BUCKETS_US)
         self._batch = histogram("nv_inference_batch_size", "Items per model execution", BATCH_BUCKETS)
+
+    def close(self) -> None:
+        """Stop the tegrastats subprocess, if one was started."""
+        if isinstance(self._gpu, TegrastatsCollector):
+            self._gpu.close()
 
     def attach(self, model: ModelVersion) -> None:
         """Give a newly loaded version its histogram children."""

@@ -108,6 +108,7 @@ class FerryServer:
         if self._metrics_http is not None:
             self._metrics_http.should_exit = True
             await asyncio.gather(self._metrics_task, return_exceptions=True)
+        self.metrics.close()
         log.info("ferry stopped")
 
 
