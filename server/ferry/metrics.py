@@ -73,6 +73,13 @@ class ModelCollector(Collector):
             "compute_output": CounterMetricFamily("nv_inference_compute_output_duration_us",
                                                   "Cumulative time splitting outputs (us)", labels=_LABELS),
         }
+        image_durations = {
+            "decode": CounterMetricFamily("ferry_image_decode_duration_us",
+                                          "Cumulative image decoding time (us)", labels=_LABELS),
+            "preprocess": CounterMetricFamily("ferry_image_preprocess_duration_us",
+                                              "Cumulative image pre-processing time (us)", labels=_LABELS),
+        }
+        images = CounterMetricFamily("ferry_image_count", "Images decoded by the image pipeline", labels=_LABELS)
         for model in self._models():
             if model.stats is None:
                 continue
@@ -87,7 +94,12 @@ class ModelCollector(Collector):
             load.add_metric(labels, model.load_seconds)
             for key, family in durations.items():
                 family.add_metric(labels, snap["durations_ns"][key] / 1000)
-        yield from (success, failure, count, exec_count, pending, load, *durations.values())
+            if model.pipeline is not None:
+                images.add_metric(labels, snap["images"]["decode"]["count"])
+                for key, family in image_durations.items():
+                    family.add_metric(labels, snap["images"][key]["ns"] / 1000)
+        yield from (success, failure, count, exec_count, pending, load, *durations.values(), images,
+                    *image_durations.values())
 
 
 class HostCollector(Collector):

@@ -55,6 +55,7 @@ class ModelStats:
     last_inference_ms: int = 0
     inference_count: int = 0  # batch items inferred (a batch of 8 counts 8)
     execution_count: int = 0  # engine executions (a batch of 8 counts 1)
+    images: dict[str, Duration] = field(default_factory=lambda: {"decode": Duration(), "preprocess": Duration()})
     failures: dict[str, int] = field(default_factory=dict)  # by reason: REJECTED, CANCELED, BACKEND, OTHER
     histograms: Histograms | None = field(default=None, repr=False)
     infer: dict[str, Duration] = field(default_factory=lambda: {k: Duration() for k in _INFER_FIELDS})
@@ -69,6 +70,12 @@ class ModelStats:
         if self.histograms is not None:
             self.histograms.request_us.observe(request_ns / 1000)
             self.histograms.queue_us.observe(queue_ns / 1000)
+
+    def record_images(self, count: int, decode_ns: int, preprocess_ns: int) -> None:
+        """Decoding and pre-processing time of ``count`` images sent to the image pipeline."""
+        with self._lock:
+            self.images["decode"].add(decode_ns, count)
+            self.images["preprocess"].add(preprocess_ns, count)
 
     def record_failure(self, request_ns: int, reason: str) -> None:
         """A failed request; ``reason`` is Triton's failure label (REJECTED, CANCELED, BACKEND, OTHER)."""
@@ -104,6 +111,7 @@ class ModelStats:
                 "failures": dict(self.failures),
                 "inference_count": self.inference_count,
                 "execution_count": self.execution_count,
+                "images": {k: d.as_dict() for k, d in self.images.items()},
                 "durations_ns": {k: self.infer[k].ns for k in
                                  ("success", "queue", "compute_input", "compute_infer", "compute_output")},
             }

@@ -6,7 +6,10 @@ every check and every error message exists once and both protocols behave the sa
 
 from __future__ import annotations
 
+import asyncio
+import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -16,6 +19,7 @@ from ferry_client.protocol import model_config_pb2 as mc
 from .. import __version__
 from ..errors import InvalidArgument
 from ..pipelines.postprocess import classification_strings
+from ..pipelines.runtime import Prepared
 from ..repository.config import TensorSpec
 from ..repository.manager import ModelManager
 from ..repository.model import ModelVersion
@@ -40,6 +44,7 @@ class DataPlane:
         self.started = False
         self.draining = False
         self.start_time = time.time()
+        self._image_pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="ferry-image")
 
     # --- health and metadata ----------------------------------------------------------------
 
@@ -77,6 +82,8 @@ class DataPlane:
 
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
         model = self.manager.get(request.model_name, request.model_version)
+        if model.pipeline is not None:
+            await self._decode_image_input(model, request)
         requested = request.outputs if request.outputs else None
         try:
             inputs, batch_size = validate_inputs(model, request)
@@ -112,6 +119,67 @@ class DataPlane:
                 datatype = "BYTES"
             outputs.append(OutputTensor(name, datatype, array, binary_default if flag is None else flag))
         return InferenceResponse(model.name, str(model.version), request.id, outputs)
+
+    async def _decode_image_input(self, model: ModelVersion, request: InferenceRequest) -> None:
+        """Encoded images sent as BYTES to an image model's input become its pre-processed tensor."""
+        pipeline = model.pipeline
+        assert pipeline is not None
+        name = pipeline.input_name
+        if request.input_datatypes.get(name) != "BYTES" or model.inputs[name].datatype == "BYTES":
+            return
+        encoded = request.inputs[name]
+        if encoded.ndim not in (1, 2) or (encoded.ndim == 2 and encoded.shape[1] != 1):
+            raise InvalidArgument(f"input '{name}': encoded images must have shape [N] or [N, 1], "
+                                  f"got {list(encoded.shape)}")
+        prepared = await self.prepare_images(model, list(encoded.reshape(-1)))
+        request.inputs[name] = prepared.batch
+        request.input_datatypes[name] = pipeline.spec.datatype
+
+    async def prepare_images(self, model: ModelVersion, images: list[bytes]) -> Prepared:
+        """Decode and pre-process images in the worker pool, off the event loop."""
+        assert model.pipeline is not None
+        try:
+            prepared = await asyncio.get_running_loop().run_in_executor(
+                self._image_pool, model.pipeline.prepare, images)
+        except InvalidArgument:
+            if model.stats is not None:
+                model.stats.record_failure(0, "OTHER")
+            raise
+        if model.stats is not None:
+            model.stats.record_images(len(images), prepared.decode_ns, prepared.preprocess_ns)
+        return prepared
+
+    async def run_images(self, name: str, version: str, images: list[bytes], task: str,
+                         options: dict[str, Any]) -> tuple[ModelVersion, list[Any]]:
+        """The /classify and /detect endpoints: images in, classes or boxes (original pixels) out.
+
+        More images than max_batch_size are split into several requests, so callers need not know it.
+        """
+        model = self.manager.get(name, version)
+        pipeline = model.pipeline
+        if pipeline is None:
+            raise InvalidArgument(f"model '{model.name}' has no image pipeline (ferry_image in its config)")
+        if pipeline.task != task:
+            raise InvalidArgument(f"model '{model.name}' is a {pipeline.task} model; use /{pipeline.task}")
+        prepared = await self.prepare_images(model, images)
+        assert model.scheduler is not None
+        chunk = model.max_batch_size or 1
+        results: list[Any] = []
+        for start in range(0, len(images), chunk):
+            batch = prepared.batch[start:start + chunk]
+            if model.max_batch_size == 0:
+                batch = batch[0]
+            outputs = await model.scheduler.submit({pipeline.input_name: batch}, pipeline.output_names,
+                                                   len(batch) if model.max_batch_size else 1)
+            if model.max_batch_size == 0:
+                outputs = {k: v[np.newaxis] for k, v in outputs.items()}
+            if task == "classify":
+                results.extend(pipeline.classify(outputs, options.get("top_k")))
+            else:
+                results.extend(pipeline.detect(outputs, prepared.transforms[start:start + chunk],
+                                               options.get("score_threshold"), options.get("iou_threshold"),
+                                               options.get("max_detections")))
+        return model, results
 
     # --- repository and statistics -----------------------------------------------------------
 

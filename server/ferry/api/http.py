@@ -168,6 +168,50 @@ def create_http_app(plane: DataPlane, max_body_bytes: int = 256 * 1024 * 1024) -
         return Response(payload, media_type="application/octet-stream",
                         headers={HEADER_LENGTH: str(header_length)})
 
+    # --- image endpoints ----------------------------------------------------------------------
+
+    image_body = {"requestBody": {"required": True, "content": {
+        "image/jpeg": {"schema": {"type": "string", "format": "binary"}},
+        "image/png": {"schema": {"type": "string", "format": "binary"}},
+        "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+        "multipart/form-data": {"schema": {"type": "object", "properties": {
+            "images": {"type": "array", "items": {"type": "string", "format": "binary"}}}}},
+    }}}
+
+    async def _images(request: Request) -> list[bytes]:
+        content_type = request.headers.get("content-type", "")
+        if content_type.startswith("multipart/form-data"):
+            form = await request.form(max_files=1024, max_fields=1024)
+            files = [await item.read() for _, item in form.multi_items() if not isinstance(item, str)]
+            if not files:
+                raise InvalidArgument("multipart body holds no files; send images as file fields")
+            return files
+        body = await _read_body(request, max_body_bytes)
+        if not body:
+            raise InvalidArgument("empty body: send an image (raw body) or multipart/form-data with image files")
+        return [body]
+
+    @app.post("/v2/models/{model}/classify", openapi_extra=image_body)
+    @app.post("/v2/models/{model}/versions/{version}/classify", openapi_extra=image_body)
+    async def classify(model: str, request: Request, version: str = "", top_k: int | None = None) -> Response:
+        """Classify one image (raw body) or several (multipart): top-k labels and scores per image."""
+        served, results = await plane.run_images(model, version, await _images(request), "classify",
+                                                 {"top_k": top_k})
+        return json_response({"model_name": served.name, "model_version": str(served.version),
+                              "results": [{"classes": r} for r in results]})
+
+    @app.post("/v2/models/{model}/detect", openapi_extra=image_body)
+    @app.post("/v2/models/{model}/versions/{version}/detect", openapi_extra=image_body)
+    async def detect(model: str, request: Request, version: str = "", score_threshold: float | None = None,
+                     iou_threshold: float | None = None, max_detections: int | None = None) -> Response:
+        """Detect objects in one or several images: boxes in original pixels, labels and scores."""
+        served, results = await plane.run_images(
+            model, version, await _images(request), "detect",
+            {"score_threshold": score_threshold, "iou_threshold": iou_threshold, "max_detections": max_detections})
+        return json_response({"model_name": served.name, "model_version": str(served.version), "results": [
+            {"detections": [{"box": [round(v, 2) for v in d.box], "score": d.score, "class_id": d.class_id,
+                             "label": d.label} for d in image]} for image in results]})
+
     # --- repository -------------------------------------------------------------------------
 
     @app.post("/v2/repository/index")

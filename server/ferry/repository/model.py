@@ -17,6 +17,7 @@ from ..backends import InstanceSpec, backend_for
 from ..backends.base import Instance
 from ..backends.registry import normalise_platform, platform_for_file
 from ..errors import FerryError, ModelLoadError
+from ..pipelines.runtime import ImagePipeline
 from ..scheduling import Scheduler
 from ..statistics import ModelStats
 from .autocomplete import complete_config
@@ -40,6 +41,7 @@ class ModelVersion:
     model_dir: Path = field(default_factory=Path)
     scheduler: Scheduler | None = field(default=None, repr=False)
     stats: ModelStats | None = field(default=None, repr=False)
+    pipeline: ImagePipeline | None = field(default=None, repr=False)
 
     @property
     def max_batch_size(self) -> int:
@@ -143,6 +145,7 @@ def load_version(model_dir: Path, version: int, config: mc.ModelConfig, source: 
             load_seconds=0.0,
             model_dir=model_dir,
         )
+        model.pipeline = ImagePipeline.from_config(config, inputs, outputs, labels)
         warm_up(model)
     except BaseException:
         for instance in instances:

@@ -1,0 +1,118 @@
+"""A model's image pipeline as the server runs it: encoded images in, a batch tensor out, and the
+model's outputs turned into classes or detections in the caller's pixels.
+
+Built once per model version from its ``ferry_image`` config; decoding and pre-processing run in
+a worker thread (Pillow releases the GIL), each image written straight into one batch buffer.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ferry_client.protocol import model_config_pb2 as mc
+
+from ..errors import InvalidArgument, ModelLoadError
+from ..repository.config import TensorSpec
+from .classification import softmax, top_k
+from .decode import decode_image
+from .detection import Detection, decode_detections
+from .preprocess import ImageTransform, PreprocessSpec, preprocess
+
+DEFAULT_MAX_PIXELS = 40_000_000
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A decoded and pre-processed batch, with the geometry needed to map results back."""
+
+    batch: np.ndarray
+    transforms: list[ImageTransform]
+    decode_ns: int
+    preprocess_ns: int
+
+
+@dataclass(frozen=True)
+class ImagePipeline:
+    input_name: str
+    spec: PreprocessSpec
+    classification: mc.FerryClassification | None
+    detection: mc.FerryDetection | None
+    output_names: list[str]
+    labels: list[str] | None
+    max_pixels: int
+
+    @classmethod
+    def from_config(cls, config: mc.ModelConfig, inputs: dict[str, TensorSpec], outputs: dict[str, TensorSpec],
+                    labels: dict[str, list[str]], max_pixels: int = DEFAULT_MAX_PIXELS) -> ImagePipeline | None:
+        """The pipeline a config asks for, or None when it has no ``ferry_image`` section."""
+        if not config.HasField("ferry_image"):
+            return None
+        image = config.ferry_image
+        input_name = image.input or next(iter(inputs))
+        if input_name not in inputs:
+            raise ModelLoadError(f"ferry_image.input '{input_name}' is not an input of the model")
+        spec = PreprocessSpec.from_config(image.preprocess, inputs[input_name].dims, inputs[input_name].datatype)
+        classification = image.classification if image.HasField("classification") else None
+        detection = image.detection if image.HasField("detection") else None
+        if classification and detection:
+            raise ModelLoadError("ferry_image: set classification or detection, not both")
+        if detection is not None:
+            names = list(detection.outputs) or list(outputs)
+        else:
+            names = [classification.output if classification and classification.output else next(iter(outputs))]
+        for name in names:
+            if name not in outputs:
+                raise ModelLoadError(f"ferry_image: output '{name}' is not an output of the model")
+        return cls(input_name, spec, classification, detection, names, labels.get(names[0]),
+                   spec.max_pixels or max_pixels)
+
+    @property
+    def task(self) -> str:
+        return "detect" if self.detection is not None else "classify"
+
+    def prepare(self, images: list[bytes]) -> Prepared:
+        """Decode and pre-process every image into one contiguous batch (blocking; run in a thread)."""
+        if not images:
+            raise InvalidArgument("no images in the request")
+        batch = np.empty((len(images), *self.spec.tensor_shape), dtype=self.spec.dtype)
+        transforms = []
+        decode_ns = preprocess_ns = 0
+        for index, data in enumerate(images):
+            t0 = time.perf_counter_ns()
+            image = decode_image(bytes(data), max_pixels=self.max_pixels, target_size=self.spec.decode_size,
+                                 index=index)
+            t1 = time.perf_counter_ns()
+            batch[index], transform = preprocess(image, self.spec)
+            preprocess_ns += time.perf_counter_ns() - t1
+            decode_ns += t1 - t0
+            transforms.append(transform)
+        return Prepared(batch, transforms, decode_ns, preprocess_ns)
+
+    def classify(self, outputs: dict[str, np.ndarray], k: int | None = None) -> list[list[dict]]:
+        """Top-k classes per image as {index, label, score} (softmax applied when configured)."""
+        logits = outputs[self.output_names[0]].reshape(len(outputs[self.output_names[0]]), -1)
+        scores = softmax(logits) if self.classification is None or self.classification.softmax else logits
+        count = k or (self.classification.top_k if self.classification and self.classification.top_k else 5)
+        if count < 1:
+            raise InvalidArgument(f"top_k must be >= 1, got {count}")
+        indices, values = top_k(scores, min(count, scores.shape[1]))
+        return [
+            [{"index": int(i), "label": self._label(int(i)), "score": float(v)} for i, v in zip(row_i, row_v,
+                                                                                                 strict=True)]
+            for row_i, row_v in zip(indices, values, strict=True)
+        ]
+
+    def detect(self, outputs: dict[str, np.ndarray], transforms: list[ImageTransform],
+               score_threshold: float | None = None, iou_threshold: float | None = None,
+               max_detections: int | None = None) -> list[list[Detection]]:
+        assert self.detection is not None
+        return decode_detections(outputs, self.detection, self.output_names, transforms, self.labels,
+                                 score_threshold, iou_threshold, max_detections)
+
+    def _label(self, index: int) -> str | None:
+        if self.labels and index < len(self.labels):
+            return self.labels[index]
+        return None

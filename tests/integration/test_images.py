@@ -1,0 +1,80 @@
+"""Images through the running server: /classify with real PNG files, and encoded images as a BYTES
+input of V2 infer from the official tritonclient."""
+
+from __future__ import annotations
+
+import io
+
+import httpx
+import numpy as np
+import pytest
+import tritonclient.grpc as tgrpc
+from PIL import Image
+from sklearn.datasets import load_digits
+
+from ..conftest import MODEL_REPO
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+@pytest.fixture(scope="module")
+def digit_pngs() -> tuple[list[bytes], np.ndarray]:
+    """The digits classifier's held-out test set written as 8x8 grayscale PNG files."""
+    split = np.load(MODEL_REPO / "digits" / "test_split.npz")
+    digits = load_digits()
+    files = []
+    for index in split["test_indices"]:
+        pixels = np.round(digits.images[index] * 255 / 16).astype(np.uint8)
+        buffer = io.BytesIO()
+        Image.fromarray(pixels, mode="L").save(buffer, format="PNG")
+        files.append(buffer.getvalue())
+    return files, digits.target[split["test_indices"]]
+
+
+def test_classify_endpoint_accuracy(server, digit_pngs) -> None:
+    files, labels = digit_pngs
+    predicted = []
+    with httpx.Client(base_url=f"http://{server.http_url}", timeout=60) as client:
+        for start in range(0, len(files), 50):  # multipart, 50 images per request
+            chunk = files[start:start + 50]
+            response = client.post("/v2/models/digits/classify",
+                                   files=[("images", (f"{i}.png", data, "image/png")) for i, data in enumerate(chunk)])
+            assert response.status_code == 200, response.text
+            predicted.extend(int(r["classes"][0]["label"]) for r in response.json()["results"])
+        single = client.post("/v2/models/digits/classify?top_k=2", content=files[0],
+                             headers={"Content-Type": "image/png"}).json()
+    accuracy = float(np.mean(np.array(predicted) == labels))
+    assert accuracy >= 0.95, accuracy
+    assert len(single["results"][0]["classes"]) == 2
+    assert sum(c["score"] for c in single["results"][0]["classes"]) <= 1.0 + 1e-6
+
+
+def test_encoded_images_through_v2_infer(server, digit_pngs) -> None:
+    files, labels = digit_pngs
+    client = tgrpc.InferenceServerClient(server.grpc_url)
+    correct = 0
+    for start in range(0, 120, 8):
+        batch = np.array(files[start:start + 8], dtype=object)
+        tensor = tgrpc.InferInput("input", [len(batch)], "BYTES")
+        tensor.set_data_from_numpy(batch)
+        logits = client.infer("digits", [tensor]).as_numpy("logits")
+        assert logits.shape == (len(batch), 10)
+        correct += int((logits.argmax(1) == labels[start:start + 8]).sum())
+    assert correct / 120 >= 0.95
+
+
+def test_bad_images_get_clear_errors_and_the_server_keeps_serving(server, digit_pngs) -> None:
+    files, _ = digit_pngs
+    with httpx.Client(base_url=f"http://{server.http_url}", timeout=60) as client:
+        cases = {b"": "empty body", b"not an image at all": "image 0: not a recognised image format",
+                 files[0][: len(files[0]) // 2]: "image 0:"}
+        for body, message in cases.items():
+            response = client.post("/v2/models/digits/classify", content=body,
+                                   headers={"Content-Type": "application/octet-stream"})
+            assert response.status_code == 400 and message in response.json()["error"], response.text
+        response = client.post("/v2/models/simple/classify", content=files[0])
+        assert response.status_code == 400 and "no image pipeline" in response.json()["error"]
+        response = client.post("/v2/models/digits/detect", content=files[0])
+        assert response.status_code == 400 and "use /classify" in response.json()["error"]
+        response = client.post("/v2/models/digits/classify", content=files[0])
+        assert response.status_code == 200
