@@ -182,8 +182,11 @@ def check_model(model_dir: Path) -> list[str]:
                 problems.append(f"label file {tensor.label_filename} missing")
                 continue
             lines = labels_path.read_text(encoding="utf-8").splitlines()
-            if len(lines) != tensor.dims[-1]:
-                problems.append(f"{tensor.label_filename}: {len(lines)} labels for {tensor.dims[-1]} classes")
+            # A YOLOv8-style detection output is [4 + classes, anchors]; a classifier's is [classes].
+            detection = config.HasField("ferry_image") and config.ferry_image.HasField("detection")
+            classes = tensor.dims[0] - 4 if detection else tensor.dims[-1]
+            if len(lines) != classes:
+                problems.append(f"{tensor.label_filename}: {len(lines)} labels for {classes} classes")
     return problems
 
 

@@ -78,3 +78,40 @@ def test_bad_images_get_clear_errors_and_the_server_keeps_serving(server, digit_
         assert response.status_code == 400 and "use /classify" in response.json()["error"]
         response = client.post("/v2/models/digits/classify", content=files[0])
         assert response.status_code == 200
+
+
+def _detector_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("digit_detector_build", MODEL_REPO / "digit_detector" / "build.py")
+    module = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_detector_map_through_the_server(server) -> None:
+    """Held-out synthetic scenes of several sizes (letterboxed by the server) reach mAP@0.5 >= 0.8."""
+    build = _detector_module()
+    scenes = build.held_out_scenes(count=90)
+    detections, truth = [], []
+    with httpx.Client(base_url=f"http://{server.http_url}", timeout=60) as client:
+        for start in range(0, len(scenes), 10):
+            chunk = scenes[start:start + 10]
+            files = []
+            for index, scene in enumerate(chunk):
+                buffer = io.BytesIO()
+                Image.fromarray(scene.image).save(buffer, format="PNG")
+                files.append(("images", (f"{index}.png", buffer.getvalue(), "image/png")))
+            response = client.post("/v2/models/digit_detector/detect", files=files)
+            assert response.status_code == 200, response.text
+            for scene, result in zip(chunk, response.json()["results"], strict=True):
+                found = result["detections"]
+                boxes = np.array([d["box"] for d in found], dtype=np.float32).reshape(-1, 4)
+                assert (boxes[:, 2] <= scene.image.shape[1]).all() and (boxes[:, 3] <= scene.image.shape[0]).all()
+                detections.append((boxes, np.array([d["score"] for d in found], dtype=np.float32),
+                                   np.array([d["class_id"] for d in found], dtype=np.int64)))
+                truth.append((scene.boxes, scene.classes))
+                assert all(d["label"] == str(d["class_id"]) for d in found)
+    mean_ap, _ = build.mean_average_precision(detections, truth)
+    assert mean_ap >= 0.8, mean_ap
