@@ -115,3 +115,19 @@ def test_detector_map_through_the_server(server) -> None:
                 assert all(d["label"] == str(d["class_id"]) for d in found)
     mean_ap, _ = build.mean_average_precision(detections, truth)
     assert mean_ap >= 0.8, mean_ap
+
+
+def test_detector_takes_encoded_images_over_grpc(server) -> None:
+    """V2 infer with a BYTES input of PNG scenes: the raw YOLOv8 head comes back as a tensor."""
+    build = _detector_module()
+    scenes = build.held_out_scenes(count=3)
+    encoded = []
+    for scene in scenes:
+        buffer = io.BytesIO()
+        Image.fromarray(scene.image).save(buffer, format="PNG")
+        encoded.append(buffer.getvalue())
+    tensor = tgrpc.InferInput("images", [3], "BYTES")
+    tensor.set_data_from_numpy(np.array(encoded, dtype=object))
+    output = tgrpc.InferenceServerClient(server.grpc_url).infer("digit_detector", [tensor]).as_numpy("output0")
+    assert output.shape == (3, 14, 320)
+    assert float(output[:, 4:, :].max()) > 0.5  # confident class scores for the digits in each scene
