@@ -15,11 +15,11 @@ from typing import Any
 
 import grpc
 import grpc.aio
-from google.protobuf import descriptor as _descriptor
-from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from .codec import CodecError, tensor_from_bytes, tensor_from_contents, tensor_to_bytes
+from .codec.messages import message_to_dict
+from .codec.parameters import parameter_value, set_parameter
 from .errors import (
     FerryClientError,
     InvalidArgumentError,
@@ -38,77 +38,14 @@ DEFAULT_MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 
 _COMPRESSION = {None: None, "gzip": grpc.Compression.Gzip, "deflate": grpc.Compression.Deflate}
 
-_INT64_TYPES = frozenset({
-    _descriptor.FieldDescriptor.TYPE_INT64,
-    _descriptor.FieldDescriptor.TYPE_UINT64,
-    _descriptor.FieldDescriptor.TYPE_SINT64,
-    _descriptor.FieldDescriptor.TYPE_FIXED64,
-    _descriptor.FieldDescriptor.TYPE_SFIXED64,
-})
-
-
 # --- protobuf <-> Python -----------------------------------------------------------------------
 
 
-def message_to_dict(message: Message) -> dict[str, Any]:
-    """A message as REST-style JSON: proto field names, defaults included, int64 as numbers.
-
-    Protobuf's JSON mapping writes 64-bit integers as strings; the REST API writes numbers, and
-    the two clients should hand back identical shapes.
-    """
-    data = json_format.MessageToDict(
-        message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
-    )
-    _int64_as_numbers(message.DESCRIPTOR, data)
-    return data
-
-
-def _int64_as_numbers(desc: _descriptor.Descriptor, data: dict[str, Any]) -> None:
-    for fd in desc.fields:
-        if fd.name not in data:
-            continue
-        value = data[fd.name]
-        entry = fd.message_type
-        if entry is not None and entry.GetOptions().map_entry:
-            value_field = entry.fields_by_name["value"]
-            for key in list(value):
-                value[key] = _convert(value_field, value[key])
-        elif isinstance(value, list):
-            data[fd.name] = [_convert(fd, item) for item in value]
-        else:
-            data[fd.name] = _convert(fd, value)
-
-
-def _convert(fd: _descriptor.FieldDescriptor, value: Any) -> Any:
-    if fd.type in _INT64_TYPES and isinstance(value, str):
-        return int(value)
-    if fd.message_type is not None and isinstance(value, dict):
-        _int64_as_numbers(fd.message_type, value)
-    return value
-
-
 def _set_parameter(parameter: pb.InferParameter, key: str, value: Any) -> None:
-    """Store a Python value in the InferParameter field of its type (bool before int: bool is an int)."""
     try:
-        if isinstance(value, bool):
-            parameter.bool_param = value
-        elif isinstance(value, int):
-            parameter.int64_param = value
-        elif isinstance(value, float):
-            parameter.double_param = value
-        elif isinstance(value, str):
-            parameter.string_param = value
-        else:
-            kind = type(value).__name__
-            raise InvalidArgumentError(f"parameter '{key}' must be a bool, int, float or str, got {kind}")
-    except ValueError as exc:
-        raise InvalidArgumentError(f"parameter '{key}': {exc}") from None
-
-
-def _parameter_value(parameter: Any) -> Any:
-    """The Python value of an InferParameter / ModelRepositoryParameter, whichever field is set."""
-    choice = parameter.WhichOneof("parameter_choice")
-    return getattr(parameter, choice) if choice else None
+        set_parameter(parameter, key, value)
+    except CodecError as exc:
+        raise InvalidArgumentError(str(exc)) from None
 
 
 def _infer_request(
@@ -166,7 +103,7 @@ def _infer_result(response: pb.ModelInferResponse) -> InferResult:
         outputs=outputs,
         datatypes=datatypes,
         id=response.id,
-        parameters={key: _parameter_value(value) for key, value in response.parameters.items()},
+        parameters={key: parameter_value(value) for key, value in response.parameters.items()},
     )
 
 

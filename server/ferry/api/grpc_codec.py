@@ -2,30 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from ferry_client.codec import CodecError, tensor_from_bytes, tensor_from_contents, tensor_to_bytes
+from ferry_client.codec.parameters import parameter_value, set_parameter
 from ferry_client.protocol import grpc_service_pb2 as pb
 
 from ..errors import InvalidArgument
 from ..types import InferenceRequest, InferenceResponse, RequestedOutput
-
-
-def parameter_value(parameter: pb.InferParameter) -> Any:
-    """The Python value of an InferParameter, whichever of its oneof fields is set."""
-    choice = parameter.WhichOneof("parameter_choice")
-    return getattr(parameter, choice) if choice else None
-
-
-def set_parameter(parameter: pb.InferParameter, value: Any) -> None:
-    if isinstance(value, bool):
-        parameter.bool_param = value
-    elif isinstance(value, int):
-        parameter.int64_param = value
-    elif isinstance(value, float):
-        parameter.double_param = value
-    else:
-        parameter.string_param = str(value)
 
 
 def decode_infer_request(message: pb.ModelInferRequest) -> InferenceRequest:
@@ -73,7 +55,7 @@ def encode_infer_response(response: InferenceResponse) -> pb.ModelInferResponse:
         model_name=response.model_name, model_version=response.model_version, id=response.id
     )
     for key, value in response.parameters.items():
-        set_parameter(message.parameters[key], value)
+        set_parameter(message.parameters[key], key, value)
     for out in response.outputs:
         tensor = message.outputs.add(name=out.name, datatype=out.datatype)
         tensor.shape.extend(out.data.shape)

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from google.protobuf import json_format, text_format
-from google.protobuf.descriptor import FieldDescriptor
 
 from ferry_client.codec import datatype_from_config
+from ferry_client.codec.messages import message_to_dict
 from ferry_client.protocol import model_config_pb2 as mc
 
 from ..errors import ModelLoadError
@@ -72,42 +72,10 @@ def read_config_file(model_dir: Path) -> mc.ModelConfig | None:
     return parse_config_text(text, str(path))
 
 
-_INT64_TYPES = {
-    FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_SINT64,
-    FieldDescriptor.TYPE_FIXED64, FieldDescriptor.TYPE_SFIXED64,
-}
-
-
-def _int64_as_numbers(descriptor, data: dict) -> None:
-    """Proto3 JSON writes 64-bit integers as strings; Triton's config JSON (and perf_analyzer,
-    which reads ``dims`` and delays as numbers) uses plain numbers."""
-    for field_desc in descriptor.fields:
-        if field_desc.name not in data:
-            continue
-        value = data[field_desc.name]
-        if field_desc.type in _INT64_TYPES:
-            data[field_desc.name] = [int(v) for v in value] if isinstance(value, list) else int(value)
-        elif field_desc.message_type is not None:
-            entry = field_desc.message_type
-            if entry.GetOptions().map_entry:
-                value_desc = entry.fields_by_name["value"]
-                for key in value:
-                    if value_desc.message_type is not None:
-                        _int64_as_numbers(value_desc.message_type, value[key])
-                    elif value_desc.type in _INT64_TYPES:
-                        value[key] = int(value[key])
-            else:
-                for item in value if isinstance(value, list) else [value]:
-                    _int64_as_numbers(entry, item)
-
-
 def config_to_dict(config: mc.ModelConfig) -> dict:
-    """The config as Triton's JSON form: proto field names, enums by name, defaults included."""
-    data = json_format.MessageToDict(
-        config, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
-    )
-    _int64_as_numbers(config.DESCRIPTOR, data)
-    return data
+    """The config as Triton's JSON form: proto field names, enums by name, defaults included,
+    64-bit integers as numbers (perf_analyzer reads ``dims`` and delays as numbers)."""
+    return message_to_dict(config)
 
 
 def tensor_specs(tensors, kind: str, source: str) -> list[TensorSpec]:
