@@ -153,7 +153,10 @@ def _batch_size(options: OptimizeOptions, config: mc.ModelConfig) -> int:
     return max(1, min(options.batch_size, config.max_batch_size))
 
 
-def _tensors(path: Path, count: int) -> np.ndarray:
+def _tensors(path: Path, count: int, reference: ModelVersion) -> np.ndarray:
+    if len(reference.inputs) != 1:
+        raise OptimizeError(f"--calibration-tensors feeds one input, but model '{reference.name}' has "
+                            f"{len(reference.inputs)}: {', '.join(reference.inputs)}")
     try:
         return np.load(path)[:count]
     except (OSError, ValueError) as exc:
@@ -181,7 +184,7 @@ def _eval_batches(options: OptimizeOptions, reference: ModelVersion,
 
         return from_images, f"images from {image_dir}"
     if options.calibration_tensors is not None:
-        samples = _tensors(options.calibration_tensors, options.eval_count)
+        samples = _tensors(options.calibration_tensors, options.eval_count, reference)
         description = f"tensors from {options.calibration_tensors}"
     else:
         description = "random inputs (uniform 0..1; give --eval-images for a meaningful comparison)"
@@ -227,7 +230,7 @@ def _produce(options: OptimizeOptions, source_file: Path, reference: ModelVersio
                           "pipeline"
         else:
             assert options.calibration_tensors is not None
-            samples = _tensors(options.calibration_tensors, options.calibration_count)
+            samples = _tensors(options.calibration_tensors, options.calibration_count, reference)
             reader = TensorCalibrationReader(next(iter(reference.inputs)), samples, batch)
             calibration = f"{len(samples)} tensors from {options.calibration_tensors}"
         quantize_int8(source_file, onnx_out, reader, scheme, options.calibration_method)

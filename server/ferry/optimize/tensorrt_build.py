@@ -57,7 +57,9 @@ def build_engine(onnx_path: Path, config: mc.ModelConfig, output_dir: Path, timi
     capability = compute_capability(cudart, device_id)
     logger = collecting_logger(trt)
     builder = trt.Builder(logger)
-    network = builder.create_network(1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
+    # TensorRT 10 needs the flag; 11 makes every network strongly typed and may drop it.
+    strongly_typed = getattr(trt.NetworkDefinitionCreationFlag, "STRONGLY_TYPED", None)
+    network = builder.create_network(0 if strongly_typed is None else 1 << int(strongly_typed))
     parser = trt.OnnxParser(network, logger)
     if not parser.parse_from_file(str(onnx_path)):
         errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
