@@ -253,8 +253,8 @@ class OnnxRuntimeInstance:
         if inter:
             options.inter_op_num_threads = int(inter)
         options.log_severity_level = 3
-        providers = choose_providers(config, spec, model_file.parent.parent, ort.get_available_providers(),
-                                     input_dims_of(config, model_file))
+        dims = input_dims_of(config, model_file) if spec.kind == "GPU" else None  # only GPU options use them
+        providers = choose_providers(config, spec, model_file.parent.parent, ort.get_available_providers(), dims)
         try:
             self.session = ort.InferenceSession(
                 str(model_file),
