@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -131,9 +131,12 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 yield pb.ModelStreamInferResponse(error_message=f"internal error: {exc}")
 
 
-def create_grpc_server(plane: DataPlane, address: str, max_message_bytes: int) -> grpc.aio.Server:
-    """A grpc.aio server bound to ``address`` with generous message limits."""
+def create_grpc_server(plane: DataPlane, address: str, max_message_bytes: int,
+                       interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+                       credentials: grpc.ServerCredentials | None = None) -> grpc.aio.Server:
+    """A grpc.aio server bound to ``address`` with generous message limits (TLS when given credentials)."""
     server = grpc.aio.server(
+        interceptors=list(interceptors),
         options=[
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes),
@@ -142,7 +145,10 @@ def create_grpc_server(plane: DataPlane, address: str, max_message_bytes: int) -
     )
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(plane), server)
     try:
-        port = server.add_insecure_port(address)
+        if credentials is None:
+            port = server.add_insecure_port(address)
+        else:
+            port = server.add_secure_port(address, credentials)
     except RuntimeError:
         port = 0
     if port == 0:

@@ -22,6 +22,7 @@ from ..scheduling import Scheduler
 from ..statistics import ModelStats
 from .autocomplete import complete_config
 from .config import TensorSpec, read_labels, tensor_specs, validate_config
+from .paths import inside
 
 log = logging.getLogger(__name__)
 
@@ -88,8 +89,8 @@ def instance_specs(config: mc.ModelConfig, gpu_available: bool) -> list[Instance
 
 def _model_file(model_dir: Path, version: int, config: mc.ModelConfig, default: str) -> Path:
     filename = config.default_model_filename or default
-    path = model_dir / str(version) / filename
-    if not path.exists():
+    path = inside(model_dir, Path(str(version)) / filename, "default_model_filename")
+    if not path.is_file():
         raise ModelLoadError(f"model file {path} does not exist")
     return path
 
@@ -168,9 +169,7 @@ def _warmup_input(name: str, spec: mc.ModelWarmup.Input, batch: int, model_dir: 
         rng = np.random.default_rng(0)
         return rng.random(shape).astype(dtype) if dtype.kind == "f" else rng.integers(0, 2, shape).astype(dtype)
     if choice == "input_data_file":
-        path = (model_dir / "warmup" / spec.input_data_file).resolve()
-        if model_dir.resolve() not in path.parents:
-            raise ModelLoadError(f"warmup input '{name}': file must stay inside the model directory")
+        path = inside(model_dir, Path("warmup") / spec.input_data_file, f"warmup input '{name}': input_data_file")
         return np.fromfile(path, dtype=dtype).reshape(shape)
     return np.zeros(shape, dtype=dtype)
 
