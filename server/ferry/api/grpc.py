@@ -20,6 +20,7 @@ from ferry_client.protocol import grpc_service_pb2_grpc as pb_grpc
 from ..errors import FerryError, InvalidArgument
 from .dataplane import DataPlane
 from .grpc_codec import decode_infer_request, encode_infer_response
+from .grpc_decode import DecodeErrorInterceptor
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +137,7 @@ def create_grpc_server(plane: DataPlane, address: str, max_message_bytes: int,
                        credentials: grpc.ServerCredentials | None = None) -> grpc.aio.Server:
     """A grpc.aio server bound to ``address`` with generous message limits (TLS when given credentials)."""
     server = grpc.aio.server(
-        interceptors=list(interceptors),
+        interceptors=[*interceptors, DecodeErrorInterceptor()],
         options=[
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes),
