@@ -32,7 +32,7 @@ from .conftest import FuzzCounts
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 SCHEMATHESIS_EXAMPLES = 25  # per operation; ~1,500 requests in total, well under a minute here
-GRPC_EXAMPLES = 150
+GRPC_EXAMPLES = 400
 MAX_GRPC_MESSAGE = 1024 * 1024
 #: Real model names, so generated bodies reach input validation and not only "unknown model".
 MODELS = ["simple", "simple_fp32", "identity_all", "fixed_nobatch", "dynamic_shape", "digits"]
