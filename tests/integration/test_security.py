@@ -24,7 +24,7 @@ from ferry_client.errors import UnauthenticatedError, UnavailableError
 from ferry_client.protocol import grpc_service_pb2 as pb
 from ferry_client.protocol import grpc_service_pb2_grpc as pb_grpc
 
-from ..conftest import MODEL_REPO, RunningServer, start_server
+from ..conftest import MODEL_REPO, ROOT, RunningServer, start_server
 from .tls_certs import Pki, make_pki
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -281,6 +281,11 @@ def test_tls_without_client_ca_serves_clients_without_certificates(tmp_path: Pat
             assert_simple(client.infer("simple", simple_arrays())["OUTPUT0"])
         with GrpcClient(server.grpc_url, root_certificates=pki.ca.cert_bytes()) as client:
             assert_simple(client.infer("simple", simple_arrays())["OUTPUT0"])
+        healthcheck = subprocess.run([sys.executable, str(ROOT / "deploy" / "docker" / "healthcheck.py")],
+                                     capture_output=True, text=True, timeout=30,
+                                     env={**os.environ, "FERRY_HTTP_PORT": str(server.http_port),
+                                          "FERRY_TLS_CERT": str(pki.server.cert)})
+        assert healthcheck.returncode == 0, healthcheck.stderr
     finally:
         server.stop()
 
