@@ -290,19 +290,27 @@ def test_tls_without_client_ca_serves_clients_without_certificates(tmp_path: Pat
         server.stop()
 
 
-@pytest.mark.parametrize("args, env, message", [
-    (["--auth-token-file", "{tmp}/empty.txt"], {}, "holds no token"),
-    (["--auth-token-file", "{tmp}/missing.txt"], {}, "cannot read the token file"),
-    ([], {"FERRY_AUTH_TOKENS": "has\"quote"}, "RFC 6750"),
-    (["--tls-cert", "{tmp}/empty.txt"], {}, "needs both --tls-cert and --tls-key"),
-    (["--tls-cert", "{tmp}/empty.txt", "--tls-key", "{tmp}/empty.txt"], {}, "cannot load TLS certificate"),
+@pytest.mark.parametrize("options, message", [
+    ({"auth_token_file": "{tmp}/empty.txt"}, "holds no token"),
+    ({"auth_token_file": "{tmp}/missing.txt"}, "cannot read the token file"),
+    ({"auth_tokens": 'has"quote'}, "RFC 6750"),
+    ({"tls_cert": "{tmp}/empty.txt"}, "needs both --tls-cert and --tls-key"),
+    ({"tls_cert": "{tmp}/empty.txt", "tls_key": "{tmp}/empty.txt"}, "cannot load TLS certificate"),
 ])
-def test_bad_security_options_stop_the_server_with_a_reason(tmp_path: Path, args: list[str], env: dict[str, str],
-                                                            message: str) -> None:
+def test_bad_security_options_are_refused(tmp_path: Path, options: dict[str, str], message: str) -> None:
+    from ferry.security import SecurityConfigError, ServerSecurity
+    from ferry.settings import Settings
+
+    (tmp_path / "empty.txt").write_text("# no tokens here\n")
+    settings = Settings(**{key: value.format(tmp=tmp_path) for key, value in options.items()})
+    with pytest.raises(SecurityConfigError, match=message):
+        ServerSecurity.from_settings(settings)
+
+
+def test_a_server_with_bad_security_options_exits_with_the_reason(tmp_path: Path) -> None:
     (tmp_path / "empty.txt").write_text("# no tokens here\n")
     cmd = [sys.executable, "-m", "ferry", "serve", "--model-repository", str(tmp_path), "--http-port", "0",
-           "--grpc-port", "0", "--metrics-port", "0", *(a.format(tmp=tmp_path) for a in args)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60,
-                          env={**os.environ, **env})
+           "--grpc-port", "0", "--metrics-port", "0", "--auth-token-file", str(tmp_path / "empty.txt")]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stderr
-    assert message in done.stderr
+    assert "cannot start: authentication is enabled but the token file" in done.stderr
