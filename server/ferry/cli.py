@@ -38,6 +38,17 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-inputs-per-request", type=int, help="input tensors per request")
     p.add_argument("--http-max-json-bytes", type=int, help="JSON part of a REST inference body")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    security = p.add_argument_group("security", "bearer tokens may also come from FERRY_AUTH_TOKENS (comma separated)")
+    security.add_argument("--auth-token-file", metavar="FILE",
+                          help="require 'Authorization: Bearer <token>' with a token from FILE (one per line)")
+    security.add_argument("--auth-public-health", action="store_true", default=None,
+                          help="let health, readiness and model-ready checks through without a token")
+    security.add_argument("--auth-metrics", action="store_true", default=None,
+                          help="require a token on the metrics port too")
+    security.add_argument("--tls-cert", metavar="PEM", help="serve REST and gRPC over TLS with this certificate")
+    security.add_argument("--tls-key", metavar="PEM", help="private key of --tls-cert")
+    security.add_argument("--tls-client-ca", metavar="PEM",
+                          help="require client certificates signed by this CA (mutual TLS)")
 
 
 def _optimize_parser(sub: argparse._SubParsersAction) -> None:

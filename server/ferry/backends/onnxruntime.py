@@ -21,6 +21,7 @@ from ferry_client.codec import numpy_dtype
 from ferry_client.protocol import model_config_pb2 as mc
 
 from ..errors import InvalidArgument, ModelLoadError
+from ..repository.paths import inside
 from .base import InstanceSpec, ModelIO, TensorInfo
 from .batch_profile import batch_profile, profile_option_strings
 
@@ -81,15 +82,17 @@ def _tensorrt_options(accelerator: Any, model_dir: Path, device_id: int, config:
     """
     params = dict(accelerator.parameters)
     precision = params.get("precision_mode", "FP32").upper()
-    cache_dir = model_dir / "trt_cache"
     options: dict[str, Any] = {
         "device_id": device_id,
         "trt_fp16_enable": precision in ("FP16", "INT8"),
         "trt_int8_enable": precision == "INT8",
         "trt_engine_cache_enable": params.get("trt_engine_cache_enable", "true").lower() == "true",
-        "trt_engine_cache_path": params.get("trt_engine_cache_path", str(cache_dir)),
+        # Cache paths from the config (which the load API can replace) must stay in the model directory.
+        "trt_engine_cache_path": str(inside(model_dir, params.get("trt_engine_cache_path", "trt_cache"),
+                                            "trt_engine_cache_path")),
         "trt_timing_cache_enable": True,
-        "trt_timing_cache_path": params.get("trt_timing_cache_path", str(cache_dir)),
+        "trt_timing_cache_path": str(inside(model_dir, params.get("trt_timing_cache_path", "trt_cache"),
+                                            "trt_timing_cache_path")),
     }
     if "max_workspace_size_bytes" in params:
         options["trt_max_workspace_size"] = int(params["max_workspace_size_bytes"])

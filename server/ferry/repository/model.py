@@ -22,6 +22,7 @@ from ..scheduling import Scheduler
 from ..statistics import ModelStats
 from .autocomplete import complete_config
 from .config import TensorSpec, read_labels, tensor_specs, validate_config
+from .paths import inside
 
 log = logging.getLogger(__name__)
 
@@ -90,9 +91,10 @@ def _model_file(model_dir: Path, version: int, config: mc.ModelConfig, default: 
     """The version's model file; with ``cc_model_filenames`` the backend picks the file for its GPU,
     so the default file may be absent as long as one of those exists."""
     filename = config.default_model_filename or default
-    path = model_dir / str(version) / filename
-    per_capability = [model_dir / str(version) / name for name in config.cc_model_filenames.values()]
-    if not path.exists() and not any(p.exists() for p in per_capability):
+    path = inside(model_dir, Path(str(version)) / filename, "default_model_filename")
+    per_capability = [inside(model_dir, Path(str(version)) / name, "cc_model_filenames")
+                      for name in config.cc_model_filenames.values()]
+    if not path.is_file() and not any(p.is_file() for p in per_capability):
         raise ModelLoadError(f"model file {path} does not exist")
     return path
 
@@ -172,9 +174,7 @@ def _warmup_input(name: str, spec: mc.ModelWarmup.Input, batch: int, model_dir: 
         rng = np.random.default_rng(0)
         return rng.random(shape).astype(dtype) if dtype.kind == "f" else rng.integers(0, 2, shape).astype(dtype)
     if choice == "input_data_file":
-        path = (model_dir / "warmup" / spec.input_data_file).resolve()
-        if model_dir.resolve() not in path.parents:
-            raise ModelLoadError(f"warmup input '{name}': file must stay inside the model directory")
+        path = inside(model_dir, Path("warmup") / spec.input_data_file, f"warmup input '{name}': input_data_file")
         return np.fromfile(path, dtype=dtype).reshape(shape)
     return np.zeros(shape, dtype=dtype)
 
