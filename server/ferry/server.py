@@ -17,6 +17,7 @@ import uvicorn
 from .api.dataplane import DataPlane
 from .api.grpc import create_grpc_server
 from .api.http import create_http_app
+from .dashboard import mount_dashboard
 from .metrics import Metrics
 from .repository.manager import ModelManager
 from .settings import Settings
@@ -60,6 +61,8 @@ class FerryServer:
         s = self.settings
         if s.http_port:
             app = create_http_app(self.plane, s.http_max_body_bytes)
+            if s.dashboard:
+                mount_dashboard(app, self.plane, self.metrics.registry)
             config = uvicorn.Config(app, host=s.host, port=s.http_port, log_level="warning", access_log=False,
                                     lifespan="off", timeout_graceful_shutdown=max(1, int(s.exit_timeout_secs)))
             self._http = _UvicornServer(config)

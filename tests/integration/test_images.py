@@ -3,16 +3,12 @@ input of V2 infer from the official tritonclient."""
 
 from __future__ import annotations
 
-import io
-
 import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as tgrpc
-from PIL import Image
-from sklearn.datasets import load_digits
 
-from ..conftest import MODEL_REPO
+from ..samples import detector_build_module, digit_test_pngs, png_bytes
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -20,15 +16,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 @pytest.fixture(scope="module")
 def digit_pngs() -> tuple[list[bytes], np.ndarray]:
     """The digits classifier's held-out test set written as 8x8 grayscale PNG files."""
-    split = np.load(MODEL_REPO / "digits" / "test_split.npz")
-    digits = load_digits()
-    files = []
-    for index in split["test_indices"]:
-        pixels = np.round(digits.images[index] * 255 / 16).astype(np.uint8)
-        buffer = io.BytesIO()
-        Image.fromarray(pixels, mode="L").save(buffer, format="PNG")
-        files.append(buffer.getvalue())
-    return files, digits.target[split["test_indices"]]
+    return digit_test_pngs()
 
 
 def test_classify_endpoint_accuracy(server, digit_pngs) -> None:
@@ -80,29 +68,16 @@ def test_bad_images_get_clear_errors_and_the_server_keeps_serving(server, digit_
         assert response.status_code == 200
 
 
-def _detector_module():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("digit_detector_build", MODEL_REPO / "digit_detector" / "build.py")
-    module = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_detector_map_through_the_server(server) -> None:
     """Held-out synthetic scenes of several sizes (letterboxed by the server) reach mAP@0.5 >= 0.8."""
-    build = _detector_module()
+    build = detector_build_module()
     scenes = build.held_out_scenes(count=90)
     detections, truth = [], []
     with httpx.Client(base_url=f"http://{server.http_url}", timeout=60) as client:
         for start in range(0, len(scenes), 10):
             chunk = scenes[start:start + 10]
-            files = []
-            for index, scene in enumerate(chunk):
-                buffer = io.BytesIO()
-                Image.fromarray(scene.image).save(buffer, format="PNG")
-                files.append(("images", (f"{index}.png", buffer.getvalue(), "image/png")))
+            files = [("images", (f"{index}.png", png_bytes(scene.image), "image/png"))
+                     for index, scene in enumerate(chunk)]
             response = client.post("/v2/models/digit_detector/detect", files=files)
             assert response.status_code == 200, response.text
             for scene, result in zip(chunk, response.json()["results"], strict=True):
@@ -119,13 +94,9 @@ def test_detector_map_through_the_server(server) -> None:
 
 def test_detector_takes_encoded_images_over_grpc(server) -> None:
     """V2 infer with a BYTES input of PNG scenes: the raw YOLOv8 head comes back as a tensor."""
-    build = _detector_module()
+    build = detector_build_module()
     scenes = build.held_out_scenes(count=3)
-    encoded = []
-    for scene in scenes:
-        buffer = io.BytesIO()
-        Image.fromarray(scene.image).save(buffer, format="PNG")
-        encoded.append(buffer.getvalue())
+    encoded = [png_bytes(scene.image) for scene in scenes]
     tensor = tgrpc.InferInput("images", [3], "BYTES")
     tensor.set_data_from_numpy(np.array(encoded, dtype=object))
     output = tgrpc.InferenceServerClient(server.grpc_url).infer("digit_detector", [tensor]).as_numpy("output0")
