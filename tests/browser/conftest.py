@@ -16,6 +16,7 @@ import pytest
 from ..conftest import ROOT
 
 ARTIFACTS = ROOT / "tests" / "artifacts"
+PLAYWRIGHT_MISSING = "playwright is in the test extra: pip install -e .[test]"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
@@ -34,7 +35,7 @@ def browser() -> Iterator[object]:
     if executable is None:
         pytest.skip("no chromium executable (install Debian's package: apt-get install chromium; "
                     "or set FERRY_CHROMIUM)")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in the test extra: pip install -e .[test]")
+    sync_api = pytest.importorskip("playwright.sync_api", reason=PLAYWRIGHT_MISSING)
     with sync_api.sync_playwright() as playwright:
         # Playwright gives every launch a fresh temporary profile (--user-data-dir) and removes it after.
         browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)

@@ -16,8 +16,9 @@ import pytest
 
 from ..conftest import MODEL_REPO
 from ..samples import detector_build_module, digit_test_pngs, png_bytes
+from .conftest import PLAYWRIGHT_MISSING
 
-sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in the test extra: pip install -e .[test]")
+sync_api = pytest.importorskip("playwright.sync_api", reason=PLAYWRIGHT_MISSING)
 expect = sync_api.expect
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -56,14 +57,19 @@ def test_page_lists_the_bundled_models(dashboard) -> None:
 
 
 def send_digits(base: str, seconds: float, stop: threading.Event) -> None:
-    """Classify digits for ``seconds`` (every tenth request a bad image), a little faster each second."""
+    """Classify digits for ``seconds``, a little faster each second: every fifth request carries four
+    images (one execution of batch size 4), every tenth is a bad image (a failure)."""
     files, _ = digit_test_pngs()
     started = time.monotonic()
     with httpx.Client(base_url=base, timeout=30) as client:
         index = 0
         while time.monotonic() - started < seconds and not stop.is_set():
-            client.post("v2/models/digits/classify", content=files[index % len(files)],
-                        headers={"Content-Type": "image/png"})
+            if index % 5 == 4:
+                client.post("v2/models/digits/classify",
+                            files=[("images", (f"{i}.png", files[i], "image/png")) for i in range(4)])
+            else:
+                client.post("v2/models/digits/classify", content=files[index % len(files)],
+                            headers={"Content-Type": "image/png"})
             index += 1
             if index % 10 == 0:
                 client.post("v2/models/digits/classify", content=b"not an image")  # a failure (OTHER)
@@ -102,7 +108,10 @@ def test_charts_move_after_requests_by_keyboard(dashboard) -> None:
         page.wait_for_function("() => document.querySelector('#chart-failures .u-legend') !== null")
         expect(page.locator("#chart-failures .u-legend")).to_contain_text("OTHER")
         page.wait_for_function("() => !document.getElementById('details-summary').textContent.includes('p95 – ms')")
-        assert page.locator("#batch-bars li").count() == 7  # 1, 2, 3–4, ... 33–64 for max_batch_size 64
+        bars = page.locator("#batch-bars li")
+        assert bars.count() == 7  # 1, 2, 3–4, ... 33–64 for max_batch_size 64
+        expect(bars.nth(2).locator(".bar-label")).to_have_text("3–4")
+        page.wait_for_function("() => Number(document.querySelectorAll('#batch-bars .bar-count')[2].textContent) > 0")
         sender.join()  # a few more seconds of traffic, so the screenshot shows a curve
     finally:
         stop.set()
@@ -162,6 +171,21 @@ def test_detection_scene_shows_boxes(dashboard, tmp_path: Path) -> None:
         });
     }""", expected)
     assert len(drawn) == len(expected) and all(fraction >= 0.9 for fraction in drawn), drawn
+
+
+def test_unload_and_load_buttons(dashboard) -> None:
+    """The repository API through the page (explicit mode): unload a model, then load it back."""
+    page = dashboard["page"]
+    row = page.locator('#model-rows tr[data-model="identity_bf16"]')
+    row.get_by_role("button", name="Unload identity_bf16").click()
+    expect(page.locator("#action-status")).to_have_text("identity_bf16: unload done.")
+    expect(row.locator("td.state")).to_contain_text("v1 UNAVAILABLE")
+    expect(row.locator("td.state .reason")).to_have_text("v1: unloaded")
+    expect(row.get_by_role("button", name="Show charts for identity_bf16")).to_have_count(0)
+    row.get_by_role("button", name="Load identity_bf16").click()
+    expect(page.locator("#action-status")).to_have_text("identity_bf16: load done.")
+    expect(row.locator("td.state")).to_have_text("v1 READY")
+    assert httpx.get(f"{dashboard['base']}v2/models/identity_bf16/ready").status_code == 200
 
 
 def test_screenshot_and_only_same_origin_requests(dashboard, artifacts: Path) -> None:

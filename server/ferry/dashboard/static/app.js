@@ -175,7 +175,12 @@ function buildModelRows(overview) {
       : "not loaded";
     const stateCell = cell(versions, "state");
     const reasons = model.versions.filter((v) => v.reason).map((v) => `v${v.version}: ${v.reason}`).join("; ");
-    if (reasons) stateCell.title = reasons;
+    if (reasons) {
+      const reason = document.createElement("div");
+      reason.className = "reason";
+      reason.textContent = reasons;
+      stateCell.append(reason);
+    }
     stateCell.dataset.state = served ? "READY" : model.versions[0]?.state || "UNLOADED";
     tr.append(stateCell, cell(served?.platform ?? "–"), cell(describeInstances(served)), cell(describeBatching(served)),
               cell("–", "num throughput"), cell("–", "num p95"));
@@ -200,7 +205,8 @@ function buildModelRows(overview) {
   tbody.replaceChildren(...rows);
   if (focusKey) {
     const row = [...tbody.rows].find((r) => r.dataset.model === focusKey[0]);
-    [...(row?.querySelectorAll("button") || [])].find((b) => b.textContent === focusKey[1])?.focus();
+    const buttons = [...(row?.querySelectorAll("button") || [])];
+    (buttons.find((b) => b.textContent === focusKey[1]) || buttons[0])?.focus(); // "Load" may now be "Reload"
   }
   $("repo-note").textContent = overview.repository_api
     ? "Load, reload and unload go through the repository API (explicit model control mode)."
