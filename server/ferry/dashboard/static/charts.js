@@ -42,10 +42,10 @@ export class LineChart {
       legend: { live: true },
       scales: {
         x: { time: true },
-        y: { range: yRange ? () => yRange : (_, min, max) => [0, Math.max(max * 1.1, 1e-9)] },
+        y: { range: yRange ? () => yRange : (_, min, max) => [0, max > 0 ? max * 1.1 : 1] },
       },
       axes: [
-        { ...axis, incrs: TIME_STEPS_S, values: (_, ticks) => ticks.map(clock) },
+        { ...axis, space: 80, incrs: TIME_STEPS_S, values: (_, ticks) => ticks.map(clock) },
         { ...axis, size: 72, values: (_, ticks) => formatTicks(ticks, unit) },
       ],
       series: [
