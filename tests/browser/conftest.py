@@ -29,8 +29,10 @@ def chromium_executable() -> str | None:
     return None
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
+    """Module-scoped on purpose: Playwright's sync API keeps an event loop running in this thread
+    while it is open, which would break every asyncio test that runs after it."""
     executable = chromium_executable()
     if executable is None:
         pytest.skip("no chromium executable (install Debian's package: apt-get install chromium; "

@@ -4,6 +4,7 @@ where the server found them, a 401 brings up the token prompt, and everything wo
 
 from __future__ import annotations
 
+import io
 import json
 import threading
 import time
@@ -12,10 +13,11 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import httpx
+import numpy as np
 import pytest
+from PIL import Image
 
-from ..conftest import MODEL_REPO
-from ..samples import detector_build_module, digit_test_pngs, png_bytes
+from ..conftest import MODEL_REPO, detector_module
 from .conftest import PLAYWRIGHT_MISSING
 
 sync_api = pytest.importorskip("playwright.sync_api", reason=PLAYWRIGHT_MISSING)
@@ -56,10 +58,9 @@ def test_page_lists_the_bundled_models(dashboard) -> None:
     expect(page.locator("#host dt").first).to_have_text("CPU")
 
 
-def send_digits(base: str, seconds: float, stop: threading.Event) -> None:
+def send_digits(base: str, files: list[bytes], seconds: float, stop: threading.Event) -> None:
     """Classify digits for ``seconds``, a little faster each second: every fifth request carries four
     images (one execution of batch size 4), every tenth is a bad image (a failure)."""
-    files, _ = digit_test_pngs()
     started = time.monotonic()
     with httpx.Client(base_url=base, timeout=30) as client:
         index = 0
@@ -76,7 +77,7 @@ def send_digits(base: str, seconds: float, stop: threading.Event) -> None:
             time.sleep(0.03 / (1 + time.monotonic() - started))
 
 
-def test_charts_move_after_requests_by_keyboard(dashboard) -> None:
+def test_charts_move_after_requests_by_keyboard(dashboard, digit_pngs) -> None:
     page = dashboard["page"]
     page.locator("body").focus()
     page.keyboard.press("Tab")
@@ -95,7 +96,7 @@ def test_charts_move_after_requests_by_keyboard(dashboard) -> None:
     before = throughput.screenshot()
 
     stop = threading.Event()
-    sender = threading.Thread(target=send_digits, args=(dashboard["base"], 6.0, stop))
+    sender = threading.Thread(target=send_digits, args=(dashboard["base"], digit_pngs[0], 6.0, stop))
     sender.start()
     try:
         page.wait_for_function("() => Number(document.getElementById('details-summary').dataset.requestsPerSecond) > 1",
@@ -119,9 +120,9 @@ def test_charts_move_after_requests_by_keyboard(dashboard) -> None:
     assert throughput.screenshot() != before
 
 
-def test_uploaded_digits_show_the_right_top1(dashboard, tmp_path: Path) -> None:
+def test_uploaded_digits_show_the_right_top1(dashboard, digit_pngs, tmp_path: Path) -> None:
     page = dashboard["page"]
-    files, labels = digit_test_pngs()
+    files, labels = digit_pngs
     page.select_option("#try-model", "digits")
     for index in (0, 1, 2, 3):
         path = tmp_path / f"digit{index}.png"
@@ -133,11 +134,17 @@ def test_uploaded_digits_show_the_right_top1(dashboard, tmp_path: Path) -> None:
         expect(page.locator("#try-result tbody tr")).to_have_count(3)  # the config's top_k
 
 
+def png_file(pixels: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
 def test_detection_scene_shows_boxes(dashboard, tmp_path: Path) -> None:
     page = dashboard["page"]
-    scene = detector_build_module().held_out_scenes(count=2)[1]
+    scene = detector_module().held_out_scenes(count=2)[1]
     path = tmp_path / "scene.png"
-    path.write_bytes(png_bytes(scene.image))
+    path.write_bytes(png_file(scene.image))
     expected = httpx.post(f"{dashboard['base']}v2/models/digit_detector/detect", content=path.read_bytes(),
                           headers={"Content-Type": "image/png"}).json()["results"][0]["detections"]
     assert {d["class_id"] for d in expected} == {int(c) for c in scene.classes}

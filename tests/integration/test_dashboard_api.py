@@ -9,7 +9,6 @@ import httpx
 import pytest
 
 from ..conftest import MODEL_REPO, start_server
-from ..samples import digit_test_pngs
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -40,8 +39,8 @@ def _model(snapshot: dict, name: str) -> dict:
     return entry
 
 
-def test_metrics_snapshot_agrees_with_the_statistics_api(server) -> None:
-    files, _ = digit_test_pngs()
+def test_metrics_snapshot_agrees_with_the_statistics_api(server, digit_pngs) -> None:
+    files, _ = digit_pngs
     with httpx.Client(base_url=f"http://{server.http_url}", timeout=60) as client:
         for data in files[:5]:
             assert client.post("/v2/models/digits/classify", content=data).status_code == 200

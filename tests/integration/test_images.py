@@ -3,20 +3,17 @@ input of V2 infer from the official tritonclient."""
 
 from __future__ import annotations
 
+import io
+
 import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as tgrpc
+from PIL import Image
 
-from ..samples import detector_build_module, digit_test_pngs, png_bytes
+from ..conftest import detector_module as _detector_module
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
-
-
-@pytest.fixture(scope="module")
-def digit_pngs() -> tuple[list[bytes], np.ndarray]:
-    """The digits classifier's held-out test set written as 8x8 grayscale PNG files."""
-    return digit_test_pngs()
 
 
 def test_classify_endpoint_accuracy(server, digit_pngs) -> None:
@@ -70,14 +67,17 @@ def test_bad_images_get_clear_errors_and_the_server_keeps_serving(server, digit_
 
 def test_detector_map_through_the_server(server) -> None:
     """Held-out synthetic scenes of several sizes (letterboxed by the server) reach mAP@0.5 >= 0.8."""
-    build = detector_build_module()
+    build = _detector_module()
     scenes = build.held_out_scenes(count=90)
     detections, truth = [], []
     with httpx.Client(base_url=f"http://{server.http_url}", timeout=60) as client:
         for start in range(0, len(scenes), 10):
             chunk = scenes[start:start + 10]
-            files = [("images", (f"{index}.png", png_bytes(scene.image), "image/png"))
-                     for index, scene in enumerate(chunk)]
+            files = []
+            for index, scene in enumerate(chunk):
+                buffer = io.BytesIO()
+                Image.fromarray(scene.image).save(buffer, format="PNG")
+                files.append(("images", (f"{index}.png", buffer.getvalue(), "image/png")))
             response = client.post("/v2/models/digit_detector/detect", files=files)
             assert response.status_code == 200, response.text
             for scene, result in zip(chunk, response.json()["results"], strict=True):
@@ -94,9 +94,13 @@ def test_detector_map_through_the_server(server) -> None:
 
 def test_detector_takes_encoded_images_over_grpc(server) -> None:
     """V2 infer with a BYTES input of PNG scenes: the raw YOLOv8 head comes back as a tensor."""
-    build = detector_build_module()
+    build = _detector_module()
     scenes = build.held_out_scenes(count=3)
-    encoded = [png_bytes(scene.image) for scene in scenes]
+    encoded = []
+    for scene in scenes:
+        buffer = io.BytesIO()
+        Image.fromarray(scene.image).save(buffer, format="PNG")
+        encoded.append(buffer.getvalue())
     tensor = tgrpc.InferInput("images", [3], "BYTES")
     tensor.set_data_from_numpy(np.array(encoded, dtype=object))
     output = tgrpc.InferenceServerClient(server.grpc_url).infer("digit_detector", [tensor]).as_numpy("output0")
