@@ -30,13 +30,16 @@ def _loaded(name: str, version: int) -> SimpleNamespace:
                            pipeline=None, load_seconds=0.5)
 
 
-class _OneGpu:
+class _OneGpuAndALabelledHostSeries:
     def collect(self):
         util = GaugeMetricFamily("nv_gpu_utilization", "GPU utilisation (0..1)", labels=["gpu"])
         util.add_metric(["0"], 0.25)
         used = GaugeMetricFamily("nv_gpu_memory_used_bytes", "GPU memory used", labels=["gpu"])
         used.add_metric(["0"], 2048)
-        yield from (util, used)
+        inflight = GaugeMetricFamily("ferry_inflight", "requests in flight", labels=["protocol"])
+        inflight.add_metric(["http"], 3)
+        inflight.add_metric(["grpc"], 1)
+        yield from (util, used, inflight)
 
 
 def test_snapshot_groups_counters_histograms_host_and_gpus() -> None:
@@ -46,7 +49,7 @@ def test_snapshot_groups_counters_histograms_host_and_gpus() -> None:
     metrics.attach(gone)
     gone.stats.record_success(1_000_000, 10_000)
     metrics.attach(loaded[0])
-    metrics.registry.register(_OneGpu())
+    metrics.registry.register(_OneGpuAndALabelledHostSeries())
     stats = loaded[0].stats
     for request_us in (80, 300, 300, 2_000):
         stats.record_success(request_us * 1000, 20_000)
@@ -73,6 +76,7 @@ def test_snapshot_groups_counters_histograms_host_and_gpus() -> None:
     assert 0 <= snapshot["host"]["nv_cpu_utilization"] <= 1
     assert snapshot["host"]["nv_cpu_memory_total_bytes"] > 0
     assert snapshot["gpus"] == [{"gpu": "0", "nv_gpu_utilization": 0.25, "nv_gpu_memory_used_bytes": 2048}]
+    assert snapshot["host"]["ferry_inflight"] == {"http": 3, "grpc": 1}
 
 
 def test_overview_of_an_unstarted_repository_in_none_mode() -> None:

@@ -39,13 +39,14 @@ def metrics_snapshot(registry: Collector) -> dict[str, Any]:
     """Every sample of ``registry``: per model version, per GPU, and host-wide.
 
     Model samples carry ``model``/``version`` labels; a remaining label (the failure ``reason``)
-    becomes a nested mapping. GPU samples carry a ``gpu`` label. Everything else is host-wide.
+    becomes a nested mapping. GPU samples carry a ``gpu`` label. Everything else is host-wide
+    (nested the same way when it has labels).
     Histogram children outlive an unloaded version, so a version without counters (which only
     loaded versions report) is left out.
     """
     models: dict[tuple[str, str], dict[str, Any]] = {}
     gpus: dict[str, dict[str, float]] = {}
-    host: dict[str, float] = {}
+    host: dict[str, Any] = {}
     for family in registry.collect():
         for sample in family.samples:
             if sample.name.endswith("_created"):
@@ -61,7 +62,9 @@ def metrics_snapshot(registry: Collector) -> dict[str, Any]:
                 else:
                     entry["counters"][sample.name] = sample.value
             elif "gpu" in labels:
-                gpus.setdefault(labels["gpu"], {})[sample.name] = sample.value
+                gpus.setdefault(labels.pop("gpu"), {})[sample.name] = sample.value
+            elif labels:  # a host-wide series with labels of its own: one value per label set
+                host.setdefault(sample.name, {})["/".join(labels.values())] = sample.value
             else:
                 host[sample.name] = sample.value
     return {
