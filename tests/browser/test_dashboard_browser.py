@@ -58,6 +58,30 @@ def test_page_lists_the_bundled_models(dashboard) -> None:
     expect(page.locator("#host dt").first).to_have_text("CPU")
 
 
+def test_rates_and_percentiles_follow_prometheus(dashboard) -> None:
+    """stats.js in the browser's own engine: histogram_quantile() interpolation, the +Inf bucket,
+    counter resets, and batch-size rows cut at max_batch_size."""
+    results = dashboard["page"].evaluate("""async () => {
+        const s = await import("./dashboard/static/stats.js");
+        const h = { le: [1, 2, 4], buckets: [0, 2, 4], count: 4, sum: 9 };
+        const tail = { le: [1, 2, 4], buckets: [0, 2, 4], count: 5, sum: 30 };
+        return {
+            q: [0.25, 0.5, 1].map((q) => s.histogramQuantile(q, h)),
+            inf: s.histogramQuantile(0.99, tail),
+            empty: s.histogramQuantile(0.5, { le: [1], buckets: [0], count: 0, sum: 0 }),
+            reset: [s.increase(3, 5), s.increase(5, 3)],
+            window: s.histogramIncrease(tail, h),
+            rows: s.batchSizeDistribution({ le: [1, 2, 4, 8, 16], buckets: [1, 1, 3, 3, 9], count: 9, sum: 0 }, 8),
+        };
+    }""")
+    assert results["q"] == [1.5, 2, 4]
+    assert results["inf"] == 4 and results["empty"] is None
+    assert results["reset"] == [None, 2]
+    assert results["window"] == {"le": [1, 2, 4], "buckets": [0, 0, 0], "count": 1, "sum": 21}
+    assert results["rows"] == [{"label": "1", "count": 1}, {"label": "2", "count": 0}, {"label": "3–4", "count": 2},
+                               {"label": "5–8", "count": 0}]
+
+
 def send_digits(base: str, files: list[bytes], seconds: float, stop: threading.Event) -> None:
     """Classify digits for ``seconds``, a little faster each second: every fifth request carries four
     images (one execution of batch size 4), every tenth is a bad image (a failure)."""
@@ -124,6 +148,8 @@ def test_uploaded_digits_show_the_right_top1(dashboard, digit_pngs, tmp_path: Pa
     page = dashboard["page"]
     files, labels = digit_pngs
     page.select_option("#try-model", "digits")
+    page.focus("#try-file")  # the file chooser is a real, focusable control (Enter opens it)
+    assert page.evaluate("document.activeElement.id") == "try-file"
     for index in (0, 1, 2, 3):
         path = tmp_path / f"digit{index}.png"
         path.write_bytes(files[index])
