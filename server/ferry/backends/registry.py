@@ -39,6 +39,10 @@ def backend_for(platform: str) -> Backend:
         from .onnxruntime import OnnxRuntimeBackend
 
         return OnnxRuntimeBackend()
+    if platform == "tensorrt_plan":
+        from .tensorrt import TensorRTBackend  # imports nothing from TensorRT until an instance loads
+
+        return TensorRTBackend()
     raise ModelLoadError(
-        f"platform '{platform}' is not supported by this server; supported: onnxruntime_onnx"
+        f"platform '{platform}' is not supported by this server; supported: onnxruntime_onnx, tensorrt_plan"
     )

@@ -87,9 +87,12 @@ def instance_specs(config: mc.ModelConfig, gpu_available: bool) -> list[Instance
 
 
 def _model_file(model_dir: Path, version: int, config: mc.ModelConfig, default: str) -> Path:
+    """The version's model file; with ``cc_model_filenames`` the backend picks the file for its GPU,
+    so the default file may be absent as long as one of those exists."""
     filename = config.default_model_filename or default
     path = model_dir / str(version) / filename
-    if not path.exists():
+    per_capability = [model_dir / str(version) / name for name in config.cc_model_filenames.values()]
+    if not path.exists() and not any(p.exists() for p in per_capability):
         raise ModelLoadError(f"model file {path} does not exist")
     return path
 
@@ -119,7 +122,8 @@ def load_version(model_dir: Path, version: int, config: mc.ModelConfig, source: 
     config.platform = platform
     backend = backend_for(platform)
     model_file = _model_file(model_dir, version, config, backend.default_filename)
-    specs = instance_specs(config, _gpu_available())
+    # A TensorRT engine only runs on a GPU, so KIND_AUTO means the GPU for it.
+    specs = instance_specs(config, platform == "tensorrt_plan" or _gpu_available())
     instances: list[Instance] = []
     try:
         first = backend.create_instance(model_file, config, specs[0])
@@ -128,7 +132,7 @@ def load_version(model_dir: Path, version: int, config: mc.ModelConfig, source: 
         validate_config(config, source)
         instances.extend(backend.create_instance(model_file, config, spec) for spec in specs[1:])
         if not config.backend:
-            config.backend = "onnxruntime" if platform == "onnxruntime_onnx" else config.backend
+            config.backend = {"onnxruntime_onnx": "onnxruntime", "tensorrt_plan": "tensorrt"}.get(platform, "")
         inputs = {s.name: s for s in tensor_specs(config.input, "input", source)}
         outputs = {s.name: s for s in tensor_specs(config.output, "output", source)}
         labels = {

@@ -19,7 +19,7 @@ from .inputs import (
 from .ranges import parse_range
 from .report import table, write_csv, write_json, write_plot
 from .runner import StepPlan, StepResult, WorkerPool, default_processes, progress_printer, run_step
-from .wire import Security, aiohttp_available, encode_requests
+from .wire import Security, encode_requests, fast_http_available
 from .worker import WorkerConfig
 
 
@@ -139,9 +139,9 @@ def run_perf(args: argparse.Namespace) -> int:
                         stability=args.stability_percentage / 100, max_windows=args.max_trials,
                         time_limit_s=args.time_limit, distribution=args.request_distribution,
                         max_outstanding=args.max_outstanding)
-        if args.protocol == "http" and not aiohttp_available():
-            show("note: aiohttp is not installed; HTTP load goes through httpx, which caps the rate a "
-                 "process can offer (pip install 'ferry-client[perf]')")
+        if args.protocol == "http" and not fast_http_available():
+            show("note: neither httptools nor aiohttp is installed; HTTP load goes through httpx, which caps "
+                 "the rate a process can offer (pip install 'ferry-client[perf]')")
         show(f"ferry-client perf: model '{args.model}' over {args.protocol} at {url}, batch {args.batch_size}, "
              f"{len(requests)} distinct request(s), {processes} worker process(es)")
         config_ = WorkerConfig(args.protocol, url, args.model, args.model_version, requests, security,

@@ -2,9 +2,10 @@
 
 A load generator must measure the server, not its own encoding: every request is turned into
 wire bytes once (reusing the SDK's own builders, so the tool sends exactly what the clients
-send), and the hot loop only ships bytes. HTTP goes through aiohttp when installed (the
-``ferry-client[perf]`` extra; httpx's asyncio pool is several times slower under concurrency),
-gRPC through a grpc.aio channel with identity serializers.
+send), and the hot loop only ships bytes. HTTP goes through pre-built request bytes parsed
+with httptools when installed (the ``ferry-client[perf]`` extra), else aiohttp, else httpx (whose
+asyncio pool is several times slower under concurrency); gRPC through a grpc.aio channel with
+identity serializers.
 """
 
 from __future__ import annotations
@@ -77,6 +78,31 @@ class Sender(Protocol):
     async def close(self) -> None: ...
 
 
+class RawHttpSender:
+    """HTTP through pre-built request bytes and httptools (see rawhttp.py): the cheapest path."""
+
+    def __init__(self, url: str, path: str, security: Security) -> None:
+        from .rawhttp import RawHttpClient
+
+        self._client = RawHttpClient(url, path, security.ssl_context())
+        self._headers = dict(security.headers)
+        self._built: dict[int, bytes] = {}
+
+    async def send(self, request: WireRequest) -> str | None:
+        key = id(request)
+        built = self._built.get(key)
+        if built is None:
+            built = self._built[key] = self._client.build(request.body, {**self._headers, **request.headers})
+        try:
+            status, body = await self._client.post(built)
+        except Exception as exc:  # noqa: BLE001 - any transport failure is a failed request to report
+            return f"{type(exc).__name__}: {exc}"
+        return None if status == 200 else f"HTTP {status}: {_error_text(body)}"
+
+    async def close(self) -> None:
+        await self._client.close()
+
+
 class AiohttpSender:
     def __init__(self, url: str, path: str, connections: int, security: Security) -> None:
         import aiohttp
@@ -133,7 +159,8 @@ class GrpcSender:
         import grpc.aio
 
         options = [("grpc.max_send_message_length", max_message_bytes),
-                   ("grpc.max_receive_message_length", max_message_bytes)]
+                   ("grpc.max_receive_message_length", max_message_bytes),
+                   ("grpc.enable_retries", 0)]  # a load generator reports failures, it does not hide them
         if security.ssl or security.root_certificates or security.certificate_chain:
             credentials = grpc.ssl_channel_credentials(security.file_bytes(security.root_certificates),
                                                        security.file_bytes(security.private_key),
@@ -166,10 +193,13 @@ def make_sender(protocol: str, url: str, model: str, version: str, connections: 
 
     base = url if "://" in url else ("https://" if security.ssl_context() else "http://") + url
     path = _model_path(model, version) + "/infer"
-    try:
-        return AiohttpSender(base, path, connections, security)
-    except ImportError:
-        return HttpxSender(base, path, connections, security)
+    for sender in (RawHttpSender, AiohttpSender):
+        try:
+            return sender(base, path, security) if sender is RawHttpSender else sender(base, path, connections,
+                                                                                      security)
+        except ImportError:
+            continue
+    return HttpxSender(base, path, connections, security)
 
 
 def _error_text(body: bytes) -> str:
@@ -185,9 +215,8 @@ def _error_text(body: bytes) -> str:
     return body[:200].decode("utf-8", "replace")
 
 
-def aiohttp_available() -> bool:
-    try:
-        import aiohttp  # noqa: F401
-    except ImportError:
-        return False
-    return True
+def fast_http_available() -> bool:
+    """Whether a fast HTTP path (httptools or aiohttp) is installed."""
+    import importlib.util
+
+    return any(importlib.util.find_spec(name) is not None for name in ("httptools", "aiohttp"))
