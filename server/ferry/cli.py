@@ -30,6 +30,8 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--exit-timeout-secs", "--exit-timeout", dest="exit_timeout_secs", type=float)
     p.add_argument("--http-max-body-bytes", type=int)
     p.add_argument("--grpc-max-message-bytes", type=int)
+    p.add_argument("--dashboard", action=argparse.BooleanOptionalAction,
+                   help="serve the web dashboard at / on the REST port (default: on)")
     p.add_argument("--max-inflight-requests", type=int,
                    help="server-wide cap on requests in flight; more get 503 + Retry-After / UNAVAILABLE")
     p.add_argument("--max-inflight-bytes", type=int, help="server-wide cap on request bytes held at once")

@@ -19,6 +19,7 @@ from .api.dataplane import DataPlane
 from .api.grpc import create_grpc_server
 from .api.http import create_http_app
 from .api.limits import Limits
+from .dashboard import mount_dashboard
 from .metrics import Metrics
 from .repository.manager import ModelManager
 from .security import SecurityConfigError, ServerSecurity
@@ -66,7 +67,10 @@ class FerryServer:
     async def start(self) -> None:
         s = self.settings
         if s.http_port:
-            app = self.security.http_app(create_http_app(self.plane, s.http_max_body_bytes))
+            app = create_http_app(self.plane, s.http_max_body_bytes)
+            if s.dashboard:
+                mount_dashboard(app, self.plane, self.metrics.registry)
+            app = self.security.http_app(app)
             config = uvicorn.Config(app, host=s.host, port=s.http_port, log_level="warning", access_log=False,
                                     lifespan="off", timeout_graceful_shutdown=max(1, int(s.exit_timeout_secs)),
                                     **self.security.uvicorn_options())

@@ -29,6 +29,7 @@ class Settings(BaseSettings):
     exit_timeout_secs: float = Field(30.0, ge=0, description="time allowed to drain at shutdown")
     http_max_body_bytes: int = Field(256 * MIB, gt=0, description="largest accepted REST body")
     grpc_max_message_bytes: int = Field(256 * MIB, gt=0, description="largest gRPC message")
+    dashboard: bool = Field(True, description="serve the web dashboard at / on the REST port")
     max_inflight_requests: int = Field(
         1024, ge=0, description="requests received, queued or running at once; more get 503/UNAVAILABLE (0 = no cap)")
     max_inflight_bytes: int = Field(

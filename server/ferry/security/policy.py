@@ -1,4 +1,5 @@
-"""Which calls need a bearer token: all of them, except health checks when the operator says so.
+"""Which calls need a bearer token: all of them, except health checks when the operator says so
+and the dashboard's static page shell (no data in it).
 
 One policy serves both front doors so REST and gRPC never disagree on what is public.
 """
@@ -15,6 +16,9 @@ _PUBLIC_HEALTH_PATHS = re.compile(r"/v2/health/(live|ready)|/v2/models/[^/]+(/ve
 _PUBLIC_HEALTH_METHODS = frozenset(
     f"/inference.GRPCInferenceService/{name}" for name in ("ServerLive", "ServerReady", "ModelReady")
 )
+#: The dashboard's page and static assets hold no data, and a browser cannot attach a bearer header
+#: when it opens a page; its data (/dashboard/api/*) and every API call still need the token.
+_PUBLIC_SHELL_PATHS = re.compile(r"/|/dashboard/static/[^?#]*")
 #: The standard gRPC health service, should it ever be registered.
 _GRPC_HEALTH_PREFIX = "/grpc.health.v1.Health/"
 
@@ -31,6 +35,8 @@ class AuthPolicy:
     public_health: bool = False
 
     def http_public(self, path: str) -> bool:
+        if _PUBLIC_SHELL_PATHS.fullmatch(path) is not None and ".." not in path:
+            return True
         return self.public_health and _PUBLIC_HEALTH_PATHS.fullmatch(path) is not None
 
     def grpc_public(self, method: str) -> bool:
