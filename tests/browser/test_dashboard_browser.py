@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -17,7 +18,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from ..conftest import MODEL_REPO, detector_module
+from ..conftest import MODEL_REPO, detector_module, start_server
 from .conftest import PLAYWRIGHT_MISSING
 
 sync_api = pytest.importorskip("playwright.sync_api", reason=PLAYWRIGHT_MISSING)
@@ -286,3 +287,27 @@ def test_token_prompt_on_401(browser, server) -> None:
         expect(second.locator("#token-dialog")).to_have_attribute("open", "")
     finally:
         context.close()
+
+
+def test_with_the_servers_own_bearer_auth(browser, tmp_path: Path) -> None:
+    """Against a server started with real token auth: the page shell loads without a token, its data
+    needs one, and once the token is entered the models appear."""
+    repo = tmp_path / "models"
+    repo.mkdir()
+    shutil.copytree(MODEL_REPO / "digits", repo / "digits")
+    token = "real-server-token"
+    server = start_server(repo, tmp_path / "server.log", env={"FERRY_AUTH_TOKENS": token},
+                          probe_headers={"Authorization": f"Bearer {token}"})
+    context = browser.new_context()
+    try:
+        base = f"http://{server.http_url}"
+        assert httpx.get(f"{base}/dashboard/api/models").status_code == 401
+        page = context.new_page()
+        page.goto(f"{base}/")
+        expect(page.locator("#token-dialog")).to_have_attribute("open", "")
+        page.locator("#token-input").fill(token)
+        page.keyboard.press("Enter")
+        expect(page.locator('#model-rows tr[data-model="digits"] td.state')).to_have_text("v1 READY")
+    finally:
+        context.close()
+        server.stop()
