@@ -136,9 +136,10 @@ def raw_call(channel: grpc.Channel, method: str, payload: bytes) -> grpc.StatusC
 
 
 #: What a garbage message may legitimately get: INVALID_ARGUMENT when the bytes do not parse, or the
-#: server's precise answer when they happen to parse into some message. Never UNKNOWN or INTERNAL.
+#: server's precise answer when they happen to parse into some message (RESOURCE_EXHAUSTED for a
+#: declared shape beyond the element limits). Never UNKNOWN or INTERNAL.
 DELIBERATE = {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,
-              grpc.StatusCode.UNAVAILABLE}
+              grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED}
 
 
 def assert_still_serving(fuzz_server: RunningServer) -> None:

@@ -158,7 +158,7 @@ def _tensors(path: Path, count: int, reference: ModelVersion) -> np.ndarray:
         raise OptimizeError(f"--calibration-tensors feeds one input, but model '{reference.name}' has "
                             f"{len(reference.inputs)}: {', '.join(reference.inputs)}")
     try:
-        return np.load(path)[:count]
+        return np.load(path, allow_pickle=False)[:count]
     except (OSError, ValueError) as exc:
         raise OptimizeError(f"{path}: cannot read a .npy tensor file: {exc}") from None
 
