@@ -18,7 +18,7 @@ import onnxruntime as ort
 from ferry_client.protocol import model_config_pb2 as mc
 
 from ..errors import InvalidArgument, ModelLoadError
-from .base import InstanceSpec, ModelIO, TensorInfo
+from .base import InstanceSpec, ModelIO, TensorInfo, config_parameter
 
 log = logging.getLogger(__name__)
 
@@ -55,12 +55,6 @@ def _tensor_info(node: Any) -> TensorInfo:
         shape=shape,
         engine_type=node.type,
     )
-
-
-def _parameter(config: mc.ModelConfig, key: str) -> str | None:
-    if key in config.parameters:
-        return config.parameters[key].string_value
-    return None
 
 
 def _tensorrt_options(accelerator: Any, model_dir: Path, device_id: int) -> dict[str, Any]:
@@ -108,8 +102,8 @@ def choose_providers(
                 log.warning("model '%s': unknown GPU execution accelerator '%s' ignored",
                             config.name, accelerator.name)
         cuda_options: dict[str, Any] = {"device_id": spec.device_id}
-        if _parameter(config, "cudnn_conv_algo_search"):
-            cuda_options["cudnn_conv_algo_search"] = _parameter(config, "cudnn_conv_algo_search")
+        if config_parameter(config, "cudnn_conv_algo_search"):
+            cuda_options["cudnn_conv_algo_search"] = config_parameter(config, "cudnn_conv_algo_search")
         if not any(name == "CUDAExecutionProvider" for name, _ in wanted):
             wanted.append(("CUDAExecutionProvider", cuda_options))
     for accelerator in accelerators.cpu_execution_accelerator:
@@ -140,8 +134,8 @@ class OnnxRuntimeInstance:
         options.graph_optimization_level = _GRAPH_LEVELS.get(
             config.optimization.graph.level, ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         )
-        intra = _parameter(config, "intra_op_thread_count")
-        inter = _parameter(config, "inter_op_thread_count")
+        intra = config_parameter(config, "intra_op_thread_count")
+        inter = config_parameter(config, "inter_op_thread_count")
         options.intra_op_num_threads = int(intra) if intra else spec.threads
         if inter:
             options.inter_op_num_threads = int(inter)
@@ -216,7 +210,14 @@ class OnnxRuntimeInstance:
 
 class OnnxRuntimeBackend:
     platform = "onnxruntime_onnx"
+    name = "onnxruntime"
     default_filename = "model.onnx"
+
+    def model_filename(self, config: mc.ModelConfig) -> str:
+        return config.default_model_filename or self.default_filename
+
+    def gpu_available(self) -> bool:
+        return "CUDAExecutionProvider" in ort.get_available_providers()
 
     def create_instance(self, model_file: Path, config: mc.ModelConfig, spec: InstanceSpec) -> OnnxRuntimeInstance:
         return OnnxRuntimeInstance(model_file, config, spec)

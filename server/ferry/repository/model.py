@@ -86,18 +86,11 @@ def instance_specs(config: mc.ModelConfig, gpu_available: bool) -> list[Instance
     ]
 
 
-def _model_file(model_dir: Path, version: int, config: mc.ModelConfig, default: str) -> Path:
-    filename = config.default_model_filename or default
+def _model_file(model_dir: Path, version: int, filename: str) -> Path:
     path = model_dir / str(version) / filename
     if not path.exists():
         raise ModelLoadError(f"model file {path} does not exist")
     return path
-
-
-def _gpu_available() -> bool:
-    import onnxruntime as ort
-
-    return "CUDAExecutionProvider" in ort.get_available_providers()
 
 
 def load_version(model_dir: Path, version: int, config: mc.ModelConfig, source: str) -> ModelVersion:
@@ -114,12 +107,13 @@ def load_version(model_dir: Path, version: int, config: mc.ModelConfig, source: 
     )
     if not platform:
         raise ModelLoadError(
-            f"{source}: no platform/backend given and no model.onnx or model.plan in {model_dir / str(version)}"
+            f"{source}: no platform/backend given and no model.onnx, model.plan or model.pt in "
+            f"{model_dir / str(version)}"
         )
     config.platform = platform
     backend = backend_for(platform)
-    model_file = _model_file(model_dir, version, config, backend.default_filename)
-    specs = instance_specs(config, _gpu_available())
+    model_file = _model_file(model_dir, version, backend.model_filename(config))
+    specs = instance_specs(config, backend.gpu_available())
     instances: list[Instance] = []
     try:
         first = backend.create_instance(model_file, config, specs[0])
@@ -128,7 +122,7 @@ def load_version(model_dir: Path, version: int, config: mc.ModelConfig, source: 
         validate_config(config, source)
         instances.extend(backend.create_instance(model_file, config, spec) for spec in specs[1:])
         if not config.backend:
-            config.backend = "onnxruntime" if platform == "onnxruntime_onnx" else config.backend
+            config.backend = backend.name
         inputs = {s.name: s for s in tensor_specs(config.input, "input", source)}
         outputs = {s.name: s for s in tensor_specs(config.output, "output", source)}
         labels = {
@@ -145,7 +139,8 @@ def load_version(model_dir: Path, version: int, config: mc.ModelConfig, source: 
             load_seconds=0.0,
             model_dir=model_dir,
         )
-        model.pipeline = ImagePipeline.from_config(config, inputs, outputs, labels)
+        first_gpu = next((spec.device_id for spec in specs if spec.kind == "GPU"), 0)
+        model.pipeline = ImagePipeline.from_config(config, inputs, outputs, labels, gpu=first_gpu)
         warm_up(model)
     except BaseException:
         for instance in instances:
