@@ -36,18 +36,17 @@ def digits_build():
     return module
 
 
-def network_from_onnx(onnx_file: Path) -> torch.nn.Module:
+def network_from_onnx(model: onnx.ModelProto) -> torch.nn.Module:
     """The digits network with its weights copied from the ONNX model's initializers."""
     network = digits_build().build_network()
-    weights = {init.name: torch.from_numpy(numpy_helper.to_array(init).copy())
-               for init in onnx.load(str(onnx_file)).graph.initializer}
+    weights = {init.name: torch.from_numpy(numpy_helper.to_array(init).copy()) for init in model.graph.initializer}
     network.load_state_dict(weights, strict=True)
     return network.eval()
 
 
 def main() -> int:
     onnx_file = DIGITS / "1" / "model.onnx"
-    network = network_from_onnx(onnx_file)
+    network = network_from_onnx(onnx.load(str(onnx_file)))
     scripted = torch.jit.script(network)
     target = HERE / "1" / "model.pt"
     target.parent.mkdir(exist_ok=True)
