@@ -5,7 +5,9 @@ answer by answer, and through the image pipeline."""
 from __future__ import annotations
 
 import io
+import re
 import shutil
+import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -20,7 +22,11 @@ from tritonclient.utils import InferenceServerException
 
 from ..conftest import MODEL_REPO, RunningServer, start_server
 
-pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0)")
+torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0)")
+CUDA = torch.cuda.is_available()
+needs_cuda = pytest.mark.skipif(not CUDA, reason="needs CUDA (torch.cuda.is_available() is False)")
+#: digits_torch is KIND_AUTO: on a GPU its FP32 convolutions use TF32 (torch's default for cuDNN).
+FP32_TOLERANCE = 2e-2 if CUDA else 1e-4
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 FP16 = 'parameters { key: "ferry_precision" value: { string_value: "fp16" } }\n'
@@ -47,6 +53,13 @@ def torch_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSe
     (converted / "1").mkdir(parents=True)
     shutil.copy(MODEL_REPO / "digits" / "1" / "model.onnx", converted / "1" / "model.onnx")
     (converted / "config.pbtxt").write_text(CONVERTED)
+    if CUDA:  # the image pipeline's GPU pre-processing, next to the CPU one of digits_torch
+        gpu_pre = repo / "digits_torch_gpu_preprocess"
+        shutil.copytree(MODEL_REPO / "digits_torch", gpu_pre)
+        config = (gpu_pre / "config.pbtxt").read_text().replace('name: "digits_torch"',
+                                                                'name: "digits_torch_gpu_preprocess"')
+        config = config.replace("scale: 0.0039215686 }", "scale: 0.0039215686 device: GPU }")
+        (gpu_pre / "config.pbtxt").write_text(config)
     running = start_server(repo, repo.parent / "server.log")
     yield running
     running.stop()
@@ -61,7 +74,7 @@ def stats(server: RunningServer, model: str) -> dict:
     return thttp.InferenceServerClient(server.http_url).get_inference_statistics(model)["model_stats"][0]
 
 
-@pytest.mark.parametrize(("model", "tolerance"), [("digits_torch", 1e-4), ("digits_torch_fp16", 0.05)])
+@pytest.mark.parametrize(("model", "tolerance"), [("digits_torch", FP32_TOLERANCE), ("digits_torch_fp16", 0.05)])
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_concurrent_requests_are_batched_and_match_onnxruntime(torch_server: RunningServer, reference,
                                                                protocol: str, model: str, tolerance: float) -> None:
@@ -103,6 +116,14 @@ def test_config_reports_the_backend_and_completed_tensors(torch_server: RunningS
     assert [t["name"] for t in config["input"]] == ["input"]
 
 
+def classify(server: RunningServer, model: str, files: list[bytes]) -> list[list[tuple[str, float]]]:
+    with httpx.Client(base_url=f"http://{server.http_url}", timeout=60) as client:
+        response = client.post(f"/v2/models/{model}/classify",
+                               files=[("images", (f"{i}.png", data, "image/png")) for i, data in enumerate(files)])
+    assert response.status_code == 200, response.text
+    return [[(c["label"], c["score"]) for c in r["classes"]] for r in response.json()["results"]]
+
+
 def test_images_classified_like_the_onnx_model(torch_server: RunningServer) -> None:
     rng = np.random.default_rng(3)
     files = []
@@ -110,15 +131,41 @@ def test_images_classified_like_the_onnx_model(torch_server: RunningServer) -> N
         buffer = io.BytesIO()
         Image.fromarray(rng.integers(0, 256, (20, 24), dtype=np.uint8), mode="L").save(buffer, format="PNG")
         files.append(buffer.getvalue())
-    answers = {}
-    with httpx.Client(base_url=f"http://{torch_server.http_url}", timeout=60) as client:
-        for model in ("digits", "digits_torch"):
-            response = client.post(f"/v2/models/{model}/classify",
-                                   files=[("images", (f"{i}.png", data, "image/png")) for i, data in enumerate(files)])
-            assert response.status_code == 200, response.text
-            answers[model] = [[(c["label"], round(c["score"], 4)) for c in r["classes"]]
-                              for r in response.json()["results"]]
-    assert answers["digits_torch"] == answers["digits"]
+    onnx, torch_ = classify(torch_server, "digits", files), classify(torch_server, "digits_torch", files)
+    for expected, got in zip(onnx, torch_, strict=True):
+        assert [label for label, _ in got] == [label for label, _ in expected]
+        assert np.allclose([score for _, score in got], [score for _, score in expected], atol=FP32_TOLERANCE)
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_gpu_preprocessing_classifies_like_the_cpu_path(torch_server: RunningServer) -> None:
+    rng = np.random.default_rng(4)
+    files = []
+    for size in ((8, 8), (20, 24), (64, 48), (300, 200)):
+        buffer = io.BytesIO()
+        Image.fromarray(rng.integers(0, 256, (size[1], size[0]), dtype=np.uint8), mode="L").save(buffer, format="PNG")
+        files.append(buffer.getvalue())
+    cpu = classify(torch_server, "digits_torch", files)
+    gpu = classify(torch_server, "digits_torch_gpu_preprocess", files)
+    for cpu_classes, gpu_classes in zip(cpu, gpu, strict=True):
+        assert cpu_classes[0][0] == gpu_classes[0][0]
+        assert abs(cpu_classes[0][1] - gpu_classes[0][1]) < 0.02  # inputs differ by at most a pixel level
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_nvml_gpu_metrics_have_real_values(torch_server: RunningServer) -> None:
+    pytest.importorskip("pynvml", reason="nvidia-ml-py is not installed (pip install 'ferry[gpu]')")
+    with urllib.request.urlopen(f"http://127.0.0.1:{torch_server.metrics_port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    values = {name: float(value) for name, value in re.findall(r'^(nv_gpu_\w+)\{gpu="0"\} (\S+)$', text, re.M)}
+    assert set(values) == {"nv_gpu_utilization", "nv_gpu_memory_total_bytes", "nv_gpu_memory_used_bytes",
+                           "nv_gpu_power_usage"}, text
+    assert 0.0 <= values["nv_gpu_utilization"] <= 1.0
+    assert values["nv_gpu_memory_total_bytes"] > 2**30
+    assert 0 < values["nv_gpu_memory_used_bytes"] <= values["nv_gpu_memory_total_bytes"]  # our models are resident
+    assert values["nv_gpu_power_usage"] > 1.0  # watts
 
 
 def test_bad_input_is_a_client_error_and_the_model_keeps_serving(torch_server: RunningServer, reference) -> None:
@@ -132,13 +179,13 @@ def test_bad_input_is_a_client_error_and_the_model_keeps_serving(torch_server: R
     good = thttp.InferInput("input", [1, 1, 28, 28], "FP32")
     good.set_data_from_numpy(x)
     np.testing.assert_allclose(client.infer("digits_torch", [good]).as_numpy("logits"),
-                               reference.run(None, {"input": x})[0], atol=1e-4)
+                               reference.run(None, {"input": x})[0], atol=FP32_TOLERANCE)
 
 
 def onnx2torch_error() -> str:
     try:
         import onnx2torch  # noqa: F401
-    except Exception as exc:  # noqa: BLE001 - torchvision raises RuntimeError when its ops fail to load
+    except Exception as exc:  # torchvision raises RuntimeError when its ops fail to load
         return f"{type(exc).__name__}: {exc}"
     return ""
 
@@ -157,4 +204,4 @@ def test_onnx_model_converted_at_load(torch_server: RunningServer, reference) ->
     tensor = thttp.InferInput("input", list(x.shape), "FP32")
     tensor.set_data_from_numpy(x)
     np.testing.assert_allclose(client.infer("digits_converted", [tensor]).as_numpy("logits"),
-                               reference.run(None, {"input": x})[0], atol=1e-4)
+                               reference.run(None, {"input": x})[0], atol=FP32_TOLERANCE)

@@ -26,17 +26,18 @@ def parameter(key: str, value: str) -> str:
 
 def test_defaults() -> None:
     options = TorchOptions.from_config(config())
-    assert options == TorchOptions(convert_from="", precision="fp32", inference_mode=True, cuda_graphs=False,
-                                   graph_batch_sizes=(), pinned_input=True, pinned_output=True)
+    assert options == TorchOptions(convert_from="", precision="fp32", inference_mode=True, optimized_execution=True,
+                                   cuda_graphs=False, graph_batch_sizes=(), pinned_input=True, pinned_output=True)
     assert options.model_filename(config()) == "model.pt"
 
 
 def test_parameters_and_triton_fields() -> None:
     text = (parameter("ferry_precision", "FP16") + parameter("ferry_convert_from", "onnx")
-            + parameter("INFERENCE_MODE", "false")
+            + parameter("INFERENCE_MODE", "false") + parameter("DISABLE_OPTIMIZED_EXECUTION", "true")
             + "optimization { cuda { graphs: true } input_pinned_memory { enable: false } }")
     options = TorchOptions.from_config(config(text, max_batch_size=24))
     assert options.precision == "fp16" and options.convert_from == "onnx" and not options.inference_mode
+    assert not options.optimized_execution
     assert options.cuda_graphs and options.graph_batch_sizes == (1, 2, 4, 8, 16, 24)
     assert not options.pinned_input and options.pinned_output
     assert options.model_filename(config(text)) == "model.onnx"

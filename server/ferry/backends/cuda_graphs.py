@@ -25,20 +25,20 @@ class CudaGraphs:
     """Captured graphs keyed by bucket; ``run`` copies a host batch in, replays, returns device outputs."""
 
     def __init__(self, forward: Forward, inputs: Sequence[tuple[tuple[int, ...], torch.dtype]],
-                 buckets: Sequence[int], device: torch.device, stream: torch.cuda.Stream, warmup_runs: int = 2) -> None:
+                 buckets: Sequence[int], device: torch.device, stream: torch.cuda.Stream, warmup_runs: int = 3) -> None:
         self.buckets = tuple(sorted(buckets))
         largest = self.buckets[-1]
         self.static_inputs = [torch.zeros((largest, *dims), dtype=dtype, device=device) for dims, dtype in inputs]
         self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, dict[str, torch.Tensor]]] = {}
-        # Warm-up on the capture stream first: cuDNN/cuBLAS pick algorithms and allocate workspaces
-        # lazily, and none of that may happen during capture.
-        with torch.cuda.stream(stream):
-            for size in reversed(self.buckets):
-                for _ in range(warmup_runs):
-                    forward(self._views(size))
-        stream.synchronize()
         pool = None
         for size in reversed(self.buckets):  # largest first: later captures reuse its pool blocks
+            # Warm up this very shape on the capture stream just before capturing it: cuDNN/cuBLAS
+            # choose algorithms and allocate workspaces lazily, and TorchScript's profiling executor
+            # specialises per shape after a few runs; none of that may happen during capture.
+            with torch.cuda.stream(stream):
+                for _ in range(warmup_runs):
+                    forward(self._views(size))
+            stream.synchronize()
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=pool, stream=stream):
                 outputs = forward(self._views(size))

@@ -129,7 +129,7 @@ class PyTorchInstance:
         """Run the module on device tensors; outputs named and in their declared types."""
         if self.options.precision == "fp16":
             tensors = [t.half() if t.is_floating_point() else t for t in tensors]
-        with self._autocast():
+        with self._autocast(), torch.jit.optimized_execution(self.options.optimized_execution):
             result = self._module(*tensors)
         return self._name_outputs(result)
 

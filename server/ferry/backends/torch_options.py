@@ -6,7 +6,9 @@ Ferry's own switches are ``parameters`` entries, in the style of Triton's PyTorc
   instead of loading a TorchScript ``model.pt``;
 - ``ferry_precision``: ``fp32`` (default), ``fp16`` (half weights, floating inputs cast to half on
   the device) or ``autocast_fp16`` (FP32 weights, ``torch.autocast`` to float16);
-- ``INFERENCE_MODE`` (Triton's key): ``true`` (default) runs under ``torch.inference_mode``.
+- ``INFERENCE_MODE`` (Triton's key): ``true`` (default) runs under ``torch.inference_mode``;
+- ``DISABLE_OPTIMIZED_EXECUTION`` (Triton's key): ``true`` turns off TorchScript's optimising graph
+  executor for this model (its first runs per input shape are slow while it profiles).
 
 CUDA graphs and pinned memory use Triton's own config fields: ``optimization { cuda { graphs: true
 graph_spec [ { batch_size: 8 } ] } }`` and ``optimization { input_pinned_memory { enable: false } }``.
@@ -24,6 +26,7 @@ from .base import config_parameter
 CONVERT_FROM = "ferry_convert_from"
 PRECISION = "ferry_precision"
 INFERENCE_MODE = "INFERENCE_MODE"
+DISABLE_OPTIMIZED_EXECUTION = "DISABLE_OPTIMIZED_EXECUTION"
 PRECISIONS = ("fp32", "fp16", "autocast_fp16")
 CONVERSIONS = ("", "onnx")
 
@@ -33,6 +36,7 @@ class TorchOptions:
     convert_from: str  # "" (TorchScript) or "onnx"
     precision: str  # one of PRECISIONS
     inference_mode: bool
+    optimized_execution: bool
     cuda_graphs: bool
     graph_batch_sizes: tuple[int, ...]  # the buckets a batch is padded to; empty without graphs
     pinned_input: bool
@@ -54,6 +58,7 @@ class TorchOptions:
             convert_from=convert_from,
             precision=precision,
             inference_mode=_flag(config, INFERENCE_MODE, default=True),
+            optimized_execution=not _flag(config, DISABLE_OPTIMIZED_EXECUTION, default=False),
             cuda_graphs=cuda_graphs,
             graph_batch_sizes=graph_buckets(config) if cuda_graphs else (),
             pinned_input=_pinned(optimization, "input_pinned_memory"),
