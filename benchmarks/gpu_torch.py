@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
-import json
 import os
 import re
 import shlex
@@ -314,13 +313,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         pool.close()
     report["elapsed_s"] = round(time.monotonic() - started, 1)
-    markdown = render(report)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(markdown)
-    output.with_suffix(".json").write_text(json.dumps(serving._jsonable(report), indent=1) + "\n")
-    print()
-    print(markdown)
-    print(f"wrote {output} and {output.with_suffix('.json')}")
+    serving.write_report(output, render(report), report)
     return 0
 
 

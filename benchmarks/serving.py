@@ -890,6 +890,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     report["elapsed_s"] = round(time.monotonic() - started, 1)
     markdown = render_markdown(report)
+    write_report(output, markdown, report)
+    return 0
+
+
+def write_report(output: Path, markdown: str, report: dict[str, Any]) -> None:
+    """The markdown table to ``output`` and every number as JSON next to it; the table is printed too."""
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(markdown)
     json_path = output.with_suffix(".json")
@@ -897,7 +903,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print(markdown)
     print(f"wrote {output} and {json_path} in {report['elapsed_s']:.0f} s")
-    return 0
 
 
 if __name__ == "__main__":
