@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+import io
 import os
 import shutil
 import signal
@@ -13,7 +15,9 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,3 +99,29 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
                            "--load-model", "*")
     yield running
     running.stop()
+
+
+@pytest.fixture(scope="session")
+def digit_pngs() -> tuple[list[bytes], np.ndarray]:
+    """The digits classifier's held-out test set written as 8x8 grayscale PNG files, with labels."""
+    from PIL import Image
+    from sklearn.datasets import load_digits
+
+    split = np.load(MODEL_REPO / "digits" / "test_split.npz")
+    digits = load_digits()
+    files = []
+    for index in split["test_indices"]:
+        pixels = np.round(digits.images[index] * 255 / 16).astype(np.uint8)
+        buffer = io.BytesIO()
+        Image.fromarray(pixels, mode="L").save(buffer, format="PNG")
+        files.append(buffer.getvalue())
+    return files, digits.target[split["test_indices"]]
+
+
+def detector_module() -> ModuleType:
+    """model_repo/digit_detector/build.py, for its held-out scenes and mAP evaluation."""
+    spec = importlib.util.spec_from_file_location("digit_detector_build", MODEL_REPO / "digit_detector" / "build.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -28,6 +28,13 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--exit-timeout-secs", "--exit-timeout", dest="exit_timeout_secs", type=float)
     p.add_argument("--http-max-body-bytes", type=int)
     p.add_argument("--grpc-max-message-bytes", type=int)
+    p.add_argument("--max-inflight-requests", type=int,
+                   help="server-wide cap on requests in flight; more get 503 + Retry-After / UNAVAILABLE")
+    p.add_argument("--max-inflight-bytes", type=int, help="server-wide cap on request bytes held at once")
+    p.add_argument("--max-tensor-elements", type=int, help="elements per request tensor (before decoding)")
+    p.add_argument("--max-bytes-elements", type=int, help="BYTES elements per request tensor")
+    p.add_argument("--max-inputs-per-request", type=int, help="input tensors per request")
+    p.add_argument("--http-max-json-bytes", type=int, help="JSON part of a REST inference body")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
 
 

@@ -64,7 +64,13 @@ class NotFound(FerryError):
 
 
 class Unavailable(FerryError):
+    """Try again later; ``retry_after`` (seconds) becomes the HTTP Retry-After header when set."""
+
     kind = ErrorKind.UNAVAILABLE
+
+    def __init__(self, message: str, kind: ErrorKind | None = None, retry_after: float | None = None) -> None:
+        super().__init__(message, kind)
+        self.retry_after = retry_after
 
 
 class Unimplemented(FerryError):

@@ -14,9 +14,11 @@ from collections.abc import Iterator
 
 import uvicorn
 
+from .api.admission import Admission
 from .api.dataplane import DataPlane
 from .api.grpc import create_grpc_server
 from .api.http import create_http_app
+from .api.limits import Limits
 from .metrics import Metrics
 from .repository.manager import ModelManager
 from .settings import Settings
@@ -45,7 +47,10 @@ class FerryServer:
         )
         self.metrics = Metrics(self.manager.ready_models)
         self.manager.on_loaded = self.metrics.attach
-        self.plane = DataPlane(self.manager)
+        self.plane = DataPlane(
+            self.manager, Admission(settings.max_inflight_requests, settings.max_inflight_bytes),
+            Limits(settings.max_tensor_elements, settings.max_bytes_elements, settings.max_inputs_per_request,
+                   settings.http_max_json_bytes))
         self._stop = asyncio.Event()
         self._http: _UvicornServer | None = None
         self._http_task: asyncio.Task | None = None

@@ -10,25 +10,10 @@ import numpy as np
 import pytest
 import tritonclient.grpc as tgrpc
 from PIL import Image
-from sklearn.datasets import load_digits
 
-from ..conftest import MODEL_REPO
+from ..conftest import detector_module as _detector_module
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
-
-
-@pytest.fixture(scope="module")
-def digit_pngs() -> tuple[list[bytes], np.ndarray]:
-    """The digits classifier's held-out test set written as 8x8 grayscale PNG files."""
-    split = np.load(MODEL_REPO / "digits" / "test_split.npz")
-    digits = load_digits()
-    files = []
-    for index in split["test_indices"]:
-        pixels = np.round(digits.images[index] * 255 / 16).astype(np.uint8)
-        buffer = io.BytesIO()
-        Image.fromarray(pixels, mode="L").save(buffer, format="PNG")
-        files.append(buffer.getvalue())
-    return files, digits.target[split["test_indices"]]
 
 
 def test_classify_endpoint_accuracy(server, digit_pngs) -> None:
@@ -78,16 +63,6 @@ def test_bad_images_get_clear_errors_and_the_server_keeps_serving(server, digit_
         assert response.status_code == 400 and "use /classify" in response.json()["error"]
         response = client.post("/v2/models/digits/classify", content=files[0])
         assert response.status_code == 200
-
-
-def _detector_module():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("digit_detector_build", MODEL_REPO / "digit_detector" / "build.py")
-    module = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_detector_map_through_the_server(server) -> None:

@@ -44,6 +44,16 @@ from .errors import (
     UnavailableError,
     error_from_http_status,
 )
+from .images import (
+    Classification,
+    Detection,
+    ImageLike,
+    image_call_parts,
+    many,
+    parse_classifications,
+    parse_detections,
+    query,
+)
 from .result import InferResult
 
 __all__ = ["AsyncHttpClient", "HttpClient"]
@@ -211,6 +221,7 @@ class _Call:
     headers: dict[str, str] = field(default_factory=dict)
     timeout: Any = _DEFAULT
     retry_unavailable: bool = True  # health checks: a 503 is the answer, not a reason to retry
+    files: list[tuple[str, tuple[str, bytes, str]]] | None = None  # multipart fields
 
 
 def _json_call(path: str, body: Any) -> _Call:
@@ -300,6 +311,15 @@ class _HttpBase:
             text = config if isinstance(config, str) else json.dumps(config)
             body["parameters"] = {"config": text}
         return _json_call(f"/v2/repository/models/{quote(model, safe='')}/load", body)
+
+    @staticmethod
+    def _image_call(task: str, model: str, version: str | int, images: list[bytes], options: dict[str, Any],
+                    timeout: float | None) -> _Call:
+        """POST one image as the raw body, or several as multipart, to /classify or /detect."""
+        content, files = image_call_parts(images)
+        headers = {"Content-Type": "application/octet-stream"} if files is None else {}
+        return _Call("POST", _model_path(model, version) + f"/{task}" + query(options), content, headers,
+                     _DEFAULT if timeout is None else timeout, files=files)
 
     @staticmethod
     def _infer_call(
@@ -417,7 +437,7 @@ class HttpClient(_HttpBase):
         while True:
             try:
                 response = self._client.request(call.method, call.path, content=call.content, headers=call.headers,
-                                                timeout=call.timeout)
+                                                timeout=call.timeout, files=call.files)
             except _RETRYABLE_TRANSPORT as exc:
                 delay = self._retry_delay(call, attempt, None)
                 if delay is None:
@@ -476,6 +496,33 @@ class HttpClient(_HttpBase):
     def unload_model(self, model: str) -> None:
         """POST /v2/repository/models/{model}/unload."""
         _none(self._send(_json_call(f"/v2/repository/models/{quote(model, safe='')}/unload", {})))
+
+    # images
+
+    def classify(self, model: str, images: ImageLike | Sequence[ImageLike], *, top_k: int | None = None,
+                 model_version: str | int = "", timeout: float | None = None,
+                 ) -> list[Classification] | list[list[Classification]]:
+        """POST /classify: top-k classes of one image (a list) or of several (a list per image).
+
+        Images are paths, encoded bytes or PIL images; the server decodes and pre-processes them
+        with the model's own pipeline, and scores are what that pipeline reports (softmax if set).
+        """
+        encoded, single = many(images)
+        call = self._image_call("classify", model, model_version, encoded, {"top_k": top_k}, timeout)
+        results = parse_classifications(_json(self._send(call)))
+        return results[0] if single else results
+
+    def detect(self, model: str, images: ImageLike | Sequence[ImageLike], *, score_threshold: float | None = None,
+               iou_threshold: float | None = None, max_detections: int | None = None,
+               model_version: str | int = "", timeout: float | None = None,
+               ) -> list[Detection] | list[list[Detection]]:
+        """POST /detect: boxes (x1, y1, x2, y2) in original pixels, scores and labels, per image."""
+        encoded, single = many(images)
+        options = {"score_threshold": score_threshold, "iou_threshold": iou_threshold,
+                   "max_detections": max_detections}
+        call = self._image_call("detect", model, model_version, encoded, options, timeout)
+        results = parse_detections(_json(self._send(call)))
+        return results[0] if single else results
 
     # inference
 
@@ -550,7 +597,7 @@ class AsyncHttpClient(_HttpBase):
         while True:
             try:
                 response = await self._client.request(call.method, call.path, content=call.content,
-                                                      headers=call.headers, timeout=call.timeout)
+                                                      headers=call.headers, timeout=call.timeout, files=call.files)
             except _RETRYABLE_TRANSPORT as exc:
                 delay = self._retry_delay(call, attempt, None)
                 if delay is None:
@@ -603,6 +650,33 @@ class AsyncHttpClient(_HttpBase):
     async def unload_model(self, model: str) -> None:
         """POST /v2/repository/models/{model}/unload."""
         _none(await self._send(_json_call(f"/v2/repository/models/{quote(model, safe='')}/unload", {})))
+
+    # images
+
+    async def classify(self, model: str, images: ImageLike | Sequence[ImageLike], *, top_k: int | None = None,
+                 model_version: str | int = "", timeout: float | None = None,
+                 ) -> list[Classification] | list[list[Classification]]:
+        """POST /classify: top-k classes of one image (a list) or of several (a list per image).
+
+        Images are paths, encoded bytes or PIL images; the server decodes and pre-processes them
+        with the model's own pipeline, and scores are what that pipeline reports (softmax if set).
+        """
+        encoded, single = many(images)
+        call = self._image_call("classify", model, model_version, encoded, {"top_k": top_k}, timeout)
+        results = parse_classifications(_json(await self._send(call)))
+        return results[0] if single else results
+
+    async def detect(self, model: str, images: ImageLike | Sequence[ImageLike], *, score_threshold: float | None = None,
+               iou_threshold: float | None = None, max_detections: int | None = None,
+               model_version: str | int = "", timeout: float | None = None,
+               ) -> list[Detection] | list[list[Detection]]:
+        """POST /detect: boxes (x1, y1, x2, y2) in original pixels, scores and labels, per image."""
+        encoded, single = many(images)
+        options = {"score_threshold": score_threshold, "iou_threshold": iou_threshold,
+                   "max_detections": max_detections}
+        call = self._image_call("detect", model, model_version, encoded, options, timeout)
+        results = parse_detections(_json(await self._send(call)))
+        return results[0] if single else results
 
     async def infer(
         self,

@@ -24,6 +24,8 @@ from ..repository.config import TensorSpec
 from ..repository.manager import ModelManager
 from ..repository.model import ModelVersion
 from ..types import InferenceRequest, InferenceResponse, OutputTensor
+from .admission import Admission
+from .limits import Limits
 
 EXTENSIONS = [
     "binary_tensor_data",
@@ -39,8 +41,11 @@ EXTENSIONS = [
 class DataPlane:
     """What the server does, independent of how the request arrived."""
 
-    def __init__(self, manager: ModelManager) -> None:
+    def __init__(self, manager: ModelManager, admission: Admission | None = None,
+                 limits: Limits | None = None) -> None:
         self.manager = manager
+        self.admission = admission or Admission()
+        self.limits = limits or Limits()
         self.started = False
         self.draining = False
         self.start_time = time.time()

@@ -113,8 +113,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     @_rpc
     async def ModelInfer(self, request: pb.ModelInferRequest, context) -> pb.ModelInferResponse:
-        response = await self.plane.infer(decode_infer_request(request))
-        return encode_infer_response(response)
+        with self.plane.admission.admit(_payload_bytes(request)):
+            response = await self.plane.infer(decode_infer_request(request, self.plane.limits))
+            return encode_infer_response(response)
 
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context
@@ -122,13 +123,19 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         """Answer each streamed request in order; an error answers that request, not the stream."""
         async for request in request_iterator:
             try:
-                response = await self.plane.infer(decode_infer_request(request))
+                with self.plane.admission.admit(_payload_bytes(request)):
+                    response = await self.plane.infer(decode_infer_request(request, self.plane.limits))
                 yield pb.ModelStreamInferResponse(infer_response=encode_infer_response(response))
             except FerryError as exc:
                 yield pb.ModelStreamInferResponse(error_message=exc.message)
             except Exception as exc:
                 log.exception("unexpected error in ModelStreamInfer")
                 yield pb.ModelStreamInferResponse(error_message=f"internal error: {exc}")
+
+
+def _payload_bytes(request: pb.ModelInferRequest) -> int:
+    """Bytes a request holds: its raw tensors (typed contents are small by comparison)."""
+    return sum(len(raw) for raw in request.raw_input_contents)
 
 
 def create_grpc_server(plane: DataPlane, address: str, max_message_bytes: int) -> grpc.aio.Server:

@@ -8,10 +8,14 @@ from ferry_client.protocol import grpc_service_pb2 as pb
 
 from ..errors import InvalidArgument
 from ..types import InferenceRequest, InferenceResponse, RequestedOutput
+from .limits import Limits
+
+DEFAULT_LIMITS = Limits()
 
 
-def decode_infer_request(message: pb.ModelInferRequest) -> InferenceRequest:
-    """Decode inputs from raw_input_contents (zero-copy) or typed contents."""
+def decode_infer_request(message: pb.ModelInferRequest, limits: Limits = DEFAULT_LIMITS) -> InferenceRequest:
+    """Decode inputs from raw_input_contents (zero-copy) or typed contents, within ``limits``."""
+    limits.check_input_count(len(message.inputs))
     raw = message.raw_input_contents
     if raw and len(raw) != len(message.inputs):
         raise InvalidArgument(
@@ -24,6 +28,7 @@ def decode_infer_request(message: pb.ModelInferRequest) -> InferenceRequest:
             if tensor.name in inputs:
                 raise InvalidArgument(f"input '{tensor.name}' appears more than once")
             shape = list(tensor.shape)
+            limits.check_tensor(tensor.name, tensor.datatype, shape)
             if raw:
                 array = tensor_from_bytes(tensor.name, tensor.datatype, shape, raw[index])
             else:

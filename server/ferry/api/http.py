@@ -56,6 +56,12 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return decompress(body, request.headers.get("content-encoding"), limit)
 
 
+def _declared_length(request: Request) -> int:
+    """The body size the client announced (0 when chunked; the body limit still bounds it)."""
+    declared = request.headers.get("content-length", "")
+    return int(declared) if declared.isdigit() else 0
+
+
 async def _json_body(request: Request, limit: int) -> dict[str, Any]:
     body = await _read_body(request, limit)
     if not body.strip():
@@ -99,7 +105,11 @@ def create_http_app(plane: DataPlane, max_body_bytes: int = 256 * 1024 * 1024) -
 
     @app.exception_handler(FerryError)
     async def _ferry_error(_: Request, exc: FerryError) -> Response:
-        return error_response(exc.message, exc.http_status)
+        response = error_response(exc.message, exc.http_status)
+        retry_after = getattr(exc, "retry_after", None)
+        if retry_after is not None:
+            response.headers["Retry-After"] = str(max(1, round(retry_after)))
+        return response
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_: Request, exc: StarletteHTTPException) -> Response:
@@ -157,12 +167,15 @@ def create_http_app(plane: DataPlane, max_body_bytes: int = 256 * 1024 * 1024) -
     @app.post("/v2/models/{model}/infer")
     @app.post("/v2/models/{model}/versions/{version}/infer")
     async def infer(model: str, request: Request, version: str = "") -> Response:
-        body = await _read_body(request, max_body_bytes)
-        infer_request = decode_infer_request(model, version, body, request.headers.get(HEADER_LENGTH))
-        response = await _unless_disconnected(request, plane.infer(infer_request))
-        if response is None:
-            return Response(status_code=499)  # the caller is gone; nobody reads this
-        payload, header_length = encode_infer_response(response)
+        with plane.admission.admit(_declared_length(request)):
+            body = await _read_body(request, max_body_bytes)
+            infer_request = decode_infer_request(model, version, body, request.headers.get(HEADER_LENGTH),
+                                                 plane.limits)
+            del body  # the tensors are views of it where possible; drop the name early
+            response = await _unless_disconnected(request, plane.infer(infer_request))
+            if response is None:
+                return Response(status_code=499)  # the caller is gone; nobody reads this
+            payload, header_length = encode_infer_response(response)
         if header_length is None:
             return Response(payload, media_type=JSON)
         return Response(payload, media_type="application/octet-stream",
@@ -195,8 +208,9 @@ def create_http_app(plane: DataPlane, max_body_bytes: int = 256 * 1024 * 1024) -
     @app.post("/v2/models/{model}/versions/{version}/classify", openapi_extra=image_body)
     async def classify(model: str, request: Request, version: str = "", top_k: int | None = None) -> Response:
         """Classify one image (raw body) or several (multipart): top-k labels and scores per image."""
-        served, results = await plane.run_images(model, version, await _images(request), "classify",
-                                                 {"top_k": top_k})
+        with plane.admission.admit(_declared_length(request)):
+            served, results = await plane.run_images(model, version, await _images(request), "classify",
+                                                     {"top_k": top_k})
         return json_response({"model_name": served.name, "model_version": str(served.version),
                               "results": [{"classes": r} for r in results]})
 
@@ -205,9 +219,11 @@ def create_http_app(plane: DataPlane, max_body_bytes: int = 256 * 1024 * 1024) -
     async def detect(model: str, request: Request, version: str = "", score_threshold: float | None = None,
                      iou_threshold: float | None = None, max_detections: int | None = None) -> Response:
         """Detect objects in one or several images: boxes in original pixels, labels and scores."""
-        served, results = await plane.run_images(
-            model, version, await _images(request), "detect",
-            {"score_threshold": score_threshold, "iou_threshold": iou_threshold, "max_detections": max_detections})
+        with plane.admission.admit(_declared_length(request)):
+            served, results = await plane.run_images(
+                model, version, await _images(request), "detect",
+                {"score_threshold": score_threshold, "iou_threshold": iou_threshold,
+                 "max_detections": max_detections})
         return json_response({"model_name": served.name, "model_version": str(served.version), "results": [
             {"detections": [{"box": [round(v, 2) for v in d.box], "score": d.score, "class_id": d.class_id,
                              "label": d.label} for d in image]} for image in results]})

@@ -9,6 +9,9 @@ from ferry_client.codec import CodecError, join_body, read_tensors, split_body, 
 
 from ..errors import InvalidArgument, PayloadTooLarge
 from ..types import InferenceRequest, InferenceResponse, RequestedOutput
+from .limits import Limits
+
+DEFAULT_LIMITS = Limits()
 
 
 def decompress(body: bytes, encoding: str | None, limit: int) -> bytes:
@@ -31,9 +34,11 @@ def decompress(body: bytes, encoding: str | None, limit: int) -> bytes:
 
 
 def decode_infer_request(
-    model_name: str, model_version: str, body: bytes, header_length: str | None
+    model_name: str, model_version: str, body: bytes, header_length: str | None, limits: Limits = DEFAULT_LIMITS
 ) -> InferenceRequest:
-    """Build an InferenceRequest from a V2 JSON (+ binary) body."""
+    """Build an InferenceRequest from a V2 JSON (+ binary) body, within ``limits``."""
+    json_size = len(body) if not header_length else int(header_length) if header_length.isdigit() else 0
+    limits.check_json_size(json_size)
     try:
         header, blob = split_body(body, header_length)
         parameters = header.get("parameters") or {}
@@ -41,6 +46,7 @@ def decode_infer_request(
             raise CodecError("'parameters' must be a JSON object")
         if "inputs" not in header:
             raise CodecError("request has no 'inputs'")
+        _check_entries(header["inputs"], limits)
         decoded = read_tensors(header["inputs"], blob, "inputs")
     except CodecError as exc:
         raise InvalidArgument(str(exc)) from None
@@ -63,6 +69,16 @@ def decode_infer_request(
         outputs=_requested_outputs(header.get("outputs")),
         parameters=parameters,
     )
+
+
+def _check_entries(entries: Any, limits: Limits) -> None:
+    """Apply the limits to the declared inputs; malformed entries are left to the codec's errors."""
+    if not isinstance(entries, list):
+        return
+    limits.check_input_count(len(entries))
+    for entry in entries:
+        if isinstance(entry, dict) and isinstance(entry.get("shape"), list):
+            limits.check_tensor(str(entry.get("name")), str(entry.get("datatype")), entry["shape"])
 
 
 def _requested_outputs(entries: Any) -> list[RequestedOutput] | None:

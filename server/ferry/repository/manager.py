@@ -21,6 +21,7 @@ from ..errors import FerryError, InvalidArgument, ModelLoadError, NotFound, Unav
 from ..scheduling import Scheduler, SchedulingPolicy
 from ..statistics import ModelStats
 from .config import CONFIG_FILENAME, parse_config_json, read_config_file
+from .memory import release_free_memory
 from .model import ModelVersion, load_version
 from .versions import select_versions, versions_on_disk
 
@@ -312,6 +313,8 @@ class ModelManager:
         if model.scheduler is not None:
             await model.scheduler.stop(timeout)
         await asyncio.to_thread(model.close)
+        status.model = None  # nothing keeps the closed version's buffers alive
+        await asyncio.to_thread(release_free_memory)
 
     # --- poll mode ------------------------------------------------------------------------------
 

@@ -158,7 +158,7 @@ class Scheduler:
             self.stats.record_failure(0, "REJECTED")
             raise Unavailable(
                 f"request for model '{self.name}' rejected: exceeds maximum queue size "
-                f"({queue_policy.max_queue_size} at priority level {level})"
+                f"({queue_policy.max_queue_size} at priority level {level})", retry_after=1
             )
         loop = asyncio.get_running_loop()
         pending = Pending(inputs, outputs, batch_size if self._batched else 1,

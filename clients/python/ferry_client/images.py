@@ -1,0 +1,114 @@
+"""Images in, typed answers out: the shared part of the ``classify()`` / ``detect()`` helpers.
+
+Callers pass what they have (a path, encoded bytes, or a PIL image); the server decodes and
+pre-processes with the model's own pipeline, so the client never needs Pillow itself.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import InvalidArgumentError, ServerError
+
+ImageLike = str | os.PathLike | bytes | bytearray | memoryview | Any  # Any: a PIL.Image.Image
+
+
+@dataclass(frozen=True)
+class Classification:
+    """One of an image's top-k classes."""
+
+    index: int
+    score: float
+    label: str | None = None
+
+
+@dataclass(frozen=True)
+class Detection:
+    """One detected object; ``box`` is (x1, y1, x2, y2) in the original image's pixels."""
+
+    box: tuple[float, float, float, float]
+    score: float
+    class_id: int
+    label: str | None = None
+
+
+def image_bytes(image: ImageLike) -> bytes:
+    """Encoded bytes of one image; PIL images are sent as PNG (lossless)."""
+    if isinstance(image, (bytes, bytearray, memoryview)):
+        data = bytes(image)
+    elif isinstance(image, (str, os.PathLike)):
+        try:
+            with open(image, "rb") as handle:
+                data = handle.read()
+        except OSError as exc:
+            raise InvalidArgumentError(f"cannot read image {os.fspath(image)!r}: {exc.strerror or exc}") from None
+    elif hasattr(image, "save") and hasattr(image, "mode"):
+        buffer = io.BytesIO()
+        image.save(buffer, format="PNG")
+        data = buffer.getvalue()
+    else:
+        raise InvalidArgumentError(f"an image must be a path, bytes or a PIL image, not {type(image).__name__}")
+    if not data:
+        raise InvalidArgumentError("empty image")
+    return data
+
+
+def many(images: ImageLike | Sequence[ImageLike]) -> tuple[list[bytes], bool]:
+    """All images as bytes, and whether the caller passed a single image (not a list)."""
+    if isinstance(images, (list, tuple)):
+        if not images:
+            raise InvalidArgumentError("no images given")
+        return [image_bytes(image) for image in images], False
+    return [image_bytes(images)], True
+
+
+def _results(document: Any, key: str) -> list[list[dict[str, Any]]]:
+    try:
+        return [entry[key] for entry in document["results"]]
+    except (KeyError, TypeError) as exc:
+        raise ServerError(f"malformed {key} response: missing {exc}") from None
+
+
+def parse_classifications(document: Any) -> list[list[Classification]]:
+    """The /classify response as one list of classes per image."""
+    return [[Classification(int(c["index"]), float(c["score"]), c.get("label")) for c in image]
+            for image in _results(document, "classes")]
+
+
+def parse_detections(document: Any) -> list[list[Detection]]:
+    """The /detect response as one list of detections per image."""
+    return [[Detection(tuple(float(v) for v in d["box"]), float(d["score"]), int(d["class_id"]),  # type: ignore[arg-type]
+                       d.get("label")) for d in image]
+            for image in _results(document, "detections")]
+
+
+def parse_classification_strings(values: Sequence[Any]) -> list[Classification]:
+    """Top-k from the classification extension's ``score:index[:label]`` strings."""
+    classes = []
+    for value in values:
+        text = value.decode("utf-8") if isinstance(value, bytes) else str(value)
+        parts = text.split(":", 2)
+        try:
+            classes.append(Classification(int(parts[1]), float(parts[0]), parts[2] if len(parts) > 2 else None))
+        except (IndexError, ValueError):
+            raise ServerError(f"malformed classification string {text!r}") from None
+    return classes
+
+
+def image_call_parts(images: list[bytes]) -> tuple[bytes | None, list[tuple[str, tuple[str, bytes, str]]] | None]:
+    """One image goes as the raw body; several as multipart ``images`` fields."""
+    if len(images) == 1:
+        return images[0], None
+    return None, [("images", (f"image{i}", data, "application/octet-stream")) for i, data in enumerate(images)]
+
+
+def query(options: dict[str, Any]) -> str:
+    """Query string of the options that are set."""
+    from urllib.parse import urlencode
+
+    present = {key: value for key, value in options.items() if value is not None}
+    return "?" + urlencode(present) if present else ""
