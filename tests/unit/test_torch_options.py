@@ -4,6 +4,7 @@ buckets, pinned memory, and the errors for values that mean nothing."""
 from __future__ import annotations
 
 import re
+import sys
 
 import pytest
 from google.protobuf import text_format
@@ -74,3 +75,13 @@ def test_platform_names() -> None:
 def test_platform_from_the_model_file(tmp_path) -> None:
     (tmp_path / "model.pt").write_bytes(b"")
     assert platform_for_file(tmp_path) == "pytorch_libtorch"
+
+
+def test_without_torch_the_platform_fails_to_load_with_the_install_hint(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ferry.backends.registry import backend_for
+
+    for name in ("torch", "ferry.backends.pytorch", "ferry.backends.torch_loading", "ferry.backends.cuda_graphs"):
+        monkeypatch.setitem(sys.modules, name, None)  # as if torch were not installed
+    hint = re.escape("platform 'pytorch_libtorch' needs torch") + r".*pip install 'ferry\[torch\]'"
+    with pytest.raises(ModelLoadError, match=hint):
+        backend_for("pytorch_libtorch")
