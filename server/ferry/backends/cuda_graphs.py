@@ -30,6 +30,7 @@ class CudaGraphs:
         largest = self.buckets[-1]
         self.static_inputs = [torch.zeros((largest, *dims), dtype=dtype, device=device) for dims, dtype in inputs]
         self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, dict[str, torch.Tensor]]] = {}
+        stream.wait_stream(torch.cuda.current_stream(device))  # the inputs were zeroed on the current stream
         pool = None
         for size in reversed(self.buckets):  # largest first: later captures reuse its pool blocks
             # Warm up this very shape on the capture stream just before capturing it: cuDNN/cuBLAS

@@ -65,6 +65,8 @@ class PyTorchInstance:
             self._output_order = loaded.output_order
             self._batched = config.max_batch_size > 0
             self._stream = torch.cuda.Stream(self._device) if self._cuda else None
+            if self._cuda:
+                torch.cuda.synchronize(self._device)  # weights were copied on the default stream
             self._staging: dict[str, torch.Tensor] = {}
             if self._cuda and self.options.pinned_input:
                 self._preallocate(max(1, config.max_batch_size))

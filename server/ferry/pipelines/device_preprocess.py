@@ -49,6 +49,8 @@ class DevicePreprocessor:
         self._gain = (spec.scale / std).view(-1, 1, 1).to(self.device)
         self._bias = (-torch.tensor(spec.mean, dtype=torch.float32) / std).view(-1, 1, 1).to(self.device)
         self._pad = float(round(spec.pad_value)) if spec.datatype == "UINT8" else spec.pad_value
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)  # gain and bias were copied on the default stream
 
     def __call__(self, images: Sequence[np.ndarray], placements: Sequence[Placement]) -> np.ndarray:
         """``images``: (H, W, C) uint8 pixels in the spec's colour mode (RGB or L); one placement each."""
