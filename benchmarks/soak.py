@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -112,8 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         started = time.monotonic()
         rss_start = process.memory_info().rss
         header = ("| minute | " + " | ".join(f"{s.name} ok / err / p50 / p99 ms" for s in STREAMS)
-                  + " | server RSS MiB |")
-        rows += [header, "|" + "---|" * (len(STREAMS) + 2)]
+                  + " | server RSS MiB | load avg |")
+        rows += [header, "|" + "---|" * (len(STREAMS) + 3)]
         print(header, flush=True)
         interval = 0
         while time.monotonic() - started < args.minutes * 60:
@@ -138,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
                 p50, p99 = (np.percentile(values, [50, 99]) / 1e3) if values.size else (float("nan"),) * 2
                 cells.append(f"{values.size} / {errors[stream.name]} / {p50:.1f} / {p99:.1f}")
             rss = process.memory_info().rss / 2**20
-            row = f"| {interval * args.interval / 60:.1f} | " + " | ".join(cells) + f" | {rss:.0f} |"
+            row = (f"| {interval * args.interval / 60:.1f} | " + " | ".join(cells)
+                   + f" | {rss:.0f} | {os.getloadavg()[0]:.1f} |")
             rows.append(row)
             print(row, flush=True)
         for conn in conns:

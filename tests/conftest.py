@@ -8,6 +8,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -64,23 +65,27 @@ class RunningServer:
 
 
 def start_server(repository: Path, log_path: Path, *extra: str, wait_ready: bool = True,
-                 timeout: float = 60) -> RunningServer:
-    """Start ``ferry serve`` on free ports and wait until /v2/health/ready answers 200."""
+                 timeout: float = 60, env: dict[str, str] | None = None, probe_tls: ssl.SSLContext | None = None,
+                 probe_headers: dict[str, str] | None = None) -> RunningServer:
+    """Start ``ferry serve`` on free ports and wait until /v2/health/ready answers 200.
+
+    A server started with TLS or auth needs ``probe_tls`` / ``probe_headers`` for that wait."""
     http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
     cmd = [sys.executable, "-m", "ferry", "serve", "--model-repository", str(repository), "--host", "127.0.0.1",
            "--http-port", str(http_port), "--grpc-port", str(grpc_port), "--metrics-port", str(metrics_port),
            *extra]
     log_file = open(log_path, "wb")  # noqa: SIM115 - closed with the process
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     process = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env)
     server = RunningServer(process, http_port, grpc_port, metrics_port, repository, log_path)
     deadline = time.monotonic() + timeout
-    url = f"http://127.0.0.1:{http_port}/v2/health/{'ready' if wait_ready else 'live'}"
+    url = f"{'https' if probe_tls else 'http'}://127.0.0.1:{http_port}/v2/health/{'ready' if wait_ready else 'live'}"
+    probe = urllib.request.Request(url, headers=probe_headers or {})
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"server exited with {process.returncode}:\n{server.log()}")
         try:
-            with urllib.request.urlopen(url, timeout=1) as response:
+            with urllib.request.urlopen(probe, timeout=1, context=probe_tls) as response:
                 if response.status == 200:
                     return server
         except OSError:

@@ -19,8 +19,10 @@ from .api.dataplane import DataPlane
 from .api.grpc import create_grpc_server
 from .api.http import create_http_app
 from .api.limits import Limits
+from .dashboard import mount_dashboard
 from .metrics import Metrics
 from .repository.manager import ModelManager
+from .security import SecurityConfigError, ServerSecurity
 from .settings import Settings
 
 log = logging.getLogger("ferry")
@@ -39,6 +41,7 @@ class FerryServer:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self.security = ServerSecurity.from_settings(settings)
         self.manager = ModelManager(
             settings.model_repository,
             control_mode=settings.model_control_mode,
@@ -65,19 +68,25 @@ class FerryServer:
         s = self.settings
         if s.http_port:
             app = create_http_app(self.plane, s.http_max_body_bytes)
+            if s.dashboard:
+                mount_dashboard(app, self.plane, self.metrics.registry)
+            app = self.security.http_app(app)
             config = uvicorn.Config(app, host=s.host, port=s.http_port, log_level="warning", access_log=False,
-                                    lifespan="off", timeout_graceful_shutdown=max(1, int(s.exit_timeout_secs)))
+                                    lifespan="off", timeout_graceful_shutdown=max(1, int(s.exit_timeout_secs)),
+                                    **self.security.uvicorn_options())
             self._http = _UvicornServer(config)
             self._http_task = asyncio.create_task(self._http.serve(), name="http")
         if s.metrics_port:
             from prometheus_client import make_asgi_app
 
-            config = uvicorn.Config(make_asgi_app(self.metrics.registry), host=s.host, port=s.metrics_port,
+            config = uvicorn.Config(self.security.metrics_app(make_asgi_app(self.metrics.registry)),
+                                    host=s.host, port=s.metrics_port,
                                     log_level="warning", access_log=False, lifespan="off")
             self._metrics_http = _UvicornServer(config)
             self._metrics_task = asyncio.create_task(self._metrics_http.serve(), name="metrics")
         if s.grpc_port:
-            self._grpc = create_grpc_server(self.plane, f"{s.host}:{s.grpc_port}", s.grpc_max_message_bytes)
+            self._grpc = create_grpc_server(self.plane, f"{s.host}:{s.grpc_port}", s.grpc_max_message_bytes,
+                                            self.security.grpc_interceptors(), self.security.grpc_credentials())
             await self._grpc.start()
         await self.manager.start()
         if self._http is not None:
@@ -86,8 +95,8 @@ class FerryServer:
                     raise OSError(f"REST server on {s.host}:{s.http_port} stopped at start-up")
                 await asyncio.sleep(0.01)
         self.plane.started = True
-        log.info("ferry ready: REST %s:%d, gRPC %s:%d, repository %s (%s mode)", s.host, s.http_port, s.host,
-                 s.grpc_port, self.manager.repository, s.model_control_mode.value)
+        log.info("ferry ready: REST %s:%d, gRPC %s:%d, repository %s (%s mode), %s", s.host, s.http_port, s.host,
+                 s.grpc_port, self.manager.repository, s.model_control_mode.value, self.security.describe())
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -128,6 +137,9 @@ def serve(settings: Settings) -> None:
         pass
     try:
         asyncio.run(FerryServer(settings).run())
+    except SecurityConfigError as exc:
+        log.error("cannot start: %s", exc)
+        raise SystemExit(2) from None
     except OSError as exc:
         log.error("cannot start: %s", exc)
         raise SystemExit(1) from None

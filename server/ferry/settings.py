@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .repository.manager import ControlMode
@@ -29,6 +29,7 @@ class Settings(BaseSettings):
     exit_timeout_secs: float = Field(30.0, ge=0, description="time allowed to drain at shutdown")
     http_max_body_bytes: int = Field(256 * MIB, gt=0, description="largest accepted REST body")
     grpc_max_message_bytes: int = Field(256 * MIB, gt=0, description="largest gRPC message")
+    dashboard: bool = Field(True, description="serve the web dashboard at / on the REST port")
     max_inflight_requests: int = Field(
         1024, ge=0, description="requests received, queued or running at once; more get 503/UNAVAILABLE (0 = no cap)")
     max_inflight_bytes: int = Field(
@@ -38,3 +39,13 @@ class Settings(BaseSettings):
     max_inputs_per_request: int = Field(128, gt=0, description="input tensors per request")
     http_max_json_bytes: int = Field(64 * MIB, gt=0, description="JSON part of a REST inference body")
     log_level: str = Field("info", description="debug | info | warning | error")
+
+    # --- security (see README "Security") ---------------------------------------------------------
+    auth_token_file: Path | None = Field(None, description="file of accepted bearer tokens (one per line, # comments)")
+    # Environment only (FERRY_AUTH_TOKENS, comma or space separated): a flag would show tokens in `ps`.
+    auth_tokens: SecretStr | None = Field(None, description="accepted bearer tokens")
+    auth_public_health: bool = Field(False, description="health and readiness checks need no token")
+    auth_metrics: bool = Field(False, description="the metrics port needs a bearer token too")
+    tls_cert: Path | None = Field(None, description="PEM server certificate (chain) for REST and gRPC")
+    tls_key: Path | None = Field(None, description="PEM private key of --tls-cert")
+    tls_client_ca: Path | None = Field(None, description="PEM CA bundle; clients must present a certificate it signed")

@@ -61,6 +61,14 @@ async def submit(s: Scheduler, value: float, rows: int = 1, width: int = 3, **kw
     return await s.submit(request(value, rows, width), ["y"], rows, **kwargs)
 
 
+async def until(condition, timeout: float = 10.0) -> None:
+    """Wait for a scheduler state instead of guessing how long a loaded machine takes to get there."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
+        await asyncio.sleep(0.001)
+
+
 async def wait_started(instance: GatedInstance) -> None:
     while not instance.started.is_set():
         await asyncio.sleep(0.001)
@@ -248,8 +256,9 @@ async def test_delay_action_moves_timed_out_requests_behind() -> None:
     await wait_started(fake)
     late = asyncio.create_task(submit(s, 1))
     await asyncio.sleep(0.15)  # its timeout passes: DELAY keeps it, behind newer requests
+    await until(lambda: any(p.delayed for q in s._queues.values() for p in q))
     fresh = asyncio.create_task(submit(s, 2))
-    await asyncio.sleep(0.01)
+    await until(lambda: any(p.queued and not p.delayed for q in s._queues.values() for p in q))
     fake.gate.set()
     await asyncio.gather(running, late, fresh)
     assert [float(b[0, 0]) for b in fake.batches] == [0.0, 2.0, 1.0]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -20,6 +20,7 @@ from ferry_client.protocol import grpc_service_pb2_grpc as pb_grpc
 from ..errors import FerryError, InvalidArgument
 from .dataplane import DataPlane
 from .grpc_codec import decode_infer_request, encode_infer_response
+from .grpc_decode import DecodeErrorInterceptor
 
 log = logging.getLogger(__name__)
 
@@ -138,9 +139,12 @@ def _payload_bytes(request: pb.ModelInferRequest) -> int:
     return sum(len(raw) for raw in request.raw_input_contents)
 
 
-def create_grpc_server(plane: DataPlane, address: str, max_message_bytes: int) -> grpc.aio.Server:
-    """A grpc.aio server bound to ``address`` with generous message limits."""
+def create_grpc_server(plane: DataPlane, address: str, max_message_bytes: int,
+                       interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+                       credentials: grpc.ServerCredentials | None = None) -> grpc.aio.Server:
+    """A grpc.aio server bound to ``address`` with generous message limits (TLS when given credentials)."""
     server = grpc.aio.server(
+        interceptors=[*interceptors, DecodeErrorInterceptor()],
         options=[
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes),
@@ -149,7 +153,10 @@ def create_grpc_server(plane: DataPlane, address: str, max_message_bytes: int) -
     )
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(plane), server)
     try:
-        port = server.add_insecure_port(address)
+        if credentials is None:
+            port = server.add_insecure_port(address)
+        else:
+            port = server.add_secure_port(address, credentials)
     except RuntimeError:
         port = 0
     if port == 0:

@@ -22,6 +22,7 @@ from ..errors import FerryError, InvalidArgument, PayloadTooLarge
 from ..repository.config import config_to_dict
 from .dataplane import DataPlane
 from .http_codec import decode_infer_request, decompress, encode_infer_response
+from .openapi import INDEX_BODY, INFER_BODY, LOAD_BODY, UNLOAD_BODY
 
 log = logging.getLogger(__name__)
 
@@ -164,8 +165,8 @@ def create_http_app(plane: DataPlane, max_body_bytes: int = 256 * 1024 * 1024) -
 
     # --- inference --------------------------------------------------------------------------
 
-    @app.post("/v2/models/{model}/infer")
-    @app.post("/v2/models/{model}/versions/{version}/infer")
+    @app.post("/v2/models/{model}/infer", openapi_extra=INFER_BODY)
+    @app.post("/v2/models/{model}/versions/{version}/infer", openapi_extra=INFER_BODY)
     async def infer(model: str, request: Request, version: str = "") -> Response:
         with plane.admission.admit(_declared_length(request)):
             body = await _read_body(request, max_body_bytes)
@@ -230,7 +231,7 @@ def create_http_app(plane: DataPlane, max_body_bytes: int = 256 * 1024 * 1024) -
 
     # --- repository -------------------------------------------------------------------------
 
-    @app.post("/v2/repository/index")
+    @app.post("/v2/repository/index", openapi_extra=INDEX_BODY)
     async def repository_index(request: Request) -> Response:
         body = await _json_body(request, max_body_bytes)
         ready = body.get("ready", False)
@@ -238,7 +239,7 @@ def create_http_app(plane: DataPlane, max_body_bytes: int = 256 * 1024 * 1024) -
             raise InvalidArgument("'ready' must be true or false")
         return json_response(plane.repository_index(ready_only=ready))
 
-    @app.post("/v2/repository/models/{model}/load")
+    @app.post("/v2/repository/models/{model}/load", openapi_extra=LOAD_BODY)
     async def load_model(model: str, request: Request) -> Response:
         body = await _json_body(request, max_body_bytes)
         parameters = body.get("parameters") or {}
@@ -253,7 +254,7 @@ def create_http_app(plane: DataPlane, max_body_bytes: int = 256 * 1024 * 1024) -
         await plane.load_model(model, config)
         return Response(status_code=200)
 
-    @app.post("/v2/repository/models/{model}/unload")
+    @app.post("/v2/repository/models/{model}/unload", openapi_extra=UNLOAD_BODY)
     async def unload_model(model: str, request: Request) -> Response:
         await _json_body(request, max_body_bytes)
         await plane.unload_model(model)

@@ -9,16 +9,21 @@ from __future__ import annotations
 
 import ctypes
 import logging
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 
+from ferry_client.codec import numpy_dtype
 from ferry_client.protocol import model_config_pb2 as mc
 
 from ..errors import InvalidArgument, ModelLoadError
+from ..repository.paths import inside
 from .base import InstanceSpec, ModelIO, TensorInfo, config_parameter
+from .batch_profile import batch_profile, profile_option_strings
 
 log = logging.getLogger(__name__)
 
@@ -57,53 +62,100 @@ def _tensor_info(node: Any) -> TensorInfo:
     )
 
 
-def _tensorrt_options(accelerator: Any, model_dir: Path, device_id: int) -> dict[str, Any]:
-    """TensorRT EP options from Triton-style accelerator parameters, caches in the model dir."""
+# Triton's ORT backend takes cudnn_conv_algo_search as 0/1/2; ONNX Runtime wants the names.
+_CUDNN_ALGO_SEARCH = {"0": "EXHAUSTIVE", "1": "HEURISTIC", "2": "DEFAULT"}
+
+
+def _tensorrt_options(accelerator: Any, model_dir: Path, device_id: int, config: mc.ModelConfig,
+                      input_dims: Mapping[str, Sequence[int]] | None) -> dict[str, Any]:
+    """TensorRT EP options from Triton-style accelerator parameters, caches in the model dir.
+
+    Without explicit ``trt_profile_*_shapes``, the profile spans batch 1..max_batch_size with the
+    largest preferred batch as the optimum (``batch_profile``), so TensorRT builds one engine for
+    every batch the scheduler can form instead of rebuilding when a new batch size appears.
+    """
     params = dict(accelerator.parameters)
     precision = params.get("precision_mode", "FP32").upper()
-    cache_dir = model_dir / "trt_cache"
     options: dict[str, Any] = {
         "device_id": device_id,
         "trt_fp16_enable": precision in ("FP16", "INT8"),
         "trt_int8_enable": precision == "INT8",
         "trt_engine_cache_enable": params.get("trt_engine_cache_enable", "true").lower() == "true",
-        "trt_engine_cache_path": params.get("trt_engine_cache_path", str(cache_dir)),
+        # Cache paths from the config (which the load API can replace) must stay in the model directory.
+        "trt_engine_cache_path": str(inside(model_dir, params.get("trt_engine_cache_path", "trt_cache"),
+                                            "trt_engine_cache_path")),
         "trt_timing_cache_enable": True,
-        "trt_timing_cache_path": params.get("trt_timing_cache_path", str(cache_dir)),
+        "trt_timing_cache_path": str(inside(model_dir, params.get("trt_timing_cache_path", "trt_cache"),
+                                            "trt_timing_cache_path")),
     }
     if "max_workspace_size_bytes" in params:
         options["trt_max_workspace_size"] = int(params["max_workspace_size_bytes"])
-    for key in ("trt_profile_min_shapes", "trt_profile_opt_shapes", "trt_profile_max_shapes"):
-        if key in params:
-            options[key] = params[key]
+    explicit = {key: params[key] for key in ("trt_profile_min_shapes", "trt_profile_opt_shapes",
+                                             "trt_profile_max_shapes") if key in params}
+    if explicit:
+        options.update(explicit)
+    elif config.max_batch_size > 0 and input_dims:
+        try:
+            options.update(profile_option_strings(batch_profile(config, input_dims)))
+        except ModelLoadError as exc:  # variable non-batch dims: let the provider handle shapes itself
+            log.info("model '%s': no TensorRT profile from the config: %s", config.name, exc)
+    return options
+
+
+def static_shapes(config: mc.ModelConfig, input_dims: Mapping[str, Sequence[int]] | None) -> bool:
+    """Every request has the same input shapes: no batch dimension and no variable dims."""
+    return config.max_batch_size == 0 and bool(input_dims) and all(
+        d >= 0 for dims in (input_dims or {}).values() for d in dims)
+
+
+def _cuda_options(config: mc.ModelConfig, device_id: int,
+                  input_dims: Mapping[str, Sequence[int]] | None) -> dict[str, Any]:
+    """CUDA EP options: device, cuDNN convolution algorithm search, and CUDA graphs.
+
+    ``optimization { cuda { graphs: true } }`` turns on CUDA graph capture only when shapes are
+    static, because a captured graph replays fixed shapes at fixed addresses.
+    """
+    options: dict[str, Any] = {"device_id": device_id}
+    search = config_parameter(config, "cudnn_conv_algo_search")
+    if search:
+        value = _CUDNN_ALGO_SEARCH.get(search.strip(), search.strip().upper())
+        if value not in _CUDNN_ALGO_SEARCH.values():
+            raise ModelLoadError(f"parameter cudnn_conv_algo_search '{search}': use EXHAUSTIVE (0), HEURISTIC (1) "
+                                 "or DEFAULT (2)")
+        options["cudnn_conv_algo_search"] = value
+    if config.optimization.cuda.graphs:
+        if static_shapes(config, input_dims):
+            options["enable_cuda_graph"] = True
+        else:
+            log.warning("model '%s': optimization.cuda.graphs needs static shapes (max_batch_size 0 and fixed dims); "
+                        "CUDA graphs stay off", config.name)
     return options
 
 
 def choose_providers(
-    config: mc.ModelConfig, spec: InstanceSpec, model_dir: Path, available: list[str]
+    config: mc.ModelConfig, spec: InstanceSpec, model_dir: Path, available: list[str],
+    input_dims: Mapping[str, Sequence[int]] | None = None,
 ) -> list[tuple[str, dict[str, Any]]]:
     """Execution providers for one instance, best first, CPU always last as the fallback.
 
     A GPU instance (KIND_GPU) must get a GPU provider; when none is installed that is a load
     error rather than a silent CPU fallback, because the user asked for the GPU explicitly.
+    ``input_dims`` (without the batch dimension) feed the TensorRT profile and the CUDA graph check.
     """
     wanted: list[tuple[str, dict[str, Any]]] = []
     accelerators = config.optimization.execution_accelerators
     if spec.kind == "GPU":
+        cuda_options = _cuda_options(config, spec.device_id, input_dims)
         for accelerator in accelerators.gpu_execution_accelerator:
             name = accelerator.name.lower()
             if name == "tensorrt":
-                wanted.append(
-                    ("TensorrtExecutionProvider", _tensorrt_options(accelerator, model_dir, spec.device_id))
-                )
+                wanted.append(("TensorrtExecutionProvider",
+                               _tensorrt_options(accelerator, model_dir, spec.device_id, config, input_dims)))
             elif name == "cuda":
-                wanted.append(("CUDAExecutionProvider", {"device_id": spec.device_id}))
+                wanted.append(("CUDAExecutionProvider", cuda_options))
             else:
                 log.warning("model '%s': unknown GPU execution accelerator '%s' ignored",
                             config.name, accelerator.name)
-        cuda_options: dict[str, Any] = {"device_id": spec.device_id}
-        if config_parameter(config, "cudnn_conv_algo_search"):
-            cuda_options["cudnn_conv_algo_search"] = config_parameter(config, "cudnn_conv_algo_search")
         if not any(name == "CUDAExecutionProvider" for name, _ in wanted):
             wanted.append(("CUDAExecutionProvider", cuda_options))
     for accelerator in accelerators.cpu_execution_accelerator:
@@ -125,6 +177,64 @@ def choose_providers(
     return chosen
 
 
+def input_dims_of(config: mc.ModelConfig, model_file: Path) -> dict[str, list[int]]:
+    """Input dims without the batch dimension: from the config when it declares them, else from the
+    ONNX graph (read without weights), -1 for anything variable."""
+    if config.input and all(tensor.dims for tensor in config.input):
+        return {tensor.name: list(tensor.dims) for tensor in config.input}
+    try:
+        graph = onnx.load(str(model_file), load_external_data=False).graph
+    except Exception:  # an unreadable model fails with a better message when the session loads it
+        return {}
+    initializers = {init.name for init in graph.initializer}
+    dims: dict[str, list[int]] = {}
+    for value in graph.input:
+        if value.name in initializers:
+            continue
+        shape = [d.dim_value if d.HasField("dim_value") else -1 for d in value.type.tensor_type.shape.dim]
+        dims[value.name] = shape[1:] if config.max_batch_size > 0 else shape
+    return dims
+
+
+class FixedBindingRunner:
+    """Runs a session through IOBinding with inputs and outputs at fixed addresses on its device.
+
+    CUDA graphs replay captured kernels on the very buffers they were captured with, so each
+    request's data is copied into the same pre-allocated OrtValues rather than handed over afresh.
+    """
+
+    def __init__(self, session: ort.InferenceSession, device: str, device_id: int) -> None:
+        self._session = session
+        self._binding = session.io_binding()
+        self._inputs: dict[str, ort.OrtValue] = {}
+        self._outputs: dict[str, ort.OrtValue] = {}
+        for node in session.get_inputs():
+            value = ort.OrtValue.ortvalue_from_shape_and_type(node.shape, _numpy_type(node.type), device, device_id)
+            self._inputs[node.name] = value
+            self._binding.bind_ortvalue_input(node.name, value)
+        for node in session.get_outputs():
+            value = ort.OrtValue.ortvalue_from_shape_and_type(node.shape, _numpy_type(node.type), device, device_id)
+            self._outputs[node.name] = value
+            self._binding.bind_ortvalue_output(node.name, value)
+
+    def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+        for name, array in inputs.items():
+            target = self._inputs[name]
+            if tuple(array.shape) != tuple(target.shape()):
+                raise InvalidArgument(f"input '{name}': shape {list(array.shape)} differs from the static shape "
+                                      f"{target.shape()} this model is captured with")
+            target.update_inplace(np.ascontiguousarray(array))
+        self._session.run_with_iobinding(self._binding)
+        return {name: self._outputs[name].numpy() for name in outputs}
+
+
+def _numpy_type(ort_type: str) -> type:
+    datatype = _DATATYPE_BY_ORT_TYPE.get(ort_type)
+    if datatype is None or datatype in ("BYTES", "BF16"):
+        raise ModelLoadError(f"a fixed-address binding cannot hold {ort_type} tensors")
+    return numpy_dtype(datatype).type
+
+
 class OnnxRuntimeInstance:
     """One ORT session. ``run`` releases the GIL inside ORT, so instances run in parallel threads."""
 
@@ -140,7 +250,8 @@ class OnnxRuntimeInstance:
         if inter:
             options.inter_op_num_threads = int(inter)
         options.log_severity_level = 3
-        providers = choose_providers(config, spec, model_file.parent.parent, ort.get_available_providers())
+        dims = input_dims_of(config, model_file) if spec.kind == "GPU" else None  # only GPU options use them
+        providers = choose_providers(config, spec, model_file.parent.parent, ort.get_available_providers(), dims)
         try:
             self.session = ort.InferenceSession(
                 str(model_file),
@@ -158,9 +269,15 @@ class OnnxRuntimeInstance:
         )
         self._string_inputs = {t.name for t in self.io.inputs if t.datatype == "BYTES"}
         self._bf16 = any(t.datatype == "BF16" for t in (*self.io.inputs, *self.io.outputs))
+        self._fixed: FixedBindingRunner | None = None
+        cuda = self.session.get_provider_options().get("CUDAExecutionProvider", {})
+        if used and used[0] == "CUDAExecutionProvider" and str(cuda.get("enable_cuda_graph", "0")) == "1":
+            self._fixed = FixedBindingRunner(self.session, "cuda", spec.device_id)  # CUDA graphs need it
 
     def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
         """Run one (batched) request; BYTES tensors are converted to and from ORT's str tensors."""
+        if self._fixed is not None:
+            return self._fixed.run(inputs, outputs)
         feeds = {name: self._to_ort(name, array) for name, array in inputs.items()}
         if self._bf16:
             return self._run_ort_values(feeds, outputs)

@@ -13,7 +13,7 @@ _PLATFORM_BY_FILENAME = {
     "model.pt": "pytorch_libtorch",
 }
 _PLATFORM_BY_BACKEND = {"onnxruntime": "onnxruntime_onnx", "tensorrt": "tensorrt_plan", "pytorch": "pytorch_libtorch"}
-_SUPPORTED = ("onnxruntime_onnx", "pytorch_libtorch")
+_SUPPORTED = ("onnxruntime_onnx", "tensorrt_plan", "pytorch_libtorch")
 
 
 def platform_for_file(version_dir: Path) -> str | None:
@@ -44,6 +44,10 @@ def backend_for(platform: str) -> Backend:
         from .onnxruntime import OnnxRuntimeBackend
 
         return OnnxRuntimeBackend()
+    if platform == "tensorrt_plan":
+        from .tensorrt import TensorRTBackend  # imports nothing from TensorRT until an instance loads
+
+        return TensorRTBackend()
     if platform == "pytorch_libtorch":
         try:
             from .pytorch import PyTorchBackend

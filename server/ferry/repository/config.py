@@ -17,6 +17,7 @@ from ferry_client.codec.messages import message_to_dict
 from ferry_client.protocol import model_config_pb2 as mc
 
 from ..errors import ModelLoadError
+from .paths import inside
 
 CONFIG_FILENAME = "config.pbtxt"
 _POSITION_PREFIX = re.compile(r"^\d+:\d+ : ")
@@ -65,6 +66,7 @@ def read_config_file(model_dir: Path) -> mc.ModelConfig | None:
     path = model_dir / CONFIG_FILENAME
     if not path.is_file():
         return None
+    inside(model_dir, CONFIG_FILENAME, "config file")  # a symlinked config must stay in the model directory
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -156,9 +158,7 @@ def validate_config(config: mc.ModelConfig, source: str) -> None:
 
 def read_labels(model_dir: Path, filename: str) -> list[str]:
     """Labels for a classification output: one per line, in class-index order."""
-    path = (model_dir / filename).resolve()
-    if model_dir.resolve() not in path.parents:
-        raise ModelLoadError(f"label_filename '{filename}' must stay inside the model directory")
+    path = inside(model_dir, filename, "label_filename")
     try:
         return path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:

@@ -23,6 +23,7 @@ from ..statistics import ModelStats
 from .config import CONFIG_FILENAME, parse_config_json, read_config_file
 from .memory import release_free_memory
 from .model import ModelVersion, load_version
+from .paths import check_model_name, model_directory
 from .versions import select_versions, versions_on_disk
 
 log = logging.getLogger(__name__)
@@ -57,15 +58,12 @@ class ModelRecord:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
-def check_model_name(name: str) -> str:
-    """Reject names that could point outside the repository (path separators, dot names)."""
-    if not name or name in (".", "..") or any(ch in name for ch in "/\\\x00") or name.startswith("."):
-        raise InvalidArgument(f"invalid model name {name!r}")
-    return name
-
-
 def _fingerprint(model_dir: Path) -> str:
     """Changes to any file of a model (config, labels, version files) change this digest."""
+    try:
+        model_directory(model_dir.parent, model_dir.name)
+    except FerryError as exc:  # never walk a tree outside the repository (a symlink to / would be costly)
+        return f"unusable: {exc.message}"
     digest = hashlib.sha256()
     for path in sorted(model_dir.rglob("*")):
         if path.is_file() and "trt_cache" not in path.parts:
@@ -203,8 +201,7 @@ class ModelManager:
     async def load(self, name: str, config_json: str | None = None) -> None:
         """Load (or reload) a model through the repository API; raises with the reason on failure."""
         self._require_explicit("load")
-        check_model_name(name)
-        if not (self.repository / name).is_dir():
+        if not model_directory(self.repository, name).is_dir():
             raise NotFound(f"model '{name}' is not in the repository {self.repository}")
         await self._load(name, config_json)
 
@@ -233,6 +230,7 @@ class ModelManager:
             source = str(model_dir / CONFIG_FILENAME)
             fingerprint = _fingerprint(model_dir)
             try:
+                model_directory(self.repository, name)  # a symlink must not lead out of the repository
                 config = await asyncio.to_thread(self._read_config, model_dir, config_json, source)
                 wanted = select_versions(config.version_policy, versions_on_disk(model_dir))
                 if not wanted:

@@ -22,6 +22,7 @@ from ..scheduling import Scheduler
 from ..statistics import ModelStats
 from .autocomplete import complete_config
 from .config import TensorSpec, read_labels, tensor_specs, validate_config
+from .paths import inside
 
 log = logging.getLogger(__name__)
 
@@ -86,9 +87,14 @@ def instance_specs(config: mc.ModelConfig, gpu_available: bool) -> list[Instance
     ]
 
 
-def _model_file(model_dir: Path, version: int, filename: str) -> Path:
-    path = model_dir / str(version) / filename
-    if not path.exists():
+def _model_file(model_dir: Path, version: int, config: mc.ModelConfig, default: str) -> Path:
+    """The version's model file; with ``cc_model_filenames`` the backend picks the file for its GPU,
+    so the default file may be absent as long as one of those exists."""
+    filename = config.default_model_filename or default
+    path = inside(model_dir, Path(str(version)) / filename, "default_model_filename")
+    per_capability = [inside(model_dir, Path(str(version)) / name, "cc_model_filenames")
+                      for name in config.cc_model_filenames.values()]
+    if not path.is_file() and not any(p.is_file() for p in per_capability):
         raise ModelLoadError(f"model file {path} does not exist")
     return path
 
@@ -112,7 +118,7 @@ def load_version(model_dir: Path, version: int, config: mc.ModelConfig, source: 
         )
     config.platform = platform
     backend = backend_for(platform)
-    model_file = _model_file(model_dir, version, backend.model_filename(config))
+    model_file = _model_file(model_dir, version, config, backend.model_filename(config))
     specs = instance_specs(config, backend.gpu_available())
     instances: list[Instance] = []
     try:
@@ -163,9 +169,7 @@ def _warmup_input(name: str, spec: mc.ModelWarmup.Input, batch: int, model_dir: 
         rng = np.random.default_rng(0)
         return rng.random(shape).astype(dtype) if dtype.kind == "f" else rng.integers(0, 2, shape).astype(dtype)
     if choice == "input_data_file":
-        path = (model_dir / "warmup" / spec.input_data_file).resolve()
-        if model_dir.resolve() not in path.parents:
-            raise ModelLoadError(f"warmup input '{name}': file must stay inside the model directory")
+        path = inside(model_dir, Path("warmup") / spec.input_data_file, f"warmup input '{name}': input_data_file")
         return np.fromfile(path, dtype=dtype).reshape(shape)
     return np.zeros(shape, dtype=dtype)
 

@@ -1,0 +1,67 @@
+"""Malformed request messages become INVALID_ARGUMENT instead of grpc.aio's UNKNOWN.
+
+grpc.aio deserialises requests before the servicer runs; bytes that are not a valid message make it
+answer UNKNOWN ("Unexpected DecodeError") and log a traceback per call, which lets any client fill
+the log. This interceptor takes deserialisation over, so the caller gets a precise status and the
+server logs nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+from google.protobuf.message import DecodeError
+
+from ..errors import ErrorKind
+
+
+async def _decode(raw: bytes, deserialize: Callable[[bytes], Any], method: str,
+                  context: grpc.aio.ServicerContext) -> Any:
+    try:
+        return deserialize(raw)
+    except DecodeError:
+        message_type = getattr(getattr(deserialize, "__self__", None), "__name__", "request")
+        await context.abort(ErrorKind.INVALID_ARGUMENT.grpc_code,
+                            f"{method.rsplit('/', 1)[-1]}: the request is not a valid {message_type} message")
+
+
+def _decoding_handler(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+    """The same handler, receiving raw bytes and decoding them itself (unary and bidi-streaming RPCs)."""
+    deserialize = handler.request_deserializer
+    serializer = handler.response_serializer
+    if not handler.request_streaming and not handler.response_streaming:
+        behaviour = handler.unary_unary
+
+        async def unary(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
+            return await behaviour(await _decode(raw, deserialize, method, context), context)
+
+        return grpc.unary_unary_rpc_method_handler(unary, response_serializer=serializer)
+    if handler.request_streaming and handler.response_streaming:
+        streaming = handler.stream_stream
+
+        async def bidi(raw_requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            async def requests() -> AsyncIterator[Any]:
+                async for raw in raw_requests:
+                    yield await _decode(raw, deserialize, method, context)
+
+            async for response in streaming(requests(), context):
+                yield response
+
+        return grpc.stream_stream_rpc_method_handler(bidi, response_serializer=serializer)
+    return handler  # the inference service has no other kinds of RPC
+
+
+class DecodeErrorInterceptor(grpc.aio.ServerInterceptor):
+    """Answer undecodable requests with INVALID_ARGUMENT (see the module docstring)."""
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
+        handler = await continuation(details)
+        if handler is None or handler.request_deserializer is None:
+            return handler
+        return _decoding_handler(handler, details.method)

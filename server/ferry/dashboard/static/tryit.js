@@ -1,0 +1,155 @@
+// "Try an image": send one image to a model's /classify or /detect endpoint and show the answer
+// (top-k table, or boxes drawn over the image) with the request's round-trip latency.
+
+import { api, AuthCancelled, jsonOrError } from "./api.js";
+import { formatNumber, PALETTE } from "./charts.js";
+
+const MAX_CANVAS_SIDE = 640;
+const MIN_CANVAS_SIDE = 256;
+
+function element(tag, properties = {}, children = []) {
+  const node = Object.assign(document.createElement(tag), properties);
+  node.append(...children);
+  return node;
+}
+
+function table(caption, headings, rows) {
+  return element("table", { className: "result-table" }, [
+    element("caption", { textContent: caption }),
+    element("thead", {}, [element("tr", {}, headings.map((h) => element("th", { scope: "col", textContent: h })))]),
+    element("tbody", {}, rows),
+  ]);
+}
+
+function classificationView(result, imageUrl) {
+  const preview = element("img", { src: imageUrl, alt: "the uploaded image", className: "preview" });
+  const rows = result.classes.map((c, rank) => element("tr", {}, [
+    element("td", { textContent: `${rank + 1}` }),
+    element("td", { className: "label", textContent: c.label ?? `${c.index}` }),
+    element("td", { className: "score" }, [
+      element("meter", { min: 0, max: 1, value: c.score, title: c.score.toFixed(4) }),
+      ` ${c.score.toFixed(4)}`,
+    ]),
+  ]));
+  return [preview, table("Top classes", ["#", "label", "score"], rows)];
+}
+
+async function detectionView(result, file) {
+  const bitmap = await createImageBitmap(file);
+  const side = Math.max(bitmap.width, bitmap.height);
+  const scale = Math.min(MAX_CANVAS_SIDE, Math.max(MIN_CANVAS_SIDE, side)) / side;
+  const canvas = element("canvas", { width: Math.round(bitmap.width * scale), height: Math.round(bitmap.height * scale),
+                                     className: "detections" });
+  canvas.dataset.scale = String(scale);
+  const context = canvas.getContext("2d");
+  context.imageSmoothingEnabled = scale < 1;
+  context.drawImage(bitmap, 0, 0, canvas.width, canvas.height);
+  context.lineWidth = 3;
+  context.font = "bold 14px system-ui, sans-serif";
+  context.textBaseline = "top";
+  for (const d of result.detections) {
+    const [x1, y1, x2, y2] = d.box.map((v) => v * scale);
+    const colour = PALETTE[d.class_id % PALETTE.length];
+    context.strokeStyle = colour;
+    context.strokeRect(x1, y1, x2 - x1, y2 - y1);
+    const text = `${d.label ?? d.class_id} ${d.score.toFixed(2)}`;
+    const width = context.measureText(text).width + 6;
+    const top = y1 >= 18 ? y1 - 18 : y1;
+    context.fillStyle = colour;
+    context.fillRect(x1, top, width, 18);
+    context.fillStyle = "#fff";
+    context.fillText(text, x1 + 3, top + 2);
+  }
+  const names = result.detections.map((d) => `${d.label ?? d.class_id} (${d.score.toFixed(2)})`);
+  canvas.setAttribute("role", "img");
+  canvas.setAttribute("aria-label", result.detections.length
+    ? `the uploaded image with ${names.length} boxes: ${names.join(", ")}` : "the uploaded image; nothing detected");
+  const rows = result.detections.map((d) => element("tr", {}, [
+    element("td", { className: "label", textContent: d.label ?? `${d.class_id}` }),
+    element("td", { className: "score", textContent: d.score.toFixed(3) }),
+    element("td", { className: "box", textContent: d.box.map((v) => v.toFixed(1)).join(", ") }),
+  ]));
+  return [canvas, table(`${rows.length} detection${rows.length === 1 ? "" : "s"}`, ["label", "score", "box (x1, y1, x2, y2)"],
+                        rows)];
+}
+
+export class TryIt {
+  constructor() {
+    this.select = document.getElementById("try-model");
+    this.input = document.getElementById("try-file");
+    this.zone = document.getElementById("drop-zone");
+    this.again = document.getElementById("try-again");
+    this.output = document.getElementById("try-result");
+    this.file = null;
+    this.imageUrl = null;
+    this.input.addEventListener("change", () => this.input.files[0] && this.send(this.input.files[0]));
+    this.again.addEventListener("click", () => this.file && this.send(this.file));
+    this.zone.addEventListener("dragover", (event) => {
+      event.preventDefault();
+      this.zone.classList.add("dragging");
+    });
+    this.zone.addEventListener("dragleave", () => this.zone.classList.remove("dragging"));
+    this.zone.addEventListener("drop", (event) => {
+      event.preventDefault();
+      this.zone.classList.remove("dragging");
+      const file = event.dataTransfer?.files?.[0];
+      if (file) this.send(file);
+    });
+  }
+
+  /** Offer every READY version that has an image pipeline; keep the current choice if it still exists. */
+  setModels(models) {
+    const choices = [];
+    for (const model of models) {
+      const ready = model.versions.filter((v) => v.state === "READY" && v.task);
+      if (ready.length) choices.push({ name: model.name, task: ready[ready.length - 1].task });
+    }
+    const key = choices.map((c) => `${c.name}:${c.task}`).join(",");
+    if (key === this.choicesKey) return;
+    this.choicesKey = key;
+    const previous = this.select.value;
+    this.select.replaceChildren(...choices.map((c) => {
+      const option = element("option", { value: c.name, textContent: `${c.name} (${c.task === "detect" ? "detection" : "classification"})` });
+      option.dataset.task = c.task;
+      return option;
+    }));
+    if (choices.some((c) => c.name === previous)) this.select.value = previous;
+    const none = choices.length === 0;
+    this.select.disabled = none;
+    this.input.disabled = none;
+    if (none) this.output.replaceChildren(element("p", { textContent: "No loaded model has an image pipeline." }));
+  }
+
+  async send(file) {
+    const option = this.select.selectedOptions[0];
+    if (!option) return;
+    const model = option.value;
+    const task = option.dataset.task;
+    this.file = file;
+    this.again.disabled = false;
+    if (this.imageUrl) URL.revokeObjectURL(this.imageUrl);
+    this.imageUrl = URL.createObjectURL(file);
+    this.output.setAttribute("aria-busy", "true");
+    this.output.replaceChildren(element("p", { textContent: `Sending ${file.name || "image"} to ${model}…` }));
+    try {
+      const started = performance.now();
+      const response = await api(`v2/models/${encodeURIComponent(model)}/${task}`, {
+        method: "POST", body: file, headers: { "Content-Type": file.type || "application/octet-stream" },
+      });
+      const body = await jsonOrError(response);
+      const latency = performance.now() - started;
+      const result = body.results[0];
+      const view = task === "detect" ? await detectionView(result, file) : classificationView(result, this.imageUrl);
+      this.output.replaceChildren(
+        element("p", { className: "latency", textContent:
+          `${body.model_name} v${body.model_version} answered in ${formatNumber(latency, 1)} ms (round trip from this browser).` }),
+        element("div", { className: "result-body" }, view),
+      );
+    } catch (error) {
+      const message = error instanceof AuthCancelled ? "Not sent: the server needs a bearer token." : error.message;
+      this.output.replaceChildren(element("p", { className: "error", role: "alert", textContent: message }));
+    } finally {
+      this.output.removeAttribute("aria-busy");
+    }
+  }
+}

@@ -1,0 +1,143 @@
+"""How far an optimized model's answers are from the FP32 model's, on the same inputs.
+
+Classifiers: top-1 agreement (share of inputs whose best class is unchanged) and the largest
+absolute difference of the raw outputs. Detectors: mAP@0.5 of the optimized model's detections
+scored against the FP32 model's detections, and, when ground-truth boxes are given, the mAP of
+both against them and its change. Both models run through the server's own backend and
+post-processing code, so the numbers describe what serving will return.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..pipelines.detection import Detection
+from ..pipelines.preprocess import ImageTransform
+from ..repository.model import ModelVersion
+from .calibration import OptimizeError
+from .detection_map import mean_average_precision
+
+# (boxes [K, 4] xyxy, scores [K], classes [K]) for one image.
+Boxes = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+@dataclass
+class AccuracyReport:
+    """The comparison of a candidate model with its FP32 reference."""
+
+    task: str  # "classify", "detect" or "tensor"
+    samples: int
+    max_abs_diff: float  # over every output element
+    reference_max_abs: float  # the largest |output| of the reference, to put the diff in scale
+    top1_agreement: float | None = None
+    map_vs_reference: float | None = None
+    map_reference: float | None = None  # against ground truth, when given
+    map_candidate: float | None = None
+    inputs: str = "inputs"  # what the samples were, for the report
+
+    @property
+    def agreement(self) -> float | None:
+        """The number the INT8 threshold applies to: top-1 agreement or mAP against the reference."""
+        return self.top1_agreement if self.task != "detect" else self.map_vs_reference
+
+    @property
+    def map_delta(self) -> float | None:
+        if self.map_reference is None or self.map_candidate is None:
+            return None
+        return self.map_candidate - self.map_reference
+
+    def lines(self) -> list[str]:
+        out = [f"compared on {self.samples} {self.inputs}",
+               f"max abs diff of outputs: {self.max_abs_diff:.4g} "
+               f"(largest |FP32 output|: {self.reference_max_abs:.4g})"]
+        if self.top1_agreement is not None:
+            out.append(f"top-1 agreement with FP32: {self.top1_agreement:.2%}")
+        if self.map_vs_reference is not None:
+            out.append(f"mAP@0.5 against the FP32 model's detections: {self.map_vs_reference:.4f}")
+        if self.map_delta is not None:
+            out.append(f"mAP@0.5 against ground truth: FP32 {self.map_reference:.4f}, optimized "
+                       f"{self.map_candidate:.4f}, delta {self.map_delta:+.4f}")
+        return out
+
+
+@dataclass
+class EvalBatch:
+    inputs: dict[str, np.ndarray]
+    transforms: list[ImageTransform] | None = None
+    names: list[str] | None = None  # image file names relative to the eval directory
+
+
+def _run(model: ModelVersion, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return model.instances[0].run(inputs, list(model.outputs))
+
+
+def _as_arrays(found: list[Detection]) -> Boxes:
+    return (np.array([d.box for d in found], dtype=np.float64).reshape(-1, 4),
+            np.array([d.score for d in found], dtype=np.float64),
+            np.array([d.class_id for d in found], dtype=np.int64))
+
+
+def compare(reference: ModelVersion, candidate: ModelVersion, batches: Iterable[EvalBatch],
+            annotations: dict[str, tuple[np.ndarray, np.ndarray]] | None = None,
+            inputs: str = "inputs") -> AccuracyReport:
+    """Run both models on every batch and measure how much the candidate's answers moved."""
+    pipeline = reference.pipeline
+    task = pipeline.task if pipeline is not None else "tensor"
+    samples, max_diff, ref_max, agree = 0, 0.0, 0.0, 0
+    ref_boxes: list[Boxes] = []
+    cand_boxes: list[Boxes] = []
+    names: list[str] = []
+    first = next(iter(reference.outputs))
+    for batch in batches:
+        ref_out = _run(reference, batch.inputs)
+        cand_out = _run(candidate, batch.inputs)
+        for name, value in ref_out.items():
+            ref32 = value.astype(np.float64)
+            max_diff = max(max_diff, float(np.abs(ref32 - cand_out[name].astype(np.float64)).max(initial=0.0)))
+            ref_max = max(ref_max, float(np.abs(ref32).max(initial=0.0)))
+        count = len(next(iter(batch.inputs.values())))
+        samples += count
+        if task == "detect":
+            assert pipeline is not None and batch.transforms is not None
+            ref_boxes.extend(_as_arrays(d) for d in pipeline.detect(ref_out, batch.transforms))
+            cand_boxes.extend(_as_arrays(d) for d in pipeline.detect(cand_out, batch.transforms))
+            names.extend(batch.names or [])
+        else:
+            ref_scores = ref_out[first].reshape(count, -1)
+            agree += int((ref_scores.argmax(1) == cand_out[first].reshape(count, -1).argmax(1)).sum())
+    if samples == 0:
+        raise OptimizeError("no evaluation inputs")
+    report = AccuracyReport(task, samples, max_diff, ref_max, inputs=inputs)
+    if task != "detect":
+        report.top1_agreement = agree / samples
+        return report
+    pseudo_truth = [(boxes, classes) for boxes, _, classes in ref_boxes]
+    report.map_vs_reference = mean_average_precision(cand_boxes, pseudo_truth)[0]
+    if annotations is not None:
+        missing = [name for name in names if name not in annotations]
+        if missing:
+            raise OptimizeError(f"--eval-annotations has no entry for {len(missing)} image(s), e.g. {missing[0]}")
+        truth = [annotations[name] for name in names]
+        report.map_reference = mean_average_precision(ref_boxes, truth)[0]
+        report.map_candidate = mean_average_precision(cand_boxes, truth)[0]
+    return report
+
+
+def read_annotations(path: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Ground-truth boxes: JSON ``{"image name": [[x1, y1, x2, y2, class_id], ...], ...}`` with names
+    relative to the evaluation directory and boxes in original-image pixels."""
+    try:
+        raw = json.loads(path.read_text())
+        parsed = {}
+        for name, boxes in raw.items():
+            table = np.asarray(boxes, dtype=np.float64).reshape(-1, 5)
+            parsed[name] = (table[:, :4], table[:, 4].astype(np.int64))
+        return parsed
+    except (OSError, ValueError, AttributeError) as exc:
+        raise OptimizeError(f"{path}: not an annotations file ({{name: [[x1, y1, x2, y2, class], ...]}}): {exc}") \
+            from None
