@@ -4,6 +4,7 @@ argument and result binding, load errors; GPU paths (CUDA graphs, pinned staging
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
 import sys
 import types
@@ -191,12 +192,24 @@ def test_bytes_tensors_are_refused(tmp_path: Path) -> None:
         PyTorchInstance(model_file, config, InstanceSpec("i", "CPU"))
 
 
+class Payload:
+    """Unpickling this creates ``marker``: proof that something was unpickled."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.mkdir, (str(self.marker),)
+
+
 def test_pickled_modules_are_never_unpickled(tmp_path: Path) -> None:
-    """A torch.save (pickle) file in place of TorchScript is refused by torch.jit.load, not executed."""
+    """A torch.save (pickle) archive in place of TorchScript is refused by torch.jit.load, not executed."""
     model_file, config = scripted(tmp_path, DictOut(), io_config(["first", "second"], [("sum", "TYPE_FP32")]))
-    torch.save(DictOut(), str(model_file))
+    marker = tmp_path / "unpickled"
+    torch.save(Payload(marker), str(model_file))
     with pytest.raises(ModelLoadError, match="torch.jit.load cannot load .* as TorchScript"):
         PyTorchInstance(model_file, config, InstanceSpec("i", "CPU"))
+    assert not marker.exists()
 
 
 def test_corrupt_file(tmp_path: Path) -> None:
