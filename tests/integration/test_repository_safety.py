@@ -8,7 +8,6 @@ uploads) are tried on a real server over REST and gRPC.
 from __future__ import annotations
 
 import json
-import os
 import pickle
 import re
 import shutil
@@ -26,20 +25,10 @@ from onnx import TensorProto, helper
 from ferry_client.protocol import grpc_service_pb2 as pb
 from ferry_client.protocol import grpc_service_pb2_grpc as pb_grpc
 
-from ..conftest import MODEL_REPO, RunningServer, start_server
+from ..conftest import MODEL_REPO, Payload, RunningServer, start_server
 
 SIMPLE_CONFIG = (MODEL_REPO / "simple" / "config.pbtxt").read_text()
 MARKER_CODE = "import pathlib; pathlib.Path({marker!r}).write_text('executed')\n"
-
-
-class Payload:
-    """Unpickling this creates the marker directory: proof that something was unpickled."""
-
-    def __init__(self, marker: Path) -> None:
-        self.marker = marker
-
-    def __reduce__(self):
-        return os.mkdir, (str(self.marker),)
 
 
 def external_data_model(location: str) -> bytes:

@@ -4,7 +4,6 @@ argument and result binding, load errors; GPU paths (CUDA graphs, pinned staging
 from __future__ import annotations
 
 import importlib.util
-import os
 import shutil
 import sys
 import types
@@ -21,6 +20,8 @@ from ferry.errors import FerryError, ModelLoadError
 from ferry.repository.config import read_config_file
 from ferry.repository.model import load_version
 from ferry_client.protocol import model_config_pb2 as mc
+
+from ..conftest import Payload
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0)")
 from ferry.backends.pytorch import PyTorchBackend, PyTorchInstance  # noqa: E402
@@ -190,16 +191,6 @@ def test_bytes_tensors_are_refused(tmp_path: Path) -> None:
     config.input[0].data_type = mc.TYPE_STRING
     with pytest.raises(ModelLoadError, match="tensor 'first': datatype BYTES has no torch tensor type"):
         PyTorchInstance(model_file, config, InstanceSpec("i", "CPU"))
-
-
-class Payload:
-    """Unpickling this creates ``marker``: proof that something was unpickled."""
-
-    def __init__(self, marker: Path) -> None:
-        self.marker = marker
-
-    def __reduce__(self):
-        return os.mkdir, (str(self.marker),)
 
 
 def test_pickled_modules_are_never_unpickled(tmp_path: Path) -> None:
