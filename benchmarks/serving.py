@@ -99,12 +99,15 @@ def make_caller(target: Target) -> tuple[Callable[[], np.ndarray], Callable[[], 
     The input objects are built once and reused, as perf_analyzer does, so the client's own cost
     per request is only what tritonclient does on every call.
     """
+    from tritonclient.utils import np_to_triton_dtype
+
     data = target.data
+    datatype = np_to_triton_dtype(data.dtype)  # FP32 tensors, or BYTES for encoded images
     if target.protocol == "grpc":
         import tritonclient.grpc as grpcclient
 
         grpc_client = grpcclient.InferenceServerClient(target.url)
-        grpc_input = grpcclient.InferInput(target.input_name, list(data.shape), "FP32")
+        grpc_input = grpcclient.InferInput(target.input_name, list(data.shape), datatype)
         grpc_input.set_data_from_numpy(data)
         grpc_output = grpcclient.InferRequestedOutput(target.output_name)
 
@@ -117,7 +120,7 @@ def make_caller(target: Target) -> tuple[Callable[[], np.ndarray], Callable[[], 
     import tritonclient.http as httpclient
 
     http_client = httpclient.InferenceServerClient(target.url, connection_timeout=120.0, network_timeout=120.0)
-    http_input = httpclient.InferInput(target.input_name, list(data.shape), "FP32")
+    http_input = httpclient.InferInput(target.input_name, list(data.shape), datatype)
     http_input.set_data_from_numpy(data, binary_data=True)
     http_output = httpclient.InferRequestedOutput(target.output_name, binary_data=True)
 
@@ -138,8 +141,11 @@ class _ThreadLog:
     first_error: str = ""
 
 
-def _client_thread(target: Target, ready: threading.Barrier, schedule: dict[str, int], log: _ThreadLog) -> None:
-    """One closed-loop client: connect, send one request to warm the connection, then loop."""
+def _client_thread(target: Target, ready: threading.Barrier, schedule: dict[str, int], log: _ThreadLog,
+                   pace_ns: int = 0, offset_ns: int = 0) -> None:
+    """One client: connect, send one request to warm the connection, then loop: closed-loop, or with
+    ``pace_ns`` one request every ``pace_ns`` from ``offset_ns`` after the start (latency is measured
+    from the scheduled send time, so a client that falls behind does not hide the wait)."""
     call: Callable[[], np.ndarray] | None = None
     close: Callable[[], None] | None = None
     try:
@@ -154,8 +160,13 @@ def _client_thread(target: Target, ready: threading.Barrier, schedule: dict[str,
         return
     sleep_until(schedule["start"])
     end = schedule["end"]
+    scheduled = schedule["start"] + offset_ns
     while True:
-        started = now_ns()
+        if pace_ns:
+            sleep_until(scheduled)
+            started, scheduled = scheduled, scheduled + pace_ns
+        else:
+            started = now_ns()
         if started >= end:
             break
         try:
@@ -187,8 +198,11 @@ def _worker_main(conn: Connection) -> None:
         barrier = threading.Barrier(count + 1)
         schedule: dict[str, int] = {}
         logs = [_ThreadLog() for _ in range(count)]
-        threads = [threading.Thread(target=_client_thread, args=(target, barrier, schedule, log), daemon=True)
-                   for log in logs]
+        pace_ns = int(job.get("pace_ns", 0))
+        offsets = np.random.default_rng(job.get("seed", 0)).integers(0, max(pace_ns, 1), count)
+        threads = [threading.Thread(target=_client_thread, args=(target, barrier, schedule, log, pace_ns, int(offset)),
+                                    daemon=True)
+                   for log, offset in zip(logs, offsets, strict=True)]
         for thread in threads:
             thread.start()
         barrier.wait()
@@ -490,6 +504,7 @@ class LoadStep:
     warmup_s: float
     window_s: float
     windows: int
+    rate: float = 0.0  # requests/s over all clients, evenly paced; 0: closed loop
 
     @property
     def clients(self) -> str:
@@ -529,10 +544,11 @@ def run_load(pool: WorkerPool, server: FerryProcess, step: LoadStep, raw: list[d
              meter: CpuMeter, profile_path: Path | None = None) -> dict[str, Any]:
     """One closed-loop step: warm-up, then ``windows`` windows; statistics read at each boundary."""
     job = {"protocol": step.protocol, "url": server.url(step.protocol), "model": step.model,
-           "input_name": step.input_name, "output_name": step.output_name, "data": step.data}
+           "input_name": step.input_name, "output_name": step.output_name, "data": step.data,
+           "pace_ns": int(step.concurrency / step.rate * 1e9) if step.rate else 0}
     conns = pool.conns[: step.processes]
-    for conn, threads in zip(conns, _split(step.concurrency, step.processes), strict=True):
-        conn.send(("prepare", {**job, "threads": threads}))
+    for index, (conn, threads) in enumerate(zip(conns, _split(step.concurrency, step.processes), strict=True)):
+        conn.send(("prepare", {**job, "threads": threads, "seed": index}))
     for conn in conns:
         _, error = conn.recv()
         if error:
@@ -874,6 +890,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     report["elapsed_s"] = round(time.monotonic() - started, 1)
     markdown = render_markdown(report)
+    write_report(output, markdown, report)
+    return 0
+
+
+def write_report(output: Path, markdown: str, report: dict[str, Any]) -> None:
+    """The markdown table to ``output`` and every number as JSON next to it; the table is printed too."""
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(markdown)
     json_path = output.with_suffix(".json")
@@ -881,7 +903,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print(markdown)
     print(f"wrote {output} and {json_path} in {report['elapsed_s']:.0f} s")
-    return 0
 
 
 if __name__ == "__main__":

@@ -31,6 +31,16 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+class Payload:
+    """Unpickling this creates the marker directory: proof that something was unpickled."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.mkdir, (str(self.marker),)
+
+
 @dataclass
 class RunningServer:
     """A server process and where to reach it."""

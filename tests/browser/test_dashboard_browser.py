@@ -4,6 +4,7 @@ where the server found them, a 401 brings up the token prompt, and everything wo
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import shutil
@@ -17,6 +18,9 @@ import httpx
 import numpy as np
 import pytest
 from PIL import Image
+
+from ferry.backends.registry import normalise_platform
+from ferry.repository.config import parse_config_text
 
 from ..conftest import MODEL_REPO, detector_module, start_server
 from .conftest import PLAYWRIGHT_MISSING
@@ -41,20 +45,29 @@ def dashboard(browser, server) -> Iterator[dict]:
     context.close()
 
 
-def bundled_models() -> list[str]:
-    return sorted(p.name for p in MODEL_REPO.iterdir() if p.is_dir() and not p.name.startswith((".", "_")))
+def bundled_models() -> dict[str, str]:
+    """Name -> platform of every bundled model this environment can load (digits_torch needs torch)."""
+    models = {}
+    for path in sorted(MODEL_REPO.iterdir()):
+        if path.is_dir() and not path.name.startswith((".", "_")):
+            config = parse_config_text((path / "config.pbtxt").read_text(), path.name)
+            models[path.name] = normalise_platform(config.platform, config.backend)
+    if importlib.util.find_spec("torch") is None:
+        models = {name: platform for name, platform in models.items() if platform != "pytorch_libtorch"}
+    return models
 
 
 def test_page_lists_the_bundled_models(dashboard) -> None:
     page = dashboard["page"]
-    for name in bundled_models():
+    for name, platform in bundled_models().items():
         row = page.locator(f'#model-rows tr[data-model="{name}"]')
         expect(row.locator("td.state")).to_have_text("v1 READY")
-        expect(row.locator("td").nth(1)).to_have_text("onnxruntime_onnx")
+        expect(row.locator("td").nth(1)).to_have_text(platform)
     digits = page.locator('#model-rows tr[data-model="digits"]')
     expect(digits.locator("td").nth(2)).to_have_text("1 × CPU · cpu")
     expect(digits.locator("td").nth(3)).to_have_text("max 64 · dynamic, delay 500 µs")
-    expect(digits.get_by_role("button", name="Unload digits")).to_be_visible()  # explicit mode: repository API on
+    # explicit mode: the repository API is on
+    expect(digits.get_by_role("button", name="Unload digits", exact=True)).to_be_visible()
     expect(page.locator("#server-state")).to_have_text("live")
     expect(page.locator("#host dt").first).to_have_text("CPU")
 
@@ -107,7 +120,7 @@ def test_charts_move_after_requests_by_keyboard(dashboard, digit_pngs) -> None:
     page.locator("body").focus()
     page.keyboard.press("Tab")
     assert page.evaluate("document.activeElement.textContent") == "Skip to the model list"
-    charts_button = page.get_by_role("button", name="Show charts for digits")
+    charts_button = page.get_by_role("button", name="Show charts for digits", exact=True)
     for _ in range(40):  # tab through the header and table to the digits row's Charts button
         page.keyboard.press("Tab")
         if page.evaluate("document.activeElement.getAttribute('aria-label')") == "Show charts for digits":

@@ -8,9 +8,10 @@ uploads) are tried on a real server over REST and gRPC.
 from __future__ import annotations
 
 import json
-import os
 import pickle
+import re
 import shutil
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,20 +25,10 @@ from onnx import TensorProto, helper
 from ferry_client.protocol import grpc_service_pb2 as pb
 from ferry_client.protocol import grpc_service_pb2_grpc as pb_grpc
 
-from ..conftest import MODEL_REPO, RunningServer, start_server
+from ..conftest import MODEL_REPO, Payload, RunningServer, start_server
 
 SIMPLE_CONFIG = (MODEL_REPO / "simple" / "config.pbtxt").read_text()
 MARKER_CODE = "import pathlib; pathlib.Path({marker!r}).write_text('executed')\n"
-
-
-class Payload:
-    """Unpickling this creates the marker directory: proof that something was unpickled."""
-
-    def __init__(self, marker: Path) -> None:
-        self.marker = marker
-
-    def __reduce__(self):
-        return os.mkdir, (str(self.marker),)
 
 
 def external_data_model(location: str) -> bytes:
@@ -56,7 +47,7 @@ def build_hostile_repository(root: Path) -> tuple[Path, Path, list[Path]]:
     repo, outside = root / "models", root / "outside"
     repo.mkdir()
     outside.mkdir()
-    markers = [root / f"marker-{i}" for i in range(8)]
+    markers = [root / f"marker-{i}" for i in range(9)]
     (outside / "secret.txt").write_text("top secret\n")
     (outside / "secret.bin").write_bytes(b"0123456789abcdef")
     shutil.copytree(MODEL_REPO / "simple", outside / "simple_copy")
@@ -81,6 +72,13 @@ def build_hostile_repository(root: Path) -> tuple[Path, Path, list[Path]]:
     (torch_model / "1").mkdir(parents=True)
     (torch_model / "config.pbtxt").write_text('platform: "pytorch_libtorch"\n')
     (torch_model / "1" / "model.pt").write_bytes(pickle.dumps(Payload(markers[6])))
+    torch_archive = repo / "torch_save_archive"  # a TorchScript-shaped zip whose pickles call os.mkdir
+    (torch_archive / "1").mkdir(parents=True)
+    (torch_archive / "config.pbtxt").write_text('backend: "pytorch"\n')
+    with zipfile.ZipFile(torch_archive / "1" / "model.pt", "w") as archive:
+        for name in ("constants.pkl", "data.pkl"):
+            archive.writestr(f"archive/{name}", pickle.dumps(Payload(markers[8]), protocol=2))
+        archive.writestr("archive/version", "3\n")
 
     disguised = repo / "pickle_as_onnx"
     (disguised / "1").mkdir(parents=True)
@@ -137,7 +135,9 @@ def test_nothing_in_the_repository_is_unpickled_or_executed(hostile) -> None:
     rows = index(server)
     assert rows["simple"]["state"] == "READY" and rows["alias"]["state"] == "READY"
     assert "backend 'python' is not supported" in rows["python_backend"]["reason"]
-    assert "platform 'pytorch_libtorch' is not supported" in rows["torch_pickle"]["reason"]
+    for name in ("torch_pickle", "torch_save_archive"):  # torch.jit.load's restricted unpickler refuses both
+        assert re.search(r"torch\.jit\.load cannot load .* as TorchScript|pytorch_libtorch' needs torch",
+                         rows[name]["reason"]), rows[name]
     assert "onnxruntime cannot load" in rows["pickle_as_onnx"]["reason"]
     assert rows["external_leak"]["state"] == "UNAVAILABLE"
     assert "escapes model directory" in rows["external_leak"]["reason"]

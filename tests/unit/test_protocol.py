@@ -263,6 +263,7 @@ def test_ferry_additions_are_in_reserved_range() -> None:
         "letterbox_corner": 10,
         "resize_shorter": 11,
         "max_pixels": 12,
+        "device": 13,
     }
     assert preprocess.fields_by_name["data_type"].enum_type.full_name == "inference.DataType"
     assert {f.name: f.number for f in model_config_pb2.FerryClassification.DESCRIPTOR.fields} == {

@@ -135,6 +135,43 @@ async def test_batches_form_under_concurrency_and_split_correctly() -> None:
     await s.stop()
 
 
+class BufferedInstance(GatedInstance):
+    """Offers its own memory for batch assembly (backends.base.InputBuffers), as a GPU instance does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.memory = np.zeros(64, dtype=np.float32)
+        self.asked: list[tuple[str, tuple[int, ...], np.dtype]] = []
+        self.assembled_in_place: list[bool] = []
+
+    def input_buffer(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray | None:
+        self.asked.append((name, shape, dtype))
+        return self.memory[: int(np.prod(shape))].reshape(shape)
+
+    def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+        self.assembled_in_place.append(np.shares_memory(inputs["x"], self.memory))
+        return super().run(inputs, outputs)
+
+
+async def test_batches_are_assembled_in_the_instance_buffer() -> None:
+    fake = BufferedInstance()
+    s = Scheduler("m", [fake], ModelStats("m", "1"), policy())
+    s.start()
+    fake.gate.clear()
+    first = asyncio.create_task(submit(s, 1))
+    await wait_started(fake)
+    others = [asyncio.create_task(submit(s, v, rows=r)) for v, r in ((2, 2), (3, 1))]
+    await asyncio.sleep(0.05)
+    fake.gate.set()
+    results = await asyncio.gather(first, *others)
+    # A single request runs on its own memory; a batch of several is concatenated into the buffer.
+    assert fake.assembled_in_place == [False, True]
+    assert fake.asked == [("x", (3, 3), np.dtype(np.float32))]
+    for (value, rows), result in zip(((1, 1), (2, 2), (3, 1)), results, strict=True):
+        np.testing.assert_array_equal(result["y"], np.full((rows, 3), value * 2, dtype=np.float32))
+    await s.stop()
+
+
 async def test_idle_request_runs_without_waiting() -> None:
     s, (fake,) = await make(policy())
     started = time.perf_counter()

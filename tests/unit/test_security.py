@@ -166,8 +166,12 @@ def test_inside_follows_symlinks_and_refuses_escapes(tmp_path: Path) -> None:
 # --- nothing is unpickled or executed -------------------------------------------------------------
 
 #: Calls that deserialise code-bearing formats or run code; none may appear in the server.
-FORBIDDEN_MODULES = {"pickle", "cPickle", "dill", "cloudpickle", "joblib", "marshal", "shelve", "runpy", "torch"}
+FORBIDDEN_MODULES = {"pickle", "cPickle", "dill", "cloudpickle", "joblib", "marshal", "shelve", "runpy"}
 FORBIDDEN_BUILTINS = {"eval", "exec", "compile", "__import__"}
+#: The PyTorch backend and the GPU pre-processing may import torch, and load models with torch.jit.load only:
+#: torch.load, torch.serialization and torch.package unpickle.
+TORCH_MODULES = {"pytorch.py", "torch_loading.py", "cuda_graphs.py", "device_preprocess.py", "runtime.py"}
+FORBIDDEN_TORCH = {"torch.serialization", "torch.package"}
 def _pickle_refused(call: ast.Call) -> bool:
     """``np.load(..., allow_pickle=False)`` reads plain arrays only, so it may stay."""
     return any(k.arg == "allow_pickle" and isinstance(k.value, ast.Constant) and k.value.value is False
@@ -186,13 +190,14 @@ def test_server_source_never_unpickles_or_executes() -> None:
                 names = [alias.name for alias in node.names] + ([node.module] if isinstance(node, ast.ImportFrom)
                                                                  and node.module else [])
                 offences += [f"{path.name}:{node.lineno} imports {n}" for n in names
-                             if n.split(".")[0] in FORBIDDEN_MODULES]
+                             if n.split(".")[0] in FORBIDDEN_MODULES or n in FORBIDDEN_TORCH
+                             or (n.split(".")[0] == "torch" and path.name not in TORCH_MODULES)]
             elif isinstance(node, ast.Call):
                 func = node.func
                 if isinstance(func, ast.Name) and func.id in FORBIDDEN_BUILTINS:
                     offences.append(f"{path.name}:{node.lineno} calls {func.id}")
                 elif isinstance(func, ast.Attribute) and (func.attr in FORBIDDEN_METHODS or (
                         func.attr == "load" and isinstance(func.value, ast.Name)
-                        and func.value.id in ("np", "numpy", "yaml") and not _pickle_refused(node))):
+                        and func.value.id in ("np", "numpy", "yaml", "torch") and not _pickle_refused(node))):
                     offences.append(f"{path.name}:{node.lineno} calls {func.attr}")
     assert offences == []

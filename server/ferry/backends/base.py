@@ -11,6 +11,13 @@ import numpy as np
 from ferry_client.protocol import model_config_pb2 as mc
 
 
+def config_parameter(config: mc.ModelConfig, key: str) -> str | None:
+    """A ``parameters { key: ... value: { string_value: ... } }`` entry of the config, if present."""
+    if key in config.parameters:
+        return config.parameters[key].string_value
+    return None
+
+
 @dataclass(frozen=True)
 class TensorInfo:
     """An input or output as the engine sees it; ``None`` dims are dynamic."""
@@ -50,11 +57,30 @@ class Instance(Protocol):
     def close(self) -> None: ...
 
 
+class InputBuffers(Protocol):
+    """Optional for an instance: hands the scheduler the memory a batch input is assembled in.
+
+    A GPU instance returns a view of its page-locked host buffer, so requests are concatenated
+    straight into memory the device can copy from asynchronously; ``None`` means "allocate as usual".
+    """
+
+    def input_buffer(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray | None: ...
+
+
 class Backend(Protocol):
     """Creates instances of one platform's models."""
 
     platform: str
+    name: str  # Triton's backend name, e.g. "onnxruntime"
     default_filename: str
+
+    def model_filename(self, config: mc.ModelConfig) -> str:
+        """The file to load from a version directory, given the config."""
+        ...
+
+    def gpu_available(self) -> bool:
+        """Whether this engine can run on a GPU here (what KIND_AUTO resolves against)."""
+        ...
 
     def create_instance(
         self, model_file: Path, config: mc.ModelConfig, spec: InstanceSpec

@@ -22,7 +22,7 @@ from ferry_client.protocol import model_config_pb2 as mc
 
 from ..errors import InvalidArgument, ModelLoadError
 from ..repository.paths import inside
-from .base import InstanceSpec, ModelIO, TensorInfo
+from .base import InstanceSpec, ModelIO, TensorInfo, config_parameter
 from .batch_profile import batch_profile, profile_option_strings
 
 log = logging.getLogger(__name__)
@@ -60,12 +60,6 @@ def _tensor_info(node: Any) -> TensorInfo:
         shape=shape,
         engine_type=node.type,
     )
-
-
-def _parameter(config: mc.ModelConfig, key: str) -> str | None:
-    if key in config.parameters:
-        return config.parameters[key].string_value
-    return None
 
 
 # Triton's ORT backend takes cudnn_conv_algo_search as 0/1/2; ONNX Runtime wants the names.
@@ -122,7 +116,7 @@ def _cuda_options(config: mc.ModelConfig, device_id: int,
     static, because a captured graph replays fixed shapes at fixed addresses.
     """
     options: dict[str, Any] = {"device_id": device_id}
-    search = _parameter(config, "cudnn_conv_algo_search")
+    search = config_parameter(config, "cudnn_conv_algo_search")
     if search:
         value = _CUDNN_ALGO_SEARCH.get(search.strip(), search.strip().upper())
         if value not in _CUDNN_ALGO_SEARCH.values():
@@ -250,8 +244,8 @@ class OnnxRuntimeInstance:
         options.graph_optimization_level = _GRAPH_LEVELS.get(
             config.optimization.graph.level, ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         )
-        intra = _parameter(config, "intra_op_thread_count")
-        inter = _parameter(config, "inter_op_thread_count")
+        intra = config_parameter(config, "intra_op_thread_count")
+        inter = config_parameter(config, "inter_op_thread_count")
         options.intra_op_num_threads = int(intra) if intra else spec.threads
         if inter:
             options.inter_op_num_threads = int(inter)
@@ -333,7 +327,14 @@ class OnnxRuntimeInstance:
 
 class OnnxRuntimeBackend:
     platform = "onnxruntime_onnx"
+    name = "onnxruntime"
     default_filename = "model.onnx"
+
+    def model_filename(self, config: mc.ModelConfig) -> str:
+        return config.default_model_filename or self.default_filename
+
+    def gpu_available(self) -> bool:
+        return "CUDAExecutionProvider" in ort.get_available_providers()
 
     def create_instance(self, model_file: Path, config: mc.ModelConfig, spec: InstanceSpec) -> OnnxRuntimeInstance:
         return OnnxRuntimeInstance(model_file, config, spec)

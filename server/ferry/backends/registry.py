@@ -7,8 +7,13 @@ from pathlib import Path
 from ..errors import ModelLoadError
 from .base import Backend
 
-_PLATFORM_BY_FILENAME = {"model.onnx": "onnxruntime_onnx", "model.plan": "tensorrt_plan"}
-_PLATFORM_BY_BACKEND = {"onnxruntime": "onnxruntime_onnx", "tensorrt": "tensorrt_plan"}
+_PLATFORM_BY_FILENAME = {
+    "model.onnx": "onnxruntime_onnx",
+    "model.plan": "tensorrt_plan",
+    "model.pt": "pytorch_libtorch",
+}
+_PLATFORM_BY_BACKEND = {"onnxruntime": "onnxruntime_onnx", "tensorrt": "tensorrt_plan", "pytorch": "pytorch_libtorch"}
+_SUPPORTED = ("onnxruntime_onnx", "tensorrt_plan", "pytorch_libtorch")
 
 
 def platform_for_file(version_dir: Path) -> str | None:
@@ -43,6 +48,15 @@ def backend_for(platform: str) -> Backend:
         from .tensorrt import TensorRTBackend  # imports nothing from TensorRT until an instance loads
 
         return TensorRTBackend()
+    if platform == "pytorch_libtorch":
+        try:
+            from .pytorch import PyTorchBackend
+        except ImportError as exc:
+            raise ModelLoadError(
+                f"platform 'pytorch_libtorch' needs torch, which could not be imported ({exc}); "
+                "install the extra: pip install 'ferry[torch]'"
+            ) from None
+        return PyTorchBackend()
     raise ModelLoadError(
-        f"platform '{platform}' is not supported by this server; supported: onnxruntime_onnx, tensorrt_plan"
+        f"platform '{platform}' is not supported by this server; supported: {', '.join(_SUPPORTED)}"
     )

@@ -216,7 +216,15 @@ class TensorRTInstance:
 
 class TensorRTBackend:
     platform = "tensorrt_plan"
+    name = "tensorrt"
     default_filename = "model.plan"
+
+    def model_filename(self, config: mc.ModelConfig) -> str:
+        return config.default_model_filename or self.default_filename
+
+    def gpu_available(self) -> bool:
+        """A TensorRT engine only runs on a GPU, so KIND_AUTO always means the GPU for it."""
+        return True
 
     def create_instance(self, model_file: Path, config: mc.ModelConfig, spec: InstanceSpec) -> TensorRTInstance:
         return TensorRTInstance(model_file, config, spec)

@@ -80,6 +80,7 @@ class PreprocessSpec:
     letterbox_corner: bool
     resize_shorter: int  # resolved: never zero for SHORTER_SIDE_CENTER_CROP
     max_pixels: int  # as configured; zero means the server-wide default
+    device: int = _PRE.CPU  # FerryPreprocess.Device: where resizing and normalisation run
 
     @property
     def dtype(self) -> np.dtype:
@@ -120,6 +121,11 @@ class PreprocessSpec:
             raise ModelLoadError(f"{_FIELD}.resize: unknown value {pre.resize}")
         if pre.interpolation not in _RESAMPLE:
             raise ModelLoadError(f"{_FIELD}.interpolation: unknown value {pre.interpolation}")
+        if pre.device not in _PRE.Device.values():
+            raise ModelLoadError(f"{_FIELD}.device: unknown value {pre.device}")
+        if pre.device == _PRE.GPU and pre.interpolation == _PRE.LANCZOS:
+            raise ModelLoadError(f"{_FIELD}.interpolation: LANCZOS is not available with device: GPU "
+                                 "(torch has no Lanczos resize); use BILINEAR, BICUBIC or NEAREST")
         datatype = _datatype(pre.data_type, input_datatype)
         scale = _scale(pre, datatype)
         mean = _per_channel("mean", list(pre.mean), expected_channels, 0.0, datatype)
@@ -144,66 +150,80 @@ class PreprocessSpec:
             letterbox_corner=pre.letterbox_corner,
             resize_shorter=_resize_shorter(pre, width, height),
             max_pixels=int(pre.max_pixels),
+            device=pre.device,
         )
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one image lands in the tensor: resized to ``resized`` (width, height), the region
+    ``rows`` x ``cols`` cut at (``crop_top``, ``crop_left``) of the resized image, written at
+    (``top``, ``left``) of the tensor. The CPU and the GPU pre-processing both follow it."""
+
+    resized: tuple[int, int]
+    crop_top: int
+    crop_left: int
+    rows: int
+    cols: int
+    top: int
+    left: int
+    transform: ImageTransform
+
+
+def place(width: int, height: int, spec: PreprocessSpec) -> Placement:
+    """The geometry of ``spec.resize`` for an image of ``width`` x ``height``.
+
+    EXACT stretches to the input size ignoring the aspect ratio. SHORTER_SIDE_CENTER_CROP resizes the
+    shorter side to ``resize_shorter`` (truncating the longer one, as torchvision's Resize does), then
+    cuts the centre crop with torchvision CenterCrop's rounding. LETTERBOX fits the image inside the
+    input keeping the aspect ratio; the border gets ``pad_value``.
+    """
+    w, h = width, height
+    if spec.resize == _PRE.SHORTER_SIDE_CENTER_CROP:
+        shorter = spec.resize_shorter
+        if w <= h:
+            new_w, new_h = shorter, max(1, int(shorter * h / w))
+        else:
+            new_w, new_h = max(1, int(shorter * w / h)), shorter
+        left = int(round((new_w - spec.width) / 2.0))
+        top = int(round((new_h - spec.height) / 2.0))
+        transform = ImageTransform(new_w / w, new_h / h, float(-left), float(-top), w, h, spec.width, spec.height)
+        return Placement((new_w, new_h), top, left, spec.height, spec.width, 0, 0, transform)
+    if spec.resize == _PRE.LETTERBOX:
+        ratio = min(spec.width / w, spec.height / h)
+        new_w = min(spec.width, max(1, round(w * ratio)))
+        new_h = min(spec.height, max(1, round(h * ratio)))
+        if spec.letterbox_corner:
+            left = top = 0
+        else:
+            left, top = (spec.width - new_w) // 2, (spec.height - new_h) // 2
+        transform = ImageTransform(new_w / w, new_h / h, float(left), float(top), w, h, spec.width, spec.height)
+        return Placement((new_w, new_h), 0, 0, new_h, new_w, top, left, transform)
+    transform = ImageTransform(spec.width / w, spec.height / h, 0.0, 0.0, w, h, spec.width, spec.height)
+    return Placement((spec.width, spec.height), 0, 0, spec.height, spec.width, 0, 0, transform)
+
+
+def to_model_mode(image: Image.Image, spec: PreprocessSpec) -> Image.Image:
+    """Grayscale or RGB as the spec wants (before resizing: one channel is cheaper to resize)."""
+    if spec.color_order == _PRE.GRAY:
+        return image if image.mode == "L" else image.convert("L")
+    return image if image.mode == "RGB" else image.convert("RGB")
 
 
 def preprocess(image: Image.Image, spec: PreprocessSpec) -> tuple[np.ndarray, ImageTransform]:
     """Turn one decoded image into a contiguous tensor of ``spec.tensor_shape`` and ``spec.dtype``."""
-    if spec.color_order == _PRE.GRAY:
-        image = image if image.mode == "L" else image.convert("L")  # before resizing: 1 channel is cheaper
-    elif image.mode != "RGB":
-        image = image.convert("RGB")
-    if spec.resize == _PRE.LETTERBOX:
-        return _letterbox(image, spec)
-    if spec.resize == _PRE.SHORTER_SIDE_CENTER_CROP:
-        return _shorter_side_crop(image, spec)
-    return _exact(image, spec)
-
-
-def _exact(image: Image.Image, spec: PreprocessSpec) -> tuple[np.ndarray, ImageTransform]:
-    """Stretch to the input size, ignoring the aspect ratio."""
-    w, h = image.size
-    pixels = _pixels(_resize(image, (spec.width, spec.height), spec))
-    transform = ImageTransform(spec.width / w, spec.height / h, 0.0, 0.0, w, h, spec.width, spec.height)
-    return _to_tensor(pixels, spec, top=0, left=0), transform
-
-
-def _shorter_side_crop(image: Image.Image, spec: PreprocessSpec) -> tuple[np.ndarray, ImageTransform]:
-    """Resize the shorter side to ``resize_shorter`` (truncating the longer one, as torchvision's
-    Resize does), then cut the centre crop with torchvision CenterCrop's rounding."""
-    w, h = image.size
-    shorter = spec.resize_shorter
-    if w <= h:
-        new_w, new_h = shorter, max(1, int(shorter * h / w))
-    else:
-        new_w, new_h = max(1, int(shorter * w / h)), shorter
-    left = int(round((new_w - spec.width) / 2.0))
-    top = int(round((new_h - spec.height) / 2.0))
-    pixels = _pixels(_resize(image, (new_w, new_h), spec))[top : top + spec.height, left : left + spec.width]
-    transform = ImageTransform(new_w / w, new_h / h, float(-left), float(-top), w, h, spec.width, spec.height)
-    return _to_tensor(pixels, spec, top=0, left=0), transform
-
-
-def _letterbox(image: Image.Image, spec: PreprocessSpec) -> tuple[np.ndarray, ImageTransform]:
-    """Fit inside the input keeping the aspect ratio; the border gets ``pad_value``."""
-    w, h = image.size
-    ratio = min(spec.width / w, spec.height / h)
-    new_w = min(spec.width, max(1, round(w * ratio)))
-    new_h = min(spec.height, max(1, round(h * ratio)))
-    if spec.letterbox_corner:
-        left = top = 0
-    else:
-        left, top = (spec.width - new_w) // 2, (spec.height - new_h) // 2
-    pixels = _pixels(_resize(image, (new_w, new_h), spec))
-    transform = ImageTransform(new_w / w, new_h / h, float(left), float(top), w, h, spec.width, spec.height)
-    return _to_tensor(pixels, spec, top=top, left=left), transform
+    image = to_model_mode(image, spec)
+    where = place(*image.size, spec)
+    pixels = pixels_of(_resize(image, where.resized, spec))
+    pixels = pixels[where.crop_top : where.crop_top + where.rows, where.crop_left : where.crop_left + where.cols]
+    return _to_tensor(pixels, spec, top=where.top, left=where.left), where.transform
 
 
 def _resize(image: Image.Image, size: tuple[int, int], spec: PreprocessSpec) -> Image.Image:
     return image if image.size == size else image.resize(size, spec.resample)
 
 
-def _pixels(image: Image.Image) -> np.ndarray:
+def pixels_of(image: Image.Image) -> np.ndarray:
     """The image's uint8 pixels as (H, W, C), C being 3 (RGB) or 1 (L)."""
     pixels = np.asarray(image)
     return pixels[:, :, None] if pixels.ndim == 2 else pixels

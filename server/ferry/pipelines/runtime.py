@@ -2,12 +2,14 @@
 model's outputs turned into classes or detections in the caller's pixels.
 
 Built once per model version from its ``ferry_image`` config; decoding and pre-processing run in
-a worker thread (Pillow releases the GIL), each image written straight into one batch buffer.
+a worker thread (Pillow releases the GIL), each image written straight into one batch buffer, or,
+with ``preprocess { device: GPU }``, the decoded batch resized and normalised on the GPU by torch.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,7 +21,7 @@ from ..repository.config import TensorSpec
 from .classification import softmax, top_k
 from .decode import decode_image
 from .detection import Detection, decode_detections
-from .preprocess import ImageTransform, PreprocessSpec, preprocess
+from .preprocess import ImageTransform, Placement, PreprocessSpec, pixels_of, place, preprocess, to_model_mode
 
 DEFAULT_MAX_PIXELS = 40_000_000
 
@@ -43,11 +45,17 @@ class ImagePipeline:
     output_names: list[str]
     labels: list[str] | None
     max_pixels: int
+    #: Resizes and normalises a decoded batch on a device (device: GPU); None: per image on the CPU.
+    batch_preprocessor: Callable[[Sequence[np.ndarray], Sequence[Placement]], np.ndarray] | None = None
 
     @classmethod
     def from_config(cls, config: mc.ModelConfig, inputs: dict[str, TensorSpec], outputs: dict[str, TensorSpec],
-                    labels: dict[str, list[str]], max_pixels: int = DEFAULT_MAX_PIXELS) -> ImagePipeline | None:
-        """The pipeline a config asks for, or None when it has no ``ferry_image`` section."""
+                    labels: dict[str, list[str]], max_pixels: int = DEFAULT_MAX_PIXELS,
+                    gpu: int = 0) -> ImagePipeline | None:
+        """The pipeline a config asks for, or None when it has no ``ferry_image`` section.
+
+        ``gpu`` is the device that ``preprocess { device: GPU }`` runs on.
+        """
         if not config.HasField("ferry_image"):
             return None
         image = config.ferry_image
@@ -66,8 +74,9 @@ class ImagePipeline:
         for name in names:
             if name not in outputs:
                 raise ModelLoadError(f"ferry_image: output '{name}' is not an output of the model")
+        batch_preprocessor = _gpu_preprocessor(spec, gpu) if spec.device == mc.FerryPreprocess.GPU else None
         return cls(input_name, spec, classification, detection, names, labels.get(names[0]),
-                   spec.max_pixels or max_pixels)
+                   spec.max_pixels or max_pixels, batch_preprocessor)
 
     @property
     def task(self) -> str:
@@ -77,6 +86,8 @@ class ImagePipeline:
         """Decode and pre-process every image into one contiguous batch (blocking; run in a thread)."""
         if not images:
             raise InvalidArgument("no images in the request")
+        if self.batch_preprocessor is not None:
+            return self._prepare_on_device(images, self.batch_preprocessor)
         batch = np.empty((len(images), *self.spec.tensor_shape), dtype=self.spec.dtype)
         transforms = []
         decode_ns = preprocess_ns = 0
@@ -90,6 +101,20 @@ class ImagePipeline:
             decode_ns += t1 - t0
             transforms.append(transform)
         return Prepared(batch, transforms, decode_ns, preprocess_ns)
+
+    def _prepare_on_device(self, images: list[bytes], preprocessor: Callable[..., np.ndarray]) -> Prepared:
+        """Decode (and convert the colour mode) on the CPU, then resize and normalise the batch at once."""
+        pixels, placements = [], []
+        t0 = time.perf_counter_ns()
+        for index, data in enumerate(images):
+            image = decode_image(bytes(data), max_pixels=self.max_pixels, target_size=self.spec.decode_size,
+                                 index=index)
+            image = to_model_mode(image, self.spec)
+            placements.append(place(*image.size, self.spec))
+            pixels.append(pixels_of(image))
+        t1 = time.perf_counter_ns()
+        batch = preprocessor(pixels, placements)
+        return Prepared(batch, [where.transform for where in placements], t1 - t0, time.perf_counter_ns() - t1)
 
     def classify(self, outputs: dict[str, np.ndarray], k: int | None = None) -> list[list[dict]]:
         """Top-k classes per image as {index, label, score} (softmax applied when configured)."""
@@ -116,3 +141,20 @@ class ImagePipeline:
         if self.labels and index < len(self.labels):
             return self.labels[index]
         return None
+
+
+def _gpu_preprocessor(spec: PreprocessSpec, gpu: int) -> Callable[..., np.ndarray]:
+    """The torch batch pre-processor on ``cuda:<gpu>``; a load error where torch or CUDA is missing."""
+    field = "ferry_image.preprocess.device"
+    try:
+        import torch
+
+        from .device_preprocess import DevicePreprocessor
+    except ImportError as exc:
+        raise ModelLoadError(f"{field}: GPU needs torch ({exc}); install ferry[torch]") from None
+    if not torch.cuda.is_available():
+        raise ModelLoadError(f"{field}: GPU, but torch {torch.__version__} sees no CUDA device; "
+                             "use device: CPU (the default)")
+    if gpu >= torch.cuda.device_count():
+        raise ModelLoadError(f"{field}: GPU {gpu} does not exist (torch sees {torch.cuda.device_count()})")
+    return DevicePreprocessor(spec, f"cuda:{gpu}")

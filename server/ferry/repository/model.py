@@ -99,12 +99,6 @@ def _model_file(model_dir: Path, version: int, config: mc.ModelConfig, default: 
     return path
 
 
-def _gpu_available() -> bool:
-    import onnxruntime as ort
-
-    return "CUDAExecutionProvider" in ort.get_available_providers()
-
-
 def load_version(model_dir: Path, version: int, config: mc.ModelConfig, source: str) -> ModelVersion:
     """Create every instance of one version, complete and check its config, and run warm-up.
 
@@ -119,13 +113,13 @@ def load_version(model_dir: Path, version: int, config: mc.ModelConfig, source: 
     )
     if not platform:
         raise ModelLoadError(
-            f"{source}: no platform/backend given and no model.onnx or model.plan in {model_dir / str(version)}"
+            f"{source}: no platform/backend given and no model.onnx, model.plan or model.pt in "
+            f"{model_dir / str(version)}"
         )
     config.platform = platform
     backend = backend_for(platform)
-    model_file = _model_file(model_dir, version, config, backend.default_filename)
-    # A TensorRT engine only runs on a GPU, so KIND_AUTO means the GPU for it.
-    specs = instance_specs(config, platform == "tensorrt_plan" or _gpu_available())
+    model_file = _model_file(model_dir, version, config, backend.model_filename(config))
+    specs = instance_specs(config, backend.gpu_available())
     instances: list[Instance] = []
     try:
         first = backend.create_instance(model_file, config, specs[0])
@@ -134,7 +128,7 @@ def load_version(model_dir: Path, version: int, config: mc.ModelConfig, source: 
         validate_config(config, source)
         instances.extend(backend.create_instance(model_file, config, spec) for spec in specs[1:])
         if not config.backend:
-            config.backend = {"onnxruntime_onnx": "onnxruntime", "tensorrt_plan": "tensorrt"}.get(platform, "")
+            config.backend = backend.name
         inputs = {s.name: s for s in tensor_specs(config.input, "input", source)}
         outputs = {s.name: s for s in tensor_specs(config.output, "output", source)}
         labels = {
@@ -151,7 +145,8 @@ def load_version(model_dir: Path, version: int, config: mc.ModelConfig, source: 
             load_seconds=0.0,
             model_dir=model_dir,
         )
-        model.pipeline = ImagePipeline.from_config(config, inputs, outputs, labels)
+        first_gpu = next((spec.device_id for spec in specs if spec.kind == "GPU"), 0)
+        model.pipeline = ImagePipeline.from_config(config, inputs, outputs, labels, gpu=first_gpu)
         warm_up(model)
     except BaseException:
         for instance in instances:

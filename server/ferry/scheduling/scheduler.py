@@ -15,7 +15,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -91,6 +91,16 @@ def choose_batch(sizes: Sequence[int], policy: SchedulingPolicy, oldest_wait_ns:
     if oldest_wait_ns >= policy.max_queue_delay_ns:
         return count
     return None
+
+
+def assemble(parts: Sequence[np.ndarray], name: str,
+             provide: Callable[[str, tuple[int, ...], np.dtype], np.ndarray | None] | None) -> np.ndarray:
+    """Concatenate one input of a batch, into the instance's own buffer when it offers one."""
+    destination = None
+    if provide is not None:
+        shape = (sum(len(part) for part in parts), *parts[0].shape[1:])
+        destination = provide(name, shape, parts[0].dtype)
+    return np.concatenate(parts, out=destination)
 
 
 class Scheduler:
@@ -304,7 +314,8 @@ class Scheduler:
             inputs = batch[0].inputs
             names = batch[0].outputs
         else:
-            inputs = {name: np.concatenate([p.inputs[name] for p in batch]) for name in batch[0].inputs}
+            provide = getattr(instance, "input_buffer", None)  # see backends.base.InputBuffers
+            inputs = {name: assemble([p.inputs[name] for p in batch], name, provide) for name in batch[0].inputs}
             names = list(dict.fromkeys(name for p in batch for name in p.outputs))
         t1 = time.perf_counter_ns()
         outputs = instance.run(inputs, names)

@@ -682,7 +682,7 @@ class FerryImagePipeline(_message.Message):
     def __init__(self, preprocess: _Optional[_Union[FerryPreprocess, _Mapping]] = ..., classification: _Optional[_Union[FerryClassification, _Mapping]] = ..., detection: _Optional[_Union[FerryDetection, _Mapping]] = ..., input: _Optional[str] = ...) -> None: ...
 
 class FerryPreprocess(_message.Message):
-    __slots__ = ("color_order", "layout", "data_type", "resize", "interpolation", "scale", "mean", "std", "pad_value", "letterbox_corner", "resize_shorter", "max_pixels")
+    __slots__ = ("color_order", "layout", "data_type", "resize", "interpolation", "scale", "mean", "std", "pad_value", "letterbox_corner", "resize_shorter", "max_pixels", "device")
     class ColorOrder(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         RGB: _ClassVar[FerryPreprocess.ColorOrder]
@@ -715,6 +715,12 @@ class FerryPreprocess(_message.Message):
     NEAREST: FerryPreprocess.Interpolation
     BICUBIC: FerryPreprocess.Interpolation
     LANCZOS: FerryPreprocess.Interpolation
+    class Device(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        CPU: _ClassVar[FerryPreprocess.Device]
+        GPU: _ClassVar[FerryPreprocess.Device]
+    CPU: FerryPreprocess.Device
+    GPU: FerryPreprocess.Device
     COLOR_ORDER_FIELD_NUMBER: _ClassVar[int]
     LAYOUT_FIELD_NUMBER: _ClassVar[int]
     DATA_TYPE_FIELD_NUMBER: _ClassVar[int]
@@ -727,6 +733,7 @@ class FerryPreprocess(_message.Message):
     LETTERBOX_CORNER_FIELD_NUMBER: _ClassVar[int]
     RESIZE_SHORTER_FIELD_NUMBER: _ClassVar[int]
     MAX_PIXELS_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
     color_order: FerryPreprocess.ColorOrder
     layout: FerryPreprocess.Layout
     data_type: DataType
@@ -739,7 +746,8 @@ class FerryPreprocess(_message.Message):
     letterbox_corner: bool
     resize_shorter: int
     max_pixels: int
-    def __init__(self, color_order: _Optional[_Union[FerryPreprocess.ColorOrder, str]] = ..., layout: _Optional[_Union[FerryPreprocess.Layout, str]] = ..., data_type: _Optional[_Union[DataType, str]] = ..., resize: _Optional[_Union[FerryPreprocess.ResizeMode, str]] = ..., interpolation: _Optional[_Union[FerryPreprocess.Interpolation, str]] = ..., scale: _Optional[float] = ..., mean: _Optional[_Iterable[float]] = ..., std: _Optional[_Iterable[float]] = ..., pad_value: _Optional[float] = ..., letterbox_corner: bool = ..., resize_shorter: _Optional[int] = ..., max_pixels: _Optional[int] = ...) -> None: ...
+    device: FerryPreprocess.Device
+    def __init__(self, color_order: _Optional[_Union[FerryPreprocess.ColorOrder, str]] = ..., layout: _Optional[_Union[FerryPreprocess.Layout, str]] = ..., data_type: _Optional[_Union[DataType, str]] = ..., resize: _Optional[_Union[FerryPreprocess.ResizeMode, str]] = ..., interpolation: _Optional[_Union[FerryPreprocess.Interpolation, str]] = ..., scale: _Optional[float] = ..., mean: _Optional[_Iterable[float]] = ..., std: _Optional[_Iterable[float]] = ..., pad_value: _Optional[float] = ..., letterbox_corner: bool = ..., resize_shorter: _Optional[int] = ..., max_pixels: _Optional[int] = ..., device: _Optional[_Union[FerryPreprocess.Device, str]] = ...) -> None: ...
 
 class FerryClassification(_message.Message):
     __slots__ = ("softmax", "top_k", "output")

@@ -1,0 +1,327 @@
+"""GPU benchmark: raw in-process torch FP16 ResNet-50 against the same model served by Ferry's PyTorch
+backend (dynamic batching onto the GPU), over gRPC, REST binary and the image path.
+
+Run on a machine with an NVIDIA GPU and torch with CUDA (about 9 minutes with the defaults)::
+
+    python benchmarks/gpu_torch.py [--duration S] [--windows N] [--instances 1 2 3 4] [--output FILE]
+
+``--smoke`` shrinks every setting so that the script also runs on a CPU (with CPU torch); those
+figures only show that the script works and are labelled CPU-only.
+
+Steps, in order:
+
+1. raw torch throughput per batch size, the input resident on the device: eager, and CUDA-graph
+   replay (GPU), in the server's precision (FP16 half weights on a GPU);
+2. for each instance count (``count`` KIND_GPU instances on GPU 0): a server in a subprocess with
+   CUDA graphs and FP16; closed-loop batch-1 requests over gRPC and REST (binary) at each
+   concurrency from several client processes; the image path (640x480 JPEG as a BYTES input over
+   gRPC, decoded on the CPU, resized and normalised on the GPU) at the top concurrency; then gRPC
+   paced at half of that instance count's best throughput, for latency at half load. NVML metrics
+   (``nv_gpu_*``) are scraped from the server's /metrics during the top-concurrency gRPC step;
+3. a markdown table and a JSON file of every number, in ``benchmarks/results/``.
+
+Clients are tritonclient threads in spawned worker processes (benchmarks/serving.py's machinery).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import os
+import re
+import shlex
+import shutil
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import images  # noqa: E402  (benchmarks/ is not a package)
+import models  # noqa: E402
+import serving  # noqa: E402
+import torch_models  # noqa: E402
+
+RESULTS = serving.RESULTS
+WORK = serving.TMP / "gpu_torch"
+GPU_METRICS = ("nv_gpu_utilization", "nv_gpu_memory_used_bytes", "nv_gpu_memory_total_bytes", "nv_gpu_power_usage")
+
+
+# --- raw torch ---------------------------------------------------------------------------------
+
+def raw_benchmark(model_file: Path, device: torch.device, fp16: bool, batches: Sequence[int], window_s: float,
+                  windows: int) -> list[dict[str, Any]]:
+    """Images/s per batch size and mode (eager; CUDA graph on a GPU), median of ``windows`` windows."""
+    module = torch.jit.load(str(model_file), map_location=device).eval()
+    if fp16:
+        module = module.half()
+    cuda = device.type == "cuda"
+    sync: Callable[[], None] = torch.cuda.synchronize if cuda else (lambda: None)
+    rows = []
+    with torch.inference_mode():
+        for batch in batches:
+            x = torch.from_numpy(np.repeat(models.sample_image(), batch, axis=0)).to(device)
+            x = x.half() if fp16 else x
+            runners: dict[str, Callable[[], Any]] = {"eager": lambda x=x: module(x)}
+            if cuda:
+                runners["graph"] = _graphed(module, x)
+            row: dict[str, Any] = {"batch": batch}
+            for mode, run in runners.items():
+                for _ in range(3):
+                    run()
+                sync()
+                results = [_raw_window(run, sync, batch, window_s) for _ in range(windows)]
+                median = sorted(results, key=lambda r: r["throughput"])[(len(results) - 1) // 2]
+                latencies = [v for r in results for v in r["latency_ns"]]
+                row[mode] = {"throughput": median["throughput"], "windows": [r["throughput"] for r in results],
+                             "p50_ms": serving.percentile_ms(latencies, 50),
+                             "p99_ms": serving.percentile_ms(latencies, 99)}
+            best = max((mode for mode in runners), key=lambda m: row[m]["throughput"])
+            row.update(best_mode=best, throughput=row[best]["throughput"], latency_p50_ms=row[best]["p50_ms"],
+                       latency_p99_ms=row[best]["p99_ms"])
+            rows.append(row)
+            print(f"  raw batch {batch:3d}: " + "  ".join(
+                f"{m} {row[m]['throughput']:8.1f} img/s (p50 {row[m]['p50_ms']:.2f} ms)" for m in runners), flush=True)
+    return rows
+
+
+def _graphed(module: torch.nn.Module, x: torch.Tensor) -> Callable[[], Any]:
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            module(x)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        module(x)
+    return graph.replay
+
+
+def _raw_window(run: Callable[[], Any], sync: Callable[[], None], batch: int, window_s: float) -> dict[str, Any]:
+    latencies = []
+    t0 = serving.now_ns()
+    while True:
+        start = serving.now_ns()
+        run()
+        sync()
+        latencies.append(serving.now_ns() - start)
+        if serving.now_ns() - t0 >= window_s * 1e9 and len(latencies) >= 3:
+            break
+    return {"throughput": batch * len(latencies) / ((serving.now_ns() - t0) / 1e9), "latency_ns": latencies}
+
+
+# --- the server ----------------------------------------------------------------------------------
+
+def scrape_gpu_metrics(server: serving.FerryProcess) -> dict[str, float]:
+    """The nv_gpu_* samples of GPU 0 on /metrics (empty without NVML)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    values = {}
+    for name in GPU_METRICS:
+        match = re.search(rf'^{name}{{gpu="0"}} (\S+)$', text, re.M)
+        if match:
+            values[name] = float(match.group(1))
+    return values
+
+
+def served_steps(pool: serving.WorkerPool, server: serving.FerryProcess, args: argparse.Namespace,
+                 raw: list[dict[str, Any]], meter: serving.CpuMeter, instances: int,
+                 jpeg: bytes) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, float]]:
+    image = models.sample_image()
+    top = max(args.concurrency)
+    rows = []
+    gpu_metrics: dict[str, float] = {}
+
+    def step(label: str, protocol: str, model: str, data: np.ndarray, concurrency: int, rate: float = 0.0,
+             scrape: bool = False) -> dict[str, Any]:
+        processes = max(1, min(args.processes, concurrency))
+        load = serving.LoadStep(f"{instances}x {label} c={concurrency}", protocol, model, "input", "logits", data,
+                                concurrency, processes, args.warmup, args.duration, args.windows, rate)
+        timer = None
+        if scrape:  # NVML values while the GPU is busiest: half-way through the measurement
+            def take() -> None:
+                with contextlib.suppress(OSError):
+                    gpu_metrics.update(scrape_gpu_metrics(server))
+
+            timer = threading.Timer(0.2 + args.warmup + args.duration * args.windows / 2, take)
+            timer.start()
+        result = serving.run_load(pool, server, load, raw, meter)
+        if timer is not None:
+            timer.join()
+        result.update(instances=instances, path=label)
+        return result
+
+    for concurrency in args.concurrency:
+        for protocol in ("grpc", "rest"):
+            rows.append(step(serving.PROTOCOL_NAMES[protocol], protocol, "resnet50", image, concurrency,
+                             scrape=protocol == "grpc" and concurrency == top))
+    rows.append(step("image path (gRPC, JPEG)", "grpc", "resnet50_images", np.array([jpeg], dtype=object), top))
+    best = max((r for r in rows if r["protocol"] == "grpc" and r["model"] == "resnet50"), key=lambda r: r["throughput"])
+    half_rate = best["throughput"] / 2
+    half = step("gRPC at half load", "grpc", "resnet50", image, min(64, top), rate=half_rate)
+    half["target_rate"] = half_rate
+    return rows, half, gpu_metrics
+
+
+# --- report --------------------------------------------------------------------------------------
+
+def machine(device: torch.device) -> dict[str, Any]:
+    info = serving.machine_info()
+    info["torch"] = torch.__version__
+    info["device"] = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU (no CUDA device)"
+    info["cuda"] = torch.version.cuda or "-"
+    return info
+
+
+def render(report: dict[str, Any]) -> str:
+    info, settings = report["machine"], report["settings"]
+    raw = report["raw"]
+    best = max(raw, key=lambda r: r["throughput"])
+    served_best = max(report["served"], key=lambda r: r["throughput"] if r["model"] == "resnet50" else 0)
+    title = "# Ferry PyTorch backend on a GPU: ResNet-50 FP16" if report["gpu"] else \
+        "# Ferry PyTorch backend benchmark: CPU-only smoke run (NOT GPU figures)"
+    lines = [
+        title, "",
+        f"- command: `{report['command']}` ({report['elapsed_s']:.0f} s); date (UTC) {report['date']}; "
+        f"commit {info['commit'] or '?'}",
+        f"- device: {info['device']}; torch {info['torch']} (CUDA {info['cuda']}); {info['cpu_count']} CPUs "
+        f"({info['cpu_model']}); Python {info['python']}; tritonclient {info['tritonclient']}",
+        f"- model: ResNet-50 topology with random weights in plain torch (benchmarks/torch_models.py), TorchScript, "
+        f"{settings['precision']}; input FP32 1x3x224x224 per request; server: `ferry_precision: "
+        f"{settings['precision']}`, CUDA graphs {'on' if settings['graphs'] else 'off'}, "
+        f"max_batch_size {settings['max_batch_size']}, `dynamic_batching {{ }}`, {settings['kind']} instances",
+        f"- raw: in-process, input already on the device, one synchronisation per run; eager and CUDA-graph "
+        f"replay; best raw: {best['throughput']:.1f} img/s at batch {best['batch']} ({best['best_mode']}); "
+        f"other processes used {report['raw_other_cpu']:.0%} of the CPUs meanwhile",
+        f"- served: closed-loop batch-1 requests from up to {settings['processes']} spawned client processes "
+        f"(tritonclient threads); {settings['warmup_s']:g} s warm-up, {settings['windows']} windows of "
+        f"{settings['window_s']:g} s, median window; avg batch and busy from the statistics API; other CPU: "
+        "share of the machine's CPU used by processes outside the benchmark during the step (rows with more "
+        "than a few percent were disturbed)",
+        "", "## Raw torch", "",
+        "| batch | eager img/s | eager p50 ms | graph img/s | graph p50 ms | graph p99 ms |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    fmt = serving._fmt
+    for r in raw:
+        graph = r.get("graph", {})
+        lines.append(f"| {r['batch']} | {fmt(r['eager']['throughput'])} | {fmt(r['eager']['p50_ms'], 2)} | "
+                     f"{fmt(graph.get('throughput'))} | {fmt(graph.get('p50_ms'), 2)} | "
+                     f"{fmt(graph.get('p99_ms'), 2)} |")
+    lines += ["", "## Served", "",
+              "| instances | path | concurrency | clients | img/s | p50 ms | p99 ms | avg batch | busy | vs raw best "
+              "| other CPU |",
+              "|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in report["served"]:
+        lines.append(f"| {r['instances']} | {r['path']} | {r['concurrency']} | {r['clients']} | "
+                     f"{fmt(r['throughput'])} | {fmt(r['p50_ms'], 2)} | {fmt(r['p99_ms'], 2)} | "
+                     f"{fmt(r['avg_batch'], 2)} | {fmt(r['busy'], 2)} | {fmt(r['vs_raw_best'], 3)} | "
+                     f"{r['other_cpu']:.0%} |")
+    lines += ["", "## Latency at half load (gRPC, paced)", "",
+              "| instances | target req/s (half of best gRPC) | achieved img/s | clients | p50 ms | p99 ms "
+              "| avg batch |",
+              "|---:|---:|---:|---|---:|---:|---:|"]
+    for r in report["half_load"]:
+        lines.append(f"| {r['instances']} | {fmt(r['target_rate'])} | {fmt(r['throughput'])} | {r['clients']} | "
+                     f"{fmt(r['p50_ms'], 2)} | {fmt(r['p99_ms'], 2)} | {fmt(r['avg_batch'], 2)} |")
+    lines += ["", "## NVML metrics from the server's /metrics (GPU 0, during the top-concurrency gRPC step)", ""]
+    for count, values in report["gpu_metrics"].items():
+        text = ", ".join(f"{k} {v:g}" for k, v in values.items()) or "absent (no NVML-visible GPU)"
+        lines.append(f"- {count} instance(s): {text}")
+    ratio = served_best["throughput"] / best["throughput"]
+    verdict = f"target >= 0.8: {'met' if ratio >= 0.8 else 'NOT met'}" if report["gpu"] else \
+        "no verdict: the 0.8 target is for GPU runs; CPU smoke figures only show that the script works"
+    lines += ["", f"**Best served: {served_best['throughput']:.1f} img/s ({served_best['instances']} instance(s), "
+              f"{served_best['path']}, concurrency {served_best['concurrency']}) = {ratio:.3f} x raw best "
+              f"({verdict}).**", ""]
+    return "\n".join(lines)
+
+
+# --- main ----------------------------------------------------------------------------------------
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="tiny settings that also run on a CPU")
+    parser.add_argument("--duration", type=float, help="seconds per served measurement window; raw windows are "
+                                                       "half as long (2; smoke 3)")
+    parser.add_argument("--windows", type=int, help="measurement windows per step (3; smoke 1)")
+    parser.add_argument("--raw-batches", type=int, nargs="+", help="raw batch sizes (1 2 4 ... 128; smoke 1 4)")
+    parser.add_argument("--concurrency", type=int, nargs="+", help="served concurrencies (16 64 128 256; smoke 1 4)")
+    parser.add_argument("--instances", type=int, nargs="+", help="instance counts on GPU 0 (1 2 3 4; smoke 1 2)")
+    parser.add_argument("--processes", type=int, help="client processes at most (8; smoke 2)")
+    parser.add_argument("--max-batch-size", type=int, help="server max_batch_size (128; smoke 4)")
+    parser.add_argument("--output", type=Path, help="markdown file (results/gpu-torch.md; smoke: "
+                                                    "results/gpu-torch-cpu-smoke.md); the JSON goes next to it")
+    args = parser.parse_args(argv)
+    smoke = args.smoke
+    args.duration = args.duration or (3.0 if smoke else 2.0)
+    args.windows = args.windows or (1 if smoke else 3)
+    args.warmup = max(1.0, args.duration / 2)
+    args.raw_batches = args.raw_batches or ([1, 4] if smoke else [1, 2, 4, 8, 16, 32, 64, 128])
+    args.concurrency = args.concurrency or ([1, 4] if smoke else [16, 64, 128, 256])
+    args.instances = args.instances or ([1, 2] if smoke else [1, 2, 3, 4])
+    args.processes = args.processes or (2 if smoke else 8)
+    args.max_batch_size = args.max_batch_size or (4 if smoke else 128)
+    output = args.output or RESULTS / ("gpu-torch-cpu-smoke.md" if smoke else "gpu-torch.md")
+    argv_text = shlex.join(["python", "benchmarks/gpu_torch.py", *(sys.argv[1:] if argv is None else argv)])
+
+    gpu = torch.cuda.is_available()
+    device = torch.device("cuda", 0) if gpu else torch.device("cpu")
+    if not gpu:
+        print("NOTE: torch sees no CUDA device; these are CPU figures, not GPU figures", flush=True)
+    precision = "fp16" if gpu else "fp32"
+    started = time.monotonic()
+    model_file = torch_models.build_torchscript(WORK / "resnet50.pt")
+    report: dict[str, Any] = {
+        "command": argv_text, "gpu": gpu, "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M"),
+        "machine": machine(device),
+        "settings": {"precision": precision, "graphs": gpu, "max_batch_size": args.max_batch_size,
+                     "kind": "KIND_GPU" if gpu else "KIND_CPU", "processes": args.processes,
+                     "warmup_s": args.warmup, "window_s": args.duration, "windows": args.windows},
+    }
+    print(f"raw torch on {report['machine']['device']} ({precision})", flush=True)
+    our_pids = [os.getpid()]
+    meter = serving.CpuMeter(lambda: our_pids)
+    cpu = meter.snapshot()
+    report["raw"] = raw_benchmark(model_file, device, precision == "fp16", args.raw_batches,
+                                  max(0.5, args.duration / 2), args.windows)
+    report["raw_other_cpu"] = meter.other_share(cpu, meter.snapshot())
+    jpeg = images.make_jpegs(1)[0]
+    pool = serving.WorkerPool(args.processes)
+    our_pids += [process.pid for process in pool.processes]
+    report["served"], report["half_load"], report["gpu_metrics"] = [], [], {}
+    try:
+        for instances in args.instances:
+            repo = WORK / f"repo-{instances}"
+            shutil.rmtree(repo, ignore_errors=True)
+            torch_models.write_repository(repo, model_file, kind=report["settings"]["kind"], instances=instances,
+                                          max_batch_size=args.max_batch_size, precision=precision, graphs=gpu,
+                                          preprocess_device="GPU" if gpu else "CPU")
+            server = serving.FerryProcess(repo)
+            try:
+                server.wait_ready(["resnet50", "resnet50_images"], timeout=600)
+                our_pids.append(server.pid)
+                print(f"{instances} instance(s): ferry pid {server.pid}", flush=True)
+                rows, half, metrics = served_steps(pool, server, args, report["raw"], meter, instances, jpeg)
+            finally:
+                server.stop()
+            report["served"] += rows
+            report["half_load"].append(half)
+            report["gpu_metrics"][str(instances)] = metrics
+    finally:
+        pool.close()
+    report["elapsed_s"] = round(time.monotonic() - started, 1)
+    serving.write_report(output, render(report), report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,247 @@
+"""PyTorch backend (Triton's ``pytorch_libtorch`` platform, ``pytorch`` backend): TorchScript
+``model.pt`` files, or ONNX models converted by onnx2torch at load (see torch_options.py).
+
+Each instance owns one copy of the module on its device. On a GPU an instance also owns one CUDA
+stream, page-locked (pinned) host buffers that the scheduler assembles batches in (``input_buffer``),
+and optionally one CUDA graph per batch-size bucket. A batch then costs one asynchronous
+host-to-device copy per input, one graph replay (or an eager forward pass), and one device-to-host
+copy per requested output, followed by a single stream synchronisation. On the CPU the module runs
+eagerly on the request memory itself. The device is chosen at run time from the instance group
+and ``torch.cuda.is_available()``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ferry_client.protocol import model_config_pb2 as mc
+
+from ..errors import FerryError, InvalidArgument, ModelLoadError
+from .base import InstanceSpec, ModelIO
+from .cuda_graphs import CudaGraphs
+from .torch_loading import LoadedModule, load_onnx, load_torchscript, to_numpy, to_tensor, torch_dtype
+from .torch_options import TorchOptions
+
+log = logging.getLogger(__name__)
+
+
+def device_for(spec: InstanceSpec) -> torch.device:
+    """The torch device of an instance; a KIND_GPU instance without a usable CUDA device fails to load."""
+    if spec.kind != "GPU":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise ModelLoadError(
+            f"instance '{spec.name}' is KIND_GPU but torch {torch.__version__} has no usable CUDA device "
+            "(torch.cuda.is_available() is False); use KIND_CPU or KIND_AUTO"
+        )
+    count = torch.cuda.device_count()
+    if spec.device_id >= count:
+        raise ModelLoadError(f"instance '{spec.name}' asks for GPU {spec.device_id} but torch sees {count} GPU(s)")
+    return torch.device("cuda", spec.device_id)
+
+
+class PyTorchInstance:
+    """One module on one device. ``run`` is called from the scheduler's worker thread for this instance."""
+
+    def __init__(self, model_file: Path, config: mc.ModelConfig, spec: InstanceSpec) -> None:
+        self.spec = spec
+        self.options = TorchOptions.from_config(config)
+        self._device = device_for(spec)
+        self.device = str(self._device)
+        self._cuda = self._device.type == "cuda"
+        with self._device_context():
+            loaded = (load_onnx(model_file) if self.options.convert_from == "onnx"
+                      else load_torchscript(model_file, config, self._device))
+            self.io: ModelIO = loaded.io
+            self._module = self._prepare_module(loaded)
+            self._inputs = [(name, torch_dtype(self._info(name))) for name in loaded.input_order]
+            self._outputs = {info.name: torch_dtype(info) for info in self.io.outputs}
+            self._output_order = loaded.output_order
+            self._batched = config.max_batch_size > 0
+            self._stream = torch.cuda.Stream(self._device) if self._cuda else None
+            if self._cuda:
+                torch.cuda.synchronize(self._device)  # weights were copied on the default stream
+            self._staging: dict[str, torch.Tensor] = {}
+            if self._cuda and self.options.pinned_input:
+                self._preallocate(max(1, config.max_batch_size))
+            self._graphs = self._capture_graphs() if self.options.cuda_graphs else None
+
+    # --- loading ------------------------------------------------------------------------------
+
+    def _info(self, name: str) -> Any:
+        return next(info for info in self.io.inputs if info.name == name)
+
+    def _prepare_module(self, loaded: LoadedModule) -> torch.nn.Module:
+        module = loaded.module.to(self._device).eval()
+        if self.options.precision == "fp16":
+            module = module.half()
+        return module
+
+    def _preallocate(self, max_batch: int) -> None:
+        """Pinned staging buffers for inputs of fixed size, so the first batches need no allocation."""
+        for name, dtype in self._inputs:
+            dims = self._info(name).shape[1:] if self._batched else self._info(name).shape
+            if all(d is not None for d in dims):
+                count = (max_batch if self._batched else 1) * int(np.prod(dims, dtype=np.int64))
+                self._staging[name] = torch.empty(count * dtype.itemsize, dtype=torch.uint8, pin_memory=True)
+
+    def _capture_graphs(self) -> CudaGraphs | None:
+        if not self._cuda:
+            log.info("instance '%s': CUDA graphs apply to GPU instances only; running eagerly", self.spec.name)
+            return None
+        if not self._batched:
+            log.warning("instance '%s': CUDA graphs need a batch dimension (max_batch_size > 0); running eagerly",
+                        self.spec.name)
+            return None
+        shapes = [(self._info(name).shape[1:], dtype) for name, dtype in self._inputs]
+        if any(d is None for dims, _ in shapes for d in dims):
+            log.warning("instance '%s': CUDA graphs need fixed input dims besides the batch; running eagerly",
+                        self.spec.name)
+            return None
+        assert self._stream is not None
+        try:
+            with self._grad_mode():
+                return CudaGraphs(self._forward, shapes, self.options.graph_batch_sizes, self._device, self._stream)
+        except Exception as exc:  # e.g. a model that synchronises with the host cannot be captured
+            log.warning("instance '%s': CUDA graph capture failed (%s: %s); running eagerly",
+                        self.spec.name, type(exc).__name__, exc)
+            return None
+
+    # --- execution ----------------------------------------------------------------------------
+
+    def _device_context(self) -> contextlib.AbstractContextManager:
+        return torch.cuda.device(self._device) if self._cuda else contextlib.nullcontext()
+
+    def _grad_mode(self) -> contextlib.AbstractContextManager:
+        return torch.inference_mode() if self.options.inference_mode else torch.no_grad()
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        if self.options.precision != "autocast_fp16":
+            return contextlib.nullcontext()
+        # No weight-cast cache: a cache filled during CUDA graph capture would be freed under the graph.
+        return torch.autocast(device_type=self._device.type, dtype=torch.float16, cache_enabled=False)
+
+    def _forward(self, tensors: list[torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Run the module on device tensors; outputs named and in their declared types."""
+        if self.options.precision == "fp16":
+            tensors = [t.half() if t.is_floating_point() else t for t in tensors]
+        with self._autocast(), torch.jit.optimized_execution(self.options.optimized_execution):
+            result = self._module(*tensors)
+        return self._name_outputs(result)
+
+    def _name_outputs(self, result: Any) -> dict[str, torch.Tensor]:
+        if isinstance(result, torch.Tensor):
+            named = {self._output_order[0]: result}
+        elif isinstance(result, dict):
+            named = result
+        elif isinstance(result, list | tuple):
+            named = dict(zip(self._output_order, result, strict=False))
+        else:
+            raise FerryError(f"the model returned {type(result).__name__}; expected a tensor, tuple, list or dict")
+        out: dict[str, torch.Tensor] = {}
+        for name, dtype in self._outputs.items():
+            tensor = named.get(name)
+            if not isinstance(tensor, torch.Tensor):
+                raise FerryError(f"the model returned no tensor for output '{name}' "
+                                 f"(outputs bind in the order {', '.join(self._output_order)})")
+            if tensor.dtype != dtype:
+                if not (tensor.is_floating_point() and dtype.is_floating_point):
+                    raise FerryError(f"output '{name}' is {tensor.dtype} but the config declares {dtype}")
+                tensor = tensor.to(dtype)  # e.g. FP16 / autocast results back to the declared FP32
+            out[name] = tensor
+        return out
+
+    def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+        missing = [name for name, _ in self._inputs if name not in inputs]
+        if missing:
+            raise InvalidArgument(f"input '{missing[0]}' is required by this model")
+        with self._grad_mode():
+            if self._cuda:
+                return self._run_cuda(inputs, outputs)
+            tensors = [to_tensor(_writable(inputs[name]), dtype) for name, dtype in self._inputs]
+            results = self._forward(tensors)
+            return {name: to_numpy(results[name].contiguous()) for name in outputs}
+
+    def _run_cuda(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+        assert self._stream is not None
+        with self._device_context(), torch.cuda.stream(self._stream):
+            host = [self._stage(name, inputs[name], dtype) for name, dtype in self._inputs]
+            batch = host[0].shape[0] if self._batched and host else 0
+            if self._graphs is not None and self._graphs.accepts(host, batch):
+                device_outputs = self._graphs.run(host, batch)
+            else:
+                device_outputs = self._forward([t.to(self._device, non_blocking=True) for t in host])
+            copies = {name: self._copy_back(device_outputs[name]) for name in outputs}
+            self._stream.synchronize()
+        return {name: to_numpy(tensor) for name, tensor in copies.items()}
+
+    def _stage(self, name: str, array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+        """The input as a host tensor in pinned memory (copied there unless the scheduler assembled it there)."""
+        if not self.options.pinned_input:
+            return to_tensor(np.ascontiguousarray(array), dtype)
+        buffer = self._staging.get(name)
+        owned = (buffer is not None and array.flags.c_contiguous
+                 and array.__array_interface__["data"][0] == buffer.data_ptr())
+        if not owned:
+            view = self.input_buffer(name, array.shape, array.dtype)
+            assert view is not None
+            np.copyto(view, array)
+            buffer = self._staging[name]
+        assert buffer is not None
+        return buffer[: array.nbytes].view(dtype).view(array.shape)
+
+    def _copy_back(self, tensor: torch.Tensor) -> torch.Tensor:
+        if not self.options.pinned_output:
+            return tensor.to("cpu")
+        host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+        host.copy_(tensor, non_blocking=True)
+        return host
+
+    def input_buffer(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray | None:
+        """A view of this instance's pinned staging buffer for ``name`` (see backends.base.InputBuffers).
+
+        One batch is in flight per instance and ``run`` synchronises before returning, so the
+        buffer is free again by the time the scheduler assembles the next batch.
+        """
+        if not (self._cuda and self.options.pinned_input) or dtype.hasobject:
+            return None
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        buffer = self._staging.get(name)
+        if buffer is None or buffer.numel() < nbytes:
+            buffer = torch.empty(max(nbytes, 1), dtype=torch.uint8, pin_memory=True)
+            self._staging[name] = buffer
+        return buffer[:nbytes].numpy().view(dtype).reshape(shape)
+
+    def close(self) -> None:
+        self._graphs = None
+        self._staging.clear()
+        del self._module
+        if self._cuda:
+            torch.cuda.empty_cache()
+
+
+def _writable(array: np.ndarray) -> np.ndarray:
+    """Request tensors decoded from immutable wire bytes are read-only; torch may not alias those."""
+    return array if array.flags.writeable else array.copy()
+
+
+class PyTorchBackend:
+    platform = "pytorch_libtorch"
+    name = "pytorch"
+    default_filename = "model.pt"
+
+    def model_filename(self, config: mc.ModelConfig) -> str:
+        return TorchOptions.from_config(config).model_filename(config)
+
+    def gpu_available(self) -> bool:
+        return torch.cuda.is_available()
+
+    def create_instance(self, model_file: Path, config: mc.ModelConfig, spec: InstanceSpec) -> PyTorchInstance:
+        return PyTorchInstance(model_file, config, spec)
+
