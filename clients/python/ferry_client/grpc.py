@@ -17,7 +17,7 @@ import grpc
 import grpc.aio
 from google.protobuf.message import Message
 
-from .codec import CodecError, tensor_from_bytes, tensor_from_contents, tensor_to_bytes
+from .codec import CodecError, tensor_from_proto, tensor_to_bytes
 from .codec.messages import message_to_dict
 from .codec.parameters import parameter_value, set_parameter
 from .errors import (
@@ -88,11 +88,7 @@ def _infer_result(response: pb.ModelInferResponse) -> InferResult:
     datatypes = {}
     try:
         for index, tensor in enumerate(response.outputs):
-            shape = list(tensor.shape)
-            if raw:
-                array = tensor_from_bytes(tensor.name, tensor.datatype, shape, raw[index])
-            else:
-                array = tensor_from_contents(tensor.name, tensor.datatype, shape, tensor.contents)
+            array = tensor_from_proto(tensor, raw, index)
             outputs[tensor.name] = array
             datatypes[tensor.name] = tensor.datatype
     except CodecError as exc:

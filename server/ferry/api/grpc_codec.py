@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ferry_client.codec import CodecError, tensor_from_bytes, tensor_from_contents, tensor_to_bytes
+from ferry_client.codec import CodecError, tensor_from_proto, tensor_to_bytes
 from ferry_client.codec.parameters import parameter_value, set_parameter
 from ferry_client.protocol import grpc_service_pb2 as pb
 
@@ -27,13 +27,8 @@ def decode_infer_request(message: pb.ModelInferRequest, limits: Limits = DEFAULT
         for index, tensor in enumerate(message.inputs):
             if tensor.name in inputs:
                 raise InvalidArgument(f"input '{tensor.name}' appears more than once")
-            shape = list(tensor.shape)
-            limits.check_tensor(tensor.name, tensor.datatype, shape)
-            if raw:
-                array = tensor_from_bytes(tensor.name, tensor.datatype, shape, raw[index])
-            else:
-                array = tensor_from_contents(tensor.name, tensor.datatype, shape, tensor.contents)
-            inputs[tensor.name] = array
+            limits.check_tensor(tensor.name, tensor.datatype, list(tensor.shape))
+            inputs[tensor.name] = tensor_from_proto(tensor, raw, index)
             datatypes[tensor.name] = tensor.datatype
     except CodecError as exc:
         raise InvalidArgument(str(exc)) from None

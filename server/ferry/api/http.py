@@ -43,8 +43,8 @@ def _status_response(ok: bool) -> Response:
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
+    declared = _declared_length(request)
+    if declared > limit:
         raise PayloadTooLarge(f"request body of {declared} bytes exceeds the limit of {limit} bytes")
     chunks = []
     size = 0

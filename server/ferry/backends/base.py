@@ -75,8 +75,9 @@ class Backend(Protocol):
     default_filename: str
 
     def model_filename(self, config: mc.ModelConfig) -> str:
-        """The file to load from a version directory, given the config."""
-        ...
+        """The file to load from a version directory: the config's ``default_model_filename``, else
+        the platform's default (backends that choose differently override this)."""
+        return config.default_model_filename or self.default_filename
 
     def gpu_available(self) -> bool:
         """Whether this engine can run on a GPU here (what KIND_AUTO resolves against)."""

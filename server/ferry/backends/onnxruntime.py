@@ -22,7 +22,7 @@ from ferry_client.protocol import model_config_pb2 as mc
 
 from ..errors import InvalidArgument, ModelLoadError
 from ..repository.paths import inside
-from .base import InstanceSpec, ModelIO, TensorInfo, config_parameter
+from .base import Backend, InstanceSpec, ModelIO, TensorInfo, config_parameter
 from .batch_profile import batch_profile, profile_option_strings
 
 log = logging.getLogger(__name__)
@@ -325,13 +325,10 @@ class OnnxRuntimeInstance:
         del self.session
 
 
-class OnnxRuntimeBackend:
+class OnnxRuntimeBackend(Backend):
     platform = "onnxruntime_onnx"
     name = "onnxruntime"
     default_filename = "model.onnx"
-
-    def model_filename(self, config: mc.ModelConfig) -> str:
-        return config.default_model_filename or self.default_filename
 
     def gpu_available(self) -> bool:
         return "CUDAExecutionProvider" in ort.get_available_providers()

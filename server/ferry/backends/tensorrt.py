@@ -21,7 +21,7 @@ import numpy as np
 from ferry_client.protocol import model_config_pb2 as mc
 
 from ..errors import FerryError, InvalidArgument, ModelLoadError
-from .base import InstanceSpec, ModelIO, TensorInfo
+from .base import Backend, InstanceSpec, ModelIO, TensorInfo
 from .batch_profile import ShapeRange, check_config_against_profiles, choose_profile
 from .cuda_runtime import INSTALL_HINT, DeviceBuffer, check, compute_capability, device_count, import_cudart
 
@@ -214,13 +214,10 @@ class TensorRTInstance:
         self.engine = None
 
 
-class TensorRTBackend:
+class TensorRTBackend(Backend):
     platform = "tensorrt_plan"
     name = "tensorrt"
     default_filename = "model.plan"
-
-    def model_filename(self, config: mc.ModelConfig) -> str:
-        return config.default_model_filename or self.default_filename
 
     def gpu_available(self) -> bool:
         """A TensorRT engine only runs on a GPU, so KIND_AUTO always means the GPU for it."""

@@ -87,10 +87,9 @@ def instance_specs(config: mc.ModelConfig, gpu_available: bool) -> list[Instance
     ]
 
 
-def _model_file(model_dir: Path, version: int, config: mc.ModelConfig, default: str) -> Path:
-    """The version's model file; with ``cc_model_filenames`` the backend picks the file for its GPU,
-    so the default file may be absent as long as one of those exists."""
-    filename = config.default_model_filename or default
+def _model_file(model_dir: Path, version: int, config: mc.ModelConfig, filename: str) -> Path:
+    """The version's model file (the backend's choice); with ``cc_model_filenames`` the backend picks
+    the file for its GPU, so that file may be absent as long as one of those exists."""
     path = inside(model_dir, Path(str(version)) / filename, "default_model_filename")
     per_capability = [inside(model_dir, Path(str(version)) / name, "cc_model_filenames")
                       for name in config.cc_model_filenames.values()]

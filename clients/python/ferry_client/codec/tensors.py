@@ -264,3 +264,12 @@ def tensor_to_contents(array: np.ndarray, datatype: str, contents: Any) -> None:
         getattr(contents, field).extend(_as_bytes(item) for item in flat)
     else:
         getattr(contents, field).extend(flat.tolist())
+
+
+def tensor_from_proto(tensor: Any, raw_contents: Sequence[bytes], index: int) -> np.ndarray:
+    """Decode the ``index``-th tensor of a ModelInferRequest/Response: from its raw contents when the
+    message carries them (zero-copy), else from the tensor's typed ``contents``."""
+    shape = list(tensor.shape)
+    if raw_contents:
+        return tensor_from_bytes(tensor.name, tensor.datatype, shape, raw_contents[index])
+    return tensor_from_contents(tensor.name, tensor.datatype, shape, tensor.contents)

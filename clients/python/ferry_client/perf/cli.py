@@ -144,10 +144,10 @@ def run_perf(args: argparse.Namespace) -> int:
                  "the rate a process can offer (pip install 'ferry-client[perf]')")
         show(f"ferry-client perf: model '{args.model}' over {args.protocol} at {url}, batch {args.batch_size}, "
              f"{len(requests)} distinct request(s), {processes} worker process(es)")
-        config_ = WorkerConfig(args.protocol, url, args.model, args.model_version, requests, security,
+        worker_config = WorkerConfig(args.protocol, url, args.model, args.model_version, requests, security,
                                connections=int(max(values)) if mode == "concurrency" else args.max_outstanding)
         steps: list[StepResult] = []
-        with WorkerPool(config_, processes) as pool:
+        with WorkerPool(worker_config, processes) as pool:
             for seed, value in enumerate(values):
                 steps.append(run_step(pool, mode, value, plan, seed, statistics, show))
                 last = steps[-1]

@@ -186,20 +186,21 @@ class GrpcSender:
 
 
 def make_sender(protocol: str, url: str, model: str, version: str, connections: int, security: Security) -> Sender:
-    """The sender for a protocol; HTTP prefers aiohttp and falls back to httpx."""
+    """The sender for a protocol; HTTP prefers pre-built bytes (httptools), then aiohttp, then httpx."""
     if protocol == "grpc":
         return GrpcSender(url, security)
     from ..http import _model_path
 
     base = url if "://" in url else ("https://" if security.ssl_context() else "http://") + url
     path = _model_path(model, version) + "/infer"
-    for sender in (RawHttpSender, AiohttpSender):
-        try:
-            return sender(base, path, security) if sender is RawHttpSender else sender(base, path, connections,
-                                                                                      security)
-        except ImportError:
-            continue
-    return HttpxSender(base, path, connections, security)
+    try:
+        return RawHttpSender(base, path, security)
+    except ImportError:
+        pass
+    try:
+        return AiohttpSender(base, path, connections, security)
+    except ImportError:
+        return HttpxSender(base, path, connections, security)
 
 
 def _error_text(body: bytes) -> str:
