@@ -56,8 +56,10 @@ GPU_METRICS = ("nv_gpu_utilization", "nv_gpu_memory_used_bytes", "nv_gpu_memory_
 
 # --- raw torch ---------------------------------------------------------------------------------
 
-def raw_benchmark(model_file: Path, device: torch.device, fp16: bool, batches: Sequence[int], window_s: float,
-                  windows: int) -> list[dict[str, Any]]:
+
+def raw_benchmark(
+    model_file: Path, device: torch.device, fp16: bool, batches: Sequence[int], window_s: float, windows: int
+) -> list[dict[str, Any]]:
     """Images/s per batch size and mode (eager; CUDA graph on a GPU), median of ``windows`` windows."""
     module = torch.jit.load(str(model_file), map_location=device).eval()
     if fp16:
@@ -80,15 +82,25 @@ def raw_benchmark(model_file: Path, device: torch.device, fp16: bool, batches: S
                 results = [_raw_window(run, sync, batch, window_s) for _ in range(windows)]
                 median = sorted(results, key=lambda r: r["throughput"])[(len(results) - 1) // 2]
                 latencies = [v for r in results for v in r["latency_ns"]]
-                row[mode] = {"throughput": median["throughput"], "windows": [r["throughput"] for r in results],
-                             "p50_ms": serving.percentile_ms(latencies, 50),
-                             "p99_ms": serving.percentile_ms(latencies, 99)}
+                row[mode] = {
+                    "throughput": median["throughput"],
+                    "windows": [r["throughput"] for r in results],
+                    "p50_ms": serving.percentile_ms(latencies, 50),
+                    "p99_ms": serving.percentile_ms(latencies, 99),
+                }
             best = max((mode for mode in runners), key=lambda m: row[m]["throughput"])
-            row.update(best_mode=best, throughput=row[best]["throughput"], latency_p50_ms=row[best]["p50_ms"],
-                       latency_p99_ms=row[best]["p99_ms"])
+            row.update(
+                best_mode=best,
+                throughput=row[best]["throughput"],
+                latency_p50_ms=row[best]["p50_ms"],
+                latency_p99_ms=row[best]["p99_ms"],
+            )
             rows.append(row)
-            print(f"  raw batch {batch:3d}: " + "  ".join(
-                f"{m} {row[m]['throughput']:8.1f} img/s (p50 {row[m]['p50_ms']:.2f} ms)" for m in runners), flush=True)
+            print(
+                f"  raw batch {batch:3d}: "
+                + "  ".join(f"{m} {row[m]['throughput']:8.1f} img/s (p50 {row[m]['p50_ms']:.2f} ms)" for m in runners),
+                flush=True,
+            )
     return rows
 
 
@@ -120,6 +132,7 @@ def _raw_window(run: Callable[[], Any], sync: Callable[[], None], batch: int, wi
 
 # --- the server ----------------------------------------------------------------------------------
 
+
 def scrape_gpu_metrics(server: serving.FerryProcess) -> dict[str, float]:
     """The nv_gpu_* samples of GPU 0 on /metrics (empty without NVML)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10) as response:
@@ -132,21 +145,47 @@ def scrape_gpu_metrics(server: serving.FerryProcess) -> dict[str, float]:
     return values
 
 
-def served_steps(pool: serving.WorkerPool, server: serving.FerryProcess, args: argparse.Namespace,
-                 raw: list[dict[str, Any]], meter: serving.CpuMeter, instances: int,
-                 jpeg: bytes) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, float]]:
+def served_steps(
+    pool: serving.WorkerPool,
+    server: serving.FerryProcess,
+    args: argparse.Namespace,
+    raw: list[dict[str, Any]],
+    meter: serving.CpuMeter,
+    instances: int,
+    jpeg: bytes,
+) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, float]]:
     image = models.sample_image()
     top = max(args.concurrency)
     rows = []
     gpu_metrics: dict[str, float] = {}
 
-    def step(label: str, protocol: str, model: str, data: np.ndarray, concurrency: int, rate: float = 0.0,
-             scrape: bool = False) -> dict[str, Any]:
+    def step(
+        label: str,
+        protocol: str,
+        model: str,
+        data: np.ndarray,
+        concurrency: int,
+        rate: float = 0.0,
+        scrape: bool = False,
+    ) -> dict[str, Any]:
         processes = max(1, min(args.processes, concurrency))
-        load = serving.LoadStep(f"{instances}x {label} c={concurrency}", protocol, model, "input", "logits", data,
-                                concurrency, processes, args.warmup, args.duration, args.windows, rate)
+        load = serving.LoadStep(
+            f"{instances}x {label} c={concurrency}",
+            protocol,
+            model,
+            "input",
+            "logits",
+            data,
+            concurrency,
+            processes,
+            args.warmup,
+            args.duration,
+            args.windows,
+            rate,
+        )
         timer = None
         if scrape:  # NVML values while the GPU is busiest: half-way through the measurement
+
             def take() -> None:
                 with contextlib.suppress(OSError):
                     gpu_metrics.update(scrape_gpu_metrics(server))
@@ -161,8 +200,16 @@ def served_steps(pool: serving.WorkerPool, server: serving.FerryProcess, args: a
 
     for concurrency in args.concurrency:
         for protocol in ("grpc", "rest"):
-            rows.append(step(serving.PROTOCOL_NAMES[protocol], protocol, "resnet50", image, concurrency,
-                             scrape=protocol == "grpc" and concurrency == top))
+            rows.append(
+                step(
+                    serving.PROTOCOL_NAMES[protocol],
+                    protocol,
+                    "resnet50",
+                    image,
+                    concurrency,
+                    scrape=protocol == "grpc" and concurrency == top,
+                )
+            )
     rows.append(step("image path (gRPC, JPEG)", "grpc", "resnet50_images", np.array([jpeg], dtype=object), top))
     best = max((r for r in rows if r["protocol"] == "grpc" and r["model"] == "resnet50"), key=lambda r: r["throughput"])
     half_rate = best["throughput"] / 2
@@ -172,6 +219,7 @@ def served_steps(pool: serving.WorkerPool, server: serving.FerryProcess, args: a
 
 
 # --- report --------------------------------------------------------------------------------------
+
 
 def machine(device: torch.device) -> dict[str, Any]:
     info = serving.machine_info()
@@ -186,10 +234,14 @@ def render(report: dict[str, Any]) -> str:
     raw = report["raw"]
     best = max(raw, key=lambda r: r["throughput"])
     served_best = max(report["served"], key=lambda r: r["throughput"] if r["model"] == "resnet50" else 0)
-    title = "# Ferry PyTorch backend on a GPU: ResNet-50 FP16" if report["gpu"] else \
-        "# Ferry PyTorch backend benchmark: CPU-only smoke run (NOT GPU figures)"
+    title = (
+        "# Ferry PyTorch backend on a GPU: ResNet-50 FP16"
+        if report["gpu"]
+        else "# Ferry PyTorch backend benchmark: CPU-only smoke run (NOT GPU figures)"
+    )
     lines = [
-        title, "",
+        title,
+        "",
         f"- command: `{report['command']}` ({report['elapsed_s']:.0f} s); date (UTC) {report['date']}; "
         f"commit {info['commit'] or '?'}",
         f"- device: {info['device']}; torch {info['torch']} (CUDA {info['cuda']}); {info['cpu_count']} CPUs "
@@ -206,60 +258,89 @@ def render(report: dict[str, Any]) -> str:
         f"{settings['window_s']:g} s, median window; avg batch and busy from the statistics API; other CPU: "
         "share of the machine's CPU used by processes outside the benchmark during the step (rows with more "
         "than a few percent were disturbed)",
-        "", "## Raw torch", "",
+        "",
+        "## Raw torch",
+        "",
         "| batch | eager img/s | eager p50 ms | graph img/s | graph p50 ms | graph p99 ms |",
         "|---:|---:|---:|---:|---:|---:|",
     ]
     fmt = serving._fmt
     for r in raw:
         graph = r.get("graph", {})
-        lines.append(f"| {r['batch']} | {fmt(r['eager']['throughput'])} | {fmt(r['eager']['p50_ms'], 2)} | "
-                     f"{fmt(graph.get('throughput'))} | {fmt(graph.get('p50_ms'), 2)} | "
-                     f"{fmt(graph.get('p99_ms'), 2)} |")
-    lines += ["", "## Served", "",
-              "| instances | path | concurrency | clients | img/s | p50 ms | p99 ms | avg batch | busy | vs raw best "
-              "| other CPU |",
-              "|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+        lines.append(
+            f"| {r['batch']} | {fmt(r['eager']['throughput'])} | {fmt(r['eager']['p50_ms'], 2)} | "
+            f"{fmt(graph.get('throughput'))} | {fmt(graph.get('p50_ms'), 2)} | "
+            f"{fmt(graph.get('p99_ms'), 2)} |"
+        )
+    lines += [
+        "",
+        "## Served",
+        "",
+        "| instances | path | concurrency | clients | img/s | p50 ms | p99 ms | avg batch | busy | vs raw best "
+        "| other CPU |",
+        "|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in report["served"]:
-        lines.append(f"| {r['instances']} | {r['path']} | {r['concurrency']} | {r['clients']} | "
-                     f"{fmt(r['throughput'])} | {fmt(r['p50_ms'], 2)} | {fmt(r['p99_ms'], 2)} | "
-                     f"{fmt(r['avg_batch'], 2)} | {fmt(r['busy'], 2)} | {fmt(r['vs_raw_best'], 3)} | "
-                     f"{r['other_cpu']:.0%} |")
-    lines += ["", "## Latency at half load (gRPC, paced)", "",
-              "| instances | target req/s (half of best gRPC) | achieved img/s | clients | p50 ms | p99 ms "
-              "| avg batch |",
-              "|---:|---:|---:|---|---:|---:|---:|"]
+        lines.append(
+            f"| {r['instances']} | {r['path']} | {r['concurrency']} | {r['clients']} | "
+            f"{fmt(r['throughput'])} | {fmt(r['p50_ms'], 2)} | {fmt(r['p99_ms'], 2)} | "
+            f"{fmt(r['avg_batch'], 2)} | {fmt(r['busy'], 2)} | {fmt(r['vs_raw_best'], 3)} | "
+            f"{r['other_cpu']:.0%} |"
+        )
+    lines += [
+        "",
+        "## Latency at half load (gRPC, paced)",
+        "",
+        "| instances | target req/s (half of best gRPC) | achieved img/s | clients | p50 ms | p99 ms | avg batch |",
+        "|---:|---:|---:|---|---:|---:|---:|",
+    ]
     for r in report["half_load"]:
-        lines.append(f"| {r['instances']} | {fmt(r['target_rate'])} | {fmt(r['throughput'])} | {r['clients']} | "
-                     f"{fmt(r['p50_ms'], 2)} | {fmt(r['p99_ms'], 2)} | {fmt(r['avg_batch'], 2)} |")
+        lines.append(
+            f"| {r['instances']} | {fmt(r['target_rate'])} | {fmt(r['throughput'])} | {r['clients']} | "
+            f"{fmt(r['p50_ms'], 2)} | {fmt(r['p99_ms'], 2)} | {fmt(r['avg_batch'], 2)} |"
+        )
     lines += ["", "## NVML metrics from the server's /metrics (GPU 0, during the top-concurrency gRPC step)", ""]
     for count, values in report["gpu_metrics"].items():
         text = ", ".join(f"{k} {v:g}" for k, v in values.items()) or "absent (no NVML-visible GPU)"
         lines.append(f"- {count} instance(s): {text}")
     ratio = served_best["throughput"] / best["throughput"]
-    verdict = f"target >= 0.8: {'met' if ratio >= 0.8 else 'NOT met'}" if report["gpu"] else \
-        "no verdict: the 0.8 target is for GPU runs; CPU smoke figures only show that the script works"
-    lines += ["", f"**Best served: {served_best['throughput']:.1f} img/s ({served_best['instances']} instance(s), "
-              f"{served_best['path']}, concurrency {served_best['concurrency']}) = {ratio:.3f} x raw best "
-              f"({verdict}).**", ""]
+    verdict = (
+        f"target >= 0.8: {'met' if ratio >= 0.8 else 'NOT met'}"
+        if report["gpu"]
+        else "no verdict: the 0.8 target is for GPU runs; CPU smoke figures only show that the script works"
+    )
+    lines += [
+        "",
+        f"**Best served: {served_best['throughput']:.1f} img/s ({served_best['instances']} instance(s), "
+        f"{served_best['path']}, concurrency {served_best['concurrency']}) = {ratio:.3f} x raw best "
+        f"({verdict}).**",
+        "",
+    ]
     return "\n".join(lines)
 
 
 # --- main ----------------------------------------------------------------------------------------
 
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="tiny settings that also run on a CPU")
-    parser.add_argument("--duration", type=float, help="seconds per served measurement window; raw windows are "
-                                                       "half as long (2; smoke 3)")
+    parser.add_argument(
+        "--duration",
+        type=float,
+        help="seconds per served measurement window; raw windows are half as long (2; smoke 3)",
+    )
     parser.add_argument("--windows", type=int, help="measurement windows per step (3; smoke 1)")
     parser.add_argument("--raw-batches", type=int, nargs="+", help="raw batch sizes (1 2 4 ... 128; smoke 1 4)")
     parser.add_argument("--concurrency", type=int, nargs="+", help="served concurrencies (16 64 128 256; smoke 1 4)")
     parser.add_argument("--instances", type=int, nargs="+", help="instance counts on GPU 0 (1 2 3 4; smoke 1 2)")
     parser.add_argument("--processes", type=int, help="client processes at most (8; smoke 2)")
     parser.add_argument("--max-batch-size", type=int, help="server max_batch_size (128; smoke 4)")
-    parser.add_argument("--output", type=Path, help="markdown file (results/gpu-torch.md; smoke: "
-                                                    "results/gpu-torch-cpu-smoke.md); the JSON goes next to it")
+    parser.add_argument(
+        "--output",
+        type=Path,
+        help="markdown file (results/gpu-torch.md; smoke: results/gpu-torch-cpu-smoke.md); the JSON goes next to it",
+    )
     args = parser.parse_args(argv)
     smoke = args.smoke
     args.duration = args.duration or (3.0 if smoke else 2.0)
@@ -281,18 +362,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     model_file = torch_models.build_torchscript(WORK / "resnet50.pt")
     report: dict[str, Any] = {
-        "command": argv_text, "gpu": gpu, "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M"),
+        "command": argv_text,
+        "gpu": gpu,
+        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M"),
         "machine": machine(device),
-        "settings": {"precision": precision, "graphs": gpu, "max_batch_size": args.max_batch_size,
-                     "kind": "KIND_GPU" if gpu else "KIND_CPU", "processes": args.processes,
-                     "warmup_s": args.warmup, "window_s": args.duration, "windows": args.windows},
+        "settings": {
+            "precision": precision,
+            "graphs": gpu,
+            "max_batch_size": args.max_batch_size,
+            "kind": "KIND_GPU" if gpu else "KIND_CPU",
+            "processes": args.processes,
+            "warmup_s": args.warmup,
+            "window_s": args.duration,
+            "windows": args.windows,
+        },
     }
     print(f"raw torch on {report['machine']['device']} ({precision})", flush=True)
     our_pids = [os.getpid()]
     meter = serving.CpuMeter(lambda: our_pids)
     cpu = meter.snapshot()
-    report["raw"] = raw_benchmark(model_file, device, precision == "fp16", args.raw_batches,
-                                  max(0.5, args.duration / 2), args.windows)
+    report["raw"] = raw_benchmark(
+        model_file, device, precision == "fp16", args.raw_batches, max(0.5, args.duration / 2), args.windows
+    )
     report["raw_other_cpu"] = meter.other_share(cpu, meter.snapshot())
     jpeg = images.make_jpegs(1)[0]
     pool = serving.WorkerPool(args.processes)
@@ -302,9 +393,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         for instances in args.instances:
             repo = WORK / f"repo-{instances}"
             shutil.rmtree(repo, ignore_errors=True)
-            torch_models.write_repository(repo, model_file, kind=report["settings"]["kind"], instances=instances,
-                                          max_batch_size=args.max_batch_size, precision=precision, graphs=gpu,
-                                          preprocess_device="GPU" if gpu else "CPU")
+            torch_models.write_repository(
+                repo,
+                model_file,
+                kind=report["settings"]["kind"],
+                instances=instances,
+                max_batch_size=args.max_batch_size,
+                precision=precision,
+                graphs=gpu,
+                preprocess_device="GPU" if gpu else "CPU",
+            )
             server = serving.FerryProcess(repo)
             try:
                 server.wait_ready(["resnet50", "resnet50_images"], timeout=600)

@@ -59,8 +59,7 @@ def build_repo(repo: Path) -> Path:
     if not image_dir.exists():
         (image_dir / "1").mkdir(parents=True)
         shutil.copy(repo / "resnet50" / "1" / "model.onnx", image_dir / "1" / "model.onnx")
-        config = (repo / "resnet50" / "config.pbtxt").read_text().replace('name: "resnet50"',
-                                                                           'name: "resnet50_images"')
+        config = (repo / "resnet50" / "config.pbtxt").read_text().replace('name: "resnet50"', 'name: "resnet50_images"')
         (image_dir / "config.pbtxt").write_text(config + PIPELINE)
     return repo
 
@@ -154,10 +153,12 @@ def main(argv: list[str] | None = None) -> int:
             after = server.stats("resnet50_images")
             requests = after["inference_stats"]["success"]["count"] - before["inference_stats"]["success"]["count"]
             queue_ms = (after["inference_stats"]["queue"]["ns"] - before["inference_stats"]["queue"]["ns"]) / 1e6
-            infer_ms = (after["inference_stats"]["compute_infer"]["ns"]
-                        - before["inference_stats"]["compute_infer"]["ns"]) / 1e6
-            rows.append((concurrency, tensor_rate, image_rate, queue_ms / max(requests, 1),
-                         infer_ms / max(requests, 1)))
+            infer_ms = (
+                after["inference_stats"]["compute_infer"]["ns"] - before["inference_stats"]["compute_infer"]["ns"]
+            ) / 1e6
+            rows.append(
+                (concurrency, tensor_rate, image_rate, queue_ms / max(requests, 1), infer_ms / max(requests, 1))
+            )
         images = scrape(server, "ferry_image_count", "resnet50_images")
         server_decode = scrape(server, "ferry_image_decode_duration_us", "resnet50_images") / max(images, 1) / 1e3
         server_pre = scrape(server, "ferry_image_preprocess_duration_us", "resnet50_images") / max(images, 1) / 1e3
@@ -175,8 +176,10 @@ def main(argv: list[str] | None = None) -> int:
         "|---:|---:|---:|---:|---:|---:|",
     ]
     for concurrency, tensor_rate, image_rate, queue_ms, infer_ms in rows:
-        lines.append(f"| {concurrency} | {tensor_rate:.1f} | {image_rate:.1f} | {image_rate / tensor_rate:.2f} "
-                     f"| {queue_ms:.1f} | {infer_ms:.1f} |")
+        lines.append(
+            f"| {concurrency} | {tensor_rate:.1f} | {image_rate:.1f} | {image_rate / tensor_rate:.2f} "
+            f"| {queue_ms:.1f} | {infer_ms:.1f} |"
+        )
     table = "\n".join(lines)
     print(table)
     RESULTS.mkdir(exist_ok=True)

@@ -105,8 +105,9 @@ class _GraphBuilder:
         self.initializers.append(numpy_helper.from_array(array.astype(np.float32), name))
         return name
 
-    def conv(self, x: str, c_in: int, c_out: int, kernel: int, stride: int = 1, gain: float = 1.0,
-             relu: bool = True) -> str:
+    def conv(
+        self, x: str, c_in: int, c_out: int, kernel: int, stride: int = 1, gain: float = 1.0, relu: bool = True
+    ) -> str:
         """Conv (He-normal weights times ``gain``, small random bias), optionally followed by ReLU."""
         fan_in = c_in * kernel * kernel
         std = gain * math.sqrt(2.0 / fan_in)
@@ -116,10 +117,16 @@ class _GraphBuilder:
         b_name = self._constant("conv_b", bias)
         out = self._name("conv")
         pad = kernel // 2
-        self.nodes.append(helper.make_node(
-            "Conv", [x, w_name, b_name], [out], kernel_shape=[kernel, kernel],
-            strides=[stride, stride], pads=[pad, pad, pad, pad],
-        ))
+        self.nodes.append(
+            helper.make_node(
+                "Conv",
+                [x, w_name, b_name],
+                [out],
+                kernel_shape=[kernel, kernel],
+                strides=[stride, stride],
+                pads=[pad, pad, pad, pad],
+            )
+        )
         return self.relu(out) if relu else out
 
     def relu(self, x: str) -> str:
@@ -151,8 +158,7 @@ def build_resnet50(seed: int = 0) -> onnx.ModelProto:
     g = _GraphBuilder(seed)
     x = g.conv("input", 3, 64, 7, stride=2)
     pooled = "stem_pool"
-    g.nodes.append(helper.make_node("MaxPool", [x], [pooled], kernel_shape=[3, 3], strides=[2, 2],
-                                    pads=[1, 1, 1, 1]))
+    g.nodes.append(helper.make_node("MaxPool", [x], [pooled], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]))
     x, channels = pooled, 64
     for stage, (width, blocks) in enumerate(STAGES):
         for block in range(blocks):
@@ -166,13 +172,13 @@ def build_resnet50(seed: int = 0) -> onnx.ModelProto:
     b_name = g._constant("fc_b", fc_b)
     g.nodes.append(helper.make_node("Gemm", ["features", w_name, b_name], ["logits"]))
     graph = helper.make_graph(
-        g.nodes, "resnet50",
+        g.nodes,
+        "resnet50",
         [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", *IMAGE_SHAPE])],
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", NUM_CLASSES])],
         initializer=g.initializers,
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
-                              producer_name="ferry-benchmarks")
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="ferry-benchmarks")
     model.ir_version = 8  # what opset 17 was released with; every onnxruntime >= 1.13 reads it
     onnx.checker.check_model(model)
     return model
@@ -182,13 +188,13 @@ def build_tiny() -> onnx.ModelProto:
     """output = input + 1 on FP32 [N, 16]."""
     one = numpy_helper.from_array(np.ones(1, dtype=np.float32), "one")
     graph = helper.make_graph(
-        [helper.make_node("Add", ["input", "one"], ["output"])], "tiny",
+        [helper.make_node("Add", ["input", "one"], ["output"])],
+        "tiny",
         [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", TINY_WIDTH])],
         [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["N", TINY_WIDTH])],
         initializer=[one],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
-                              producer_name="ferry-benchmarks")
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="ferry-benchmarks")
     model.ir_version = 8
     onnx.checker.check_model(model)
     return model
@@ -243,8 +249,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     build_repository(args.repo, force=args.force)
     logits = check_resnet50(args.repo / "resnet50" / "1" / "model.onnx")
-    print(f"built {args.repo}: resnet50 logits finite, std {float(np.std(logits)):.3g}, "
-          f"max |x| {float(np.abs(logits).max()):.3g}; tiny")
+    print(
+        f"built {args.repo}: resnet50 logits finite, std {float(np.std(logits)):.3g}, "
+        f"max |x| {float(np.abs(logits).max()):.3g}; tiny"
+    )
     return 0
 
 

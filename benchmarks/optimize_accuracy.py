@@ -31,8 +31,9 @@ RESULTS = ROOT / "benchmarks" / "results"
 
 
 def _detector_build():
-    spec = importlib.util.spec_from_file_location("digit_detector_build", ROOT / "model_repo" / "digit_detector" /
-                                                  "build.py")
+    spec = importlib.util.spec_from_file_location(
+        "digit_detector_build", ROOT / "model_repo" / "digit_detector" / "build.py"
+    )
     module = importlib.util.module_from_spec(spec)
     assert spec.loader is not None
     spec.loader.exec_module(module)
@@ -63,8 +64,9 @@ def write_scenes(root: Path) -> tuple[Path, Path, Path]:
     truth = {}
     for index, scene in enumerate(build.held_out_scenes()):
         Image.fromarray(scene.image).save(test / f"{index:03d}.png")
-        truth[f"{index:03d}.png"] = [[*map(float, box), int(c)] for box, c in zip(scene.boxes, scene.classes,
-                                                                                  strict=True)]
+        truth[f"{index:03d}.png"] = [
+            [*map(float, box), int(c)] for box, c in zip(scene.boxes, scene.classes, strict=True)
+        ]
     annotations = root / "scenes_truth.json"
     annotations.write_text(json.dumps(truth))
     return calib, test, annotations
@@ -88,27 +90,62 @@ def main() -> int:
         digits_calib, digits_test = write_digits(root)
         scenes_calib, scenes_test, truth = write_scenes(root)
         runs = [
-            ("digits INT8", [str(repo / "digits"), "--precision", "int8", "--calibration-images", str(digits_calib),
-                             "--eval-images", str(digits_test)]),
+            (
+                "digits INT8",
+                [
+                    str(repo / "digits"),
+                    "--precision",
+                    "int8",
+                    "--calibration-images",
+                    str(digits_calib),
+                    "--eval-images",
+                    str(digits_test),
+                ],
+            ),
             ("digits FP16", [str(repo / "digits"), "--precision", "fp16", "--eval-images", str(digits_test)]),
-            ("digit_detector INT8", [str(repo / "digit_detector"), "--precision", "int8", "--calibration-images",
-                                     str(scenes_calib), "--eval-images", str(scenes_test), "--eval-annotations",
-                                     str(truth)]),
-            ("digit_detector FP16", [str(repo / "digit_detector"), "--precision", "fp16", "--eval-images",
-                                     str(scenes_test), "--eval-annotations", str(truth)]),
+            (
+                "digit_detector INT8",
+                [
+                    str(repo / "digit_detector"),
+                    "--precision",
+                    "int8",
+                    "--calibration-images",
+                    str(scenes_calib),
+                    "--eval-images",
+                    str(scenes_test),
+                    "--eval-annotations",
+                    str(truth),
+                ],
+            ),
+            (
+                "digit_detector FP16",
+                [
+                    str(repo / "digit_detector"),
+                    "--precision",
+                    "fp16",
+                    "--eval-images",
+                    str(scenes_test),
+                    "--eval-annotations",
+                    str(truth),
+                ],
+            ),
         ]
         for title, args in runs:
             print(f"== {title}", flush=True)
             output = optimize(*args).replace(f"{root}/", "")
-            sections.append(f"## {title}\n\n```\n$ ferry optimize {' '.join(a.replace(f'{root}/', '') for a in args)}"
-                            f"\n{output}\n```\n")
+            sections.append(
+                f"## {title}\n\n```\n$ ferry optimize {' '.join(a.replace(f'{root}/', '') for a in args)}"
+                f"\n{output}\n```\n"
+            )
     import onnxruntime
 
-    text = ("# `ferry optimize` accuracy on the bundled trained models\n\n"
-            f"`python benchmarks/optimize_accuracy.py` (onnxruntime {onnxruntime.__version__}, CPU execution "
-            "provider; FP16 models run on the CPU provider, which computes unsupported FP16 operators in FP32 "
-            "between casts, so GPU numbers can differ slightly). Paths are relative to a temporary directory.\n\n"
-            + "\n".join(sections))
+    text = (
+        "# `ferry optimize` accuracy on the bundled trained models\n\n"
+        f"`python benchmarks/optimize_accuracy.py` (onnxruntime {onnxruntime.__version__}, CPU execution "
+        "provider; FP16 models run on the CPU provider, which computes unsupported FP16 operators in FP32 "
+        "between casts, so GPU numbers can differ slightly). Paths are relative to a temporary directory.\n\n"
+        + "\n".join(sections)
+    )
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "optimize-accuracy.md").write_text(text)
     return 0

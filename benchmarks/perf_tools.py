@@ -27,9 +27,23 @@ _PA_LINE = re.compile(r"Concurrency: (\d+), throughput: ([\d.]+) infer/sec")
 
 
 def perf_analyzer(binary: str, server: FerryProcess, protocol: str, concurrency: int, window_ms: int) -> float:
-    command = [binary, "-m", "simple", "-u", server.url(protocol), "-i", protocol, "-b", "1",
-               "--concurrency-range", f"{concurrency}:{concurrency}", "--measurement-interval", str(window_ms),
-               "--stability-percentage", str(STABILITY)]
+    command = [
+        binary,
+        "-m",
+        "simple",
+        "-u",
+        server.url(protocol),
+        "-i",
+        protocol,
+        "-b",
+        "1",
+        "--concurrency-range",
+        f"{concurrency}:{concurrency}",
+        "--measurement-interval",
+        str(window_ms),
+        "--stability-percentage",
+        str(STABILITY),
+    ]
     out = ""
     for _ in range(3):  # it prints no figure at all when it cannot stabilise; try again
         result = subprocess.run([*command, "--max-trials", "20"], capture_output=True, text=True, timeout=600)
@@ -42,9 +56,29 @@ def perf_analyzer(binary: str, server: FerryProcess, protocol: str, concurrency:
 
 def ferry_perf(server: FerryProcess, protocol: str, concurrency: int, window_ms: int) -> dict:
     out = TMP / "ferry-perf.json"
-    command = [sys.executable, "-m", "ferry_client.cli", "perf", "-m", "simple", "-u", server.url(protocol),
-               "-i", protocol, "--concurrency-range", str(concurrency), "--measurement-interval", str(window_ms),
-               "--stability-percentage", str(STABILITY), "--max-trials", "20", "--json", str(out), "-q"]
+    command = [
+        sys.executable,
+        "-m",
+        "ferry_client.cli",
+        "perf",
+        "-m",
+        "simple",
+        "-u",
+        server.url(protocol),
+        "-i",
+        protocol,
+        "--concurrency-range",
+        str(concurrency),
+        "--measurement-interval",
+        str(window_ms),
+        "--stability-percentage",
+        str(STABILITY),
+        "--max-trials",
+        "20",
+        "--json",
+        str(out),
+        "-q",
+    ]
     subprocess.run(command, check=True, capture_output=True, timeout=300)
     return json.loads(out.read_text())["steps"][0]
 
@@ -70,27 +104,34 @@ def main(argv: list[str] | None = None) -> int:
                     order = ("pa", "ferry") if round_ % 2 == 0 else ("ferry", "pa")
                     for tool in order:
                         if tool == "pa":
-                            pa.append(perf_analyzer(args.perf_analyzer, server, protocol, concurrency,
-                                                    args.window_ms))
+                            pa.append(perf_analyzer(args.perf_analyzer, server, protocol, concurrency, args.window_ms))
                         else:
                             step = ferry_perf(server, protocol, concurrency, args.window_ms)
                             assert step["server"]["requests"] == step["client_requests"]
                             ours.append(step["throughput"])
-                    print(f"{protocol} c={concurrency} round {round_ + 1}: perf_analyzer {pa[-1]:.0f}, "
-                          f"ferry-client perf {ours[-1]:.0f} infer/s", flush=True)
+                    print(
+                        f"{protocol} c={concurrency} round {round_ + 1}: perf_analyzer {pa[-1]:.0f}, "
+                        f"ferry-client perf {ours[-1]:.0f} infer/s",
+                        flush=True,
+                    )
                 rows.append((protocol, concurrency, statistics.median(pa), statistics.median(ours), pa, ours))
     finally:
         server.stop()
-    lines = ["# ferry-client perf vs perf_analyzer (model `simple`, batch 1, same server, alternating runs)", "",
-             f"{args.rounds} rounds of {args.window_ms} ms windows per tool and level "
-             f"(stability {STABILITY}% for both); medians of the rounds.", "",
-             "| protocol | concurrency | perf_analyzer infer/s | ferry-client perf infer/s | ratio "
-             "| runs (pa / ferry) |",
-             "|---|---:|---:|---:|---:|---|"]
+    lines = [
+        "# ferry-client perf vs perf_analyzer (model `simple`, batch 1, same server, alternating runs)",
+        "",
+        f"{args.rounds} rounds of {args.window_ms} ms windows per tool and level "
+        f"(stability {STABILITY}% for both); medians of the rounds.",
+        "",
+        "| protocol | concurrency | perf_analyzer infer/s | ferry-client perf infer/s | ratio | runs (pa / ferry) |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
     for protocol, concurrency, pa_median, ours_median, pa, ours in rows:
-        lines.append(f"| {protocol} | {concurrency} | {pa_median:.0f} | {ours_median:.0f} | "
-                     f"{ours_median / pa_median:.2f} | {', '.join(f'{v:.0f}' for v in pa)} / "
-                     f"{', '.join(f'{v:.0f}' for v in ours)} |")
+        lines.append(
+            f"| {protocol} | {concurrency} | {pa_median:.0f} | {ours_median:.0f} | "
+            f"{ours_median / pa_median:.2f} | {', '.join(f'{v:.0f}' for v in pa)} / "
+            f"{', '.join(f'{v:.0f}' for v in ours)} |"
+        )
     text = "\n".join(lines) + "\n"
     args.out.write_text(text)
     print(text)

@@ -58,8 +58,21 @@ def build(work: Path, calibration_count: int) -> tuple[Path, str]:
     calibration.mkdir(parents=True)
     for index, data in enumerate(images.make_jpegs(calibration_count)):
         (calibration / f"{index:03d}.jpg").write_bytes(data)
-    command = [sys.executable, "-m", "ferry", "optimize", str(model_dir), "--precision", "int8",
-               "--calibration-images", str(calibration), "--batch-size", "8", "--force", "--quiet"]
+    command = [
+        sys.executable,
+        "-m",
+        "ferry",
+        "optimize",
+        str(model_dir),
+        "--precision",
+        "int8",
+        "--calibration-images",
+        str(calibration),
+        "--batch-size",
+        "8",
+        "--force",
+        "--quiet",
+    ]
     done = subprocess.run(command, capture_output=True, text=True, cwd=serving.ROOT)
     if done.returncode != 0:
         raise RuntimeError(f"ferry optimize failed:\n{done.stderr}")
@@ -75,8 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, help="markdown file (benchmarks/results/precision-cpu.md)")
     args = parser.parse_args(argv)
     window = args.window or (1.5 if args.quick else 6.0)
-    output = args.output or (serving.TMP / "precision-cpu-quick.md" if args.quick
-                             else serving.RESULTS / "precision-cpu.md")
+    output = args.output or (
+        serving.TMP / "precision-cpu-quick.md" if args.quick else serving.RESULTS / "precision-cpu.md"
+    )
     started = time.monotonic()
     argv_text = shlex.join(["python", "benchmarks/precision.py", *(sys.argv[1:] if argv is None else argv)])
 
@@ -99,8 +113,19 @@ def main(argv: list[str] | None = None) -> int:
                 for round_index in range(rounds):
                     order = names if round_index % 2 == 0 else names[::-1]
                     for name in order:
-                        step = serving.LoadStep(f"{name} grpc c={concurrency}", "grpc", name, "input", "logits",
-                                                image, concurrency, 1, max(1.0, window / 2), window, args.windows)
+                        step = serving.LoadStep(
+                            f"{name} grpc c={concurrency}",
+                            "grpc",
+                            name,
+                            "input",
+                            "logits",
+                            image,
+                            concurrency,
+                            1,
+                            max(1.0, window / 2),
+                            window,
+                            args.windows,
+                        )
                         results[name][concurrency].append(serving.run_load(pool, server, step, None, meter))
                         time.sleep(0.3)
     finally:
@@ -120,16 +145,28 @@ def main(argv: list[str] | None = None) -> int:
             }
         row["ratio"] = row["resnet50_int8"]["throughput"] / row["resnet50"]["throughput"]
         rows.append(row)
-        print(f"c={concurrency}: FP32 {row['resnet50']['throughput']:.1f} img/s, INT8 "
-              f"{row['resnet50_int8']['throughput']:.1f} img/s, INT8/FP32 {row['ratio']:.2f}", flush=True)
+        print(
+            f"c={concurrency}: FP32 {row['resnet50']['throughput']:.1f} img/s, INT8 "
+            f"{row['resnet50_int8']['throughput']:.1f} img/s, INT8/FP32 {row['ratio']:.2f}",
+            flush=True,
+        )
 
     info = serving.machine_info()
     from ferry.optimize.cpu import read_cpu_features
 
-    report = {"command": argv_text, "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M"),
-              "machine": info, "cpu_int8": read_cpu_features().describe(), "optimize_log": optimize_log,
-              "optimize_s": round(optimize_s, 1), "window_s": window, "windows": args.windows, "rounds": rounds,
-              "rows": rows, "elapsed_s": round(time.monotonic() - started, 1)}
+    report = {
+        "command": argv_text,
+        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M"),
+        "machine": info,
+        "cpu_int8": read_cpu_features().describe(),
+        "optimize_log": optimize_log,
+        "optimize_s": round(optimize_s, 1),
+        "window_s": window,
+        "windows": args.windows,
+        "rounds": rounds,
+        "rows": rows,
+        "elapsed_s": round(time.monotonic() - started, 1),
+    }
     markdown = render(report)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(markdown)
@@ -179,10 +216,12 @@ def render(report: dict[str, Any]) -> str:
     ]
     for row in report["rows"]:
         fp32, int8 = row["resnet50"], row["resnet50_int8"]
-        lines.append(f"| {row['concurrency']} | {fp32['throughput']:.1f} | {int8['throughput']:.1f} | "
-                     f"{row['ratio']:.2f} | {fp32['p50_ms']:.1f} | {int8['p50_ms']:.1f} | "
-                     f"{fp32['avg_batch']:.2f} / {int8['avg_batch']:.2f} | "
-                     f"{max(fp32['other_cpu'], int8['other_cpu']):.0%} |")
+        lines.append(
+            f"| {row['concurrency']} | {fp32['throughput']:.1f} | {int8['throughput']:.1f} | "
+            f"{row['ratio']:.2f} | {fp32['p50_ms']:.1f} | {int8['p50_ms']:.1f} | "
+            f"{fp32['avg_batch']:.2f} / {int8['avg_batch']:.2f} | "
+            f"{max(fp32['other_cpu'], int8['other_cpu']):.0%} |"
+        )
     lines.append("")
     return "\n".join(lines)
 

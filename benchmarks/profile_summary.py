@@ -41,8 +41,7 @@ def load(path: Path) -> list[tuple[list[str], int]]:
     return stacks
 
 
-def summarise(stacks: list[tuple[list[str], int]], top: int, samples_possible: int | None,
-              thread: str = "") -> str:
+def summarise(stacks: list[tuple[list[str], int]], top: int, samples_possible: int | None, thread: str = "") -> str:
     """Shares by thread, by leaf frame and by frame anywhere on the stack (``thread`` filters)."""
     if thread:
         stacks = [(frames, count) for frames, count in stacks if frames and thread in frames[0]]

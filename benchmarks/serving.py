@@ -81,6 +81,7 @@ def percentile_ms(values_ns: Sequence[int] | np.ndarray, q: float) -> float:
 
 # --- clients (used by worker processes and by the idle-latency step) ----------------------------
 
+
 @dataclass
 class Target:
     """What a client sends: one model, one input tensor (batch 1), one requested output."""
@@ -133,6 +134,7 @@ def make_caller(target: Target) -> tuple[Callable[[], np.ndarray], Callable[[], 
 
 # --- worker processes ------------------------------------------------------------------------
 
+
 @dataclass
 class _ThreadLog:
     starts: list[int] = field(default_factory=list)
@@ -141,8 +143,14 @@ class _ThreadLog:
     first_error: str = ""
 
 
-def _client_thread(target: Target, ready: threading.Barrier, schedule: dict[str, int], log: _ThreadLog,
-                   pace_ns: int = 0, offset_ns: int = 0) -> None:
+def _client_thread(
+    target: Target,
+    ready: threading.Barrier,
+    schedule: dict[str, int],
+    log: _ThreadLog,
+    pace_ns: int = 0,
+    offset_ns: int = 0,
+) -> None:
     """One client: connect, send one request to warm the connection, then loop: closed-loop, or with
     ``pace_ns`` one request every ``pace_ns`` from ``offset_ns`` after the start (latency is measured
     from the scheduled send time, so a client that falls behind does not hide the wait)."""
@@ -192,17 +200,21 @@ def _worker_main(conn: Connection) -> None:
         if message[0] == "stop":
             return
         job: dict[str, Any] = message[1]
-        target = Target(job["protocol"], job["url"], job["model"], job["input_name"], job["output_name"],
-                        np.asarray(job["data"]))
+        target = Target(
+            job["protocol"], job["url"], job["model"], job["input_name"], job["output_name"], np.asarray(job["data"])
+        )
         count = job["threads"]
         barrier = threading.Barrier(count + 1)
         schedule: dict[str, int] = {}
         logs = [_ThreadLog() for _ in range(count)]
         pace_ns = int(job.get("pace_ns", 0))
         offsets = np.random.default_rng(job.get("seed", 0)).integers(0, max(pace_ns, 1), count)
-        threads = [threading.Thread(target=_client_thread, args=(target, barrier, schedule, log, pace_ns, int(offset)),
-                                    daemon=True)
-                   for log, offset in zip(logs, offsets, strict=True)]
+        threads = [
+            threading.Thread(
+                target=_client_thread, args=(target, barrier, schedule, log, pace_ns, int(offset)), daemon=True
+            )
+            for log, offset in zip(logs, offsets, strict=True)
+        ]
         for thread in threads:
             thread.start()
         barrier.wait()
@@ -212,12 +224,17 @@ def _worker_main(conn: Connection) -> None:
         barrier.wait()
         for thread in threads:
             thread.join()
-        conn.send(("done", {
-            "starts": np.asarray([t for log in logs for t in log.starts], dtype=np.int64),
-            "ends": np.asarray([t for log in logs for t in log.ends], dtype=np.int64),
-            "errors": sum(log.errors for log in logs),
-            "first_error": next((log.first_error for log in logs if log.first_error), ""),
-        }))
+        conn.send(
+            (
+                "done",
+                {
+                    "starts": np.asarray([t for log in logs for t in log.starts], dtype=np.int64),
+                    "ends": np.asarray([t for log in logs for t in log.ends], dtype=np.int64),
+                    "errors": sum(log.errors for log in logs),
+                    "first_error": next((log.first_error for log in logs if log.first_error), ""),
+                },
+            )
+        )
 
 
 class WorkerPool:
@@ -248,6 +265,7 @@ class WorkerPool:
 
 # --- the server ------------------------------------------------------------------------------
 
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -262,10 +280,22 @@ class FerryProcess:
         TMP.mkdir(parents=True, exist_ok=True)
         self.log_path = TMP / "server.log"
         self._log = self.log_path.open("wb")
-        command = [*launcher, "serve", "--model-repository", str(repo),
-                   "--host", "127.0.0.1", "--http-port", str(self.http_port),
-                   "--grpc-port", str(self.grpc_port), "--metrics-port", str(self.metrics_port),
-                   "--log-level", "warning"]
+        command = [
+            *launcher,
+            "serve",
+            "--model-repository",
+            str(repo),
+            "--host",
+            "127.0.0.1",
+            "--http-port",
+            str(self.http_port),
+            "--grpc-port",
+            str(self.grpc_port),
+            "--metrics-port",
+            str(self.metrics_port),
+            "--log-level",
+            "warning",
+        ]
         self.process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT)
         self.pid = self.process.pid
 
@@ -319,6 +349,7 @@ class FerryProcess:
 
 # --- other load on the machine --------------------------------------------------------------
 
+
 def _busy_jiffies() -> int:
     """Non-idle CPU time of the whole machine (all processes, niced ones included)."""
     fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
@@ -352,6 +383,7 @@ class CpuMeter:
 
 
 # --- raw ONNX Runtime ------------------------------------------------------------------------
+
 
 def make_session(model_file: Path) -> Any:
     """The session the server would build for one KIND_CPU instance (backends/onnxruntime.py)."""
@@ -406,8 +438,11 @@ def bench_raw(session: Any, batches: Sequence[int], window_s: float, windows: in
             "latency_p99_ms": percentile_ms(all_latencies, 99),
         }
         rows.append(row)
-        print(f"  raw batch {batch:2d}: {row['throughput']:7.1f} img/s  p50 {row['latency_p50_ms']:8.1f} ms "
-              f"(windows {', '.join(f'{v:.1f}' for v in row['windows'])})", flush=True)
+        print(
+            f"  raw batch {batch:2d}: {row['throughput']:7.1f} img/s  p50 {row['latency_p50_ms']:8.1f} ms "
+            f"(windows {', '.join(f'{v:.1f}' for v in row['windows'])})",
+            flush=True,
+        )
     return rows
 
 
@@ -428,6 +463,7 @@ def _median_window(windows: list[dict[str, Any]], key: str) -> dict[str, Any]:
 
 # --- idle latency ----------------------------------------------------------------------------
 
+
 def bench_idle(session: Any, server: FerryProcess, blocks: int, block_size: int = 10) -> dict[str, Any]:
     """Sequential batch-1 ResNet-50 on one input: blocks of raw, gRPC and REST calls in turn.
 
@@ -438,9 +474,7 @@ def bench_idle(session: Any, server: FerryProcess, blocks: int, block_size: int 
     order rotates, so drift of the machine reaches all three paths alike.
     """
     data = models.sample_image()
-    callers: dict[str, Callable[[], np.ndarray]] = {
-        "raw": lambda: session.run(["logits"], {"input": data})[0]
-    }
+    callers: dict[str, Callable[[], np.ndarray]] = {"raw": lambda: session.run(["logits"], {"input": data})[0]}
     closers = []
     for protocol in PROTOCOLS:
         call, close = make_caller(Target(protocol, server.url(protocol), "resnet50", "input", "logits", data))
@@ -455,8 +489,9 @@ def bench_idle(session: Any, server: FerryProcess, blocks: int, block_size: int 
             for _ in range(3):
                 got = call()
             if not np.allclose(got, expected, rtol=1e-4, atol=1e-4):
-                raise RuntimeError(f"{name} output differs from raw ONNX Runtime by "
-                                   f"{float(np.abs(got - expected).max()):.3g}")
+                raise RuntimeError(
+                    f"{name} output differs from raw ONNX Runtime by {float(np.abs(got - expected).max()):.3g}"
+                )
         for index in range(blocks):
             shift = index % len(names)
             for name in names[shift:] + names[:shift]:
@@ -474,8 +509,13 @@ def bench_idle(session: Any, server: FerryProcess, blocks: int, block_size: int 
             with contextlib.suppress(Exception):
                 close()
     raw = np.asarray(samples["raw"])
-    result: dict[str, Any] = {"blocks": blocks, "block_size": block_size, "calls": len(raw),
-                              "raw_p50_ms": percentile_ms(raw, 50), "raw_p99_ms": percentile_ms(raw, 99)}
+    result: dict[str, Any] = {
+        "blocks": blocks,
+        "block_size": block_size,
+        "calls": len(raw),
+        "raw_p50_ms": percentile_ms(raw, 50),
+        "raw_p99_ms": percentile_ms(raw, 99),
+    }
     for protocol in PROTOCOLS:
         served = np.asarray(samples[protocol])
         paired = np.asarray(block_medians[protocol]) - np.asarray(block_medians["raw"])
@@ -490,6 +530,7 @@ def bench_idle(session: Any, server: FerryProcess, blocks: int, block_size: int 
 
 
 # --- load steps ------------------------------------------------------------------------------
+
 
 @dataclass
 class LoadStep:
@@ -520,9 +561,12 @@ def _split(total: int, parts: int) -> list[int]:
 
 def _stats_delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     """Executions and items between two statistics snapshots, with the batch-size histogram."""
+
     def by_size(snapshot: dict[str, Any]) -> dict[int, tuple[int, int]]:
-        return {int(b["batch_size"]): (int(b["compute_infer"]["count"]), int(b["compute_infer"]["ns"]))
-                for b in snapshot.get("batch_stats", [])}
+        return {
+            int(b["batch_size"]): (int(b["compute_infer"]["count"]), int(b["compute_infer"]["ns"]))
+            for b in snapshot.get("batch_stats", [])
+        }
 
     old, new = by_size(before), by_size(after)
     histogram = {}
@@ -540,12 +584,24 @@ def _stats_delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any
     }
 
 
-def run_load(pool: WorkerPool, server: FerryProcess, step: LoadStep, raw: list[dict[str, Any]] | None,
-             meter: CpuMeter, profile_path: Path | None = None) -> dict[str, Any]:
+def run_load(
+    pool: WorkerPool,
+    server: FerryProcess,
+    step: LoadStep,
+    raw: list[dict[str, Any]] | None,
+    meter: CpuMeter,
+    profile_path: Path | None = None,
+) -> dict[str, Any]:
     """One closed-loop step: warm-up, then ``windows`` windows; statistics read at each boundary."""
-    job = {"protocol": step.protocol, "url": server.url(step.protocol), "model": step.model,
-           "input_name": step.input_name, "output_name": step.output_name, "data": step.data,
-           "pace_ns": int(step.concurrency / step.rate * 1e9) if step.rate else 0}
+    job = {
+        "protocol": step.protocol,
+        "url": server.url(step.protocol),
+        "model": step.model,
+        "input_name": step.input_name,
+        "output_name": step.output_name,
+        "data": step.data,
+        "pace_ns": int(step.concurrency / step.rate * 1e9) if step.rate else 0,
+    }
     conns = pool.conns[: step.processes]
     for index, (conn, threads) in enumerate(zip(conns, _split(step.concurrency, step.processes), strict=True)):
         conn.send(("prepare", {**job, "threads": threads, "seed": index}))
@@ -561,10 +617,24 @@ def run_load(pool: WorkerPool, server: FerryProcess, step: LoadStep, raw: list[d
     if profile_path is not None:  # sample the server over the measurement windows only
         sleep_until(boundaries[0])
         profiler = subprocess.Popen(
-            [str(Path(sys.executable).with_name("py-spy")), "record", "-p", str(server.pid), "-o",
-             str(profile_path), "--format", "raw", "--threads", "--rate", str(PROFILE_RATE),
-             "--duration", str(max(1, int(step.windows * step.window_s))), "--nonblocking"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+            [
+                str(Path(sys.executable).with_name("py-spy")),
+                "record",
+                "-p",
+                str(server.pid),
+                "-o",
+                str(profile_path),
+                "--format",
+                "raw",
+                "--threads",
+                "--rate",
+                str(PROFILE_RATE),
+                "--duration",
+                str(max(1, int(step.windows * step.window_s))),
+                "--nonblocking",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
         )
     snapshots = []
     for boundary in boundaries:
@@ -619,12 +689,23 @@ def run_load(pool: WorkerPool, server: FerryProcess, step: LoadStep, raw: list[d
         windows.append(window)
     median = _median_window(windows, "throughput")
     result = {
-        "label": step.label, "protocol": step.protocol, "model": step.model, "concurrency": step.concurrency,
-        "processes": step.processes, "clients": step.clients, "errors": errors,
-        "window_s": step.window_s, "warmup_s": step.warmup_s, "windows": windows,
-        "throughput": median["throughput"], "count_throughput": median["count_throughput"],
-        "p50_ms": median["p50_ms"], "p99_ms": median["p99_ms"], "avg_batch": median["avg_batch"],
-        "busy": median["busy"], "other_cpu": other_cpu,
+        "label": step.label,
+        "protocol": step.protocol,
+        "model": step.model,
+        "concurrency": step.concurrency,
+        "processes": step.processes,
+        "clients": step.clients,
+        "errors": errors,
+        "window_s": step.window_s,
+        "warmup_s": step.warmup_s,
+        "windows": windows,
+        "throughput": median["throughput"],
+        "count_throughput": median["count_throughput"],
+        "p50_ms": median["p50_ms"],
+        "p99_ms": median["p99_ms"],
+        "avg_batch": median["avg_batch"],
+        "busy": median["busy"],
+        "other_cpu": other_cpu,
     }
     if raw is not None:
         best = max(r["throughput"] for r in raw)
@@ -634,16 +715,23 @@ def run_load(pool: WorkerPool, server: FerryProcess, step: LoadStep, raw: list[d
         result["infer_ms_per_execution"] = median.get("infer_ms_per_execution", float("nan"))
         result["raw_ms_per_execution"] = median.get("raw_ms_per_execution", float("nan"))
     unit = "img/s" if step.model == "resnet50" else "req/s"
-    extra = f"  vs raw best {result['vs_raw_best']:.3f}  same batches {result['vs_raw_same_batches']:.3f}" \
-        if raw is not None else ""
-    print(f"  {step.label:32s} {result['throughput']:8.1f} {unit}  p50 {result['p50_ms']:8.2f} ms  "
-          f"p99 {result['p99_ms']:8.2f} ms  batch {result['avg_batch']:5.2f}  busy {result['busy']:.2f}{extra}  "
-          f"other CPU {other_cpu:.0%}  "
-          f"(windows {', '.join(format(w['throughput'], '.1f') for w in windows)})", flush=True)
+    extra = (
+        f"  vs raw best {result['vs_raw_best']:.3f}  same batches {result['vs_raw_same_batches']:.3f}"
+        if raw is not None
+        else ""
+    )
+    print(
+        f"  {step.label:32s} {result['throughput']:8.1f} {unit}  p50 {result['p50_ms']:8.2f} ms  "
+        f"p99 {result['p99_ms']:8.2f} ms  batch {result['avg_batch']:5.2f}  busy {result['busy']:.2f}{extra}  "
+        f"other CPU {other_cpu:.0%}  "
+        f"(windows {', '.join(format(w['throughput'], '.1f') for w in windows)})",
+        flush=True,
+    )
     return result
 
 
 # --- report ----------------------------------------------------------------------------------
+
 
 def machine_info() -> dict[str, Any]:
     import grpc
@@ -658,8 +746,9 @@ def machine_info() -> dict[str, Any]:
                 break
     commit = ""
     with contextlib.suppress(OSError, subprocess.CalledProcessError):
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                text=True, check=True).stdout.strip()
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
     return {
         "cpu_count": os.cpu_count(),
         "cpu_model": cpu_model,
@@ -733,27 +822,37 @@ def render_markdown(report: dict[str, Any]) -> str:
         "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in raw:
-        lines.append(f"| raw ORT ResNet-50 | in-process | {r['batch']} | - | {_fmt(r['throughput'])} img/s | "
-                     f"{_fmt(r['latency_p50_ms'])} | {_fmt(r['latency_p99_ms'])} | {r['batch']} | - | "
-                     f"{_fmt(r['throughput'] / best['throughput'], 3)} | - | - | {report['raw_other_cpu']:.0%} |")
+        lines.append(
+            f"| raw ORT ResNet-50 | in-process | {r['batch']} | - | {_fmt(r['throughput'])} img/s | "
+            f"{_fmt(r['latency_p50_ms'])} | {_fmt(r['latency_p99_ms'])} | {r['batch']} | - | "
+            f"{_fmt(r['throughput'] / best['throughput'], 3)} | - | - | {report['raw_other_cpu']:.0%} |"
+        )
     for s in report["served"]:
-        lines.append(f"| served ResNet-50 | {PROTOCOL_NAMES[s['protocol']]} | {s['concurrency']} | {s['clients']} | "
-                     f"{_fmt(s['throughput'])} img/s | {_fmt(s['p50_ms'])} | {_fmt(s['p99_ms'])} | "
-                     f"{_fmt(s['avg_batch'], 2)} | {_fmt(s['busy'], 2)} | {_fmt(s['vs_raw_best'], 3)} | "
-                     f"{_fmt(s['vs_raw_same_batches'], 3)} | {_fmt(s['vs_raw_adjacent'], 3)} | {s['other_cpu']:.0%} |")
-    lines.append(f"| idle batch-1 ResNet-50 | in-process raw | 1 | sequential | - | {_fmt(idle['raw_p50_ms'], 2)} | "
-                 f"{_fmt(idle['raw_p99_ms'], 2)} | 1 | - | - | - | - | {idle['other_cpu']:.0%} |")
+        lines.append(
+            f"| served ResNet-50 | {PROTOCOL_NAMES[s['protocol']]} | {s['concurrency']} | {s['clients']} | "
+            f"{_fmt(s['throughput'])} img/s | {_fmt(s['p50_ms'])} | {_fmt(s['p99_ms'])} | "
+            f"{_fmt(s['avg_batch'], 2)} | {_fmt(s['busy'], 2)} | {_fmt(s['vs_raw_best'], 3)} | "
+            f"{_fmt(s['vs_raw_same_batches'], 3)} | {_fmt(s['vs_raw_adjacent'], 3)} | {s['other_cpu']:.0%} |"
+        )
+    lines.append(
+        f"| idle batch-1 ResNet-50 | in-process raw | 1 | sequential | - | {_fmt(idle['raw_p50_ms'], 2)} | "
+        f"{_fmt(idle['raw_p99_ms'], 2)} | 1 | - | - | - | - | {idle['other_cpu']:.0%} |"
+    )
     for protocol in PROTOCOLS:
         row = idle[protocol]
-        lines.append(f"| idle batch-1 ResNet-50 | {PROTOCOL_NAMES[protocol]} | 1 | sequential | - | "
-                     f"{_fmt(row['p50_ms'], 2)} | {_fmt(row['p99_ms'], 2)} | 1 | - | - | - | "
-                     f"{row['overhead_ms']:+.2f} ms (paired {row['paired_overhead_ms']:+.2f} ms) | "
-                     f"{idle['other_cpu']:.0%} |")
+        lines.append(
+            f"| idle batch-1 ResNet-50 | {PROTOCOL_NAMES[protocol]} | 1 | sequential | - | "
+            f"{_fmt(row['p50_ms'], 2)} | {_fmt(row['p99_ms'], 2)} | 1 | - | - | - | "
+            f"{row['overhead_ms']:+.2f} ms (paired {row['paired_overhead_ms']:+.2f} ms) | "
+            f"{idle['other_cpu']:.0%} |"
+        )
     for s in report["tiny"]:
-        lines.append(f"| tiny (x+1, FP32 1x16) | {PROTOCOL_NAMES[s['protocol']]} | {s['concurrency']} | "
-                     f"{s['clients']} | {_fmt(s['throughput'], 0)} req/s | {_fmt(s['p50_ms'], 2)} | "
-                     f"{_fmt(s['p99_ms'], 2)} | {_fmt(s['avg_batch'], 2)} | {_fmt(s['busy'], 2)} | - | - | - | "
-                     f"{s['other_cpu']:.0%} |")
+        lines.append(
+            f"| tiny (x+1, FP32 1x16) | {PROTOCOL_NAMES[s['protocol']]} | {s['concurrency']} | "
+            f"{s['clients']} | {_fmt(s['throughput'], 0)} req/s | {_fmt(s['p50_ms'], 2)} | "
+            f"{_fmt(s['p99_ms'], 2)} | {_fmt(s['avg_batch'], 2)} | {_fmt(s['busy'], 2)} | - | - | - | "
+            f"{s['other_cpu']:.0%} |"
+        )
     lines.append("")
     return "\n".join(lines)
 
@@ -774,6 +873,7 @@ def _jsonable(value: Any) -> Any:
 
 # --- main ------------------------------------------------------------------------------------
 
+
 @contextlib.contextmanager
 def running_server(repo: Path) -> Iterator[FerryProcess]:
     server = FerryProcess(repo)
@@ -789,13 +889,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="short smoke-test version (about a minute)")
     parser.add_argument("--duration", type=float, help="seconds per ResNet-50 measurement window (8; quick 1.5)")
     parser.add_argument("--windows", type=int, default=3, help="measurement windows per step (3)")
-    parser.add_argument("--output", type=Path,
-                        help="markdown file (benchmarks/results/serving-cpu.md; quick: results/tmp/); "
-                             "the JSON goes next to it")
+    parser.add_argument(
+        "--output",
+        type=Path,
+        help="markdown file (benchmarks/results/serving-cpu.md; quick: results/tmp/); the JSON goes next to it",
+    )
     parser.add_argument("--repo", type=Path, default=models.DEFAULT_REPO, help="model repository to build/use")
-    parser.add_argument("--profile", action="store_true",
-                        help="py-spy the server during the gRPC ResNet-50 c=16 step and the largest tiny steps "
-                             "(collapsed stacks in benchmarks/results/tmp/)")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="py-spy the server during the gRPC ResNet-50 c=16 step and the largest tiny steps "
+        "(collapsed stacks in benchmarks/results/tmp/)",
+    )
     args = parser.parse_args(argv)
 
     window = args.duration or (1.5 if args.quick else 8.0)
@@ -817,8 +922,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "command": argv_text,
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M"),
         "machine": machine_info(),
-        "settings": {"window_s": window, "raw_window_s": raw_window_s, "tiny_window_s": tiny_window,
-                     "warmup_s": warmup, "windows": args.windows, "idle_blocks": idle_blocks},
+        "settings": {
+            "window_s": window,
+            "raw_window_s": raw_window_s,
+            "tiny_window_s": tiny_window,
+            "warmup_s": warmup,
+            "windows": args.windows,
+            "idle_blocks": idle_blocks,
+        },
     }
     our_pids = [os.getpid()]
     meter = CpuMeter(lambda: our_pids)
@@ -840,30 +951,55 @@ def main(argv: Sequence[str] | None = None) -> int:
             idle = bench_idle(session, server, idle_blocks)
             idle["other_cpu"] = meter.other_share(cpu, meter.snapshot())
             report["idle"] = idle
-            print(f"  raw p50 {idle['raw_p50_ms']:.2f} ms; " + "; ".join(
-                f"{p} p50 {idle[p]['p50_ms']:.2f} ms (overhead {idle[p]['overhead_ms']:+.2f}, "
-                f"paired {idle[p]['paired_overhead_ms']:+.2f})" for p in PROTOCOLS), flush=True)
+            print(
+                f"  raw p50 {idle['raw_p50_ms']:.2f} ms; "
+                + "; ".join(
+                    f"{p} p50 {idle[p]['p50_ms']:.2f} ms (overhead {idle[p]['overhead_ms']:+.2f}, "
+                    f"paired {idle[p]['paired_overhead_ms']:+.2f})"
+                    for p in PROTOCOLS
+                ),
+                flush=True,
+            )
 
             image = models.sample_image()
             best_batch = max(report["raw"], key=lambda r: r["throughput"])["batch"]
-            print(f"served ResNet-50, closed loop, batch-1 requests; raw batch {best_batch} windows between "
-                  "steps", flush=True)
+            print(
+                f"served ResNet-50, closed loop, batch-1 requests; raw batch {best_batch} windows between steps",
+                flush=True,
+            )
             report["served"] = []
             profile_resnet = max(c for c in resnet_concurrency if c <= 16)
             references = [raw_window(session, best_batch, raw_window_s)["throughput"]]
             for concurrency in resnet_concurrency:
                 for protocol in PROTOCOLS:  # alternate protocols so drift of the machine hits both alike
-                    step = LoadStep(f"resnet50 {protocol} c={concurrency}", protocol, "resnet50", "input",
-                                    "logits", image, concurrency, 1, warmup, window, args.windows)
-                    profile = TMP / f"profile-resnet50-{protocol}-c{concurrency}.txt" \
-                        if args.profile and protocol == "grpc" and concurrency == profile_resnet else None
+                    step = LoadStep(
+                        f"resnet50 {protocol} c={concurrency}",
+                        protocol,
+                        "resnet50",
+                        "input",
+                        "logits",
+                        image,
+                        concurrency,
+                        1,
+                        warmup,
+                        window,
+                        args.windows,
+                    )
+                    profile = (
+                        TMP / f"profile-resnet50-{protocol}-c{concurrency}.txt"
+                        if args.profile and protocol == "grpc" and concurrency == profile_resnet
+                        else None
+                    )
                     result = run_load(pool, server, step, report["raw"], meter, profile)
                     time.sleep(0.2)  # let the server's ORT threads stop spinning
                     references.append(raw_window(session, best_batch, raw_window_s)["throughput"])
                     result["raw_adjacent"] = (references[-2] + references[-1]) / 2
                     result["vs_raw_adjacent"] = result["throughput"] / result["raw_adjacent"]
-                    print(f"    raw batch {best_batch} before/after: {references[-2]:.1f} / {references[-1]:.1f} "
-                          f"img/s -> served / raw adjacent {result['vs_raw_adjacent']:.3f}", flush=True)
+                    print(
+                        f"    raw batch {best_batch} before/after: {references[-2]:.1f} / {references[-1]:.1f} "
+                        f"img/s -> served / raw adjacent {result['vs_raw_adjacent']:.3f}",
+                        flush=True,
+                    )
                     report["served"].append(result)
             report["raw_references"] = {"batch": best_batch, "throughput": references}
 
@@ -872,11 +1008,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             vector = np.arange(models.TINY_WIDTH, dtype=np.float32).reshape(1, -1)
             for protocol in PROTOCOLS:
                 for concurrency in tiny_concurrency:
-                    step = LoadStep(f"tiny {protocol} c={concurrency}", protocol, "tiny", "input", "output",
-                                    vector, concurrency, concurrency, max(1.0, warmup / 2), tiny_window,
-                                    args.windows)
-                    profile = TMP / f"profile-tiny-{protocol}-c{concurrency}.txt" \
-                        if args.profile and concurrency == max(tiny_concurrency) else None
+                    step = LoadStep(
+                        f"tiny {protocol} c={concurrency}",
+                        protocol,
+                        "tiny",
+                        "input",
+                        "output",
+                        vector,
+                        concurrency,
+                        concurrency,
+                        max(1.0, warmup / 2),
+                        tiny_window,
+                        args.windows,
+                    )
+                    profile = (
+                        TMP / f"profile-tiny-{protocol}-c{concurrency}.txt"
+                        if args.profile and concurrency == max(tiny_concurrency)
+                        else None
+                    )
                     report["tiny"].append(run_load(pool, server, step, None, meter, profile))
             report["other_cpu"] = meter.other_share(run_cpu, meter.snapshot())
     finally:

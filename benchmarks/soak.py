@@ -84,8 +84,9 @@ def _pool(server: FerryProcess, stream: Stream, images: Path) -> WorkerPool:
         samples = random_samples(specs, batched, 1, {}, count=8)
         datatypes = {s.name: s.datatype for s in specs}
     requests = encode_requests(stream.protocol, stream.model, "", samples, datatypes)
-    config = WorkerConfig(stream.protocol, server.url(stream.protocol), stream.model, "", requests, Security(),
-                          connections=256)
+    config = WorkerConfig(
+        stream.protocol, server.url(stream.protocol), stream.model, "", requests, Security(), connections=256
+    )
     return WorkerPool(config, 1)
 
 
@@ -112,8 +113,11 @@ def main(argv: list[str] | None = None) -> int:
                 conns[conn] = stream
         started = time.monotonic()
         rss_start = process.memory_info().rss
-        header = ("| minute | " + " | ".join(f"{s.name} ok / err / p50 / p99 ms" for s in STREAMS)
-                  + " | server RSS MiB | load avg |")
+        header = (
+            "| minute | "
+            + " | ".join(f"{s.name} ok / err / p50 / p99 ms" for s in STREAMS)
+            + " | server RSS MiB | load avg |"
+        )
         rows += [header, "|" + "---|" * (len(STREAMS) + 3)]
         print(header, flush=True)
         interval = 0
@@ -139,8 +143,11 @@ def main(argv: list[str] | None = None) -> int:
                 p50, p99 = (np.percentile(values, [50, 99]) / 1e3) if values.size else (float("nan"),) * 2
                 cells.append(f"{values.size} / {errors[stream.name]} / {p50:.1f} / {p99:.1f}")
             rss = process.memory_info().rss / 2**20
-            row = (f"| {interval * args.interval / 60:.1f} | " + " | ".join(cells)
-                   + f" | {rss:.0f} | {os.getloadavg()[0]:.1f} |")
+            row = (
+                f"| {interval * args.interval / 60:.1f} | "
+                + " | ".join(cells)
+                + f" | {rss:.0f} | {os.getloadavg()[0]:.1f} |"
+            )
             rows.append(row)
             print(row, flush=True)
         for conn in conns:
@@ -160,10 +167,13 @@ def main(argv: list[str] | None = None) -> int:
     total_ok = sum(ok for ok, _ in totals.values())
     total_err = sum(err for _, err in totals.values())
     summary = [
-        "", f"{args.minutes:g} minutes, {len(STREAMS)} open-loop streams (Poisson): "
-        + ", ".join(f"{s.name} {s.rate:g}/s" for s in STREAMS) + ".",
+        "",
+        f"{args.minutes:g} minutes, {len(STREAMS)} open-loop streams (Poisson): "
+        + ", ".join(f"{s.name} {s.rate:g}/s" for s in STREAMS)
+        + ".",
         f"Answered: {total_ok} successes, {total_err} errors"
-        + (f" ({'; '.join(f'{n} x {t}' for t, n in failures.items())})" if failures else "") + ".",
+        + (f" ({'; '.join(f'{n} x {t}' for t, n in failures.items())})" if failures else "")
+        + ".",
         f"Server RSS: {rss_start / 2**20:.0f} MiB after the first moments, {rss_end / 2**20:.0f} MiB at the end "
         f"({(rss_end - rss_start) / 2**20:+.1f} MiB).",
     ]

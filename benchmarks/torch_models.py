@@ -33,8 +33,9 @@ class Bottleneck(nn.Module):
         self.reduce = _conv(c_in, width, 1)
         self.spatial = _conv(width, width, 3, stride)
         self.expand = _conv(width, c_out, 1, gain=models.BRANCH_OUT_GAIN)
-        self.shortcut = (_conv(c_in, c_out, 1, stride, gain=math.sqrt(0.5))
-                         if stride != 1 or c_in != c_out else nn.Identity())
+        self.shortcut = (
+            _conv(c_in, c_out, 1, stride, gain=math.sqrt(0.5)) if stride != 1 or c_in != c_out else nn.Identity()
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = torch.relu(self.reduce(x))
@@ -75,19 +76,20 @@ def build_torchscript(path: Path, seed: int = 0) -> Path:
     return path
 
 
-def config(name: str, *, kind: str, instances: int, max_batch_size: int, precision: str, graphs: bool,
-           image_pipeline: str = "") -> str:
+def config(
+    name: str, *, kind: str, instances: int, max_batch_size: int, precision: str, graphs: bool, image_pipeline: str = ""
+) -> str:
     """A pytorch-backend config for the benchmark's ResNet-50."""
     return f"""# Built by benchmarks/torch_models.py for benchmarks/gpu_torch.py.
 name: "{name}"
 backend: "pytorch"
 max_batch_size: {max_batch_size}
-input [ {{ name: "input" data_type: TYPE_FP32 dims: [ {', '.join(map(str, IMAGE_SHAPE))} ] }} ]
+input [ {{ name: "input" data_type: TYPE_FP32 dims: [ {", ".join(map(str, IMAGE_SHAPE))} ] }} ]
 output [ {{ name: "logits" data_type: TYPE_FP32 dims: [ {NUM_CLASSES} ] }} ]
 instance_group [ {{ kind: {kind} count: {instances} }} ]
 dynamic_batching {{ }}
 parameters {{ key: "ferry_precision" value: {{ string_value: "{precision}" }} }}
-optimization {{ cuda {{ graphs: {'true' if graphs else 'false'} }} }}
+optimization {{ cuda {{ graphs: {"true" if graphs else "false"} }} }}
 {image_pipeline}"""
 
 
@@ -101,8 +103,17 @@ def image_pipeline(device: str) -> str:
 """
 
 
-def write_repository(repo: Path, model_file: Path, *, kind: str, instances: int, max_batch_size: int,
-                     precision: str, graphs: bool, preprocess_device: str) -> Path:
+def write_repository(
+    repo: Path,
+    model_file: Path,
+    *,
+    kind: str,
+    instances: int,
+    max_batch_size: int,
+    precision: str,
+    graphs: bool,
+    preprocess_device: str,
+) -> Path:
     """``resnet50`` (tensors) and ``resnet50_images`` (JPEGs) sharing one TorchScript file."""
     for name, pipeline in (("resnet50", ""), ("resnet50_images", image_pipeline(preprocess_device))):
         model_dir = repo / name
@@ -110,7 +121,15 @@ def write_repository(repo: Path, model_file: Path, *, kind: str, instances: int,
         target = model_dir / "1" / "model.pt"
         if not target.exists():
             target.symlink_to(model_file.resolve())
-        (model_dir / "config.pbtxt").write_text(config(
-            name, kind=kind, instances=instances, max_batch_size=max_batch_size, precision=precision,
-            graphs=graphs, image_pipeline=pipeline))
+        (model_dir / "config.pbtxt").write_text(
+            config(
+                name,
+                kind=kind,
+                instances=instances,
+                max_batch_size=max_batch_size,
+                precision=precision,
+                graphs=graphs,
+                image_pipeline=pipeline,
+            )
+        )
     return repo

@@ -74,16 +74,37 @@ class RunningServer:
         return self.process.returncode
 
 
-def start_server(repository: Path, log_path: Path, *extra: str, wait_ready: bool = True,
-                 timeout: float = 60, env: dict[str, str] | None = None, probe_tls: ssl.SSLContext | None = None,
-                 probe_headers: dict[str, str] | None = None) -> RunningServer:
+def start_server(
+    repository: Path,
+    log_path: Path,
+    *extra: str,
+    wait_ready: bool = True,
+    timeout: float = 60,
+    env: dict[str, str] | None = None,
+    probe_tls: ssl.SSLContext | None = None,
+    probe_headers: dict[str, str] | None = None,
+) -> RunningServer:
     """Start ``ferry serve`` on free ports and wait until /v2/health/ready answers 200.
 
     A server started with TLS or auth needs ``probe_tls`` / ``probe_headers`` for that wait."""
     http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
-    cmd = [sys.executable, "-m", "ferry", "serve", "--model-repository", str(repository), "--host", "127.0.0.1",
-           "--http-port", str(http_port), "--grpc-port", str(grpc_port), "--metrics-port", str(metrics_port),
-           *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "ferry",
+        "serve",
+        "--model-repository",
+        str(repository),
+        "--host",
+        "127.0.0.1",
+        "--http-port",
+        str(http_port),
+        "--grpc-port",
+        str(grpc_port),
+        "--metrics-port",
+        str(metrics_port),
+        *extra,
+    ]
     log_file = open(log_path, "wb")  # noqa: SIM115 - closed with the process
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     process = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env)
@@ -110,8 +131,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     """The bundled example repository served in explicit mode with every model loaded."""
     repo = tmp_path_factory.mktemp("repo") / "models"
     shutil.copytree(MODEL_REPO, repo)
-    running = start_server(repo, repo.parent / "server.log", "--model-control-mode", "explicit",
-                           "--load-model", "*")
+    running = start_server(repo, repo.parent / "server.log", "--model-control-mode", "explicit", "--load-model", "*")
     yield running
     running.stop()
 

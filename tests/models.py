@@ -9,8 +9,16 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 
-def write_mlp_model(model_dir: Path, *, width: int = 512, layers: int = 8, offset: float = 0.0,
-                    version: int = 1, max_batch_size: int = 8, extra_config: str = "") -> Path:
+def write_mlp_model(
+    model_dir: Path,
+    *,
+    width: int = 512,
+    layers: int = 8,
+    offset: float = 0.0,
+    version: int = 1,
+    max_batch_size: int = 8,
+    extra_config: str = "",
+) -> Path:
     """A model dir whose ``y = x @ W1 @ ... @ Wn + offset`` costs ``layers`` matmuls per item.
 
     The weights are scaled identities (exactly 1.0 overall), so ``y == x + offset``: tests can tell
@@ -26,8 +34,13 @@ def write_mlp_model(model_dir: Path, *, width: int = 512, layers: int = 8, offse
         current = f"h{index}"
     weights.append(numpy_helper.from_array(np.array(offset, dtype=np.float32), "offset"))
     nodes.append(helper.make_node("Add", [current, "offset"], ["y"]))
-    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", width])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", width])], weights)
+    graph = helper.make_graph(
+        nodes,
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", width])],
+        weights,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     (model_dir / str(version)).mkdir(parents=True, exist_ok=True)
@@ -36,5 +49,6 @@ def write_mlp_model(model_dir: Path, *, width: int = 512, layers: int = 8, offse
         f'name: "{model_dir.name}"\nplatform: "onnxruntime_onnx"\nmax_batch_size: {max_batch_size}\n'
         f'input [{{ name: "x" data_type: TYPE_FP32 dims: [ {width} ] }}]\n'
         f'output [{{ name: "y" data_type: TYPE_FP32 dims: [ {width} ] }}]\n'
-        f'instance_group [{{ kind: KIND_CPU count: 1 }}]\n{extra_config}')
+        f"instance_group [{{ kind: KIND_CPU count: 1 }}]\n{extra_config}"
+    )
     return model_dir

@@ -1,6 +1,6 @@
 """The asyncio clients: many requests in flight from one coroutine, which the server batches.
 
-    python asyncio_clients.py [--http 127.0.0.1:8000] [--grpc 127.0.0.1:8001] DIGIT.png
+python asyncio_clients.py [--http 127.0.0.1:8000] [--grpc 127.0.0.1:8001] DIGIT.png
 """
 
 from __future__ import annotations

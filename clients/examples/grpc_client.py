@@ -1,6 +1,6 @@
 """Ferry's synchronous gRPC client: the same calls as the HTTP client, over HTTP/2.
 
-    python grpc_client.py [--url 127.0.0.1:8001]
+python grpc_client.py [--url 127.0.0.1:8001]
 """
 
 from __future__ import annotations
@@ -27,8 +27,7 @@ def main() -> None:
         print("batch of 4 ->", result)
 
         # classification extension: top-2 classes of each output row, as "score:index:label"
-        logits = client.infer("digits", {"input": np.zeros((1, 1, 28, 28), np.float32)},
-                              classification={"logits": 2})
+        logits = client.infer("digits", {"input": np.zeros((1, 1, 28, 28), np.float32)}, classification={"logits": 2})
         print("top-2 of a blank image:", [v.decode() for v in logits["logits"].ravel()])
 
         stats = client.model_statistics("simple")["model_stats"][0]

@@ -1,6 +1,6 @@
 """Ferry's synchronous HTTP client: health, metadata, tensor inference, images.
 
-    python http_client.py [--url 127.0.0.1:8000] DIGIT.png SCENE.png
+python http_client.py [--url 127.0.0.1:8000] DIGIT.png SCENE.png
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """NVIDIA's own tritonclient works against Ferry unchanged (pip install 'tritonclient[http,grpc]').
 
-    python tritonclient_compat.py [--http 127.0.0.1:8000] [--grpc 127.0.0.1:8001]
+python tritonclient_compat.py [--http 127.0.0.1:8000] [--grpc 127.0.0.1:8001]
 """
 
 from __future__ import annotations

@@ -16,8 +16,13 @@ import sys
 from collections.abc import Sequence
 
 
-def problems(dists: Sequence[str], absent: Sequence[str], providers: Sequence[str], modules: Sequence[str],
-             import_checks: bool = True) -> list[str]:
+def problems(
+    dists: Sequence[str],
+    absent: Sequence[str],
+    providers: Sequence[str],
+    modules: Sequence[str],
+    import_checks: bool = True,
+) -> list[str]:
     found: list[str] = []
     for name in dists:
         try:
@@ -54,8 +59,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-dist", action="append", default=[], help="distribution that must not be installed")
     parser.add_argument("--provider", action="append", default=[], help="onnxruntime provider that must exist")
     parser.add_argument("--module", action="append", default=[], help="module that must import")
-    parser.add_argument("--no-import", action="store_true",
-                        help="check distributions only (for cross-builds whose libraries cannot load)")
+    parser.add_argument(
+        "--no-import",
+        action="store_true",
+        help="check distributions only (for cross-builds whose libraries cannot load)",
+    )
     args = parser.parse_args(argv)
     found = problems(args.dist, args.no_dist, args.provider, args.module, not args.no_import)
     for problem in found:

@@ -346,8 +346,10 @@ def decode(
     cx, cy, w, h = output[:4, mask]
     boxes = np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], axis=1)
     scores, classes = scores[mask], classes[mask]
-    kept = [np.flatnonzero(classes == c)[nms(boxes[classes == c], scores[classes == c], iou_threshold)]
-            for c in np.unique(classes)]
+    kept = [
+        np.flatnonzero(classes == c)[nms(boxes[classes == c], scores[classes == c], iou_threshold)]
+        for c in np.unique(classes)
+    ]
     keep = np.concatenate(kept) if kept else np.zeros(0, dtype=np.int64)
     keep = keep[np.argsort(-scores[keep], kind="stable")][:max_detections]
     boxes, scores, classes = boxes[keep], scores[keep], classes[keep].astype(np.int64)
@@ -397,9 +399,7 @@ def training_batch(
     return inputs, all_boxes, all_classes
 
 
-def assign_targets(
-    boxes: list[np.ndarray], classes: list[np.ndarray]
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def assign_targets(boxes: list[np.ndarray], classes: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Return (positive mask ``[B, A]``, class targets ``[B, A, 10]``, box targets ``[B, A, 4]`` xyxy).
 
     A box belongs to stride 8 when its longer side is at most LEVEL_SPLIT
@@ -559,9 +559,10 @@ def train(pool: DigitPool, steps: int = STEPS) -> torch.nn.Module:
         pos = torch.from_numpy(positive)
         n_pos = max(int(positive.sum()), 1)
         pred_boxes, logits = model.raw(torch.from_numpy(inputs))
-        cls_loss = F.binary_cross_entropy_with_logits(
-            logits.transpose(1, 2), torch.from_numpy(cls_target), reduction="sum"
-        ) / n_pos
+        cls_loss = (
+            F.binary_cross_entropy_with_logits(logits.transpose(1, 2), torch.from_numpy(cls_target), reduction="sum")
+            / n_pos
+        )
         cxcywh = pred_boxes.transpose(1, 2)[pos]
         xyxy = torch.cat([cxcywh[:, :2] - cxcywh[:, 2:] / 2, cxcywh[:, :2] + cxcywh[:, 2:] / 2], 1)
         target = torch.from_numpy(box_target)[pos]
@@ -673,8 +674,9 @@ def evaluate(model_path: Path, scenes: list[Scene]) -> tuple[float, np.ndarray, 
     by_size: dict[tuple[int, int], float] = {}
     for size in sorted({(s.image.shape[1], s.image.shape[0]) for s in scenes}):
         idx = [i for i, s in enumerate(scenes) if (s.image.shape[1], s.image.shape[0]) == size]
-        by_size[size] = mean_average_precision([detections[i] for i in idx], [truth[i] for i in idx], MATCH_IOU,
-                                               NUM_CLASSES)[0]
+        by_size[size] = mean_average_precision(
+            [detections[i] for i in idx], [truth[i] for i in idx], MATCH_IOU, NUM_CLASSES
+        )[0]
     return overall, per_class, by_size
 
 

@@ -59,8 +59,10 @@ def main() -> int:
     expected = ort.InferenceSession(str(onnx_file), providers=["CPUExecutionProvider"]).run(None, {"input": inputs})[0]
     difference = float(np.abs(got - expected).max())
     accuracy = float((got.argmax(axis=1) == labels).mean())
-    print(f"wrote {target} ({target.stat().st_size} bytes): max |torch - onnxruntime| {difference:.2e} "
-          f"on {len(labels)} test images, accuracy {accuracy:.4f}")
+    print(
+        f"wrote {target} ({target.stat().st_size} bytes): max |torch - onnxruntime| {difference:.2e} "
+        f"on {len(labels)} test images, accuracy {accuracy:.4f}"
+    )
     if difference > TOLERANCE:
         print(f"difference above {TOLERANCE}", file=sys.stderr)
         return 1

@@ -16,24 +16,37 @@ from .settings import Settings
 
 
 def _serve_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("serve", help="serve a model repository over REST and gRPC",
-                       description="Every option can also be set by the FERRY_<OPTION> environment variable.")
+    p = sub.add_parser(
+        "serve",
+        help="serve a model repository over REST and gRPC",
+        description="Every option can also be set by the FERRY_<OPTION> environment variable.",
+    )
     p.add_argument("--model-repository", "--model-repo", dest="model_repository", metavar="DIR")
     p.add_argument("--host")
     p.add_argument("--http-port", type=int)
     p.add_argument("--grpc-port", type=int)
     p.add_argument("--metrics-port", type=int)
     p.add_argument("--model-control-mode", choices=[m.value for m in ControlMode])
-    p.add_argument("--load-model", action="append", metavar="NAME",
-                   help="model to load at start in explicit mode (repeatable; '*' loads all)")
+    p.add_argument(
+        "--load-model",
+        action="append",
+        metavar="NAME",
+        help="model to load at start in explicit mode (repeatable; '*' loads all)",
+    )
     p.add_argument("--repository-poll-secs", type=float)
     p.add_argument("--exit-timeout-secs", "--exit-timeout", dest="exit_timeout_secs", type=float)
     p.add_argument("--http-max-body-bytes", type=int)
     p.add_argument("--grpc-max-message-bytes", type=int)
-    p.add_argument("--dashboard", action=argparse.BooleanOptionalAction,
-                   help="serve the web dashboard at / on the REST port (default: on)")
-    p.add_argument("--max-inflight-requests", type=int,
-                   help="server-wide cap on requests in flight; more get 503 + Retry-After / UNAVAILABLE")
+    p.add_argument(
+        "--dashboard",
+        action=argparse.BooleanOptionalAction,
+        help="serve the web dashboard at / on the REST port (default: on)",
+    )
+    p.add_argument(
+        "--max-inflight-requests",
+        type=int,
+        help="server-wide cap on requests in flight; more get 503 + Retry-After / UNAVAILABLE",
+    )
     p.add_argument("--max-inflight-bytes", type=int, help="server-wide cap on request bytes held at once")
     p.add_argument("--max-tensor-elements", type=int, help="elements per request tensor (before decoding)")
     p.add_argument("--max-bytes-elements", type=int, help="BYTES elements per request tensor")
@@ -41,52 +54,94 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--http-max-json-bytes", type=int, help="JSON part of a REST inference body")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     security = p.add_argument_group("security", "bearer tokens may also come from FERRY_AUTH_TOKENS (comma separated)")
-    security.add_argument("--auth-token-file", metavar="FILE",
-                          help="require 'Authorization: Bearer <token>' with a token from FILE (one per line)")
-    security.add_argument("--auth-public-health", action="store_true", default=None,
-                          help="let health, readiness and model-ready checks through without a token")
-    security.add_argument("--auth-metrics", action="store_true", default=None,
-                          help="require a token on the metrics port too")
+    security.add_argument(
+        "--auth-token-file",
+        metavar="FILE",
+        help="require 'Authorization: Bearer <token>' with a token from FILE (one per line)",
+    )
+    security.add_argument(
+        "--auth-public-health",
+        action="store_true",
+        default=None,
+        help="let health, readiness and model-ready checks through without a token",
+    )
+    security.add_argument(
+        "--auth-metrics", action="store_true", default=None, help="require a token on the metrics port too"
+    )
     security.add_argument("--tls-cert", metavar="PEM", help="serve REST and gRPC over TLS with this certificate")
     security.add_argument("--tls-key", metavar="PEM", help="private key of --tls-cert")
-    security.add_argument("--tls-client-ca", metavar="PEM",
-                          help="require client certificates signed by this CA (mutual TLS)")
+    security.add_argument(
+        "--tls-client-ca", metavar="PEM", help="require client certificates signed by this CA (mutual TLS)"
+    )
 
 
 def _optimize_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "optimize", help="write an FP16 / INT8 ONNX model or a TensorRT engine of a model, checked against FP32",
+        "optimize",
+        help="write an FP16 / INT8 ONNX model or a TensorRT engine of a model, checked against FP32",
         description="Writes <model>_<precision> (or --output-name) next to MODEL_DIR, or a new version with "
-                    "--as-version, and reports its accuracy against the FP32 model.")
+        "--as-version, and reports its accuracy against the FP32 model.",
+    )
     p.add_argument("model_dir", type=Path, metavar="MODEL_DIR", help="the model's directory in a repository")
     p.add_argument("--precision", required=True, choices=["fp16", "int8"])
-    p.add_argument("--engine", default="onnxruntime", choices=["onnxruntime", "tensorrt"],
-                   help="onnxruntime: an ONNX model (default); tensorrt: a model.plan engine for this GPU")
+    p.add_argument(
+        "--engine",
+        default="onnxruntime",
+        choices=["onnxruntime", "tensorrt"],
+        help="onnxruntime: an ONNX model (default); tensorrt: a model.plan engine for this GPU",
+    )
     p.add_argument("--version", type=int, help="source version (default: the latest)")
     p.add_argument("--output-name", help="name of the new model (default: <model>_<precision>)")
     p.add_argument("--as-version", type=int, metavar="N", help="write version N of the source model instead")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output model")
-    p.add_argument("--calibration-images", type=Path, metavar="DIR",
-                   help="images (JPEG, PNG, WebP, BMP; searched recursively) run through the model's ferry_image "
-                        "pipeline to calibrate INT8")
-    p.add_argument("--calibration-tensors", type=Path, metavar="FILE.npy",
-                   help="ready input tensors [N, ...] for models without ferry_image")
+    p.add_argument(
+        "--calibration-images",
+        type=Path,
+        metavar="DIR",
+        help="images (JPEG, PNG, WebP, BMP; searched recursively) run through the model's ferry_image "
+        "pipeline to calibrate INT8",
+    )
+    p.add_argument(
+        "--calibration-tensors",
+        type=Path,
+        metavar="FILE.npy",
+        help="ready input tensors [N, ...] for models without ferry_image",
+    )
     p.add_argument("--calibration-count", type=int, default=512, help="images used to calibrate (512)")
     p.add_argument("--calibration-method", default="minmax", choices=["minmax", "entropy", "percentile"])
-    p.add_argument("--eval-images", type=Path, metavar="DIR",
-                   help="images to compare the models on (default: the calibration images)")
+    p.add_argument(
+        "--eval-images",
+        type=Path,
+        metavar="DIR",
+        help="images to compare the models on (default: the calibration images)",
+    )
     p.add_argument("--eval-count", type=int, default=512, help="images compared (512)")
-    p.add_argument("--eval-annotations", type=Path, metavar="FILE.json",
-                   help='detectors: ground truth {"image name": [[x1, y1, x2, y2, class], ...]} for the mAP delta')
-    p.add_argument("--min-agreement", type=float,
-                   help="refuse INT8 below this top-1 agreement (classifiers, 0.98) or mAP@0.5 against the FP32 "
-                        "detections (detectors, 0.90)")
+    p.add_argument(
+        "--eval-annotations",
+        type=Path,
+        metavar="FILE.json",
+        help='detectors: ground truth {"image name": [[x1, y1, x2, y2, class], ...]} for the mAP delta',
+    )
+    p.add_argument(
+        "--min-agreement",
+        type=float,
+        help="refuse INT8 below this top-1 agreement (classifiers, 0.98) or mAP@0.5 against the FP32 "
+        "detections (detectors, 0.90)",
+    )
     p.add_argument("--force", action="store_true", help="write the INT8 model even below --min-agreement")
     p.add_argument("--batch-size", type=int, default=16, help="calibration and comparison batch (16)")
-    p.add_argument("--int8-scheme", default="auto", choices=["auto", "u8s8", "s8s8"],
-                   help="activation/weight types (auto: from the CPU's VNNI support; TensorRT: s8s8)")
-    p.add_argument("--reduce-range", action=argparse.BooleanOptionalAction, default=None,
-                   help="7-bit weights (auto: on x86 CPUs without VNNI)")
+    p.add_argument(
+        "--int8-scheme",
+        default="auto",
+        choices=["auto", "u8s8", "s8s8"],
+        help="activation/weight types (auto: from the CPU's VNNI support; TensorRT: s8s8)",
+    )
+    p.add_argument(
+        "--reduce-range",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="7-bit weights (auto: on x86 CPUs without VNNI)",
+    )
     p.add_argument("--fp16-io", action="store_true", help="FP16 inputs and outputs too (default: kept FP32)")
     p.add_argument("--gpu", type=int, default=0, dest="device_id", help="GPU to build the TensorRT engine on")
     p.add_argument("--workspace-bytes", type=int, help="TensorRT builder workspace limit")
@@ -96,8 +151,9 @@ def _optimize_parser(sub: argparse._SubParsersAction) -> None:
 def _optimize(args: argparse.Namespace) -> int:
     from .optimize.run import AccuracyRefused, OptimizeOptions, optimize
 
-    options = OptimizeOptions(**{k: v for k, v in vars(args).items() if k not in ("command", "quiet")},
-                              show_progress=not args.quiet)
+    options = OptimizeOptions(
+        **{k: v for k, v in vars(args).items() if k not in ("command", "quiet")}, show_progress=not args.quiet
+    )
     try:
         result = optimize(options, say=lambda line: print(line, file=sys.stderr))
     except AccuracyRefused as exc:

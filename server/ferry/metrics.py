@@ -21,8 +21,25 @@ from .statistics import Histograms
 
 log = logging.getLogger(__name__)
 
-LATENCY_BUCKETS_US = (50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000,
-                      500_000, 1_000_000, 2_500_000, 5_000_000, 10_000_000)
+LATENCY_BUCKETS_US = (
+    50,
+    100,
+    250,
+    500,
+    1_000,
+    2_500,
+    5_000,
+    10_000,
+    25_000,
+    50_000,
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    2_500_000,
+    5_000_000,
+    10_000_000,
+)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
 _LABELS = ("model", "version")
@@ -50,34 +67,46 @@ class ModelCollector(Collector):
         self._models = models
 
     def collect(self) -> Iterable[Metric]:
-        success = CounterMetricFamily("nv_inference_request_success", "Number of successful inference requests",
-                                      labels=_LABELS)
-        failure = CounterMetricFamily("nv_inference_request_failure", "Number of failed inference requests",
-                                      labels=(*_LABELS, "reason"))
-        count = CounterMetricFamily("nv_inference_count", "Number of inferences performed (batch items)",
-                                    labels=_LABELS)
-        exec_count = CounterMetricFamily("nv_inference_exec_count", "Number of model executions (batches)",
-                                         labels=_LABELS)
-        pending = GaugeMetricFamily("nv_inference_pending_request_count",
-                                    "Requests queued or executing for the model", labels=_LABELS)
+        success = CounterMetricFamily(
+            "nv_inference_request_success", "Number of successful inference requests", labels=_LABELS
+        )
+        failure = CounterMetricFamily(
+            "nv_inference_request_failure", "Number of failed inference requests", labels=(*_LABELS, "reason")
+        )
+        count = CounterMetricFamily(
+            "nv_inference_count", "Number of inferences performed (batch items)", labels=_LABELS
+        )
+        exec_count = CounterMetricFamily(
+            "nv_inference_exec_count", "Number of model executions (batches)", labels=_LABELS
+        )
+        pending = GaugeMetricFamily(
+            "nv_inference_pending_request_count", "Requests queued or executing for the model", labels=_LABELS
+        )
         load = GaugeMetricFamily("nv_model_load_duration_secs", "Time taken to load the model", labels=_LABELS)
         durations = {
-            "success": CounterMetricFamily("nv_inference_request_duration_us",
-                                           "Cumulative end-to-end inference request time (us)", labels=_LABELS),
-            "queue": CounterMetricFamily("nv_inference_queue_duration_us",
-                                         "Cumulative time requests spent queued (us)", labels=_LABELS),
-            "compute_input": CounterMetricFamily("nv_inference_compute_input_duration_us",
-                                                 "Cumulative time assembling inputs (us)", labels=_LABELS),
-            "compute_infer": CounterMetricFamily("nv_inference_compute_infer_duration_us",
-                                                 "Cumulative model execution time (us)", labels=_LABELS),
-            "compute_output": CounterMetricFamily("nv_inference_compute_output_duration_us",
-                                                  "Cumulative time splitting outputs (us)", labels=_LABELS),
+            "success": CounterMetricFamily(
+                "nv_inference_request_duration_us", "Cumulative end-to-end inference request time (us)", labels=_LABELS
+            ),
+            "queue": CounterMetricFamily(
+                "nv_inference_queue_duration_us", "Cumulative time requests spent queued (us)", labels=_LABELS
+            ),
+            "compute_input": CounterMetricFamily(
+                "nv_inference_compute_input_duration_us", "Cumulative time assembling inputs (us)", labels=_LABELS
+            ),
+            "compute_infer": CounterMetricFamily(
+                "nv_inference_compute_infer_duration_us", "Cumulative model execution time (us)", labels=_LABELS
+            ),
+            "compute_output": CounterMetricFamily(
+                "nv_inference_compute_output_duration_us", "Cumulative time splitting outputs (us)", labels=_LABELS
+            ),
         }
         image_durations = {
-            "decode": CounterMetricFamily("ferry_image_decode_duration_us",
-                                          "Cumulative image decoding time (us)", labels=_LABELS),
-            "preprocess": CounterMetricFamily("ferry_image_preprocess_duration_us",
-                                              "Cumulative image pre-processing time (us)", labels=_LABELS),
+            "decode": CounterMetricFamily(
+                "ferry_image_decode_duration_us", "Cumulative image decoding time (us)", labels=_LABELS
+            ),
+            "preprocess": CounterMetricFamily(
+                "ferry_image_preprocess_duration_us", "Cumulative image pre-processing time (us)", labels=_LABELS
+            ),
         }
         images = CounterMetricFamily("ferry_image_count", "Images decoded by the image pipeline", labels=_LABELS)
         for model in self._models():
@@ -98,8 +127,17 @@ class ModelCollector(Collector):
                 images.add_metric(labels, snap["images"]["decode"]["count"])
                 for key, family in image_durations.items():
                     family.add_metric(labels, snap["images"][key]["ns"] / 1000)
-        yield from (success, failure, count, exec_count, pending, load, *durations.values(), images,
-                    *image_durations.values())
+        yield from (
+            success,
+            failure,
+            count,
+            exec_count,
+            pending,
+            load,
+            *durations.values(),
+            images,
+            *image_durations.values(),
+        )
 
 
 class HostCollector(Collector):
@@ -111,12 +149,16 @@ class HostCollector(Collector):
 
     def collect(self) -> Iterable[Metric]:
         memory = psutil.virtual_memory()
-        yield GaugeMetricFamily("nv_cpu_utilization", "CPU utilisation since the last scrape (0..1)",
-                                value=psutil.cpu_percent(None) / 100)
+        yield GaugeMetricFamily(
+            "nv_cpu_utilization", "CPU utilisation since the last scrape (0..1)", value=psutil.cpu_percent(None) / 100
+        )
         yield GaugeMetricFamily("nv_cpu_memory_total_bytes", "Total host memory", value=memory.total)
         yield GaugeMetricFamily("nv_cpu_memory_used_bytes", "Used host memory", value=memory.total - memory.available)
-        yield GaugeMetricFamily("ferry_process_resident_memory_bytes", "Resident memory of the server process",
-                                value=self._process.memory_info().rss)
+        yield GaugeMetricFamily(
+            "ferry_process_resident_memory_bytes",
+            "Resident memory of the server process",
+            value=self._process.memory_info().rss,
+        )
 
 
 class GpuCollector(Collector):
@@ -174,16 +216,25 @@ class Metrics:
         def histogram(name: str, text: str, buckets: tuple[float, ...]) -> Histogram:
             return Histogram(name, text, _LABELS, buckets=buckets, registry=self.registry)
 
-        self._request = histogram("nv_inference_request_duration_histogram_us",
-                                  "End-to-end request duration (us)", LATENCY_BUCKETS_US)
-        self._queue = histogram("nv_inference_queue_duration_histogram_us", "Queue duration (us)",
-                                LATENCY_BUCKETS_US)
-        self._input = histogram("nv_inference_compute_input_duration_histogram_us",
-                                "Input assembly duration per execution (us)", LATENCY_BUCKETS_US)
-        self._infer = histogram("nv_inference_compute_infer_duration_histogram_us",
-                                "Model execution duration per execution (us)", LATENCY_BUCKETS_US)
-        self._output = histogram("nv_inference_compute_output_duration_histogram_us",
-                                 "Output split duration per execution (us)", LATENCY_BUCKETS_US)
+        self._request = histogram(
+            "nv_inference_request_duration_histogram_us", "End-to-end request duration (us)", LATENCY_BUCKETS_US
+        )
+        self._queue = histogram("nv_inference_queue_duration_histogram_us", "Queue duration (us)", LATENCY_BUCKETS_US)
+        self._input = histogram(
+            "nv_inference_compute_input_duration_histogram_us",
+            "Input assembly duration per execution (us)",
+            LATENCY_BUCKETS_US,
+        )
+        self._infer = histogram(
+            "nv_inference_compute_infer_duration_histogram_us",
+            "Model execution duration per execution (us)",
+            LATENCY_BUCKETS_US,
+        )
+        self._output = histogram(
+            "nv_inference_compute_output_duration_histogram_us",
+            "Output split duration per execution (us)",
+            LATENCY_BUCKETS_US,
+        )
         self._batch = histogram("nv_inference_batch_size", "Items per model execution", BATCH_BUCKETS)
 
     def close(self) -> None:

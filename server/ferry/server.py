@@ -51,9 +51,15 @@ class FerryServer:
         self.metrics = Metrics(self.manager.ready_models)
         self.manager.on_loaded = self.metrics.attach
         self.plane = DataPlane(
-            self.manager, Admission(settings.max_inflight_requests, settings.max_inflight_bytes),
-            Limits(settings.max_tensor_elements, settings.max_bytes_elements, settings.max_inputs_per_request,
-                   settings.http_max_json_bytes))
+            self.manager,
+            Admission(settings.max_inflight_requests, settings.max_inflight_bytes),
+            Limits(
+                settings.max_tensor_elements,
+                settings.max_bytes_elements,
+                settings.max_inputs_per_request,
+                settings.http_max_json_bytes,
+            ),
+        )
         self._stop = asyncio.Event()
         self._http: _UvicornServer | None = None
         self._http_task: asyncio.Task | None = None
@@ -71,22 +77,39 @@ class FerryServer:
             if s.dashboard:
                 mount_dashboard(app, self.plane, self.metrics.registry)
             app = self.security.http_app(app)
-            config = uvicorn.Config(app, host=s.host, port=s.http_port, log_level="warning", access_log=False,
-                                    lifespan="off", timeout_graceful_shutdown=max(1, int(s.exit_timeout_secs)),
-                                    **self.security.uvicorn_options())
+            config = uvicorn.Config(
+                app,
+                host=s.host,
+                port=s.http_port,
+                log_level="warning",
+                access_log=False,
+                lifespan="off",
+                timeout_graceful_shutdown=max(1, int(s.exit_timeout_secs)),
+                **self.security.uvicorn_options(),
+            )
             self._http = _UvicornServer(config)
             self._http_task = asyncio.create_task(self._http.serve(), name="http")
         if s.metrics_port:
             from prometheus_client import make_asgi_app
 
-            config = uvicorn.Config(self.security.metrics_app(make_asgi_app(self.metrics.registry)),
-                                    host=s.host, port=s.metrics_port,
-                                    log_level="warning", access_log=False, lifespan="off")
+            config = uvicorn.Config(
+                self.security.metrics_app(make_asgi_app(self.metrics.registry)),
+                host=s.host,
+                port=s.metrics_port,
+                log_level="warning",
+                access_log=False,
+                lifespan="off",
+            )
             self._metrics_http = _UvicornServer(config)
             self._metrics_task = asyncio.create_task(self._metrics_http.serve(), name="metrics")
         if s.grpc_port:
-            self._grpc = create_grpc_server(self.plane, f"{s.host}:{s.grpc_port}", s.grpc_max_message_bytes,
-                                            self.security.grpc_interceptors(), self.security.grpc_credentials())
+            self._grpc = create_grpc_server(
+                self.plane,
+                f"{s.host}:{s.grpc_port}",
+                s.grpc_max_message_bytes,
+                self.security.grpc_interceptors(),
+                self.security.grpc_credentials(),
+            )
             await self._grpc.start()
         await self.manager.start()
         if self._http is not None:
@@ -95,8 +118,16 @@ class FerryServer:
                     raise OSError(f"REST server on {s.host}:{s.http_port} stopped at start-up")
                 await asyncio.sleep(0.01)
         self.plane.started = True
-        log.info("ferry ready: REST %s:%d, gRPC %s:%d, repository %s (%s mode), %s", s.host, s.http_port, s.host,
-                 s.grpc_port, self.manager.repository, s.model_control_mode.value, self.security.describe())
+        log.info(
+            "ferry ready: REST %s:%d, gRPC %s:%d, repository %s (%s mode), %s",
+            s.host,
+            s.http_port,
+            s.host,
+            s.grpc_port,
+            self.manager.repository,
+            s.model_control_mode.value,
+            self.security.describe(),
+        )
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()

@@ -31,9 +31,11 @@ class Settings(BaseSettings):
     grpc_max_message_bytes: int = Field(256 * MIB, gt=0, description="largest gRPC message")
     dashboard: bool = Field(True, description="serve the web dashboard at / on the REST port")
     max_inflight_requests: int = Field(
-        1024, ge=0, description="requests received, queued or running at once; more get 503/UNAVAILABLE (0 = no cap)")
+        1024, ge=0, description="requests received, queued or running at once; more get 503/UNAVAILABLE (0 = no cap)"
+    )
     max_inflight_bytes: int = Field(
-        1024 * MIB, ge=0, description="request bytes held at once; more get 503/UNAVAILABLE (0 = no cap)")
+        1024 * MIB, ge=0, description="request bytes held at once; more get 503/UNAVAILABLE (0 = no cap)"
+    )
     max_tensor_elements: int = Field(1 << 26, gt=0, description="elements per request tensor")
     max_bytes_elements: int = Field(1 << 20, gt=0, description="BYTES elements per request tensor")
     max_inputs_per_request: int = Field(128, gt=0, description="input tensors per request")

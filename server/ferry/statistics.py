@@ -41,8 +41,16 @@ class Duration:
         return {"count": self.count, "ns": self.ns}
 
 
-_INFER_FIELDS = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output",
-                 "cache_hit", "cache_miss")
+_INFER_FIELDS = (
+    "success",
+    "fail",
+    "queue",
+    "compute_input",
+    "compute_infer",
+    "compute_output",
+    "cache_hit",
+    "cache_miss",
+)
 _BATCH_FIELDS = ("compute_input", "compute_infer", "compute_output")
 
 
@@ -112,8 +120,10 @@ class ModelStats:
                 "inference_count": self.inference_count,
                 "execution_count": self.execution_count,
                 "images": {k: d.as_dict() for k, d in self.images.items()},
-                "durations_ns": {k: self.infer[k].ns for k in
-                                 ("success", "queue", "compute_input", "compute_infer", "compute_output")},
+                "durations_ns": {
+                    k: self.infer[k].ns
+                    for k in ("success", "queue", "compute_input", "compute_infer", "compute_output")
+                },
             }
 
     def as_dict(self) -> dict:

@@ -17,8 +17,16 @@ from ..conftest import ROOT
 
 ARTIFACTS = ROOT / "tests" / "artifacts"
 PLAYWRIGHT_MISSING = "playwright is in the test extra: pip install -e .[test]"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def chromium_executable() -> str | None:
@@ -35,8 +43,9 @@ def browser() -> Iterator[object]:
     while it is open, which would break every asyncio test that runs after it."""
     executable = chromium_executable()
     if executable is None:
-        pytest.skip("no chromium executable (install Debian's package: apt-get install chromium; "
-                    "or set FERRY_CHROMIUM)")
+        pytest.skip(
+            "no chromium executable (install Debian's package: apt-get install chromium; or set FERRY_CHROMIUM)"
+        )
     sync_api = pytest.importorskip("playwright.sync_api", reason=PLAYWRIGHT_MISSING)
     with sync_api.sync_playwright() as playwright:
         # Playwright gives every launch a fresh temporary profile (--user-data-dir) and removes it after.

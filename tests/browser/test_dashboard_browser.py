@@ -92,8 +92,12 @@ def test_rates_and_percentiles_follow_prometheus(dashboard) -> None:
     assert results["inf"] == 4 and results["empty"] is None
     assert results["reset"] == [None, 2]
     assert results["window"] == {"le": [1, 2, 4], "buckets": [0, 0, 0], "count": 1, "sum": 21}
-    assert results["rows"] == [{"label": "1", "count": 1}, {"label": "2", "count": 0}, {"label": "3–4", "count": 2},
-                               {"label": "5–8", "count": 0}]
+    assert results["rows"] == [
+        {"label": "1", "count": 1},
+        {"label": "2", "count": 0},
+        {"label": "3–4", "count": 2},
+        {"label": "5–8", "count": 0},
+    ]
 
 
 def send_digits(base: str, files: list[bytes], seconds: float, stop: threading.Event) -> None:
@@ -104,11 +108,16 @@ def send_digits(base: str, files: list[bytes], seconds: float, stop: threading.E
         index = 0
         while time.monotonic() - started < seconds and not stop.is_set():
             if index % 5 == 4:
-                client.post("v2/models/digits/classify",
-                            files=[("images", (f"{i}.png", files[i], "image/png")) for i in range(4)])
+                client.post(
+                    "v2/models/digits/classify",
+                    files=[("images", (f"{i}.png", files[i], "image/png")) for i in range(4)],
+                )
             else:
-                client.post("v2/models/digits/classify", content=files[index % len(files)],
-                            headers={"Content-Type": "image/png"})
+                client.post(
+                    "v2/models/digits/classify",
+                    content=files[index % len(files)],
+                    headers={"Content-Type": "image/png"},
+                )
             index += 1
             if index % 10 == 0:
                 client.post("v2/models/digits/classify", content=b"not an image")  # a failure (OTHER)
@@ -137,8 +146,9 @@ def test_charts_move_after_requests_by_keyboard(dashboard, digit_pngs) -> None:
     sender = threading.Thread(target=send_digits, args=(dashboard["base"], digit_pngs[0], 6.0, stop))
     sender.start()
     try:
-        page.wait_for_function("() => Number(document.getElementById('details-summary').dataset.requestsPerSecond) > 1",
-                               timeout=15_000)
+        page.wait_for_function(
+            "() => Number(document.getElementById('details-summary').dataset.requestsPerSecond) > 1", timeout=15_000
+        )
         legend = page.locator("#chart-throughput .u-legend .u-series").nth(1).locator(".u-value")
         expect(legend).not_to_have_text("–")
         assert float(legend.inner_text()) > 1
@@ -185,18 +195,24 @@ def test_detection_scene_shows_boxes(dashboard, tmp_path: Path) -> None:
     scene = detector_module().held_out_scenes(count=2)[1]
     path = tmp_path / "scene.png"
     path.write_bytes(png_file(scene.image))
-    expected = httpx.post(f"{dashboard['base']}v2/models/digit_detector/detect", content=path.read_bytes(),
-                          headers={"Content-Type": "image/png"}).json()["results"][0]["detections"]
+    expected = httpx.post(
+        f"{dashboard['base']}v2/models/digit_detector/detect",
+        content=path.read_bytes(),
+        headers={"Content-Type": "image/png"},
+    ).json()["results"][0]["detections"]
     assert {d["class_id"] for d in expected} == {int(c) for c in scene.classes}
 
     page.select_option("#try-model", "digit_detector")
     page.set_input_files("#try-file", str(path))
     expect(page.locator("#try-result tbody tr")).to_have_count(len(expected))
-    expect(page.locator("#try-result canvas")).to_have_attribute("aria-label", f"the uploaded image with "
-                                                                 f"{len(expected)} boxes: " + ", ".join(
-        f"{d['label']} ({d['score']:.2f})" for d in expected))
+    expect(page.locator("#try-result canvas")).to_have_attribute(
+        "aria-label",
+        f"the uploaded image with "
+        f"{len(expected)} boxes: " + ", ".join(f"{d['label']} ({d['score']:.2f})" for d in expected),
+    )
     # Each box's left edge is drawn in its class colour on the canvas, where the server put the box.
-    drawn = page.evaluate("""async (detections) => {
+    drawn = page.evaluate(
+        """async (detections) => {
         const { PALETTE } = await import("./dashboard/static/charts.js");
         const canvas = document.querySelector("#try-result canvas");
         const scale = Number(canvas.dataset.scale);
@@ -216,7 +232,9 @@ def test_detection_scene_shows_boxes(dashboard, tmp_path: Path) -> None:
             }
             return rows ? hits / rows : 0;
         });
-    }""", expected)
+    }""",
+        expected,
+    )
     assert len(drawn) == len(expected) and all(fraction >= 0.9 for fraction in drawn), drawn
 
 
@@ -240,8 +258,11 @@ def test_screenshot_and_only_same_origin_requests(dashboard, artifacts: Path) ->
     page.wait_for_timeout(1500)  # one more poll so the charts carry the latest points
     page.screenshot(path=str(artifacts / "dashboard.png"), full_page=True)
     origin = urlparse(dashboard["base"]).netloc
-    foreign = [url for url in dashboard["requests"] if not url.startswith(("data:", "blob:"))
-               and urlparse(url).netloc != origin]
+    foreign = [
+        url
+        for url in dashboard["requests"]
+        if not url.startswith(("data:", "blob:")) and urlparse(url).netloc != origin
+    ]
     assert not foreign, foreign
     assert not dashboard["errors"], dashboard["errors"]
 
@@ -266,8 +287,12 @@ def test_token_prompt_on_401(browser, server) -> None:
             route.continue_()
         else:
             denied.append(path)
-            route.fulfill(status=401, content_type="application/json", headers={"WWW-Authenticate": "Bearer"},
-                          body=json.dumps({"error": "missing or invalid bearer token"}))
+            route.fulfill(
+                status=401,
+                content_type="application/json",
+                headers={"WWW-Authenticate": "Bearer"},
+                body=json.dumps({"error": "missing or invalid bearer token"}),
+            )
 
     context.route(f"http://{server.http_url}/**", guard)
     try:
@@ -309,8 +334,12 @@ def test_with_the_servers_own_bearer_auth(browser, tmp_path: Path) -> None:
     repo.mkdir()
     shutil.copytree(MODEL_REPO / "digits", repo / "digits")
     token = "real-server-token"
-    server = start_server(repo, tmp_path / "server.log", env={"FERRY_AUTH_TOKENS": token},
-                          probe_headers={"Authorization": f"Bearer {token}"})
+    server = start_server(
+        repo,
+        tmp_path / "server.log",
+        env={"FERRY_AUTH_TOKENS": token},
+        probe_headers={"Authorization": f"Bearer {token}"},
+    )
     context = browser.new_context()
     try:
         base = f"http://{server.http_url}"

@@ -71,12 +71,20 @@ def live_metrics(server: RunningServer) -> Scrape:
     from ferry.gpu.tegrastats import TegrastatsCollector, TegrastatsReader, parse_tegrastats
     from ferry.metrics import GpuCollector
 
-    body = json.dumps({"inputs": [
-        {"name": "INPUT0", "shape": [1, 16], "datatype": "FP32", "data": [float(i) for i in range(16)]},
-        {"name": "INPUT1", "shape": [1, 16], "datatype": "FP32", "data": [1.0] * 16},
-    ]}).encode()
-    request = urllib.request.Request(f"http://{server.http_url}/v2/models/simple_fp32/infer", data=body,
-                                     headers={"Content-Type": "application/json"}, method="POST")
+    body = json.dumps(
+        {
+            "inputs": [
+                {"name": "INPUT0", "shape": [1, 16], "datatype": "FP32", "data": [float(i) for i in range(16)]},
+                {"name": "INPUT1", "shape": [1, 16], "datatype": "FP32", "data": [1.0] * 16},
+            ]
+        }
+    ).encode()
+    request = urllib.request.Request(
+        f"http://{server.http_url}/v2/models/simple_fp32/infer",
+        data=body,
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
     with urllib.request.urlopen(request, timeout=30) as reply:
         assert reply.status == 200
         outputs = json.loads(reply.read())["outputs"]
@@ -182,8 +190,9 @@ def promql_problems(expr: str, scrape: Scrape) -> list[str]:
         use = analyse_promql(expr)
     except ValueError as exc:
         return [f"does not parse: {exc}"]
-    problems = [f"{name}: no such series in Ferry's /metrics" for name in sorted(use.metrics)
-                if name not in scrape.labels]
+    problems = [
+        f"{name}: no such series in Ferry's /metrics" for name in sorted(use.metrics) if name not in scrape.labels
+    ]
     for name, labels in use.matcher_labels.items():
         unknown = labels - scrape.labels.get(name, set()) - TARGET_LABELS
         if name in scrape.labels and unknown:
@@ -192,8 +201,10 @@ def promql_problems(expr: str, scrape: Scrape) -> list[str]:
         known = set().union(*(scrape.labels.get(m, set()) for m in metrics)) if metrics else set()
         unknown = labels - known - TARGET_LABELS
         if unknown and metrics <= set(scrape.labels):
-            problems.append(f"by ({', '.join(sorted(labels))}) over {', '.join(sorted(metrics))}: "
-                            f"no label {', '.join(sorted(unknown))}")
+            problems.append(
+                f"by ({', '.join(sorted(labels))}) over {', '.join(sorted(metrics))}: "
+                f"no label {', '.join(sorted(unknown))}"
+            )
     return problems
 
 

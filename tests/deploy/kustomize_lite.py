@@ -53,8 +53,12 @@ def strategic_merge(target: Any, patch: Any, field: str = "") -> Any:
                 merged[key] = copy.deepcopy(value)
         return merged
     key = MERGE_KEYS.get(field)
-    if key and isinstance(target, list) and isinstance(patch, list) \
-            and all(isinstance(i, dict) and key in i for i in target + patch):
+    if (
+        key
+        and isinstance(target, list)
+        and isinstance(patch, list)
+        and all(isinstance(i, dict) and key in i for i in target + patch)
+    ):
         merged_list = [copy.deepcopy(i) for i in target]
         added = []
         for item in patch:

@@ -171,6 +171,7 @@ def test_grafana_provisioning() -> None:
 
 # --- dashboard -----------------------------------------------------------------------------------
 
+
 def dashboard() -> dict[str, Any]:
     return json.loads(DASHBOARD.read_text())
 
@@ -209,8 +210,9 @@ def test_dashboard_structure() -> None:
     for panel in panels(board):
         grid = panel["gridPos"]
         assert grid["x"] + grid["w"] <= 24, panel["title"]
-        cells = {(x, y) for x in range(grid["x"], grid["x"] + grid["w"])
-                 for y in range(grid["y"], grid["y"] + grid["h"])}
+        cells = {
+            (x, y) for x in range(grid["x"], grid["x"] + grid["w"]) for y in range(grid["y"], grid["y"] + grid["h"])
+        }
         assert not cells & occupied, f"{panel['title']} overlaps another panel"
         occupied |= cells
         if panel["type"] == "row":
@@ -226,15 +228,25 @@ def test_dashboard_structure() -> None:
 
 def test_dashboard_covers_the_issue_panels() -> None:
     exprs = " ".join(expr for _, expr in dashboard_queries(dashboard()))
-    for needed in ("nv_inference_request_success", "nv_inference_count", "nv_inference_exec_count",
-                   "nv_inference_request_duration_histogram_us_bucket",
-                   "nv_inference_queue_duration_histogram_us_bucket",
-                   "nv_inference_batch_size_bucket", "nv_inference_request_failure", "nv_gpu_utilization",
-                   "nv_gpu_memory_used_bytes", "nv_cpu_utilization", "ferry_process_resident_memory_bytes"):
+    for needed in (
+        "nv_inference_request_success",
+        "nv_inference_count",
+        "nv_inference_exec_count",
+        "nv_inference_request_duration_histogram_us_bucket",
+        "nv_inference_queue_duration_histogram_us_bucket",
+        "nv_inference_batch_size_bucket",
+        "nv_inference_request_failure",
+        "nv_gpu_utilization",
+        "nv_gpu_memory_used_bytes",
+        "nv_cpu_utilization",
+        "ferry_process_resident_memory_bytes",
+    ):
         assert needed in exprs, needed
     for quantile in ("0.5", "0.95", "0.99"):
-        assert f"histogram_quantile({quantile}, sum by (le) (rate(nv_inference_request_duration_histogram_us_bucket" \
+        assert (
+            f"histogram_quantile({quantile}, sum by (le) (rate(nv_inference_request_duration_histogram_us_bucket"
             in exprs
+        )
     assert "sum by (model, reason) (rate(nv_inference_request_failure" in exprs
 
 

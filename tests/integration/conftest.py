@@ -24,8 +24,11 @@ class FuzzCounts:
         return sum(self.by_fuzzer[fuzzer].values())
 
     def lines(self) -> list[str]:
-        return [f"{fuzzer}: {self.total(fuzzer)} generated cases over {len(self.operations[fuzzer])} operations; "
-                f"answers {dict(sorted(answers.items()))}" for fuzzer, answers in sorted(self.by_fuzzer.items())]
+        return [
+            f"{fuzzer}: {self.total(fuzzer)} generated cases over {len(self.operations[fuzzer])} operations; "
+            f"answers {dict(sorted(answers.items()))}"
+            for fuzzer, answers in sorted(self.by_fuzzer.items())
+        ]
 
 
 @pytest.fixture(scope="session")

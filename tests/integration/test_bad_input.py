@@ -42,10 +42,12 @@ def assert_still_serving(triton: Triton) -> None:
 
 
 def simple_json(**changes) -> dict:
-    body = {"inputs": [
-        {"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "data": list(range(16))},
-        {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "data": [1] * 16},
-    ]}
+    body = {
+        "inputs": [
+            {"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "data": list(range(16))},
+            {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "data": [1] * 16},
+        ]
+    }
     body.update(changes)
     return body
 
@@ -55,8 +57,9 @@ def simple_json(**changes) -> dict:
 
 def test_unknown_model_and_version(triton: Triton) -> None:
     triton.expect_error("not_found", "unknown model 'nope'", triton.infer, "nope", simple_inputs())
-    triton.expect_error("not_found", "model 'simple' has no version 9", triton.infer, "simple", simple_inputs(),
-                        model_version="9")
+    triton.expect_error(
+        "not_found", "model 'simple' has no version 9", triton.infer, "simple", simple_inputs(), model_version="9"
+    )
     triton.expect_error("not_found", "unknown model", triton.client.get_model_metadata, "nope")
     triton.expect_error("not_found", "unknown model", triton.client.get_model_config, "nope")
     assert_still_serving(triton)
@@ -108,10 +111,14 @@ def test_data_length_disagrees_with_shape(http: httpx.Client, triton: Triton, gr
     assert response.status_code == 400
     assert response.json()["error"] == "tensor 'INPUT0': shape [1, 16] needs 16 elements but data holds 15"
     # Binary: 60 bytes where 64 are needed.
-    header = json.dumps({"inputs": [
-        {"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "parameters": {"binary_data_size": 60}},
-        {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "parameters": {"binary_data_size": 64}},
-    ]}).encode()
+    header = json.dumps(
+        {
+            "inputs": [
+                {"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "parameters": {"binary_data_size": 60}},
+                {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "parameters": {"binary_data_size": 64}},
+            ]
+        }
+    ).encode()
     response = post_infer(http, header + bytes(124), {"Inference-Header-Content-Length": str(len(header))})
     assert response.status_code == 400
     assert "expected 64 bytes for INT32 shape [1, 16], got 60" in response.json()["error"]
@@ -143,29 +150,51 @@ def test_binary_header_length_past_body(http: httpx.Client, server) -> None:
     body = json.dumps(simple_json()).encode()
     response = post_infer(http, body, {"Inference-Header-Content-Length": str(len(body) + 10)})
     assert response.status_code == 400
-    assert f"Inference-Header-Content-Length is {len(body) + 10} but the body holds only {len(body)}" in \
-        response.json()["error"]
-    header = json.dumps({"inputs": [
-        {"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "parameters": {"binary_data_size": 64}},
-        {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "parameters": {"binary_data_size": 64}},
-    ]}).encode()
+    assert (
+        f"Inference-Header-Content-Length is {len(body) + 10} but the body holds only {len(body)}"
+        in response.json()["error"]
+    )
+    header = json.dumps(
+        {
+            "inputs": [
+                {"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "parameters": {"binary_data_size": 64}},
+                {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "parameters": {"binary_data_size": 64}},
+            ]
+        }
+    ).encode()
     response = post_infer(http, header + bytes(100), {"Inference-Header-Content-Length": str(len(header))})
     assert response.status_code == 400
-    assert "tensor 'INPUT1': binary_data_size 64 runs past the end of the body (36 bytes remain)" in \
-        response.json()["error"]
+    assert (
+        "tensor 'INPUT1': binary_data_size 64 runs past the end of the body (36 bytes remain)"
+        in response.json()["error"]
+    )
     assert_still_serving(connect("http", server))
 
 
 def _bytes_input_set(bad_element: bytes) -> tuple[dict, bytes]:
     """identity_all inputs where in_BYTES carries ``bad_element`` as its raw payload."""
     entries, blobs = [], []
-    for datatype, size in (("BOOL", 1), ("UINT8", 1), ("UINT16", 2), ("UINT32", 4), ("UINT64", 8), ("INT8", 1),
-                           ("INT16", 2), ("INT32", 4), ("INT64", 8), ("FP16", 2), ("FP32", 4), ("FP64", 8)):
-        entries.append({"name": f"in_{datatype}", "shape": [1, 1], "datatype": datatype,
-                        "parameters": {"binary_data_size": size}})
+    for datatype, size in (
+        ("BOOL", 1),
+        ("UINT8", 1),
+        ("UINT16", 2),
+        ("UINT32", 4),
+        ("UINT64", 8),
+        ("INT8", 1),
+        ("INT16", 2),
+        ("INT32", 4),
+        ("INT64", 8),
+        ("FP16", 2),
+        ("FP32", 4),
+        ("FP64", 8),
+    ):
+        entries.append(
+            {"name": f"in_{datatype}", "shape": [1, 1], "datatype": datatype, "parameters": {"binary_data_size": size}}
+        )
         blobs.append(bytes(size))
-    entries.append({"name": "in_BYTES", "shape": [1, 1], "datatype": "BYTES",
-                    "parameters": {"binary_data_size": len(bad_element)}})
+    entries.append(
+        {"name": "in_BYTES", "shape": [1, 1], "datatype": "BYTES", "parameters": {"binary_data_size": len(bad_element)}}
+    )
     blobs.append(bad_element)
     return {"inputs": entries}, b"".join(blobs)
 

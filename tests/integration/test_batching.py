@@ -53,8 +53,10 @@ def test_concurrent_requests_are_batched_and_each_answer_is_right(server, protoc
     after = _stats(server)
     executions = after["execution_count"] - before["execution_count"]
     items = after["inference_count"] - before["inference_count"]
-    assert int(after["inference_stats"]["success"]["count"]) - int(before["inference_stats"]["success"]["count"]) \
+    assert (
+        int(after["inference_stats"]["success"]["count"]) - int(before["inference_stats"]["success"]["count"])
         == REQUESTS
+    )
     assert executions < REQUESTS  # requests shared executions
     assert any(int(b["batch_size"]) > 3 for b in after["batch_stats"])  # more items than any one request had
     assert items >= REQUESTS
@@ -100,7 +102,8 @@ def test_metrics_match_statistics(server) -> None:
     assert metric(text, "nv_inference_count", **labels) == stats["inference_count"]
     assert metric(text, "nv_inference_exec_count", **labels) == stats["execution_count"]
     assert metric(text, "nv_inference_request_duration_us", **labels) == pytest.approx(
-        int(stats["inference_stats"]["success"]["ns"]) / 1000, rel=1e-6)
+        int(stats["inference_stats"]["success"]["ns"]) / 1000, rel=1e-6
+    )
     assert metric(text, "nv_inference_queue_duration_us", **labels) > 0
     assert metric(text, "nv_inference_compute_infer_duration_us", **labels) > 0
     assert metric(text, "nv_inference_request_duration_histogram_us_count", **labels) == success

@@ -17,8 +17,12 @@ def test_client_installs_alone_and_works(tmp_path, server) -> None:
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
     python = env_dir / "bin" / "python"
-    install = subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                              str(ROOT / "clients" / "python")], capture_output=True, text=True, timeout=540)
+    install = subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(ROOT / "clients" / "python")],
+        capture_output=True,
+        text=True,
+        timeout=540,
+    )
     assert install.returncode == 0, install.stdout + install.stderr
     check = f"""
 import importlib.util, numpy as np
@@ -33,6 +37,7 @@ print("ok")
 """
     result = subprocess.run([str(python), "-c", check], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stdout + result.stderr
-    helped = subprocess.run([str(env_dir / "bin" / "ferry-client"), "perf", "--help"], capture_output=True,
-                            text=True, timeout=60)
+    helped = subprocess.run(
+        [str(env_dir / "bin" / "ferry-client"), "perf", "--help"], capture_output=True, text=True, timeout=60
+    )
     assert helped.returncode == 0 and "--concurrency-range" in helped.stdout

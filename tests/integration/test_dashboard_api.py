@@ -59,9 +59,11 @@ def test_metrics_snapshot_agrees_with_the_statistics_api(server, digit_pngs) -> 
     assert counters["nv_inference_request_failure"]["OTHER"] >= 1
     assert counters["nv_inference_count"] == stats["inference_count"] >= 17
     assert counters["nv_inference_exec_count"] == stats["execution_count"]
-    for counter, key in (("nv_inference_queue_duration_us", "queue"),
-                         ("nv_inference_compute_infer_duration_us", "compute_infer"),
-                         ("nv_inference_request_duration_us", "success")):
+    for counter, key in (
+        ("nv_inference_queue_duration_us", "queue"),
+        ("nv_inference_compute_infer_duration_us", "compute_infer"),
+        ("nv_inference_request_duration_us", "success"),
+    ):
         assert counters[counter] == pytest.approx(inference[key]["ns"] / 1000)
 
     latency = histograms["nv_inference_request_duration_histogram_us"]

@@ -44,16 +44,20 @@ def images(tmp_path_factory, digit_pngs) -> tuple[Path, Path]:
 
 
 def _run(command: list[str], **env: str) -> str:
-    result = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=EXAMPLES,
-                            env={**os.environ, **env})
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=120, cwd=EXAMPLES, env={**os.environ, **env}
+    )
     assert result.returncode == 0, f"{command}\n{result.stdout}\n{result.stderr}"
     return result.stdout
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
 def test_curl_every_rest_endpoint(example_server, images) -> None:
-    out = _run(["bash", "curl.sh", str(images[0]), str(images[1])], FERRY_HTTP=example_server.http_url,
-               FERRY_METRICS=f"127.0.0.1:{example_server.metrics_port}")
+    out = _run(
+        ["bash", "curl.sh", str(images[0]), str(images[1])],
+        FERRY_HTTP=example_server.http_url,
+        FERRY_METRICS=f"127.0.0.1:{example_server.metrics_port}",
+    )
     assert '"data":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]' in out  # JSON inference
     assert '"classes":[{"index":' in out and '"detections":[{"box":' in out
     assert 'nv_inference_request_success{model="simple"' in out
@@ -65,11 +69,21 @@ def test_python_examples(example_server, images) -> None:
     assert "digit: [('" in out and "found " in out and "expected error:" in out
     out = _run([sys.executable, "grpc_client.py", "--url", example_server.grpc_url])
     assert "top-2 of a blank image:" in out and "expected error: [NOT_FOUND]" in out
-    out = _run([sys.executable, "asyncio_clients.py", "--http", example_server.http_url, "--grpc",
-                example_server.grpc_url, digit])
+    out = _run(
+        [
+            sys.executable,
+            "asyncio_clients.py",
+            "--http",
+            example_server.http_url,
+            "--grpc",
+            example_server.grpc_url,
+            digit,
+        ]
+    )
     assert "http: 64 concurrent requests" in out and "grpc: 64 concurrent requests" in out
-    out = _run([sys.executable, "tritonclient_compat.py", "--http", example_server.http_url, "--grpc",
-                example_server.grpc_url])
+    out = _run(
+        [sys.executable, "tritonclient_compat.py", "--http", example_server.http_url, "--grpc", example_server.grpc_url]
+    )
     assert out.count("[[0, 2, 4, 6") == 2
 
 
@@ -98,8 +112,11 @@ def test_grpcurl_calls_replayed(example_server) -> None:
             request_type = pb.__dict__[method.input_type.name]
             response_type = pb.__dict__[method.output_type.name]
             request = json_format.Parse(body, request_type())
-            call = channel.unary_unary(f"/{path}", request_serializer=request_type.SerializeToString,
-                                       response_deserializer=response_type.FromString)
+            call = channel.unary_unary(
+                f"/{path}",
+                request_serializer=request_type.SerializeToString,
+                response_deserializer=response_type.FromString,
+            )
             response = call(request, timeout=30)
             if method.name == "ModelInfer":
                 names = [o.name for o in response.outputs]

@@ -84,8 +84,9 @@ def test_async_clients_run_concurrently(server, protocol: str) -> None:
         async with client:
             assert await client.is_model_ready("simple_fp32")
             x = np.arange(32, dtype=np.float32).reshape(2, 16)
-            return await asyncio.gather(*(client.infer("simple_fp32", {"INPUT0": x + i, "INPUT1": x})
-                                          for i in range(16)))
+            return await asyncio.gather(
+                *(client.infer("simple_fp32", {"INPUT0": x + i, "INPUT1": x}) for i in range(16))
+            )
 
     results = asyncio.run(main())
     x = np.arange(32, dtype=np.float32).reshape(2, 16)

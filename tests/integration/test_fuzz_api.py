@@ -37,8 +37,19 @@ MAX_GRPC_MESSAGE = 1024 * 1024
 #: Real model names, so generated bodies reach input validation and not only "unknown model".
 MODELS = ["simple", "simple_fp32", "identity_all", "fixed_nobatch", "dynamic_shape", "digits"]
 SERVICE = "/inference.GRPCInferenceService/"
-UNARY_METHODS = ["ServerLive", "ServerReady", "ModelReady", "ServerMetadata", "ModelMetadata", "ModelInfer",
-                 "ModelConfig", "ModelStatistics", "RepositoryIndex", "RepositoryModelLoad", "RepositoryModelUnload"]
+UNARY_METHODS = [
+    "ServerLive",
+    "ServerReady",
+    "ModelReady",
+    "ServerMetadata",
+    "ModelMetadata",
+    "ModelInfer",
+    "ModelConfig",
+    "ModelStatistics",
+    "RepositoryIndex",
+    "RepositoryModelLoad",
+    "RepositoryModelUnload",
+]
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +58,16 @@ def fuzz_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSer
     root = tmp_path_factory.mktemp("fuzz")
     repo = root / "models"
     shutil.copytree(MODEL_REPO, repo, ignore=shutil.ignore_patterns("digit_detector"))
-    running = start_server(repo, root / "server.log", "--model-control-mode", "explicit", "--load-model", "*",
-                           "--grpc-max-message-bytes", str(MAX_GRPC_MESSAGE))
+    running = start_server(
+        repo,
+        root / "server.log",
+        "--model-control-mode",
+        "explicit",
+        "--load-model",
+        "*",
+        "--grpc-max-message-bytes",
+        str(MAX_GRPC_MESSAGE),
+    )
     yield running
     running.stop()
     assert "Traceback" not in running.log(), running.log()[-5000:]
@@ -61,8 +80,12 @@ def api_schema(fuzz_server: RunningServer):
 
 def test_schema_declares_request_bodies(fuzz_server: RunningServer) -> None:
     paths = httpx.get(f"http://{fuzz_server.http_url}/openapi.json", timeout=10).json()["paths"]
-    for path in ("/v2/models/{model}/infer", "/v2/repository/index", "/v2/repository/models/{model}/load",
-                 "/v2/models/{model}/classify"):
+    for path in (
+        "/v2/models/{model}/infer",
+        "/v2/repository/index",
+        "/v2/repository/models/{model}/load",
+        "/v2/models/{model}/classify",
+    ):
         assert "requestBody" in paths[path]["post"], path
     infer = paths["/v2/models/{model}/infer"]["post"]["requestBody"]["content"]["application/json"]
     assert infer["schema"]["required"] == ["inputs"] and infer["example"]["inputs"][0]["name"] == "INPUT0"
@@ -79,7 +102,6 @@ def case_strategies(api_schema) -> Iterator[tuple[str, st.SearchStrategy]]:
             yield f"{operation.method.upper()} {operation.path} ({mode.value})", st.one_of(strategies)
 
 
-
 def check_answer(case, response: requests.Response) -> None:
     """No 5xx except the documented 503s: readiness probes saying "no" (empty body, as the V2 protocol
     has it) and a model that is not ready (after the fuzzer unloaded it); every error body is {"error": ...}."""
@@ -94,8 +116,13 @@ def check_answer(case, response: requests.Response) -> None:
 def fuzz_operation(strategy: st.SearchStrategy, call, record) -> None:
     """Run one operation's cases through hypothesis (derandomized, so CI runs are repeatable)."""
 
-    @settings(max_examples=SCHEMATHESIS_EXAMPLES, deadline=None, derandomize=True, database=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=SCHEMATHESIS_EXAMPLES,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
     @given(case=strategy)
     def run(case) -> None:
         response = call(case)
@@ -110,8 +137,11 @@ def test_rest_api_never_answers_5xx(api_schema, fuzz_server: RunningServer, fuzz
     base_url = f"http://{fuzz_server.http_url}"
     with requests.Session() as session:
         for label, strategy in case_strategies(api_schema):
-            fuzz_operation(strategy, lambda case: case.call(base_url=base_url, session=session, timeout=30),
-                           lambda status, label=label: fuzz_counts.add("schemathesis", label, status))
+            fuzz_operation(
+                strategy,
+                lambda case: case.call(base_url=base_url, session=session, timeout=30),
+                lambda status, label=label: fuzz_counts.add("schemathesis", label, status),
+            )
 
 
 # --- gRPC: bytes that are not the message a method expects --------------------------------------
@@ -138,8 +168,13 @@ def raw_call(channel: grpc.Channel, method: str, payload: bytes) -> grpc.StatusC
 #: What a garbage message may legitimately get: INVALID_ARGUMENT when the bytes do not parse, or the
 #: server's precise answer when they happen to parse into some message (RESOURCE_EXHAUSTED for a
 #: declared shape beyond the element limits). Never UNKNOWN or INTERNAL.
-DELIBERATE = {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,
-              grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED}
+DELIBERATE = {
+    grpc.StatusCode.OK,
+    grpc.StatusCode.INVALID_ARGUMENT,
+    grpc.StatusCode.NOT_FOUND,
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,
+}
 
 
 def assert_still_serving(fuzz_server: RunningServer) -> None:
@@ -148,16 +183,20 @@ def assert_still_serving(fuzz_server: RunningServer) -> None:
         np.testing.assert_array_equal(client.infer("simple", {"INPUT0": a, "INPUT1": a})["OUTPUT0"], 2 * a)
 
 
-def test_unparseable_protobuf_gets_an_error_and_the_server_keeps_serving(raw_channel: grpc.Channel,
-                                                                          fuzz_server: RunningServer) -> None:
-    truncated = pb.ModelInferRequest(model_name="simple", inputs=[pb.ModelInferRequest.InferInputTensor(
-        name="INPUT0", datatype="INT32", shape=[1, 16])]).SerializeToString()[:-3]
+def test_unparseable_protobuf_gets_an_error_and_the_server_keeps_serving(
+    raw_channel: grpc.Channel, fuzz_server: RunningServer
+) -> None:
+    truncated = pb.ModelInferRequest(
+        model_name="simple",
+        inputs=[pb.ModelInferRequest.InferInputTensor(name="INPUT0", datatype="INT32", shape=[1, 16])],
+    ).SerializeToString()[:-3]
     for payload in (b"\xff" * 32, b"\x0a\xff\xff\xff\xff\x0f", truncated, b"\x08"):
         for method in UNARY_METHODS:
             code = raw_call(raw_channel, method, payload)
             assert code == grpc.StatusCode.INVALID_ARGUMENT, (method, payload, code)
-    stream = raw_channel.stream_stream(SERVICE + "ModelStreamInfer", request_serializer=None,
-                                       response_deserializer=None)
+    stream = raw_channel.stream_stream(
+        SERVICE + "ModelStreamInfer", request_serializer=None, response_deserializer=None
+    )
     with pytest.raises(grpc.RpcError) as caught:
         list(stream(iter([b"\xff" * 32]), timeout=30))
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -165,11 +204,16 @@ def test_unparseable_protobuf_gets_an_error_and_the_server_keeps_serving(raw_cha
     assert_still_serving(fuzz_server)
 
 
-@settings(max_examples=GRPC_EXAMPLES, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=GRPC_EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(method=st.sampled_from(UNARY_METHODS), payload=st.binary(max_size=256))
-def test_random_bytes_to_every_grpc_method(raw_channel: grpc.Channel, fuzz_counts: FuzzCounts, method: str,
-                                           payload: bytes) -> None:
+def test_random_bytes_to_every_grpc_method(
+    raw_channel: grpc.Channel, fuzz_counts: FuzzCounts, method: str, payload: bytes
+) -> None:
     code = raw_call(raw_channel, method, payload)
     fuzz_counts.add("grpc random bytes", method, code.name)
     assert code in DELIBERATE, (method, payload, code)
@@ -178,12 +222,15 @@ def test_random_bytes_to_every_grpc_method(raw_channel: grpc.Channel, fuzz_count
 @st.composite
 def infer_messages(draw: st.DrawFn) -> bytes:
     """ModelInferRequest messages that parse, aimed at a real model, with hostile shapes and contents."""
-    message = pb.ModelInferRequest(model_name=draw(st.sampled_from(["simple", "identity_all", "fixed_nobatch"])),
-                                   model_version=draw(st.sampled_from(["", "1", "x", "-1"])))
+    message = pb.ModelInferRequest(
+        model_name=draw(st.sampled_from(["simple", "identity_all", "fixed_nobatch"])),
+        model_version=draw(st.sampled_from(["", "1", "x", "-1"])),
+    )
     raw = draw(st.booleans())
     for name in draw(st.lists(st.sampled_from(["INPUT0", "INPUT1", "in_BYTES", "in_FP32", "x"]), max_size=3)):
-        tensor = message.inputs.add(name=name, datatype=draw(st.sampled_from(["INT32", "FP32", "BYTES", "BF16",
-                                                                                "BOOL", "nope", ""])))
+        tensor = message.inputs.add(
+            name=name, datatype=draw(st.sampled_from(["INT32", "FP32", "BYTES", "BF16", "BOOL", "nope", ""]))
+        )
         tensor.shape.extend(draw(st.lists(st.integers(-2, 20) | st.sampled_from([2**40, 2**62]), max_size=3)))
         if raw:
             message.raw_input_contents.append(draw(st.binary(max_size=80)))
@@ -195,8 +242,12 @@ def infer_messages(draw: st.DrawFn) -> bytes:
     return message.SerializeToString()
 
 
-@settings(max_examples=GRPC_EXAMPLES, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=GRPC_EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(payload=infer_messages())
 def test_hostile_infer_messages(raw_channel: grpc.Channel, fuzz_counts: FuzzCounts, payload: bytes) -> None:
     code = raw_call(raw_channel, "ModelInfer", payload)

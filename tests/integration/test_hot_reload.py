@@ -77,8 +77,7 @@ def _wait(predicate, timeout: float = 30.0) -> None:
 
 def test_load_unload_and_new_versions_under_load(tmp_path: Path) -> None:
     repo = tmp_path / "models"
-    write_mlp_model(repo / "mlp", width=WIDTH, layers=4, offset=1.0, version=1,
-                    extra_config="dynamic_batching { }\n")
+    write_mlp_model(repo / "mlp", width=WIDTH, layers=4, offset=1.0, version=1, extra_config="dynamic_batching { }\n")
     server = start_server(repo, tmp_path / "server.log", "--model-control-mode", "explicit", "--load-model", "mlp")
     try:
         with HttpClient(server.http_url) as admin, Load(server) as load:
@@ -87,8 +86,9 @@ def test_load_unload_and_new_versions_under_load(tmp_path: Path) -> None:
             time.sleep(0.3)
             admin.load_model("mlp")
             time.sleep(0.3)
-            write_mlp_model(repo / "mlp", width=WIDTH, layers=4, offset=2.0, version=2,
-                            extra_config="dynamic_batching { }\n")
+            write_mlp_model(
+                repo / "mlp", width=WIDTH, layers=4, offset=2.0, version=2, extra_config="dynamic_batching { }\n"
+            )
             admin.load_model("mlp")  # reload: version 2 replaces 1 once READY (latest policy)
             time.sleep(0.5)
             admin.load_model("mlp", config={"max_batch_size": 4, "dynamic_batching": {}})  # a config change
@@ -104,10 +104,10 @@ def test_load_unload_and_new_versions_under_load(tmp_path: Path) -> None:
 
 def test_poll_mode_version_change_drops_nothing(tmp_path: Path) -> None:
     repo = tmp_path / "models"
-    write_mlp_model(repo / "mlp", width=WIDTH, layers=4, offset=1.0, version=1,
-                    extra_config="dynamic_batching { }\n")
-    server = start_server(repo, tmp_path / "server.log", "--model-control-mode", "poll",
-                          "--repository-poll-secs", "0.2")
+    write_mlp_model(repo / "mlp", width=WIDTH, layers=4, offset=1.0, version=1, extra_config="dynamic_batching { }\n")
+    server = start_server(
+        repo, tmp_path / "server.log", "--model-control-mode", "poll", "--repository-poll-secs", "0.2"
+    )
     try:
         with Load(server) as load:
             time.sleep(0.5)
@@ -120,7 +120,7 @@ def test_poll_mode_version_change_drops_nothing(tmp_path: Path) -> None:
         assert load.outcomes["not ready"] == 0 and not load.unexpected, (load.outcomes, load.unexpected[:3])
         assert load.outcomes["wrong"] == 0 and {"1", "2"} <= set(load.versions_seen)
         first_two = load.versions_seen.index("2")
-        assert "1" not in load.versions_seen[first_two + 50:]  # once switched, new requests stay on 2
+        assert "1" not in load.versions_seen[first_two + 50 :]  # once switched, new requests stay on 2
     finally:
         server.stop()
 
@@ -150,8 +150,10 @@ def test_memory_comes_back_after_unload(tmp_path: Path) -> None:
             assert loaded - unloaded > 60 * 2**20, rounds  # most of the model's memory is released on unload
         growth = rounds[-1][1] - baseline
         released = [round((loaded - unloaded) / 2**20) for loaded, unloaded in rounds]
-        print(f"RSS released per unload (MiB): {released}; after 4 load/unload cycles of a 96 MiB model: "
-              f"{growth / 2**20:+.1f} MiB vs after the first")
+        print(
+            f"RSS released per unload (MiB): {released}; after 4 load/unload cycles of a 96 MiB model: "
+            f"{growth / 2**20:+.1f} MiB vs after the first"
+        )
         assert growth < 40 * 2**20, rounds
     finally:
         server.stop()

@@ -21,13 +21,16 @@ def test_classify_endpoint_accuracy(server, digit_pngs) -> None:
     predicted = []
     with httpx.Client(base_url=f"http://{server.http_url}", timeout=60) as client:
         for start in range(0, len(files), 50):  # multipart, 50 images per request
-            chunk = files[start:start + 50]
-            response = client.post("/v2/models/digits/classify",
-                                   files=[("images", (f"{i}.png", data, "image/png")) for i, data in enumerate(chunk)])
+            chunk = files[start : start + 50]
+            response = client.post(
+                "/v2/models/digits/classify",
+                files=[("images", (f"{i}.png", data, "image/png")) for i, data in enumerate(chunk)],
+            )
             assert response.status_code == 200, response.text
             predicted.extend(int(r["classes"][0]["label"]) for r in response.json()["results"])
-        single = client.post("/v2/models/digits/classify?top_k=2", content=files[0],
-                             headers={"Content-Type": "image/png"}).json()
+        single = client.post(
+            "/v2/models/digits/classify?top_k=2", content=files[0], headers={"Content-Type": "image/png"}
+        ).json()
     accuracy = float(np.mean(np.array(predicted) == labels))
     assert accuracy >= 0.95, accuracy
     assert len(single["results"][0]["classes"]) == 2
@@ -39,23 +42,27 @@ def test_encoded_images_through_v2_infer(server, digit_pngs) -> None:
     client = tgrpc.InferenceServerClient(server.grpc_url)
     correct = 0
     for start in range(0, 120, 8):
-        batch = np.array(files[start:start + 8], dtype=object)
+        batch = np.array(files[start : start + 8], dtype=object)
         tensor = tgrpc.InferInput("input", [len(batch)], "BYTES")
         tensor.set_data_from_numpy(batch)
         logits = client.infer("digits", [tensor]).as_numpy("logits")
         assert logits.shape == (len(batch), 10)
-        correct += int((logits.argmax(1) == labels[start:start + 8]).sum())
+        correct += int((logits.argmax(1) == labels[start : start + 8]).sum())
     assert correct / 120 >= 0.95
 
 
 def test_bad_images_get_clear_errors_and_the_server_keeps_serving(server, digit_pngs) -> None:
     files, _ = digit_pngs
     with httpx.Client(base_url=f"http://{server.http_url}", timeout=60) as client:
-        cases = {b"": "empty body", b"not an image at all": "image 0: not a recognised image format",
-                 files[0][: len(files[0]) // 2]: "image 0:"}
+        cases = {
+            b"": "empty body",
+            b"not an image at all": "image 0: not a recognised image format",
+            files[0][: len(files[0]) // 2]: "image 0:",
+        }
         for body, message in cases.items():
-            response = client.post("/v2/models/digits/classify", content=body,
-                                   headers={"Content-Type": "application/octet-stream"})
+            response = client.post(
+                "/v2/models/digits/classify", content=body, headers={"Content-Type": "application/octet-stream"}
+            )
             assert response.status_code == 400 and message in response.json()["error"], response.text
         response = client.post("/v2/models/simple/classify", content=files[0])
         assert response.status_code == 400 and "no image pipeline" in response.json()["error"]
@@ -72,7 +79,7 @@ def test_detector_map_through_the_server(server) -> None:
     detections, truth = [], []
     with httpx.Client(base_url=f"http://{server.http_url}", timeout=60) as client:
         for start in range(0, len(scenes), 10):
-            chunk = scenes[start:start + 10]
+            chunk = scenes[start : start + 10]
             files = []
             for index, scene in enumerate(chunk):
                 buffer = io.BytesIO()
@@ -84,8 +91,13 @@ def test_detector_map_through_the_server(server) -> None:
                 found = result["detections"]
                 boxes = np.array([d["box"] for d in found], dtype=np.float32).reshape(-1, 4)
                 assert (boxes[:, 2] <= scene.image.shape[1]).all() and (boxes[:, 3] <= scene.image.shape[0]).all()
-                detections.append((boxes, np.array([d["score"] for d in found], dtype=np.float32),
-                                   np.array([d["class_id"] for d in found], dtype=np.int64)))
+                detections.append(
+                    (
+                        boxes,
+                        np.array([d["score"] for d in found], dtype=np.float32),
+                        np.array([d["class_id"] for d in found], dtype=np.int64),
+                    )
+                )
                 truth.append((scene.boxes, scene.classes))
                 assert all(d["label"] == str(d["class_id"]) for d in found)
     mean_ap, _ = build.mean_average_precision(detections, truth)

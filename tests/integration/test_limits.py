@@ -22,8 +22,18 @@ from ferry_client.protocol import grpc_service_pb2_grpc as pb_grpc
 
 from ..conftest import MODEL_REPO, RunningServer, start_server
 
-LIMITS = ["--max-tensor-elements", "1000", "--max-bytes-elements", "10", "--max-inputs-per-request", "4",
-          "--http-max-json-bytes", "20000", "--http-max-body-bytes", "100000"]
+LIMITS = [
+    "--max-tensor-elements",
+    "1000",
+    "--max-bytes-elements",
+    "10",
+    "--max-inputs-per-request",
+    "4",
+    "--http-max-json-bytes",
+    "20000",
+    "--http-max-body-bytes",
+    "100000",
+]
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +61,14 @@ def stub(limited) -> Iterator[pb_grpc.GRPCInferenceServiceStub]:
 
 
 def _binary(inputs: list[tuple[str, str, list[int], bytes]]) -> tuple[bytes, dict[str, str]]:
-    header = json.dumps({"inputs": [{"name": n, "datatype": d, "shape": s, "parameters": {"binary_data_size": len(b)}}
-                                    for n, d, s, b in inputs]}).encode()
+    header = json.dumps(
+        {
+            "inputs": [
+                {"name": n, "datatype": d, "shape": s, "parameters": {"binary_data_size": len(b)}}
+                for n, d, s, b in inputs
+            ]
+        }
+    ).encode()
     return header + b"".join(b for *_, b in inputs), {HEADER_LENGTH: str(len(header))}
 
 
@@ -109,8 +125,7 @@ def test_number_of_inputs(http, stub, limited) -> None:
 
 
 def test_json_size_depth_and_body_size(http, limited) -> None:
-    big = {"inputs": [{"name": "INPUT0", "datatype": "INT32", "shape": [1, 16], "data": [1] * 16}],
-           "id": "x" * 25000}
+    big = {"inputs": [{"name": "INPUT0", "datatype": "INT32", "shape": [1, 16], "data": [1] * 16}], "id": "x" * 25000}
     response = http.post("/v2/models/simple/infer", json=big)
     assert response.status_code == 413 and "binary tensor data extension" in response.json()["error"]
     deep = b'{"inputs": ' + b"[" * 5000 + b"]" * 5000 + b"}"
@@ -125,12 +140,17 @@ def test_json_size_depth_and_body_size(http, limited) -> None:
 def test_image_pixel_limit(http, limited) -> None:
     """Decompression bombs: PNGs of a few KB that would decode to 100-400 megapixels are refused
     from their headers (Ferry's 40 MP default limit, or Pillow's own bomb guard beyond 179 MP)."""
-    for side, message in ((10000, "100000000 pixels, more than the limit of 40000000"),
-                          (20000, "could be decompression bomb")):
+    for side, message in (
+        (10000, "100000000 pixels, more than the limit of 40000000"),
+        (20000, "could be decompression bomb"),
+    ):
         buffer = io.BytesIO()
         Image.new("1", (side, side)).save(buffer, format="PNG")
         assert len(buffer.getvalue()) < 100000
-        response = http.post("/v2/models/digits/classify", content=buffer.getvalue(),
-                             headers={"Content-Type": "application/octet-stream"})
+        response = http.post(
+            "/v2/models/digits/classify",
+            content=buffer.getvalue(),
+            headers={"Content-Type": "application/octet-stream"},
+        )
         assert response.status_code == 400 and message in response.json()["error"], response.text
     _served(limited)

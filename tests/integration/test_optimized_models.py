@@ -32,8 +32,20 @@ def optimized_server(
     for index, pixels in enumerate(digits.images):
         image = Image.fromarray(np.round(pixels * 255 / 16).astype(np.uint8), mode="L")
         image.save(root / ("test" if index in held_out else "calib") / f"{index:04d}.png")
-    command = [sys.executable, "-m", "ferry", "optimize", str(repo / "digits"), "--precision", "int8",
-               "--calibration-images", str(root / "calib"), "--eval-images", str(root / "test"), "--quiet"]
+    command = [
+        sys.executable,
+        "-m",
+        "ferry",
+        "optimize",
+        str(repo / "digits"),
+        "--precision",
+        "int8",
+        "--calibration-images",
+        str(root / "calib"),
+        "--eval-images",
+        str(root / "test"),
+        "--quiet",
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "top-1 agreement with FP32" in done.stdout
@@ -46,9 +58,11 @@ def optimized_server(
 def _accuracy(client: httpx.Client, model: str, files: list[bytes], labels: np.ndarray) -> float:
     predicted = []
     for start in range(0, len(files), 60):
-        chunk = files[start:start + 60]
-        response = client.post(f"/v2/models/{model}/classify",
-                               files=[("images", (f"{i}.png", data, "image/png")) for i, data in enumerate(chunk)])
+        chunk = files[start : start + 60]
+        response = client.post(
+            f"/v2/models/{model}/classify",
+            files=[("images", (f"{i}.png", data, "image/png")) for i, data in enumerate(chunk)],
+        )
         assert response.status_code == 200, response.text
         predicted.extend(int(r["classes"][0]["label"]) for r in response.json()["results"])
     return float(np.mean(np.array(predicted) == labels))

@@ -28,8 +28,9 @@ BURST = 400
 def busy_server(tmp_path_factory) -> Iterator[RunningServer]:
     repo = tmp_path_factory.mktemp("overload") / "models"
     write_mlp_model(repo / "slow", width=WIDTH, layers=16, extra_config="dynamic_batching { }\n")
-    running = start_server(repo, repo.parent / "server.log", "--max-inflight-requests", "32",
-                           "--max-inflight-bytes", str(2 * 1024 * 1024))
+    running = start_server(
+        repo, repo.parent / "server.log", "--max-inflight-requests", "32", "--max-inflight-bytes", str(2 * 1024 * 1024)
+    )
     yield running
     running.stop()
 
@@ -40,12 +41,16 @@ def _rss(server: RunningServer) -> int:
 
 async def _http_burst(server: RunningServer, count: int, rows: int = 1) -> list[tuple[int, str, str | None]]:
     x = np.ones((rows, WIDTH), np.float32)
-    header = (b'{"inputs":[{"name":"x","shape":[%d,%d],"datatype":"FP32","parameters":{"binary_data_size":%d}}]}'
-              % (rows, WIDTH, x.nbytes))
+    header = b'{"inputs":[{"name":"x","shape":[%d,%d],"datatype":"FP32","parameters":{"binary_data_size":%d}}]}' % (
+        rows,
+        WIDTH,
+        x.nbytes,
+    )
     body = header + x.tobytes()
     headers = {HEADER_LENGTH: str(len(header)), "Content-Type": "application/octet-stream"}
     url = f"http://{server.http_url}/v2/models/slow/infer"
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=count)) as session:
+
         async def one() -> tuple[int, str, str | None]:
             async with session.post(url, data=body, headers=headers) as response:
                 text = await response.text(errors="replace")
@@ -60,6 +65,7 @@ async def _grpc_burst(server: RunningServer, count: int) -> Counter:
     x = np.ones((1, WIDTH), np.float32)
     outcomes: Counter = Counter()
     async with AsyncGrpcClient(server.grpc_url) as client:
+
         async def one() -> None:
             try:
                 result = await client.infer("slow", {"x": x})
@@ -111,12 +117,14 @@ def test_bytes_in_flight_are_capped(busy_server) -> None:
 
 def test_client_retries_ride_out_overload(busy_server) -> None:
     """ferry_client's retries (honouring Retry-After) turn the same burst into successes."""
+
     async def run() -> Counter:
         from ferry_client import AsyncHttpClient
 
         outcomes: Counter = Counter()
         x = np.ones((1, WIDTH), np.float32)
         async with AsyncHttpClient(busy_server.http_url, retries=30, backoff=0.05, max_backoff=1.0) as client:
+
             async def one() -> None:
                 await client.infer("slow", {"x": x})
                 outcomes["ok"] += 1

@@ -56,8 +56,11 @@ def torch_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSe
     if CUDA:  # the image pipeline's GPU pre-processing, next to the CPU one of digits_torch
         gpu_pre = repo / "digits_torch_gpu_preprocess"
         shutil.copytree(MODEL_REPO / "digits_torch", gpu_pre)
-        config = (gpu_pre / "config.pbtxt").read_text().replace('name: "digits_torch"',
-                                                                'name: "digits_torch_gpu_preprocess"')
+        config = (
+            (gpu_pre / "config.pbtxt")
+            .read_text()
+            .replace('name: "digits_torch"', 'name: "digits_torch_gpu_preprocess"')
+        )
         config = config.replace("scale: 0.0039215686 }", "scale: 0.0039215686 device: GPU }")
         (gpu_pre / "config.pbtxt").write_text(config)
     running = start_server(repo, repo.parent / "server.log")
@@ -76,8 +79,9 @@ def stats(server: RunningServer, model: str) -> dict:
 
 @pytest.mark.parametrize(("model", "tolerance"), [("digits_torch", FP32_TOLERANCE), ("digits_torch_fp16", 0.05)])
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
-def test_concurrent_requests_are_batched_and_match_onnxruntime(torch_server: RunningServer, reference,
-                                                               protocol: str, model: str, tolerance: float) -> None:
+def test_concurrent_requests_are_batched_and_match_onnxruntime(
+    torch_server: RunningServer, reference, protocol: str, model: str, tolerance: float
+) -> None:
     module = thttp if protocol == "http" else tgrpc
     url = torch_server.http_url if protocol == "http" else torch_server.grpc_url
     before = stats(torch_server, model)
@@ -104,8 +108,10 @@ def test_concurrent_requests_are_batched_and_match_onnxruntime(torch_server: Run
     assert all(same for _, same in results)
     after = stats(torch_server, model)
     requests = CLIENTS * REQUESTS_PER_CLIENT
-    assert int(after["inference_stats"]["success"]["count"]) - int(before["inference_stats"]["success"]["count"]) \
+    assert (
+        int(after["inference_stats"]["success"]["count"]) - int(before["inference_stats"]["success"]["count"])
         == requests
+    )
     assert after["execution_count"] - before["execution_count"] < requests  # requests shared executions
     assert any(int(b["batch_size"]) > 3 for b in after["batch_stats"])  # more items than one request has
 
@@ -118,8 +124,10 @@ def test_config_reports_the_backend_and_completed_tensors(torch_server: RunningS
 
 def classify(server: RunningServer, model: str, files: list[bytes]) -> list[list[tuple[str, float]]]:
     with httpx.Client(base_url=f"http://{server.http_url}", timeout=60) as client:
-        response = client.post(f"/v2/models/{model}/classify",
-                               files=[("images", (f"{i}.png", data, "image/png")) for i, data in enumerate(files)])
+        response = client.post(
+            f"/v2/models/{model}/classify",
+            files=[("images", (f"{i}.png", data, "image/png")) for i, data in enumerate(files)],
+        )
     assert response.status_code == 200, response.text
     return [[(c["label"], c["score"]) for c in r["classes"]] for r in response.json()["results"]]
 
@@ -160,8 +168,12 @@ def test_nvml_gpu_metrics_have_real_values(torch_server: RunningServer) -> None:
     with urllib.request.urlopen(f"http://127.0.0.1:{torch_server.metrics_port}/metrics", timeout=10) as response:
         text = response.read().decode()
     values = {name: float(value) for name, value in re.findall(r'^(nv_gpu_\w+)\{gpu="0"\} (\S+)$', text, re.M)}
-    assert set(values) == {"nv_gpu_utilization", "nv_gpu_memory_total_bytes", "nv_gpu_memory_used_bytes",
-                           "nv_gpu_power_usage"}, text
+    assert set(values) == {
+        "nv_gpu_utilization",
+        "nv_gpu_memory_total_bytes",
+        "nv_gpu_memory_used_bytes",
+        "nv_gpu_power_usage",
+    }, text
     assert 0.0 <= values["nv_gpu_utilization"] <= 1.0
     assert values["nv_gpu_memory_total_bytes"] > 2**30
     assert 0 < values["nv_gpu_memory_used_bytes"] <= values["nv_gpu_memory_total_bytes"]  # our models are resident
@@ -178,8 +190,11 @@ def test_bad_input_is_a_client_error_and_the_model_keeps_serving(torch_server: R
     x = np.ones((1, 1, 28, 28), np.float32)
     good = thttp.InferInput("input", [1, 1, 28, 28], "FP32")
     good.set_data_from_numpy(x)
-    np.testing.assert_allclose(client.infer("digits_torch", [good]).as_numpy("logits"),
-                               reference.run(None, {"input": x})[0], atol=FP32_TOLERANCE)
+    np.testing.assert_allclose(
+        client.infer("digits_torch", [good]).as_numpy("logits"),
+        reference.run(None, {"input": x})[0],
+        atol=FP32_TOLERANCE,
+    )
 
 
 def onnx2torch_error() -> str:
@@ -203,5 +218,8 @@ def test_onnx_model_converted_at_load(torch_server: RunningServer, reference) ->
     x = np.random.default_rng(5).random((6, 1, 28, 28), dtype=np.float32)
     tensor = thttp.InferInput("input", list(x.shape), "FP32")
     tensor.set_data_from_numpy(x)
-    np.testing.assert_allclose(client.infer("digits_converted", [tensor]).as_numpy("logits"),
-                               reference.run(None, {"input": x})[0], atol=FP32_TOLERANCE)
+    np.testing.assert_allclose(
+        client.infer("digits_converted", [tensor]).as_numpy("logits"),
+        reference.run(None, {"input": x})[0],
+        atol=FP32_TOLERANCE,
+    )

@@ -94,7 +94,9 @@ def test_config_autocomplete_without_config_file(repo: Path, tmp_path: Path) -> 
         assert config["platform"] == "onnxruntime_onnx"
         assert config["max_batch_size"] == 4
         assert [(i["name"], i["data_type"], i["dims"]) for i in config["input"]] == [
-            ("INPUT0", "TYPE_INT32", [16]), ("INPUT1", "TYPE_INT32", [16])]
+            ("INPUT0", "TYPE_INT32", [16]),
+            ("INPUT1", "TYPE_INT32", [16]),
+        ]
         assert "dynamic_batching" in config
         result = simple_request(client, "bare")
         np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), np.zeros((1, 16)))
@@ -119,15 +121,18 @@ def test_version_policy_and_explicit_mode(repo: Path, tmp_path: Path) -> None:
             simple_request(client, version="2")
         client.unload_model("simple")
         rows = index_by_name(client)["simple"]
-        assert {(r["version"], r["state"], r["reason"]) for r in rows} == {("1", "UNAVAILABLE", "unloaded"),
-                                                                          ("3", "UNAVAILABLE", "unloaded")}
+        assert {(r["version"], r["state"], r["reason"]) for r in rows} == {
+            ("1", "UNAVAILABLE", "unloaded"),
+            ("3", "UNAVAILABLE", "unloaded"),
+        }
     finally:
         server.stop()
 
 
 def test_poll_mode_picks_up_changes(repo: Path, tmp_path: Path) -> None:
-    server = start_server(repo, tmp_path / "server.log", "--model-control-mode", "poll",
-                          "--repository-poll-secs", "0.3")
+    server = start_server(
+        repo, tmp_path / "server.log", "--model-control-mode", "poll", "--repository-poll-secs", "0.3"
+    )
     try:
         client = thttp.InferenceServerClient(server.http_url)
         assert simple_request(client).get_response()["model_version"] == "1"

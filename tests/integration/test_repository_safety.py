@@ -37,8 +37,13 @@ def external_data_model(location: str) -> bytes:
     for key, value in (("location", location), ("length", "16")):
         entry = weight.external_data.add()
         entry.key, entry.value = key, value
-    graph = helper.make_graph([helper.make_node("Identity", ["W"], ["Y"])], "leak", [],
-                              [helper.make_tensor_value_info("Y", TensorProto.UINT8, [16])], [weight])
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["W"], ["Y"])],
+        "leak",
+        [],
+        [helper.make_tensor_value_info("Y", TensorProto.UINT8, [16])],
+        [weight],
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8).SerializeToString()
 
 
@@ -123,8 +128,12 @@ def index(server: RunningServer) -> dict[str, dict]:
 
 def assert_simple_serves(server: RunningServer, model: str = "simple") -> None:
     a = np.arange(16, dtype=np.int32).tolist()
-    body = {"inputs": [{"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "data": a},
-                       {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "data": a}]}
+    body = {
+        "inputs": [
+            {"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "data": a},
+            {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "data": a},
+        ]
+    }
     response = httpx.post(f"http://{server.http_url}/v2/models/{model}/infer", json=body, timeout=10)
     assert response.status_code == 200, response.text
     assert response.json()["outputs"][0]["data"] == [2 * x for x in a]
@@ -136,8 +145,9 @@ def test_nothing_in_the_repository_is_unpickled_or_executed(hostile) -> None:
     assert rows["simple"]["state"] == "READY" and rows["alias"]["state"] == "READY"
     assert "backend 'python' is not supported" in rows["python_backend"]["reason"]
     for name in ("torch_pickle", "torch_save_archive"):  # torch.jit.load's restricted unpickler refuses both
-        assert re.search(r"torch\.jit\.load cannot load .* as TorchScript|pytorch_libtorch' needs torch",
-                         rows[name]["reason"]), rows[name]
+        assert re.search(
+            r"torch\.jit\.load cannot load .* as TorchScript|pytorch_libtorch' needs torch", rows[name]["reason"]
+        ), rows[name]
     assert "onnxruntime cannot load" in rows["pickle_as_onnx"]["reason"]
     assert rows["external_leak"]["state"] == "UNAVAILABLE"
     assert "escapes model directory" in rows["external_leak"]["reason"]
@@ -157,11 +167,15 @@ def test_symlinks_out_of_the_repository_are_refused(hostile) -> None:
     assert response.status_code == 400 and "resolves to" in response.json()["error"]
 
 
-@pytest.mark.parametrize("name", ["..", "../simple", "simple/../simple", ".hidden", "/etc", "a\\b", "sim\x00ple", "",
-                                  "../../outside/simple_copy"])
+@pytest.mark.parametrize(
+    "name",
+    ["..", "../simple", "simple/../simple", ".hidden", "/etc", "a\\b", "sim\x00ple", "", "../../outside/simple_copy"],
+)
 def test_path_like_model_names_are_rejected_over_grpc(stub, hostile, name: str) -> None:
-    for call, request in ((stub.RepositoryModelLoad, pb.RepositoryModelLoadRequest(model_name=name)),
-                          (stub.RepositoryModelUnload, pb.RepositoryModelUnloadRequest(model_name=name))):
+    for call, request in (
+        (stub.RepositoryModelLoad, pb.RepositoryModelLoadRequest(model_name=name)),
+        (stub.RepositoryModelUnload, pb.RepositoryModelUnloadRequest(model_name=name)),
+    ):
         with pytest.raises(grpc.RpcError) as caught:
             call(request, timeout=10)
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT, caught.value.details()
@@ -169,10 +183,17 @@ def test_path_like_model_names_are_rejected_over_grpc(stub, hostile, name: str) 
     assert_simple_serves(hostile[0])
 
 
-@pytest.mark.parametrize("path, status", [
-    ("%2e%2e", 400), ("..%5csimple", 400), (".hidden", 400), ("sim%00ple", 400),
-    ("..%2fsimple", 404), ("%2e%2e%2f%2e%2e%2foutside%2fsimple_copy", 404),  # '/' never reaches a name
-])
+@pytest.mark.parametrize(
+    "path, status",
+    [
+        ("%2e%2e", 400),
+        ("..%5csimple", 400),
+        (".hidden", 400),
+        ("sim%00ple", 400),
+        ("..%2fsimple", 404),
+        ("%2e%2e%2f%2e%2e%2foutside%2fsimple_copy", 404),  # '/' never reaches a name
+    ],
+)
 def test_path_like_model_names_are_rejected_over_rest(hostile, path: str, status: int) -> None:
     server = hostile[0]
     for action in ("load", "unload"):
@@ -182,9 +203,13 @@ def test_path_like_model_names_are_rejected_over_rest(hostile, path: str, status
 
 
 def config_json(**changes) -> str:
-    config = {"name": "simple", "platform": "onnxruntime_onnx", "max_batch_size": 8,
-              "input": [{"name": f"INPUT{i}", "data_type": "TYPE_INT32", "dims": [16]} for i in range(2)],
-              "output": [{"name": f"OUTPUT{i}", "data_type": "TYPE_INT32", "dims": [16]} for i in range(2)]}
+    config = {
+        "name": "simple",
+        "platform": "onnxruntime_onnx",
+        "max_batch_size": 8,
+        "input": [{"name": f"INPUT{i}", "data_type": "TYPE_INT32", "dims": [16]} for i in range(2)],
+        "output": [{"name": f"OUTPUT{i}", "data_type": "TYPE_INT32", "dims": [16]} for i in range(2)],
+    }
     config.update(changes)
     return json.dumps(config)
 
@@ -194,9 +219,16 @@ def hostile_configs(outside: Path) -> list[tuple[str, str]]:
     labelled = json.loads(config_json())
     labelled["output"][0]["label_filename"] = "../../outside/secret.txt"
     warm = json.loads(config_json())
-    warm["model_warmup"] = [{"name": "w", "batch_size": 1, "inputs": {
-        name: {"data_type": "TYPE_INT32", "dims": [16], "input_data_file": "../../../outside/secret.bin"}
-        for name in ("INPUT0", "INPUT1")}}]
+    warm["model_warmup"] = [
+        {
+            "name": "w",
+            "batch_size": 1,
+            "inputs": {
+                name: {"data_type": "TYPE_INT32", "dims": [16], "input_data_file": "../../../outside/secret.bin"}
+                for name in ("INPUT0", "INPUT1")
+            },
+        }
+    ]
     return [
         (config_json(default_model_filename="../../../outside/model.onnx"), "outside"),
         (config_json(default_model_filename=str(outside / "model.onnx")), "not an absolute path"),
@@ -208,8 +240,11 @@ def hostile_configs(outside: Path) -> list[tuple[str, str]]:
 def test_load_api_config_cannot_name_files_outside_the_model(hostile, stub) -> None:
     server, outside, _ = hostile
     for config, fragment in hostile_configs(outside):
-        response = httpx.post(f"http://{server.http_url}/v2/repository/models/simple/load",
-                              json={"parameters": {"config": config}}, timeout=30)
+        response = httpx.post(
+            f"http://{server.http_url}/v2/repository/models/simple/load",
+            json={"parameters": {"config": config}},
+            timeout=30,
+        )
         assert response.status_code == 400, response.text
         assert fragment in response.json()["error"]
         request = pb.RepositoryModelLoadRequest(model_name="simple")
@@ -224,8 +259,11 @@ def test_load_api_config_cannot_name_files_outside_the_model(hostile, stub) -> N
 def test_file_uploads_through_the_load_api_are_refused(hostile, stub) -> None:
     server = hostile[0]
     model_bytes = (MODEL_REPO / "simple" / "1" / "model.onnx").read_bytes()
-    response = httpx.post(f"http://{server.http_url}/v2/repository/models/simple/load", timeout=10,
-                          json={"parameters": {"config": config_json(), "file:1/model.onnx": "AAAA"}})
+    response = httpx.post(
+        f"http://{server.http_url}/v2/repository/models/simple/load",
+        timeout=10,
+        json={"parameters": {"config": config_json(), "file:1/model.onnx": "AAAA"}},
+    )
     assert response.status_code == 400 and "not supported" in response.json()["error"]
     request = pb.RepositoryModelLoadRequest(model_name="simple")
     request.parameters["file:1/model.onnx"].bytes_param = model_bytes

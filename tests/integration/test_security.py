@@ -69,10 +69,23 @@ def mtls_server(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[
     tokens = root / "tokens.txt"
     tokens.write_text(f"# tokens for the test\n{TOKEN}\n\n{OTHER_TOKEN}  # a second one\n")
     running = start_server(
-        small_repo(root), root / "server.log", "--model-control-mode", "explicit", "--load-model", "simple",
-        "--auth-token-file", str(tokens), "--auth-public-health",
-        "--tls-cert", str(pki.server.cert), "--tls-key", str(pki.server.key), "--tls-client-ca", str(pki.ca.cert),
-        probe_tls=client_context(pki))
+        small_repo(root),
+        root / "server.log",
+        "--model-control-mode",
+        "explicit",
+        "--load-model",
+        "simple",
+        "--auth-token-file",
+        str(tokens),
+        "--auth-public-health",
+        "--tls-cert",
+        str(pki.server.cert),
+        "--tls-key",
+        str(pki.server.key),
+        "--tls-client-ca",
+        str(pki.ca.cert),
+        probe_tls=client_context(pki),
+    )
     yield running
     running.stop()
 
@@ -83,10 +96,19 @@ def auth_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Runn
     root = tmp_path_factory.mktemp("auth")
     tokens = root / "tokens.txt"
     tokens.write_text(TOKEN + "\n")
-    running = start_server(small_repo(root), root / "server.log", "--model-control-mode", "explicit",
-                           "--load-model", "simple", "--auth-token-file", str(tokens), "--auth-metrics",
-                           env={"FERRY_AUTH_TOKENS": f"{ENV_TOKEN}, unused-token"},
-                           probe_headers={"Authorization": f"Bearer {ENV_TOKEN}"})
+    running = start_server(
+        small_repo(root),
+        root / "server.log",
+        "--model-control-mode",
+        "explicit",
+        "--load-model",
+        "simple",
+        "--auth-token-file",
+        str(tokens),
+        "--auth-metrics",
+        env={"FERRY_AUTH_TOKENS": f"{ENV_TOKEN}, unused-token"},
+        probe_headers={"Authorization": f"Bearer {ENV_TOKEN}"},
+    )
     yield running, tokens
     running.stop()
 
@@ -95,27 +117,42 @@ def auth_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Runn
 
 
 def test_ferry_http_client_over_mtls_with_token(mtls_server: RunningServer, pki: Pki) -> None:
-    with HttpClient(mtls_server.http_url, verify=str(pki.ca.cert), cert=(str(pki.client.cert), str(pki.client.key)),
-                    bearer_token=TOKEN) as client:
+    with HttpClient(
+        mtls_server.http_url,
+        verify=str(pki.ca.cert),
+        cert=(str(pki.client.cert), str(pki.client.key)),
+        bearer_token=TOKEN,
+    ) as client:
         assert client.is_server_ready()
         assert_simple(client.infer("simple", simple_arrays())["OUTPUT0"])
         assert [row["name"] for row in client.repository_index()] == ["simple"]
         client.unload_model("simple")
         client.load_model("simple")
         assert client.is_model_ready("simple")
-    with HttpClient(mtls_server.http_url, verify=str(pki.ca.cert), cert=(str(pki.client.cert), str(pki.client.key)),
-                    bearer_token=OTHER_TOKEN) as client:
+    with HttpClient(
+        mtls_server.http_url,
+        verify=str(pki.ca.cert),
+        cert=(str(pki.client.cert), str(pki.client.key)),
+        bearer_token=OTHER_TOKEN,
+    ) as client:
         assert_simple(client.infer("simple", simple_arrays())["OUTPUT0"])
 
 
 def test_rest_without_or_with_a_wrong_token_gets_401(mtls_server: RunningServer, pki: Pki) -> None:
     base = f"https://{mtls_server.http_url}"
     with httpx.Client(base_url=base, verify=client_context(pki), timeout=10) as http:
-        for method, path in [("GET", "/v2"), ("GET", "/v2/models/simple"), ("GET", "/v2/models/simple/config"),
-                             ("GET", "/v2/models/stats"), ("POST", "/v2/models/simple/infer"),
-                             ("POST", "/v2/repository/index"), ("POST", "/v2/repository/models/simple/load"),
-                             ("POST", "/v2/repository/models/simple/unload"), ("GET", "/openapi.json"),
-                             ("GET", "/v2/no/such/route")]:
+        for method, path in [
+            ("GET", "/v2"),
+            ("GET", "/v2/models/simple"),
+            ("GET", "/v2/models/simple/config"),
+            ("GET", "/v2/models/stats"),
+            ("POST", "/v2/models/simple/infer"),
+            ("POST", "/v2/repository/index"),
+            ("POST", "/v2/repository/models/simple/load"),
+            ("POST", "/v2/repository/models/simple/unload"),
+            ("GET", "/openapi.json"),
+            ("GET", "/v2/no/such/route"),
+        ]:
             response = http.request(method, path)
             assert response.status_code == 401, (path, response.text)
             assert response.json() == {"error": "authentication required: send 'Authorization: Bearer <token>'"}
@@ -129,8 +166,12 @@ def test_rest_without_or_with_a_wrong_token_gets_401(mtls_server: RunningServer,
         assert response.headers["www-authenticate"] == 'Bearer realm="ferry", error="invalid_token"'
         # The scheme is case-insensitive; health checks are public because of --auth-public-health.
         assert http.get("/v2", headers={"Authorization": f"bearer {TOKEN}"}).status_code == 200
-        for path in ("/v2/health/live", "/v2/health/ready", "/v2/models/simple/ready",
-                     "/v2/models/simple/versions/1/ready"):
+        for path in (
+            "/v2/health/live",
+            "/v2/health/ready",
+            "/v2/models/simple/ready",
+            "/v2/models/simple/versions/1/ready",
+        ):
             assert http.get(path).status_code == 200, path
 
 
@@ -150,8 +191,11 @@ def test_rest_refuses_clients_without_a_trusted_certificate(mtls_server: Running
 
 
 def test_ferry_grpc_client_over_mtls_with_token(mtls_server: RunningServer, pki: Pki) -> None:
-    tls = {"root_certificates": pki.ca.cert_bytes(), "private_key": pki.client.key_bytes(),
-           "certificate_chain": pki.client.cert_bytes()}
+    tls = {
+        "root_certificates": pki.ca.cert_bytes(),
+        "private_key": pki.client.key_bytes(),
+        "certificate_chain": pki.client.cert_bytes(),
+    }
     with GrpcClient(mtls_server.grpc_url, bearer_token=TOKEN, **tls) as client:
         assert client.is_server_ready()
         assert_simple(client.infer("simple", simple_arrays())["OUTPUT0"])
@@ -164,15 +208,21 @@ def test_ferry_grpc_client_over_mtls_with_token(mtls_server: RunningServer, pki:
             client.server_metadata()
         with pytest.raises(UnauthenticatedError):
             client.load_model("simple")
-    with GrpcClient(mtls_server.grpc_url, bearer_token="wrong", **tls) as client, \
-            pytest.raises(UnauthenticatedError, match="invalid bearer token"):
+    with (
+        GrpcClient(mtls_server.grpc_url, bearer_token="wrong", **tls) as client,
+        pytest.raises(UnauthenticatedError, match="invalid bearer token"),
+    ):
         client.repository_index()
     without_cert = {"root_certificates": pki.ca.cert_bytes()}
-    with GrpcClient(mtls_server.grpc_url, bearer_token=TOKEN, timeout=10, **without_cert) as client, \
-            pytest.raises(UnavailableError):
+    with (
+        GrpcClient(mtls_server.grpc_url, bearer_token=TOKEN, timeout=10, **without_cert) as client,
+        pytest.raises(UnavailableError),
+    ):
         client.infer("simple", simple_arrays())
-    with GrpcClient(mtls_server.grpc_url, bearer_token=TOKEN, timeout=10) as client, \
-            pytest.raises(UnavailableError):  # plaintext to the TLS port
+    with (
+        GrpcClient(mtls_server.grpc_url, bearer_token=TOKEN, timeout=10) as client,
+        pytest.raises(UnavailableError),
+    ):  # plaintext to the TLS port
         client.is_server_live()
 
 
@@ -184,8 +234,9 @@ def test_grpc_stream_needs_a_token(mtls_server: RunningServer, pki: Pki) -> None
         with pytest.raises(grpc.RpcError) as caught:
             list(stub.ModelStreamInfer(iter([request]), timeout=10))
         assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
-        replies = list(stub.ModelStreamInfer(iter([request]), timeout=10,
-                                             metadata=[("authorization", f"Bearer {TOKEN}")]))
+        replies = list(
+            stub.ModelStreamInfer(iter([request]), timeout=10, metadata=[("authorization", f"Bearer {TOKEN}")])
+        )
         assert len(replies) == 1 and "expects 2 inputs" in replies[0].error_message
 
 
@@ -197,8 +248,10 @@ def test_tritonclient_over_mtls_with_token(mtls_server: RunningServer, pki: Pki)
     arrays = simple_arrays()
     headers = {"Authorization": f"Bearer {TOKEN}"}
     http = thttp.InferenceServerClient(
-        mtls_server.http_url, ssl=True, ssl_options={"keyfile": str(pki.client.key),
-                                                     "certfile": str(pki.client.cert), "ca_certs": str(pki.ca.cert)})
+        mtls_server.http_url,
+        ssl=True,
+        ssl_options={"keyfile": str(pki.client.key), "certfile": str(pki.client.cert), "ca_certs": str(pki.ca.cert)},
+    )
     inputs = [thttp.InferInput(name, [1, 16], "INT32") for name in arrays]
     for tensor, array in zip(inputs, arrays.values(), strict=True):
         tensor.set_data_from_numpy(array)
@@ -210,8 +263,12 @@ def test_tritonclient_over_mtls_with_token(mtls_server: RunningServer, pki: Pki)
     http.close()
 
     grpc_client = tgrpc.InferenceServerClient(
-        mtls_server.grpc_url, ssl=True, root_certificates=str(pki.ca.cert), private_key=str(pki.client.key),
-        certificate_chain=str(pki.client.cert))
+        mtls_server.grpc_url,
+        ssl=True,
+        root_certificates=str(pki.ca.cert),
+        private_key=str(pki.client.key),
+        certificate_chain=str(pki.client.cert),
+    )
     inputs = [tgrpc.InferInput(name, [1, 16], "INT32") for name in arrays]
     for tensor, array in zip(inputs, arrays.values(), strict=True):
         tensor.set_data_from_numpy(array)
@@ -246,8 +303,9 @@ def test_health_and_metrics_need_a_token_unless_configured(auth_server: tuple[Ru
         with pytest.raises(grpc.RpcError) as caught:
             stub.ServerLive(pb.ServerLiveRequest(), timeout=10)
         assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
-        assert stub.ServerLive(pb.ServerLiveRequest(), timeout=10,
-                               metadata=[("authorization", f"Bearer {ENV_TOKEN}")]).live
+        assert stub.ServerLive(
+            pb.ServerLiveRequest(), timeout=10, metadata=[("authorization", f"Bearer {ENV_TOKEN}")]
+        ).live
     with HttpClient(server.http_url) as client, pytest.raises(UnauthenticatedError):
         client.is_server_ready()  # the client reports auth failures instead of "not ready"
 
@@ -274,29 +332,42 @@ def test_token_file_is_reloaded_when_it_changes(auth_server: tuple[RunningServer
 
 
 def test_tls_without_client_ca_serves_clients_without_certificates(tmp_path: Path, pki: Pki) -> None:
-    server = start_server(small_repo(tmp_path), tmp_path / "server.log", "--tls-cert", str(pki.server.cert),
-                          "--tls-key", str(pki.server.key), probe_tls=client_context(pki, client_cert=False))
+    server = start_server(
+        small_repo(tmp_path),
+        tmp_path / "server.log",
+        "--tls-cert",
+        str(pki.server.cert),
+        "--tls-key",
+        str(pki.server.key),
+        probe_tls=client_context(pki, client_cert=False),
+    )
     try:
         with HttpClient(server.http_url, verify=str(pki.ca.cert)) as client:
             assert_simple(client.infer("simple", simple_arrays())["OUTPUT0"])
         with GrpcClient(server.grpc_url, root_certificates=pki.ca.cert_bytes()) as client:
             assert_simple(client.infer("simple", simple_arrays())["OUTPUT0"])
-        healthcheck = subprocess.run([sys.executable, str(ROOT / "deploy" / "docker" / "healthcheck.py")],
-                                     capture_output=True, text=True, timeout=30,
-                                     env={**os.environ, "FERRY_HTTP_PORT": str(server.http_port),
-                                          "FERRY_TLS_CERT": str(pki.server.cert)})
+        healthcheck = subprocess.run(
+            [sys.executable, str(ROOT / "deploy" / "docker" / "healthcheck.py")],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env={**os.environ, "FERRY_HTTP_PORT": str(server.http_port), "FERRY_TLS_CERT": str(pki.server.cert)},
+        )
         assert healthcheck.returncode == 0, healthcheck.stderr
     finally:
         server.stop()
 
 
-@pytest.mark.parametrize("options, message", [
-    ({"auth_token_file": "{tmp}/empty.txt"}, "holds no token"),
-    ({"auth_token_file": "{tmp}/missing.txt"}, "cannot read the token file"),
-    ({"auth_tokens": 'has"quote'}, "RFC 6750"),
-    ({"tls_cert": "{tmp}/empty.txt"}, "needs both --tls-cert and --tls-key"),
-    ({"tls_cert": "{tmp}/empty.txt", "tls_key": "{tmp}/empty.txt"}, "cannot load TLS certificate"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"auth_token_file": "{tmp}/empty.txt"}, "holds no token"),
+        ({"auth_token_file": "{tmp}/missing.txt"}, "cannot read the token file"),
+        ({"auth_tokens": 'has"quote'}, "RFC 6750"),
+        ({"tls_cert": "{tmp}/empty.txt"}, "needs both --tls-cert and --tls-key"),
+        ({"tls_cert": "{tmp}/empty.txt", "tls_key": "{tmp}/empty.txt"}, "cannot load TLS certificate"),
+    ],
+)
 def test_bad_security_options_are_refused(tmp_path: Path, options: dict[str, str], message: str) -> None:
     from ferry.security import SecurityConfigError, ServerSecurity
     from ferry.settings import Settings
@@ -309,8 +380,22 @@ def test_bad_security_options_are_refused(tmp_path: Path, options: dict[str, str
 
 def test_a_server_with_bad_security_options_exits_with_the_reason(tmp_path: Path) -> None:
     (tmp_path / "empty.txt").write_text("# no tokens here\n")
-    cmd = [sys.executable, "-m", "ferry", "serve", "--model-repository", str(tmp_path), "--http-port", "0",
-           "--grpc-port", "0", "--metrics-port", "0", "--auth-token-file", str(tmp_path / "empty.txt")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "ferry",
+        "serve",
+        "--model-repository",
+        str(tmp_path),
+        "--http-port",
+        "0",
+        "--grpc-port",
+        "0",
+        "--metrics-port",
+        "0",
+        "--auth-token-file",
+        str(tmp_path / "empty.txt"),
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stderr
     assert "cannot start: authentication is enabled but the token file" in done.stderr

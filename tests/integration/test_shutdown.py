@@ -41,8 +41,9 @@ def test_sigterm_finishes_every_accepted_request(tmp_path, protocol) -> None:
     started = threading.Barrier(25)
 
     def call(index: int) -> np.ndarray:
-        client = HttpClient(server.http_url, timeout=120) if protocol == "http" else GrpcClient(server.grpc_url,
-                                                                                                timeout=120)
+        client = (
+            HttpClient(server.http_url, timeout=120) if protocol == "http" else GrpcClient(server.grpc_url, timeout=120)
+        )
         with client:
             assert client.is_server_ready()
             started.wait()

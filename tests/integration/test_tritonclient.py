@@ -9,11 +9,21 @@ from .triton_helpers import Triton, connect
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
-FIXED_TYPES = ["BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",
-               "FP16", "FP32", "FP64"]
-NUMPY = {"BOOL": np.bool_, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32, "UINT64": np.uint64,
-         "INT8": np.int8, "INT16": np.int16, "INT32": np.int32, "INT64": np.int64, "FP16": np.float16,
-         "FP32": np.float32, "FP64": np.float64}
+FIXED_TYPES = ["BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64", "FP16", "FP32", "FP64"]
+NUMPY = {
+    "BOOL": np.bool_,
+    "UINT8": np.uint8,
+    "UINT16": np.uint16,
+    "UINT32": np.uint32,
+    "UINT64": np.uint64,
+    "INT8": np.int8,
+    "INT16": np.int16,
+    "INT32": np.int32,
+    "INT64": np.int64,
+    "FP16": np.float16,
+    "FP32": np.float32,
+    "FP64": np.float64,
+}
 
 
 @pytest.fixture(params=["http", "grpc"])
@@ -66,15 +76,23 @@ def test_server_metadata(triton: Triton) -> None:
 
 
 def test_model_metadata_and_config(triton: Triton) -> None:
-    meta = triton.client.get_model_metadata("simple", as_json=True) if triton.protocol == "grpc" else \
-        triton.client.get_model_metadata("simple")
+    meta = (
+        triton.client.get_model_metadata("simple", as_json=True)
+        if triton.protocol == "grpc"
+        else triton.client.get_model_metadata("simple")
+    )
     assert meta["name"] == "simple"
     assert meta["versions"] == ["1"]
     assert meta["platform"] == "onnxruntime_onnx"
     assert [(t["name"], t["datatype"], [int(d) for d in t["shape"]]) for t in meta["inputs"]] == [
-        ("INPUT0", "INT32", [-1, 16]), ("INPUT1", "INT32", [-1, 16])]
-    config = triton.client.get_model_config("simple", as_json=True) if triton.protocol == "grpc" else \
-        triton.client.get_model_config("simple")
+        ("INPUT0", "INT32", [-1, 16]),
+        ("INPUT1", "INT32", [-1, 16]),
+    ]
+    config = (
+        triton.client.get_model_config("simple", as_json=True)
+        if triton.protocol == "grpc"
+        else triton.client.get_model_config("simple")
+    )
     config = config.get("config", config)
     assert int(config["max_batch_size"]) == 8
     assert [i["name"] for i in config["input"]] == ["INPUT0", "INPUT1"]
@@ -82,8 +100,11 @@ def test_model_metadata_and_config(triton: Triton) -> None:
 
 
 def test_autocompleted_config_is_reported(triton: Triton) -> None:
-    config = triton.client.get_model_config("fixed_nobatch", as_json=True) if triton.protocol == "grpc" \
+    config = (
+        triton.client.get_model_config("fixed_nobatch", as_json=True)
+        if triton.protocol == "grpc"
         else triton.client.get_model_config("fixed_nobatch")
+    )
     config = config.get("config", config)
     assert int(config.get("max_batch_size", 0)) == 0
     assert {o["name"] for o in config["output"]} >= {"y"}
@@ -150,8 +171,11 @@ def test_variable_dims_and_unbatched_models(triton: Triton) -> None:
 
 def test_statistics(triton: Triton) -> None:
     triton.infer("simple_fp32", {"INPUT0": np.ones((2, 16), np.float32), "INPUT1": np.ones((2, 16), np.float32)})
-    stats = triton.client.get_inference_statistics("simple_fp32", as_json=True) if triton.protocol == "grpc" \
+    stats = (
+        triton.client.get_inference_statistics("simple_fp32", as_json=True)
+        if triton.protocol == "grpc"
         else triton.client.get_inference_statistics("simple_fp32")
+    )
     entry = stats["model_stats"][0]
     assert entry["name"] == "simple_fp32"
     assert int(entry["inference_stats"]["success"]["count"]) >= 1
@@ -184,8 +208,11 @@ def test_stream_infer_over_grpc(server) -> None:
 
 
 def test_repository_index_load_unload(triton: Triton) -> None:
-    index = triton.client.get_model_repository_index(as_json=True) if triton.protocol == "grpc" else \
-        triton.client.get_model_repository_index()
+    index = (
+        triton.client.get_model_repository_index(as_json=True)
+        if triton.protocol == "grpc"
+        else triton.client.get_model_repository_index()
+    )
     rows = index.get("models", index) if isinstance(index, dict) else index
     states = {row["name"]: row.get("state") for row in rows}
     assert states["simple"] == "READY"
@@ -203,8 +230,11 @@ def test_load_with_config_override(triton: Triton) -> None:
     override = '{"name": "simple_fp32", "platform": "onnxruntime_onnx", "max_batch_size": 2}'
     triton.client.load_model("simple_fp32", config=override)
     try:
-        config = triton.client.get_model_config("simple_fp32", as_json=True) if triton.protocol == "grpc" \
+        config = (
+            triton.client.get_model_config("simple_fp32", as_json=True)
+            if triton.protocol == "grpc"
             else triton.client.get_model_config("simple_fp32")
+        )
         assert int(config.get("config", config)["max_batch_size"]) == 2
         big = {"INPUT0": np.ones((3, 16), np.float32), "INPUT1": np.ones((3, 16), np.float32)}
         triton.expect_error("invalid", "max_batch_size", triton.infer, "simple_fp32", big)

@@ -34,8 +34,9 @@ def _name(common_name: str) -> x509.Name:
 def _write(directory: Path, stem: str, cert: x509.Certificate, key: ec.EllipticCurvePrivateKey) -> Pem:
     pem = Pem(directory / f"{stem}.crt", directory / f"{stem}.key")
     pem.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    pem.key.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                          serialization.NoEncryption()))
+    pem.key.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     return pem
 
 
@@ -48,13 +49,28 @@ class CertificateAuthority:
         self.name = _name(name)
         now = datetime.datetime.now(datetime.timezone.utc)
         self.cert = (
-            x509.CertificateBuilder().subject_name(self.name).issuer_name(self.name)
-            .public_key(self.key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+            x509.CertificateBuilder()
+            .subject_name(self.name)
+            .issuer_name(self.name)
+            .public_key(self.key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
             .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-            .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                         content_commitment=False, key_encipherment=False, data_encipherment=False,
-                                         key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+            .add_extension(
+                x509.KeyUsage(
+                    digital_signature=True,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                critical=True,
+            )
             .sign(self.key, hashes.SHA256())
         )
         self.pem = _write(directory, name, self.cert, self.key)
@@ -65,15 +81,23 @@ class CertificateAuthority:
         now = datetime.datetime.now(datetime.timezone.utc)
         usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
         builder = (
-            x509.CertificateBuilder().subject_name(_name(common_name)).issuer_name(self.name)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+            x509.CertificateBuilder()
+            .subject_name(_name(common_name))
+            .issuer_name(self.name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
         )
         if server:
-            builder = builder.add_extension(x509.SubjectAlternativeName(
-                [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]), critical=False)
+            builder = builder.add_extension(
+                x509.SubjectAlternativeName(
+                    [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
+                ),
+                critical=False,
+            )
         return _write(self.directory, stem, builder.sign(self.key, hashes.SHA256()), key)
 
 
@@ -91,6 +115,9 @@ def make_pki(directory: Path) -> Pki:
     directory.mkdir(parents=True, exist_ok=True)
     ca = CertificateAuthority(directory, "ferry-test-ca")
     rogue = CertificateAuthority(directory, "rogue-ca")
-    return Pki(ca=ca.pem, server=ca.issue("server", "ferry-test-server", server=True),
-                   client=ca.issue("client", "ferry-test-client", server=False),
-                   rogue_client=rogue.issue("rogue-client", "rogue-client", server=False))
+    return Pki(
+        ca=ca.pem,
+        server=ca.issue("server", "ferry-test-server", server=True),
+        client=ca.issue("client", "ferry-test-client", server=False),
+        rogue_client=rogue.issue("rogue-client", "rogue-client", server=False),
+    )

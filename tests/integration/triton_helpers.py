@@ -13,8 +13,11 @@ from tritonclient.utils import InferenceServerException
 # The status each protocol reports for one failure class.
 STATUS = {
     "http": {"invalid": "400", "not_found": "404", "unavailable": "503"},
-    "grpc": {"invalid": "StatusCode.INVALID_ARGUMENT", "not_found": "StatusCode.NOT_FOUND",
-             "unavailable": "StatusCode.UNAVAILABLE"},
+    "grpc": {
+        "invalid": "StatusCode.INVALID_ARGUMENT",
+        "not_found": "StatusCode.NOT_FOUND",
+        "unavailable": "StatusCode.UNAVAILABLE",
+    },
 }
 
 
@@ -24,8 +27,9 @@ class Triton:
     module: Any
     client: Any
 
-    def inputs(self, arrays: dict[str, np.ndarray], datatypes: dict[str, str] | None = None,
-               binary: bool = True) -> list:
+    def inputs(
+        self, arrays: dict[str, np.ndarray], datatypes: dict[str, str] | None = None, binary: bool = True
+    ) -> list:
         made = []
         for name, array in arrays.items():
             datatype = (datatypes or {}).get(name) or _datatype(array)
@@ -42,8 +46,15 @@ class Triton:
             return [self.module.InferRequestedOutput(n, binary_data=binary) for n in names]
         return [self.module.InferRequestedOutput(n) for n in names]
 
-    def infer(self, model: str, arrays: dict[str, np.ndarray], outputs: list[str] | None = None,
-              binary: bool = True, datatypes: dict[str, str] | None = None, **kwargs: Any):
+    def infer(
+        self,
+        model: str,
+        arrays: dict[str, np.ndarray],
+        outputs: list[str] | None = None,
+        binary: bool = True,
+        datatypes: dict[str, str] | None = None,
+        **kwargs: Any,
+    ):
         requested = self.outputs(outputs, binary) if outputs is not None else None
         return self.client.infer(model, self.inputs(arrays, datatypes, binary), outputs=requested, **kwargs)
 

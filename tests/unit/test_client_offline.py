@@ -83,8 +83,9 @@ def split_request(request: httpx.Request) -> tuple[dict[str, Any], bytes]:
 def infer_response(outputs: dict[str, tuple[np.ndarray, str, bool]], **header: Any) -> httpx.Response:
     """A V2 response as a server would build it: JSON, plus binary outputs when any are binary."""
     blobs: list[bytes | memoryview] = []
-    entries = [write_tensor(name, array, datatype, binary, blobs)
-               for name, (array, datatype, binary) in outputs.items()]
+    entries = [
+        write_tensor(name, array, datatype, binary, blobs) for name, (array, datatype, binary) in outputs.items()
+    ]
     body, header_length = join_body({"model_name": "m", "model_version": "1", **header, "outputs": entries}, blobs)
     headers = {HEADER_LENGTH: str(header_length)} if header_length is not None else {}
     return httpx.Response(200, content=body, headers=headers)
@@ -111,9 +112,20 @@ def no_sleep(monkeypatch: pytest.MonkeyPatch) -> list[float]:
 
 @pytest.mark.parametrize(
     ("status", "cls"),
-    [(400, InvalidArgumentError), (401, UnauthenticatedError), (403, UnauthenticatedError), (404, NotFoundError),
-     (408, DeadlineExceededError), (409, ServerError), (413, InvalidArgumentError), (500, ServerError),
-     (501, ServerError), (502, ServerError), (503, UnavailableError), (504, DeadlineExceededError)],
+    [
+        (400, InvalidArgumentError),
+        (401, UnauthenticatedError),
+        (403, UnauthenticatedError),
+        (404, NotFoundError),
+        (408, DeadlineExceededError),
+        (409, ServerError),
+        (413, InvalidArgumentError),
+        (500, ServerError),
+        (501, ServerError),
+        (502, ServerError),
+        (503, UnavailableError),
+        (504, DeadlineExceededError),
+    ],
 )
 def test_http_status_maps_to_error_class(status: int, cls: type[FerryClientError]) -> None:
     error = error_from_http_status(status, "boom")
@@ -125,11 +137,19 @@ def test_http_status_maps_to_error_class(status: int, cls: type[FerryClientError
 
 @pytest.mark.parametrize(
     ("code", "cls"),
-    [(grpc.StatusCode.INVALID_ARGUMENT, InvalidArgumentError), (grpc.StatusCode.NOT_FOUND, NotFoundError),
-     (grpc.StatusCode.UNAVAILABLE, UnavailableError), (grpc.StatusCode.DEADLINE_EXCEEDED, DeadlineExceededError),
-     (grpc.StatusCode.UNAUTHENTICATED, UnauthenticatedError), (grpc.StatusCode.PERMISSION_DENIED, UnauthenticatedError),
-     (grpc.StatusCode.RESOURCE_EXHAUSTED, InvalidArgumentError), (grpc.StatusCode.INTERNAL, ServerError),
-     (grpc.StatusCode.UNIMPLEMENTED, ServerError), (grpc.StatusCode.UNKNOWN, ServerError), (None, ServerError)],
+    [
+        (grpc.StatusCode.INVALID_ARGUMENT, InvalidArgumentError),
+        (grpc.StatusCode.NOT_FOUND, NotFoundError),
+        (grpc.StatusCode.UNAVAILABLE, UnavailableError),
+        (grpc.StatusCode.DEADLINE_EXCEEDED, DeadlineExceededError),
+        (grpc.StatusCode.UNAUTHENTICATED, UnauthenticatedError),
+        (grpc.StatusCode.PERMISSION_DENIED, UnauthenticatedError),
+        (grpc.StatusCode.RESOURCE_EXHAUSTED, InvalidArgumentError),
+        (grpc.StatusCode.INTERNAL, ServerError),
+        (grpc.StatusCode.UNIMPLEMENTED, ServerError),
+        (grpc.StatusCode.UNKNOWN, ServerError),
+        (None, ServerError),
+    ],
 )
 def test_grpc_code_maps_to_error_class(code: grpc.StatusCode | None, cls: type[FerryClientError]) -> None:
     error = error_from_grpc_code(code, "boom")
@@ -138,8 +158,16 @@ def test_grpc_code_maps_to_error_class(code: grpc.StatusCode | None, cls: type[F
 
 
 def test_errors_are_exported() -> None:
-    for name in ("FerryClientError", "InvalidArgumentError", "NotFoundError", "UnavailableError",
-                 "DeadlineExceededError", "UnauthenticatedError", "ServerError", "InferResult"):
+    for name in (
+        "FerryClientError",
+        "InvalidArgumentError",
+        "NotFoundError",
+        "UnavailableError",
+        "DeadlineExceededError",
+        "UnauthenticatedError",
+        "ServerError",
+        "InferResult",
+    ):
         assert name in ferry_client.__all__
 
 
@@ -170,10 +198,15 @@ def test_binary_infer_request_layout() -> None:
 def test_json_infer_request_layout_with_outputs_id_parameters_and_version() -> None:
     recorder = Recorder(infer_response({}))
     with http_client(recorder) as client:
-        client.infer("my model/x", {"x": np.array([[1, 2]], np.int64), "flag": np.array([True]),
-                                    "s": np.array(["h\u00e9"])},
-                     outputs=["probs", "labels"], model_version=3, request_id="req-1",
-                     parameters={"priority": 2, "note": "hi"}, binary=False)
+        client.infer(
+            "my model/x",
+            {"x": np.array([[1, 2]], np.int64), "flag": np.array([True]), "s": np.array(["h\u00e9"])},
+            outputs=["probs", "labels"],
+            model_version=3,
+            request_id="req-1",
+            parameters={"priority": 2, "note": "hi"},
+            binary=False,
+        )
     request = recorder.last
     assert request.url.raw_path == b"/v2/models/my%20model%2Fx/versions/3/infer"
     assert HEADER_LENGTH not in request.headers
@@ -211,11 +244,17 @@ def test_datatype_overrides() -> None:
     recorder = Recorder(infer_response({}))
     values = np.array([1.0, 2.5, 1 + 2**-8], np.float32)
     with http_client(recorder) as client:
-        client.infer("m", {"b": values, "i": np.array([1, 2], np.int64), "h": [0.5, 1.5]},
-                     datatypes={"b": "BF16", "i": "INT32", "h": "FP16"})
+        client.infer(
+            "m",
+            {"b": values, "i": np.array([1, 2], np.int64), "h": [0.5, 1.5]},
+            datatypes={"b": "BF16", "i": "INT32", "h": "FP16"},
+        )
         header, tail = split_request(recorder.last)
         assert [(e["name"], e["datatype"], e["parameters"]["binary_data_size"]) for e in header["inputs"]] == [
-            ("b", "BF16", 6), ("i", "INT32", 8), ("h", "FP16", 4)]
+            ("b", "BF16", 6),
+            ("i", "INT32", 8),
+            ("h", "FP16", 4),
+        ]
         assert tail[:6] == float32_to_bf16(values).tobytes()
         assert bf16_to_float32(np.frombuffer(tail[:6], np.uint16)).tolist() == [1.0, 2.5, 1.0]
         assert tail[6:14] == np.array([1, 2], np.int32).tobytes()
@@ -321,8 +360,13 @@ def test_control_plane_requests() -> None:
 
 
 def test_health_checks_answer_booleans() -> None:
-    recorder = Recorder(OK, httpx.Response(503), httpx.Response(200), httpx.Response(404, json={"error": "x"}),
-                        httpx.Response(401, json={"error": "no token"}))
+    recorder = Recorder(
+        OK,
+        httpx.Response(503),
+        httpx.Response(200),
+        httpx.Response(404, json={"error": "x"}),
+        httpx.Response(401, json={"error": "no token"}),
+    )
     with http_client(recorder, retries=3) as client:
         assert client.is_server_live() is True
         assert client.is_server_ready() is False  # a 503 is an answer, not retried
@@ -331,8 +375,12 @@ def test_health_checks_answer_booleans() -> None:
         with pytest.raises(UnauthenticatedError, match="no token"):
             client.is_server_ready()
     assert [r.url.path for r in recorder.requests] == [
-        "/v2/health/live", "/v2/health/ready", "/v2/models/m/versions/1/ready", "/v2/models/nope/ready",
-        "/v2/health/ready"]
+        "/v2/health/live",
+        "/v2/health/ready",
+        "/v2/models/m/versions/1/ready",
+        "/v2/models/nope/ready",
+        "/v2/health/ready",
+    ]
 
 
 # --- HTTP response decoding ------------------------------------------------------------------------
@@ -343,9 +391,16 @@ def test_binary_and_json_outputs_decode() -> None:
     labels = np.array([[b"cat", b"\xffraw"]], object)
     half = float32_to_bf16(np.array([1.5, -2.0], np.float32))
     count = np.array([7], np.int64)
-    response = infer_response({"probs": (probs, "FP32", True), "labels": (labels, "BYTES", True),
-                               "half": (half, "BF16", True), "count": (count, "INT64", False)},
-                              id="req-9", parameters={"sequence_end": True})
+    response = infer_response(
+        {
+            "probs": (probs, "FP32", True),
+            "labels": (labels, "BYTES", True),
+            "half": (half, "BF16", True),
+            "count": (count, "INT64", False),
+        },
+        id="req-9",
+        parameters={"sequence_end": True},
+    )
     with http_client(Recorder(response)) as client:
         result = client.infer("m", {"x": np.zeros(1, np.float32)})
     assert isinstance(result, InferResult)
@@ -377,21 +432,31 @@ SHORT_BODY = b'{"outputs": [{"name": "y", "datatype": "FP32", "shape": [2], "par
 @pytest.mark.parametrize(
     ("response", "cls", "message"),
     [
-        (httpx.Response(400, json={"error": "input 'x' has the wrong shape"}), InvalidArgumentError,
-         "input 'x' has the wrong shape"),
+        (
+            httpx.Response(400, json={"error": "input 'x' has the wrong shape"}),
+            InvalidArgumentError,
+            "input 'x' has the wrong shape",
+        ),
         (httpx.Response(404, json={"error": "unknown model 'm'"}), NotFoundError, "unknown model 'm'"),
         (httpx.Response(503, json={"error": "model 'm' is loading"}), UnavailableError, "model 'm' is loading"),
         (httpx.Response(500, json={"error": "internal error: boom"}), ServerError, "internal error: boom"),
         (httpx.Response(502, text="Bad gateway from proxy"), ServerError, "Bad gateway from proxy"),
         (httpx.Response(500), ServerError, "Internal Server Error"),
-        (httpx.Response(200, content=b"{not json"), ServerError,
-         "malformed inference response: malformed JSON in response body"),
-        (httpx.Response(200, content=SHORT_BODY + b"\0" * 4, headers={HEADER_LENGTH: str(len(SHORT_BODY))}),
-         ServerError, "malformed inference response: tensor 'y': binary_data_size 8 runs past the end"),
+        (
+            httpx.Response(200, content=b"{not json"),
+            ServerError,
+            "malformed inference response: malformed JSON in response body",
+        ),
+        (
+            httpx.Response(200, content=SHORT_BODY + b"\0" * 4, headers={HEADER_LENGTH: str(len(SHORT_BODY))}),
+            ServerError,
+            "malformed inference response: tensor 'y': binary_data_size 8 runs past the end",
+        ),
     ],
 )
-def test_error_responses_raise_typed_errors(response: httpx.Response, cls: type[FerryClientError],
-                                            message: str) -> None:
+def test_error_responses_raise_typed_errors(
+    response: httpx.Response, cls: type[FerryClientError], message: str
+) -> None:
     with http_client(Recorder(response)) as client, pytest.raises(cls) as info:
         client.infer("m", {"x": np.zeros(1, np.float32)})
     assert info.value.message.startswith(message)
@@ -399,8 +464,10 @@ def test_error_responses_raise_typed_errors(response: httpx.Response, cls: type[
 
 
 def test_malformed_json_on_control_plane() -> None:
-    with http_client(Recorder(httpx.Response(200, content=b"<html>"))) as client, \
-            pytest.raises(ServerError, match="malformed JSON in response body"):
+    with (
+        http_client(Recorder(httpx.Response(200, content=b"<html>"))) as client,
+        pytest.raises(ServerError, match="malformed JSON in response body"),
+    ):
         client.server_metadata()
 
 
@@ -537,8 +604,9 @@ class FakeServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     def RepositoryIndex(self, request: Any, context: grpc.ServicerContext) -> Any:
         self._note(request, context)
-        return pb.RepositoryIndexResponse(models=[pb.RepositoryIndexResponse.ModelIndex(
-            name="m", version="1", state="READY")])
+        return pb.RepositoryIndexResponse(
+            models=[pb.RepositoryIndexResponse.ModelIndex(name="m", version="1", state="READY")]
+        )
 
     def RepositoryModelLoad(self, request: Any, context: grpc.ServicerContext) -> Any:
         self._note(request, context)
@@ -576,20 +644,32 @@ def test_grpc_infer_request_and_response(fake_grpc: tuple[str, FakeServicer]) ->
     url, servicer = fake_grpc
     values = np.array([1.0, 2.5], np.float32)
     with GrpcClient(url, bearer_token="tok", headers={"X-Team": "vision"}) as client:
-        result = client.infer("m", {"x": np.arange(6, dtype=np.int32).reshape(2, 3),
-                                    "s": np.array([b"ab", b""], object), "b": values},
-                              outputs=["out_x"], classification={"out_s": 2}, datatypes={"b": "BF16"},
-                              model_version="2", request_id="r7", parameters={"flag": True, "n": 3, "f": 0.5,
-                                                                               "t": "txt"},
-                              compression="gzip")
+        result = client.infer(
+            "m",
+            {"x": np.arange(6, dtype=np.int32).reshape(2, 3), "s": np.array([b"ab", b""], object), "b": values},
+            outputs=["out_x"],
+            classification={"out_s": 2},
+            datatypes={"b": "BF16"},
+            model_version="2",
+            request_id="r7",
+            parameters={"flag": True, "n": 3, "f": 0.5, "t": "txt"},
+            compression="gzip",
+        )
     request = servicer.requests[-1]
     assert (request.model_name, request.model_version, request.id) == ("m", "2", "r7")
     assert [(t.name, t.datatype, list(t.shape)) for t in request.inputs] == [
-        ("x", "INT32", [2, 3]), ("s", "BYTES", [2]), ("b", "BF16", [2])]
+        ("x", "INT32", [2, 3]),
+        ("s", "BYTES", [2]),
+        ("b", "BF16", [2]),
+    ]
     assert request.raw_input_contents[1] == b"\x02\0\0\0ab\0\0\0\0"
     assert request.raw_input_contents[2] == float32_to_bf16(values).tobytes()
     assert {k: v.WhichOneof("parameter_choice") for k, v in request.parameters.items()} == {
-        "flag": "bool_param", "n": "int64_param", "f": "double_param", "t": "string_param"}
+        "flag": "bool_param",
+        "n": "int64_param",
+        "f": "double_param",
+        "t": "string_param",
+    }
     assert [(o.name, dict(o.parameters)) for o in request.outputs][0] == ("out_x", {})
     assert request.outputs[1].name == "out_s" and request.outputs[1].parameters["classification"].int64_param == 2
     assert servicer.metadata[-1]["authorization"] == "Bearer tok"
@@ -628,8 +708,9 @@ def test_grpc_control_plane_dicts_match_rest_shapes(fake_grpc: tuple[str, FakeSe
         assert json.loads(load.parameters["config"].string_param) == {"max_batch_size": 2}
 
 
-def test_grpc_errors_and_retries(fake_grpc: tuple[str, FakeServicer], no_sleep: list[float],
-                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_grpc_errors_and_retries(
+    fake_grpc: tuple[str, FakeServicer], no_sleep: list[float], monkeypatch: pytest.MonkeyPatch
+) -> None:
     url, servicer = fake_grpc
     monkeypatch.setattr(ferry_grpc.time, "sleep", no_sleep.append)
     with GrpcClient(url, retries=2, backoff=0.05) as client:

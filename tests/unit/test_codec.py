@@ -184,8 +184,10 @@ def test_json_decode_errors(datatype: str, shape: list[int], data: Any, message:
         tensor_from_json("x", datatype, shape, data)
 
 
-@pytest.mark.parametrize(("datatype", "value"), [("UINT8", 256), ("UINT8", -1), ("INT8", 128), ("INT64", 2**63),
-                                                  ("UINT64", -1), ("UINT64", 2**64)])
+@pytest.mark.parametrize(
+    ("datatype", "value"),
+    [("UINT8", 256), ("UINT8", -1), ("INT8", 128), ("INT64", 2**63), ("UINT64", -1), ("UINT64", 2**64)],
+)
 def test_json_out_of_range_integers(datatype: str, value: int) -> None:
     with pytest.raises(CodecError, match=f"^tensor 'x': data does not fit {datatype}: "):
         tensor_from_json("x", datatype, [1], [value])
@@ -276,13 +278,19 @@ def test_raw_byte_count_mismatch() -> None:
     [
         (b"\x0a\0\0\0ab", 1, "tensor 'x': BYTES element 0 declares 10 bytes but only 2 remain"),
         (b"\x01\0\0\0a\x05\0\0\0abcd", 2, "tensor 'x': BYTES element 1 declares 5 bytes but only 4 remain"),
-        (b"\x03\0\0\0abc\x05\0", 2, "tensor 'x': BYTES data ends after 1 of 2 elements "
-                                 "(no room for the 4-byte length of element 1)"),
+        (
+            b"\x03\0\0\0abc\x05\0",
+            2,
+            "tensor 'x': BYTES data ends after 1 of 2 elements (no room for the 4-byte length of element 1)",
+        ),
         (b"\x01\0\0\0abcd", 1, "tensor 'x': 3 bytes left over after 1 BYTES elements"),
         (b"\0\0\0\0", 0, "tensor 'x': 4 bytes left over after 0 BYTES elements"),
         (b"\0\0\0\0", 2, "tensor 'x': 2 BYTES elements need at least 8 bytes of length prefixes but the data holds 4"),
-        (b"", 2**62, f"tensor 'x': {2**62} BYTES elements need at least {2**64} bytes of length prefixes "
-                     "but the data holds 0"),
+        (
+            b"",
+            2**62,
+            f"tensor 'x': {2**62} BYTES elements need at least {2**64} bytes of length prefixes but the data holds 0",
+        ),
     ],
 )
 def test_bytes_elements_errors(data: bytes, count: int, message: str) -> None:
@@ -317,8 +325,9 @@ def test_contents_round_trip(datatype: str) -> None:
 
 @pytest.mark.parametrize("datatype", ["FP16", "BF16"])
 def test_contents_have_no_field_for_16_bit_floats(datatype: str) -> None:
-    with pytest.raises(CodecError, match=f"^tensor 'x': {datatype} cannot be sent in typed contents; "
-                                         "use raw_input_contents$"):
+    with pytest.raises(
+        CodecError, match=f"^tensor 'x': {datatype} cannot be sent in typed contents; use raw_input_contents$"
+    ):
         tensor_from_contents("x", datatype, [1], pb.InferTensorContents())
     with pytest.raises(CodecError, match=f"^{datatype} cannot be sent in typed contents"):
         tensor_to_contents(np.zeros(1, numpy_dtype(datatype)), datatype, pb.InferTensorContents())
@@ -340,8 +349,10 @@ def test_contents_errors() -> None:
 def test_body_with_binary_and_json_tensors_round_trips() -> None:
     blobs: list[bytes | memoryview] = []
     tensors = {dt: sample(dt) for dt in DATATYPES}
-    entries = [write_tensor(f"t_{dt}", array, dt, binary=index % 2 == 0, blobs=blobs)
-               for index, (dt, array) in enumerate(tensors.items())]
+    entries = [
+        write_tensor(f"t_{dt}", array, dt, binary=index % 2 == 0, blobs=blobs)
+        for index, (dt, array) in enumerate(tensors.items())
+    ]
     body, header_length = join_body({"id": "r", "inputs": entries}, blobs)
     assert header_length is not None
     header, blob = split_body(body, str(header_length))
@@ -380,18 +391,33 @@ def _entry(**overrides: Any) -> dict[str, Any]:
     ("entries", "blob", "message"),
     [
         ([_entry()], b"\0" * 4, "tensor 'x': binary_data_size 8 runs past the end of the body (4 bytes remain)"),
-        ([_entry(), _entry(name="y")], b"\0" * 12,
-         "tensor 'y': binary_data_size 8 runs past the end of the body (4 bytes remain)"),
+        (
+            [_entry(), _entry(name="y")],
+            b"\0" * 12,
+            "tensor 'y': binary_data_size 8 runs past the end of the body (4 bytes remain)",
+        ),
         ([_entry()], b"\0" * 12, "4 bytes of binary data follow the tensors and belong to none"),
         ([], b"\0", "1 bytes of binary data follow the tensors and belong to none"),
-        ([_entry(parameters={"binary_data_size": -8})], b"",
-         "tensor 'x': binary_data_size must be a non-negative integer"),
-        ([_entry(parameters={"binary_data_size": 8.0})], b"\0" * 8,
-         "tensor 'x': binary_data_size must be a non-negative integer"),
-        ([_entry(parameters={"binary_data_size": True})], b"\0",
-         "tensor 'x': binary_data_size must be a non-negative integer"),
-        ([_entry(parameters={"binary_data_size": 4})], b"\0" * 4,
-         "tensor 'x': expected 8 bytes for INT32 shape [2], got 4"),
+        (
+            [_entry(parameters={"binary_data_size": -8})],
+            b"",
+            "tensor 'x': binary_data_size must be a non-negative integer",
+        ),
+        (
+            [_entry(parameters={"binary_data_size": 8.0})],
+            b"\0" * 8,
+            "tensor 'x': binary_data_size must be a non-negative integer",
+        ),
+        (
+            [_entry(parameters={"binary_data_size": True})],
+            b"\0",
+            "tensor 'x': binary_data_size must be a non-negative integer",
+        ),
+        (
+            [_entry(parameters={"binary_data_size": 4})],
+            b"\0" * 4,
+            "tensor 'x': expected 8 bytes for INT32 shape [2], got 4",
+        ),
         ([_entry(parameters=["binary_data_size", 8])], b"", "tensor 'x': 'parameters' must be a JSON object"),
         ([_entry(parameters={})], b"", "tensor 'x' has neither 'data' nor a binary_data_size parameter"),
         ([_entry(name="")], b"", "inputs[0] has no 'name'"),
@@ -459,10 +485,12 @@ def test_bf16_rounds_to_nearest_even() -> None:
 def test_bf16_matches_ml_dtypes() -> None:
     ml_dtypes = pytest.importorskip("ml_dtypes")
     rng = np.random.default_rng(0)
-    values = np.concatenate([
-        rng.standard_normal(10_000).astype(np.float32) * np.float32(1e3),
-        rng.integers(0, 2**32, 10_000, dtype=np.uint64).astype(np.uint32).view(np.float32),
-    ])
+    values = np.concatenate(
+        [
+            rng.standard_normal(10_000).astype(np.float32) * np.float32(1e3),
+            rng.integers(0, 2**32, 10_000, dtype=np.uint64).astype(np.uint32).view(np.float32),
+        ]
+    )
     values = values[~np.isnan(values)]
     expected = values.astype(ml_dtypes.bfloat16).view(np.uint16)
     np.testing.assert_array_equal(float32_to_bf16(values), expected)
@@ -508,8 +536,9 @@ def fixed_tensor(draw: st.DrawFn, finite: bool = False) -> tuple[str, np.ndarray
     dtype = numpy_dtype(datatype)
     shape = draw(SHAPES)
     if datatype == "BF16":
-        floats = draw(hnp.arrays(np.float32, shape, elements=st.floats(width=32, allow_nan=not finite,
-                                                                        allow_infinity=not finite)))
+        floats = draw(
+            hnp.arrays(np.float32, shape, elements=st.floats(width=32, allow_nan=not finite, allow_infinity=not finite))
+        )
         return datatype, float32_to_bf16(floats)
     if finite and dtype.kind == "f":
         elements = st.floats(width=8 * dtype.itemsize, allow_nan=False, allow_infinity=False)
@@ -530,21 +559,27 @@ def test_property_raw_bytes_round_trip(tensor: tuple[str, np.ndarray]) -> None:
     same_bits(tensor_from_bytes("x", datatype, list(array.shape), bytes(raw)), array)
 
 
-bytes_tensor = SHAPES.flatmap(
-    lambda shape: hnp.arrays(object, shape, elements=st.binary(max_size=20))
-).map(lambda a: ("BYTES", a))
-text_tensor = SHAPES.flatmap(
-    lambda shape: hnp.arrays(object, shape, elements=TEXT.map(str.encode))
-).map(lambda a: ("BYTES", a))
+bytes_tensor = SHAPES.flatmap(lambda shape: hnp.arrays(object, shape, elements=st.binary(max_size=20))).map(
+    lambda a: ("BYTES", a)
+)
+text_tensor = SHAPES.flatmap(lambda shape: hnp.arrays(object, shape, elements=TEXT.map(str.encode))).map(
+    lambda a: ("BYTES", a)
+)
 
 
 @settings(suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.tuples(st.one_of(fixed_tensor(), bytes_tensor), st.just(True)) |
-                st.tuples(st.one_of(fixed_tensor(finite=True), text_tensor), st.booleans()), max_size=5))
+@given(
+    st.lists(
+        st.tuples(st.one_of(fixed_tensor(), bytes_tensor), st.just(True))
+        | st.tuples(st.one_of(fixed_tensor(finite=True), text_tensor), st.booleans()),
+        max_size=5,
+    )
+)
 def test_property_body_round_trip(tensors: list[tuple[tuple[str, np.ndarray], bool]]) -> None:
     blobs: list[bytes | memoryview] = []
-    entries = [write_tensor(f"t{i}", array, datatype, binary, blobs) for i, ((datatype, array), binary) in
-               enumerate(tensors)]
+    entries = [
+        write_tensor(f"t{i}", array, datatype, binary, blobs) for i, ((datatype, array), binary) in enumerate(tensors)
+    ]
     body, header_length = join_body({"outputs": entries}, blobs)
     header, blob = split_body(body, header_length)
     decoded = read_tensors(header["outputs"], blob, "outputs")
@@ -586,10 +621,16 @@ def test_property_random_bodies_decode_or_raise_codec_error(body: bytes, header_
         pass
 
 
-JSON_SCALARS = (st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1)
-                | st.floats(allow_nan=False, allow_infinity=False) | TEXT)
-JSON_VALUES = st.recursive(JSON_SCALARS, lambda inner: st.lists(inner, max_size=4) |
-                           st.dictionaries(TEXT, inner, max_size=3), max_leaves=10)
+JSON_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | TEXT
+)
+JSON_VALUES = st.recursive(
+    JSON_SCALARS, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(TEXT, inner, max_size=3), max_leaves=10
+)
 DIMS = st.integers(min_value=-2, max_value=4) | st.sampled_from([2**31, 2**40, 2**62, 2**64 - 1]) | JSON_SCALARS
 
 

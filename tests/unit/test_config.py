@@ -55,8 +55,10 @@ def test_every_bundled_config_parses() -> None:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ('name: "m"\nmax_batch_sise: 4\n', 'config.pbtxt:2:1: Message type "inference.ModelConfig" has no field named '
-                                           '"max_batch_sise"'),
+        (
+            'name: "m"\nmax_batch_sise: 4\n',
+            'config.pbtxt:2:1: Message type "inference.ModelConfig" has no field named "max_batch_sise"',
+        ),
         ('name: "m"\ninput [ { name: "x" data_type: TYPE_FLOAT32 dims: [1] } ]\n', "config.pbtxt:2:"),
         ('name: "m"\nmax_batch_size: "eight"\n', "config.pbtxt:2:"),
         ('name: "m"\ninput [ { name: "x" \n', "config.pbtxt:"),
@@ -71,17 +73,29 @@ def test_syntax_errors_name_file_line_and_field(text: str, expected: str) -> Non
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ('max_batch_size: -1 input [{name: "x" data_type: TYPE_FP32 dims: [1]}] output [{name: "y" '
-         'data_type: TYPE_FP32 dims: [1]}]', "max_batch_size must be >= 0"),
-        ('input [{name: "x" dims: [1]}] output [{name: "y" data_type: TYPE_FP32 dims: [1]}]',
-         "input[0] 'x': 'data_type' is required"),
-        ('input [{name: "x" data_type: TYPE_FP32 dims: [0]}] output [{name: "y" data_type: TYPE_FP32 dims: [1]}]',
-         "must be positive or -1"),
-        ('max_batch_size: 4 input [{name: "x" data_type: TYPE_FP32 dims: [1]}] output [{name: "y" '
-         'data_type: TYPE_FP32 dims: [1]}] dynamic_batching { preferred_batch_size: [8] }',
-         "preferred_batch_size 8 must be in 1..max_batch_size (4)"),
-        ('input [{name: "x" data_type: TYPE_FP32 dims: [1]}, {name: "x" data_type: TYPE_FP32 dims: [1]}] '
-         'output [{name: "y" data_type: TYPE_FP32 dims: [1]}]', "duplicate input name 'x'"),
+        (
+            'max_batch_size: -1 input [{name: "x" data_type: TYPE_FP32 dims: [1]}] output [{name: "y" '
+            "data_type: TYPE_FP32 dims: [1]}]",
+            "max_batch_size must be >= 0",
+        ),
+        (
+            'input [{name: "x" dims: [1]}] output [{name: "y" data_type: TYPE_FP32 dims: [1]}]',
+            "input[0] 'x': 'data_type' is required",
+        ),
+        (
+            'input [{name: "x" data_type: TYPE_FP32 dims: [0]}] output [{name: "y" data_type: TYPE_FP32 dims: [1]}]',
+            "must be positive or -1",
+        ),
+        (
+            'max_batch_size: 4 input [{name: "x" data_type: TYPE_FP32 dims: [1]}] output [{name: "y" '
+            "data_type: TYPE_FP32 dims: [1]}] dynamic_batching { preferred_batch_size: [8] }",
+            "preferred_batch_size 8 must be in 1..max_batch_size (4)",
+        ),
+        (
+            'input [{name: "x" data_type: TYPE_FP32 dims: [1]}, {name: "x" data_type: TYPE_FP32 dims: [1]}] '
+            'output [{name: "y" data_type: TYPE_FP32 dims: [1]}]',
+            "duplicate input name 'x'",
+        ),
     ],
 )
 def test_semantic_errors_are_precise(text: str, expected: str) -> None:

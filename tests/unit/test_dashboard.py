@@ -20,14 +20,29 @@ from ferry.statistics import ModelStats
 
 from ..conftest import MODEL_REPO, ROOT
 
-STATIC_FILES = ("index.html", "app.js", "api.js", "charts.js", "stats.js", "tryit.js", "style.css",
-                "vendor/uPlot.iife.min.js", "vendor/uPlot.min.css")
+STATIC_FILES = (
+    "index.html",
+    "app.js",
+    "api.js",
+    "charts.js",
+    "stats.js",
+    "tryit.js",
+    "style.css",
+    "vendor/uPlot.iife.min.js",
+    "vendor/uPlot.min.css",
+)
 
 
 def _loaded(name: str, version: int) -> SimpleNamespace:
     """What the collectors read from a loaded version: its stats, scheduler and pipeline."""
-    return SimpleNamespace(name=name, version=version, stats=ModelStats(name, str(version)), scheduler=None,
-                           pipeline=None, load_seconds=0.5)
+    return SimpleNamespace(
+        name=name,
+        version=version,
+        stats=ModelStats(name, str(version)),
+        scheduler=None,
+        pipeline=None,
+        load_seconds=0.5,
+    )
 
 
 class _OneGpuAndALabelledHostSeries:
@@ -90,8 +105,22 @@ def test_overview_of_an_unstarted_repository_in_none_mode() -> None:
 def test_assets_ship_in_the_wheel_and_are_found_from_the_installed_package(tmp_path: Path) -> None:
     """Build the wheel, install it by unpacking (a pure wheel's install), and let Starlette find
     the static folder of that installed copy, not of this source tree."""
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
-                    str(tmp_path / "dist"), str(ROOT)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path / "dist"),
+            str(ROOT),
+        ],
+        check=True,
+        capture_output=True,
+    )
     (wheel,) = (tmp_path / "dist").glob("ferry-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
@@ -106,8 +135,9 @@ def test_assets_ship_in_the_wheel_and_are_found_from_the_installed_package(tmp_p
         "(folder,) = StaticFiles(packages=[routes.STATIC_PACKAGE]).all_directories\n"
         "print(folder)\n"
     )
-    found = subprocess.run([sys.executable, "-c", probe, str(tmp_path / "site")], check=True, capture_output=True,
-                           text=True).stdout.strip()
+    found = subprocess.run(
+        [sys.executable, "-c", probe, str(tmp_path / "site")], check=True, capture_output=True, text=True
+    ).stdout.strip()
     assert Path(found) == tmp_path / "site" / "ferry" / "dashboard" / "static"
     for name in STATIC_FILES:
         assert (Path(found) / name).is_file(), name

@@ -90,8 +90,9 @@ def test_tensorrt_model_without_tensorrt_fails_to_load_clearly(tmp_path: Path) -
     model_dir = tmp_path / "engine"
     (model_dir / "1").mkdir(parents=True)
     (model_dir / "1" / "model_sm90.plan").write_bytes(b"not an engine")
-    (model_dir / "config.pbtxt").write_text('platform: "tensorrt_plan" max_batch_size: 8 '
-                                            'cc_model_filenames { key: "9.0" value: "model_sm90.plan" }')
+    (model_dir / "config.pbtxt").write_text(
+        'platform: "tensorrt_plan" max_batch_size: 8 cc_model_filenames { key: "9.0" value: "model_sm90.plan" }'
+    )
     config = read_config_file(model_dir)
     with pytest.raises(ModelLoadError, match=r"tensorrt_plan needs the tensorrt package.*ferry\[tensorrt\]"):
         load_version(model_dir, 1, config, "test")
@@ -124,8 +125,10 @@ def test_cuda_ep_options_from_config(tmp_path: Path, caplog) -> None:
     config = _config("""max_batch_size: 0 optimization { cuda { graphs: true } }
         parameters { key: "cudnn_conv_algo_search" value { string_value: "1" } }""")
     chosen = choose_providers(config, InstanceSpec("g", "GPU", device_id=2), tmp_path, GPU_PROVIDERS, {"x": [2, 3]})
-    assert chosen[0] == ("CUDAExecutionProvider",
-                         {"device_id": 2, "cudnn_conv_algo_search": "HEURISTIC", "enable_cuda_graph": True})
+    assert chosen[0] == (
+        "CUDAExecutionProvider",
+        {"device_id": 2, "cudnn_conv_algo_search": "HEURISTIC", "enable_cuda_graph": True},
+    )
     batched = _config("max_batch_size: 8 optimization { cuda { graphs: true } }")
     caplog.set_level(logging.WARNING)
     options = choose_providers(batched, InstanceSpec("g", "GPU"), tmp_path, GPU_PROVIDERS, {"x": [3]})[0][1]
@@ -154,4 +157,3 @@ def test_fixed_binding_runner_reuses_its_buffers() -> None:
         np.testing.assert_allclose(out["total"], [x.sum()], rtol=1e-5)
     with pytest.raises(InvalidArgument, match="static shape"):
         runner.run({"x": np.zeros((3, 3), dtype=np.float32)}, ["y"])
-

@@ -32,17 +32,23 @@ def test_gpu_instance_without_gpu_providers_fails_clearly(tmp_path: Path) -> Non
 def test_available_providers_are_used_with_cpu_last(tmp_path: Path, caplog) -> None:
     config = text_format.Parse(TRT_CONFIG, mc.ModelConfig(name="m"))
     caplog.set_level(logging.WARNING)
-    chosen = choose_providers(config, InstanceSpec("g", "GPU", device_id=1), tmp_path,
-                              ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    chosen = choose_providers(
+        config, InstanceSpec("g", "GPU", device_id=1), tmp_path, ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    )
     assert [name for name, _ in chosen] == ["CUDAExecutionProvider", "CPUExecutionProvider"]
     assert chosen[0][1]["device_id"] == 1
     assert "TensorrtExecutionProvider" in caplog.text  # the missing provider is named in the warning
-    full = choose_providers(config, InstanceSpec("g", "GPU"), tmp_path,
-                            ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"])
+    full = choose_providers(
+        config,
+        InstanceSpec("g", "GPU"),
+        tmp_path,
+        ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"],
+    )
     assert full[0][0] == "TensorrtExecutionProvider"
     assert full[0][1]["trt_fp16_enable"] is True and full[0][1]["trt_engine_cache_path"].endswith("trt_cache")
-    assert choose_providers(mc.ModelConfig(), InstanceSpec("c", "CPU"), tmp_path,
-                            ["CUDAExecutionProvider", "CPUExecutionProvider"]) == [("CPUExecutionProvider", {})]
+    assert choose_providers(
+        mc.ModelConfig(), InstanceSpec("c", "CPU"), tmp_path, ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    ) == [("CPUExecutionProvider", {})]
 
 
 def _copy(tmp_path: Path, name: str, extra: str) -> tuple[Path, mc.ModelConfig]:
@@ -67,8 +73,10 @@ instance_group [ { kind: KIND_CPU count: 2 } ]
         assert len(model.instances) == 3  # the file's group of 1 plus this group of 2
     finally:
         model.close()
-    broken = '\nmodel_warmup [ { name: "bad" batch_size: 1 inputs { key: "NOPE" value { data_type: TYPE_FP32 ' \
-             'dims: [16] zero_data: true } } } ]\n'
+    broken = (
+        '\nmodel_warmup [ { name: "bad" batch_size: 1 inputs { key: "NOPE" value { data_type: TYPE_FP32 '
+        "dims: [16] zero_data: true } } } ]\n"
+    )
     model_dir, config = _copy(tmp_path / "b", "simple_fp32", broken)
     with pytest.raises(ModelLoadError, match="warmup sample 'bad' failed"):
         load_version(model_dir, 1, config, "test")

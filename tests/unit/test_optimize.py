@@ -46,8 +46,17 @@ def _options(repo: Path, **extra) -> OptimizeOptions:
 
 def test_int8_writes_a_qdq_model_that_serves_and_agrees(digits_repo) -> None:
     repo, calib, test = digits_repo
-    result = optimize(_options(repo, precision="int8", calibration_images=calib, calibration_count=200,
-                               eval_images=test, output_name="digits_int8_t"), say=lambda _: None)
+    result = optimize(
+        _options(
+            repo,
+            precision="int8",
+            calibration_images=calib,
+            calibration_count=200,
+            eval_images=test,
+            output_name="digits_int8_t",
+        ),
+        say=lambda _: None,
+    )
     assert result.model_file == repo / "digits_int8_t" / "1" / "model.onnx"
     counts = count_qdq_nodes(result.model_file)
     assert counts["QuantizeLinear"] >= 5 and counts["DequantizeLinear"] >= 10  # convs and gemms quantized
@@ -75,8 +84,15 @@ def test_int8_writes_a_qdq_model_that_serves_and_agrees(digits_repo) -> None:
 
 def test_int8_below_the_threshold_is_refused_unless_forced(digits_repo) -> None:
     repo, calib, _ = digits_repo
-    options = _options(repo, precision="int8", calibration_images=calib, calibration_count=64, eval_count=64,
-                       output_name="digits_refused", min_agreement=1.01)
+    options = _options(
+        repo,
+        precision="int8",
+        calibration_images=calib,
+        calibration_count=64,
+        eval_count=64,
+        output_name="digits_refused",
+        min_agreement=1.01,
+    )
     with pytest.raises(AccuracyRefused, match="below --min-agreement 1.01") as caught:
         optimize(options, say=lambda _: None)
     assert caught.value.report.samples == 64
@@ -101,8 +117,23 @@ def test_fp16_keeps_fp32_io_and_stays_close(digits_repo) -> None:
 
 def test_new_version_and_cli_errors(digits_repo, capsys) -> None:
     repo, calib, _ = digits_repo
-    code = main(["optimize", str(repo / "digits"), "--precision", "int8", "--calibration-images", str(calib),
-                 "--calibration-count", "64", "--eval-count", "64", "--as-version", "2", "--quiet"])
+    code = main(
+        [
+            "optimize",
+            str(repo / "digits"),
+            "--precision",
+            "int8",
+            "--calibration-images",
+            str(calib),
+            "--calibration-count",
+            "64",
+            "--eval-count",
+            "64",
+            "--as-version",
+            "2",
+            "--quiet",
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     assert (repo / "digits" / "2" / "model.onnx").is_file()
     assert count_qdq_nodes(repo / "digits" / "2" / "model.onnx")["QuantizeLinear"] > 0
@@ -113,8 +144,22 @@ def test_new_version_and_cli_errors(digits_repo, capsys) -> None:
     assert "does not exist" in capsys.readouterr().err
     empty = calib.parent / "empty"
     empty.mkdir(exist_ok=True)
-    assert main(["optimize", str(repo / "digits"), "--precision", "int8", "--calibration-images", str(empty),
-                 "--quiet", "--output-name", "x"]) == 1
+    assert (
+        main(
+            [
+                "optimize",
+                str(repo / "digits"),
+                "--precision",
+                "int8",
+                "--calibration-images",
+                str(empty),
+                "--quiet",
+                "--output-name",
+                "x",
+            ]
+        )
+        == 1
+    )
     assert "no images" in capsys.readouterr().err
     assert main(["optimize", str(repo / "digits"), "--precision", "fp16", "--engine", "tensorrt", "--quiet"]) == 1
     assert "cannot build a TensorRT engine here" in capsys.readouterr().err
@@ -142,14 +187,16 @@ def test_calibration_needs_an_image_pipeline(tmp_path: Path) -> None:
     shutil.copytree(REPO / "simple_fp32", tmp_path / "simple_fp32")
     (tmp_path / "imgs").mkdir()
     Image.new("L", (8, 8)).save(tmp_path / "imgs" / "a.png")
-    options = OptimizeOptions(model_dir=tmp_path / "simple_fp32", precision="int8",
-                              calibration_images=tmp_path / "imgs", show_progress=False)
+    options = OptimizeOptions(
+        model_dir=tmp_path / "simple_fp32", precision="int8", calibration_images=tmp_path / "imgs", show_progress=False
+    )
     with pytest.raises(OptimizeError, match="no ferry_image section"):
         optimize(options, say=lambda _: None)
     tensors = tmp_path / "x.npy"
     np.save(tensors, np.random.default_rng(0).random((16, 16), dtype=np.float32))
-    options = OptimizeOptions(model_dir=tmp_path / "simple_fp32", precision="int8", calibration_tensors=tensors,
-                              show_progress=False)
+    options = OptimizeOptions(
+        model_dir=tmp_path / "simple_fp32", precision="int8", calibration_tensors=tensors, show_progress=False
+    )
     with pytest.raises(OptimizeError, match="feeds one input, but model 'simple_fp32' has 2"):
         optimize(options, say=lambda _: None)
 
@@ -174,12 +221,20 @@ def test_detector_int8_reports_map_against_fp32_and_ground_truth(tmp_path: Path)
     truth = {}
     for index, scene in enumerate(scenes):
         Image.fromarray(scene.image).save(tmp_path / "scenes" / f"{index:03d}.png")
-        truth[f"{index:03d}.png"] = [[*map(float, box), int(c)] for box, c in zip(scene.boxes, scene.classes,
-                                                                                  strict=True)]
+        truth[f"{index:03d}.png"] = [
+            [*map(float, box), int(c)] for box, c in zip(scene.boxes, scene.classes, strict=True)
+        ]
     (tmp_path / "truth.json").write_text(json.dumps(truth))
-    result = optimize(OptimizeOptions(model_dir=tmp_path / "repo" / "digit_detector", precision="int8",
-                                      calibration_images=tmp_path / "scenes", eval_annotations=tmp_path / "truth.json",
-                                      show_progress=False), say=lambda _: None)
+    result = optimize(
+        OptimizeOptions(
+            model_dir=tmp_path / "repo" / "digit_detector",
+            precision="int8",
+            calibration_images=tmp_path / "scenes",
+            eval_annotations=tmp_path / "truth.json",
+            show_progress=False,
+        ),
+        say=lambda _: None,
+    )
     report = result.report
     assert report.task == "detect" and report.top1_agreement is None
     assert 0.9 <= report.map_vs_reference <= 1.0
@@ -188,6 +243,13 @@ def test_detector_int8_reports_map_against_fp32_and_ground_truth(tmp_path: Path)
     assert any("delta" in line for line in report.lines())
     (tmp_path / "bad.json").write_text(json.dumps({"000.png": [[0, 0, 1, 1, 0]]}))
     with pytest.raises(OptimizeError, match="no entry for 47 image"):
-        optimize(OptimizeOptions(model_dir=tmp_path / "repo" / "digit_detector", precision="fp16",
-                                 eval_images=tmp_path / "scenes", eval_annotations=tmp_path / "bad.json",
-                                 show_progress=False), say=lambda _: None)
+        optimize(
+            OptimizeOptions(
+                model_dir=tmp_path / "repo" / "digit_detector",
+                precision="fp16",
+                eval_images=tmp_path / "scenes",
+                eval_annotations=tmp_path / "bad.json",
+                show_progress=False,
+            ),
+            say=lambda _: None,
+        )

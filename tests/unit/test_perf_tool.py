@@ -16,14 +16,26 @@ from ferry_client.perf.report import table, write_csv, write_json
 from ferry_client.perf.runner import StepPlan, StepResult, split_load
 from ferry_client.perf.wire import encode_requests
 
-SIMPLE_META = {"name": "simple", "inputs": [{"name": "INPUT0", "datatype": "INT32", "shape": [-1, 16]},
-                                            {"name": "INPUT1", "datatype": "INT32", "shape": [-1, 16]}]}
+SIMPLE_META = {
+    "name": "simple",
+    "inputs": [
+        {"name": "INPUT0", "datatype": "INT32", "shape": [-1, 16]},
+        {"name": "INPUT1", "datatype": "INT32", "shape": [-1, 16]},
+    ],
+}
 
 
-@pytest.mark.parametrize(("text", "values"), [
-    ("1:32:x2", [1, 2, 4, 8, 16, 32]), ("4:16:4", [4, 8, 12, 16]), ("8", [8]), ("1:8", [1, 2, 4, 8]),
-    ("3:10:x2", [3, 6, 10]), ("1:5:3", [1, 4, 5]),
-])
+@pytest.mark.parametrize(
+    ("text", "values"),
+    [
+        ("1:32:x2", [1, 2, 4, 8, 16, 32]),
+        ("4:16:4", [4, 8, 12, 16]),
+        ("8", [8]),
+        ("1:8", [1, 2, 4, 8]),
+        ("3:10:x2", [3, 6, 10]),
+        ("1:5:3", [1, 4, 5]),
+    ],
+)
 def test_ranges(text, values) -> None:
     assert parse_range(text) == values
 
@@ -93,10 +105,16 @@ def test_file_inputs_npz_npy_json(tmp_path) -> None:
     np.savez(tmp_path / "data.npz", INPUT0=np.ones((6, 16)), INPUT1=np.zeros((6, 16)))
     samples = perf_inputs.file_samples(tmp_path / "data.npz", specs, batched, 2, {})
     assert len(samples) == 3 and samples[0]["INPUT0"].shape == (2, 16) and samples[0]["INPUT0"].dtype == np.int32
-    (tmp_path / "data.json").write_text(json.dumps({"data": [
-        {"INPUT0": list(range(16)), "INPUT1": {"content": [1] * 16, "shape": [16]}},
-        {"INPUT0": list(range(16, 32)), "INPUT1": {"content": [2] * 16, "shape": [16]}},
-    ]}))
+    (tmp_path / "data.json").write_text(
+        json.dumps(
+            {
+                "data": [
+                    {"INPUT0": list(range(16)), "INPUT1": {"content": [1] * 16, "shape": [16]}},
+                    {"INPUT0": list(range(16, 32)), "INPUT1": {"content": [2] * 16, "shape": [16]}},
+                ]
+            }
+        )
+    )
     samples = perf_inputs.file_samples(tmp_path / "data.json", specs, batched, 1, {})
     assert len(samples) == 2 and samples[1]["INPUT0"][0, 0] == 16 and samples[1]["INPUT1"].shape == (1, 16)
     np.save(tmp_path / "one.npy", np.ones((2, 16)))
@@ -136,12 +154,22 @@ def test_encoded_requests_match_the_sdk_wire_format() -> None:
 
 def test_server_breakdown_is_per_request() -> None:
     def stats(success: int, queue_ns: int, executions: int) -> dict:
-        return {"model_stats": [{"name": "m", "version": "1", "inference_count": success,
-                                 "execution_count": executions, "inference_stats": {
-                                     "success": {"count": success, "ns": success * 2000},
-                                     "queue": {"count": success, "ns": queue_ns},
-                                     "compute_infer": {"count": success, "ns": success * 500}}},
-                                {"name": "other", "version": "1", "inference_count": 99}]}
+        return {
+            "model_stats": [
+                {
+                    "name": "m",
+                    "version": "1",
+                    "inference_count": success,
+                    "execution_count": executions,
+                    "inference_stats": {
+                        "success": {"count": success, "ns": success * 2000},
+                        "queue": {"count": success, "ns": queue_ns},
+                        "compute_infer": {"count": success, "ns": success * 500},
+                    },
+                },
+                {"name": "other", "version": "1", "inference_count": 99},
+            ]
+        }
 
     before = server_stats.totals(stats(10, 10_000, 10), "m")
     after = server_stats.totals(stats(30, 50_000, 15), "m")
@@ -152,8 +180,19 @@ def test_server_breakdown_is_per_request() -> None:
 
 def test_reports_table_csv_json(tmp_path) -> None:
     window = window_stats(np.array([1000.0, 2000.0]), 0, 1.0)
-    step = StepResult("concurrency", 4, window, [window], False, 2, 0, 0, {}, 0.2,
-                      server_stats.ServerBreakdown(2, 0, 1.0, 0.5, 0.0, 0.4, 0.0, 1.0))
+    step = StepResult(
+        "concurrency",
+        4,
+        window,
+        [window],
+        False,
+        2,
+        0,
+        0,
+        {},
+        0.2,
+        server_stats.ServerBreakdown(2, 0, 1.0, 0.5, 0.0, 0.4, 0.0, 1.0),
+    )
     text = table([step])
     assert text.splitlines()[0].split()[0] == "concurrency" and "server_requests" in text
     write_csv(tmp_path / "r.csv", [step])

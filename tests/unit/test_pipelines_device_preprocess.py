@@ -26,8 +26,14 @@ from ferry.pipelines.device_preprocess import DevicePreprocessor  # noqa: E402
 
 DEVICES = [
     pytest.param("cpu", id="cpu"),
-    pytest.param("cuda", id="cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
-        not torch.cuda.is_available(), reason="needs CUDA (torch.cuda.is_available() is False)")]),
+    pytest.param(
+        "cuda",
+        id="cuda",
+        marks=[
+            pytest.mark.gpu,
+            pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (torch.cuda.is_available() is False)"),
+        ],
+    ),
 ]
 #: Largest difference in pixel levels for resampled pixels, and the share of pixels allowed to differ at all.
 #: (Measured with torch 2.13 / Pillow 13 on these images: at most 1 level for BILINEAR, 2 for BICUBIC, and 10-19%
@@ -72,8 +78,16 @@ def levels(spec, tensor: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize(("resize", "corner"), RESIZES)
 @pytest.mark.parametrize("interpolation", [P.BILINEAR, P.BICUBIC, P.NEAREST], ids=["bilinear", "bicubic", "nearest"])
 def test_matches_the_cpu_path(device: str, resize: int, corner: bool, interpolation: int) -> None:
-    spec = make_spec(resize=resize, letterbox_corner=corner, pad_value=114, interpolation=interpolation,
-                     mean=IMAGENET_MEAN, std=IMAGENET_STD, width=40, height=32)
+    spec = make_spec(
+        resize=resize,
+        letterbox_corner=corner,
+        pad_value=114,
+        interpolation=interpolation,
+        mean=IMAGENET_MEAN,
+        std=IMAGENET_STD,
+        width=40,
+        height=32,
+    )
     batch = images()
     expected = levels(spec, cpu_batch(spec, batch))
     got = levels(spec, device_batch(spec, batch, device))
@@ -87,8 +101,9 @@ def test_matches_the_cpu_path(device: str, resize: int, corner: bool, interpolat
 @pytest.mark.parametrize("layout", [P.NCHW, P.NHWC], ids=["nchw", "nhwc"])
 @pytest.mark.parametrize("color", [P.RGB, P.BGR, P.GRAY], ids=["rgb", "bgr", "gray"])
 @pytest.mark.parametrize("datatype", ["FP32", "FP16", "UINT8"])
-def test_layout_colour_and_type_match_exactly_without_resampling(device: str, layout: int, color: int,
-                                                                 datatype: str) -> None:
+def test_layout_colour_and_type_match_exactly_without_resampling(
+    device: str, layout: int, color: int, datatype: str
+) -> None:
     """Letterboxing an image that already fits resamples nothing: both paths must agree exactly
     (up to FP16 rounding), padding included."""
     fields: dict[str, object] = {"pad_value": 114, "letterbox_corner": True}

@@ -100,7 +100,7 @@ def test_fp16_modes_on_the_cpu(tmp_path: Path, mode: str) -> None:
     build = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(build)
     x = build.load_test_set(REPO / "digits" / "test_split.npz")[0][:128]  # held-out digits (CPU FP16 is slow)
-    got = np.concatenate([model.run({"input": x[i:i + 64]}, ["logits"])["logits"] for i in range(0, len(x), 64)])
+    got = np.concatenate([model.run({"input": x[i : i + 64]}, ["logits"])["logits"] for i in range(0, len(x), 64)])
     expected = onnx_logits(x)
     assert got.dtype == np.float32
     # float16 keeps ~3 significant digits; logits here reach |26| (measured: max difference 0.013).
@@ -134,18 +134,23 @@ def io_config(inputs: list[str], outputs: list[tuple[str, str]]) -> str:
     return "max_batch_size: 4\n" + tensors
 
 
-@pytest.mark.parametrize(("inputs", "outputs"), [
-    (["second", "first"], [("diff", "TYPE_FP32"), ("code", "TYPE_INT32")]),  # by forward's parameter names
-    (["INPUT__1", "INPUT__0"], [("OUTPUT__1", "TYPE_INT32"), ("OUTPUT__0", "TYPE_FP32")]),  # Triton's __index
-])
-def test_inputs_and_tuple_outputs_bind_by_name_or_index(tmp_path: Path, inputs: list[str],
-                                                        outputs: list[tuple[str, str]]) -> None:
+@pytest.mark.parametrize(
+    ("inputs", "outputs"),
+    [
+        (["second", "first"], [("diff", "TYPE_FP32"), ("code", "TYPE_INT32")]),  # by forward's parameter names
+        (["INPUT__1", "INPUT__0"], [("OUTPUT__1", "TYPE_INT32"), ("OUTPUT__0", "TYPE_FP32")]),  # Triton's __index
+    ],
+)
+def test_inputs_and_tuple_outputs_bind_by_name_or_index(
+    tmp_path: Path, inputs: list[str], outputs: list[tuple[str, str]]
+) -> None:
     model_file, config = scripted(tmp_path, TwoInTwoOut(), io_config(inputs, outputs))
     model = PyTorchInstance(model_file, config, InstanceSpec("i", "CPU"))
     first, second = np.array([[5.0, 7.0]], np.float32), np.array([[1.0, 2.0]], np.float32)
     names = {"second": second, "first": first, "INPUT__0": first, "INPUT__1": second}
-    difference, code = (outputs[0][0], outputs[1][0]) if outputs[0][1] == "TYPE_FP32" else (outputs[1][0],
-                                                                                            outputs[0][0])
+    difference, code = (
+        (outputs[0][0], outputs[1][0]) if outputs[0][1] == "TYPE_FP32" else (outputs[1][0], outputs[0][0])
+    )
     result = model.run({name: names[name] for name in inputs}, [difference, code])
     np.testing.assert_array_equal(result[difference], first - second)
     np.testing.assert_array_equal(result[code], np.array([[51, 72]], np.int32))
@@ -153,8 +158,9 @@ def test_inputs_and_tuple_outputs_bind_by_name_or_index(tmp_path: Path, inputs: 
 
 
 def test_dict_outputs_bind_by_key(tmp_path: Path) -> None:
-    model_file, config = scripted(tmp_path, DictOut(), io_config(["first", "second"],
-                                                                 [("sum", "TYPE_FP32"), ("difference", "TYPE_FP32")]))
+    model_file, config = scripted(
+        tmp_path, DictOut(), io_config(["first", "second"], [("sum", "TYPE_FP32"), ("difference", "TYPE_FP32")])
+    )
     model = PyTorchInstance(model_file, config, InstanceSpec("i", "CPU"))
     a, b = np.ones((2, 2), np.float32), np.full((2, 2), 3.0, np.float32)
     result = model.run({"first": a, "second": b}, ["sum", "difference"])
@@ -163,8 +169,9 @@ def test_dict_outputs_bind_by_key(tmp_path: Path) -> None:
 
 
 def test_output_type_mismatch_is_a_clear_error(tmp_path: Path) -> None:
-    model_file, config = scripted(tmp_path, TwoInTwoOut(), io_config(["first", "second"],
-                                                                     [("diff", "TYPE_FP32"), ("code", "TYPE_INT64")]))
+    model_file, config = scripted(
+        tmp_path, TwoInTwoOut(), io_config(["first", "second"], [("diff", "TYPE_FP32"), ("code", "TYPE_INT64")])
+    )
     model = PyTorchInstance(model_file, config, InstanceSpec("i", "CPU"))
     with pytest.raises(FerryError, match="output 'code' is torch.int32 but the config declares torch.int64"):
         model.run({"first": np.ones((1, 2), np.float32), "second": np.ones((1, 2), np.float32)}, ["code"])
@@ -181,8 +188,11 @@ def test_torchscript_needs_declared_tensors(tmp_path: Path) -> None:
 
 def test_too_many_declared_inputs(tmp_path: Path) -> None:
     model_file, config = scripted(tmp_path, DictOut(), io_config(["a", "b", "c"], [("sum", "TYPE_FP32")]))
-    with pytest.raises(ModelLoadError, match=r"forward takes 2 tensor\(s\) \(first, second\) but the config "
-                                             r"declares 3 inputs"):
+    with pytest.raises(
+        ModelLoadError,
+        match=r"forward takes 2 tensor\(s\) \(first, second\) but the config "
+        r"declares 3 inputs",
+    ):
         PyTorchInstance(model_file, config, InstanceSpec("i", "CPU"))
 
 
@@ -229,8 +239,10 @@ def onnx_digits(tmp_path: Path, extra: str = "") -> tuple[Path, mc.ModelConfig]:
     model_dir = tmp_path / "digits_converted"
     (model_dir / "1").mkdir(parents=True)
     shutil.copy(REPO / "digits" / "1" / "model.onnx", model_dir / "1" / "model.onnx")
-    text = ('backend: "pytorch"\nmax_batch_size: 64\n'
-            'parameters { key: "ferry_convert_from" value: { string_value: "onnx" } }\n' + extra)
+    text = (
+        'backend: "pytorch"\nmax_batch_size: 64\n'
+        'parameters { key: "ferry_convert_from" value: { string_value: "onnx" } }\n' + extra
+    )
     (model_dir / "config.pbtxt").write_text(text)
     config = read_config_file(model_dir)
     assert config is not None
@@ -259,8 +271,11 @@ def test_conversion_path_with_a_stand_in_converter(tmp_path: Path, monkeypatch: 
         assert [t.name for t in version.config.input] == ["input"] and list(version.config.input[0].dims) == [1, 28, 28]
         assert [t.name for t in version.config.output] == ["logits"]
         x = digits_inputs(5)
-        np.testing.assert_allclose(version.instances[0].run({"input": x}, ["logits"])["logits"], onnx_logits(x),
-                                   atol=GPU_FP32_TOLERANCE if CUDA else 1e-4)
+        np.testing.assert_allclose(
+            version.instances[0].run({"input": x}, ["logits"])["logits"],
+            onnx_logits(x),
+            atol=GPU_FP32_TOLERANCE if CUDA else 1e-4,
+        )
     finally:
         version.close()
 
@@ -302,7 +317,7 @@ GRAPHS = "optimization { cuda { graphs: true } }\n"
 @pytest.mark.parametrize("graphs", [True, False], ids=["graphs", "eager"])
 @pytest.mark.parametrize("marks", [pytest.param(None, marks=needs_cuda, id="cuda")])
 def test_gpu_instance_matches_onnxruntime(tmp_path: Path, mode: str, graphs: bool, marks: None) -> None:
-    extra = precision(mode) + ("" if graphs else 'optimization { cuda { graphs: false } }\n')
+    extra = precision(mode) + ("" if graphs else "optimization { cuda { graphs: false } }\n")
     model = instance(tmp_path, extra, kind="GPU")
     assert model.device == "cuda:0" and (model._graphs is not None) == graphs
     if graphs:
@@ -349,7 +364,8 @@ def test_instances_per_gpu_each_have_a_stream(tmp_path: Path, marks: None) -> No
         assert len({id(i._stream) for i in version.instances}) == len(version.instances)
         x = digits_inputs(4)
         for model in version.instances:
-            np.testing.assert_allclose(model.run({"input": x}, ["logits"])["logits"], onnx_logits(x),
-                                       atol=GPU_FP32_TOLERANCE)
+            np.testing.assert_allclose(
+                model.run({"input": x}, ["logits"])["logits"], onnx_logits(x), atol=GPU_FP32_TOLERANCE
+            )
     finally:
         version.close()

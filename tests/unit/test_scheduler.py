@@ -266,8 +266,11 @@ async def test_delay_action_moves_timed_out_requests_behind() -> None:
 
 
 async def test_priorities_are_ordered() -> None:
-    s, (fake,) = await make(policy(max_batch_size=1, priority_levels=2, default_priority=2,
-                                   queue_policies={1: QueuePolicy(), 2: QueuePolicy()}))
+    s, (fake,) = await make(
+        policy(
+            max_batch_size=1, priority_levels=2, default_priority=2, queue_policies={1: QueuePolicy(), 2: QueuePolicy()}
+        )
+    )
     fake.gate.clear()
     running = asyncio.create_task(submit(s, 0))
     await wait_started(fake)

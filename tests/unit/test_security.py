@@ -69,8 +69,9 @@ def test_check_compares_against_every_token_without_stopping(monkeypatch: pytest
         assert len(calls) == 5, presented
 
 
-def test_token_file_rotation_and_a_broken_file_keeps_the_last_tokens(tmp_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_token_file_rotation_and_a_broken_file_keeps_the_last_tokens(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(tokens_module, "_RECHECK_SECONDS", 0.0)
     token_file = tmp_path / "tokens"
     token_file.write_text("first\n")
@@ -79,18 +80,29 @@ def test_token_file_rotation_and_a_broken_file_keeps_the_last_tokens(tmp_path: P
     token_file.write_text("second\n")
     os.utime(token_file, ns=(1, 1))  # a different mtime even on coarse clocks
     assert store.check("second") and not store.check("first")
-    token_file.write_text("bad\"token\n")
+    token_file.write_text('bad"token\n')
     os.utime(token_file, ns=(2, 2))
     assert store.check("second"), "a malformed rewrite must not drop (or open) auth"
     token_file.unlink()
     assert store.check("second") and not store.check("bad")
 
 
-@pytest.mark.parametrize("header, token", [
-    ("Bearer abc", b"abc"), ("bearer abc", b"abc"), ("BEARER  abc ", b"abc"), (b"Bearer abc", b"abc"),
-    ("Basic abc", None), ("abc", None), ("Bearer", None), ("Bearer   ", None), ("", None), (None, None),
-    ("Bearer ü", "ü".encode()),
-])
+@pytest.mark.parametrize(
+    "header, token",
+    [
+        ("Bearer abc", b"abc"),
+        ("bearer abc", b"abc"),
+        ("BEARER  abc ", b"abc"),
+        (b"Bearer abc", b"abc"),
+        ("Basic abc", None),
+        ("abc", None),
+        ("Bearer", None),
+        ("Bearer   ", None),
+        ("", None),
+        (None, None),
+        ("Bearer ü", "ü".encode()),
+    ],
+)
 def test_bearer_token_parsing(header: str | bytes | None, token: bytes | None) -> None:
     assert bearer_token(header) == token
 
@@ -101,8 +113,17 @@ def test_policy_public_paths_only_when_asked() -> None:
     private = AuthPolicy(store)
     for path in ("/v2/health/live", "/v2/health/ready", "/v2/models/m/ready", "/v2/models/m/versions/3/ready"):
         assert public.http_public(path) and not private.http_public(path)
-    for path in ("/v2", "/v2/models/m", "/v2/models/m/infer", "/v2/health/live/x", "/v2/models/a/b/ready",
-                 "/v2/repository/index", "/metrics", "/openapi.json", "/docs"):
+    for path in (
+        "/v2",
+        "/v2/models/m",
+        "/v2/models/m/infer",
+        "/v2/health/live/x",
+        "/v2/models/a/b/ready",
+        "/v2/repository/index",
+        "/metrics",
+        "/openapi.json",
+        "/docs",
+    ):
         assert not public.http_public(path), path
     for method in ("ServerLive", "ServerReady", "ModelReady"):
         assert public.grpc_public(f"/inference.GRPCInferenceService/{method}")
@@ -172,10 +193,13 @@ FORBIDDEN_BUILTINS = {"eval", "exec", "compile", "__import__"}
 #: torch.load, torch.serialization and torch.package unpickle.
 TORCH_MODULES = {"pytorch.py", "torch_loading.py", "cuda_graphs.py", "device_preprocess.py", "runtime.py"}
 FORBIDDEN_TORCH = {"torch.serialization", "torch.package"}
+
+
 def _pickle_refused(call: ast.Call) -> bool:
     """``np.load(..., allow_pickle=False)`` reads plain arrays only, so it may stay."""
-    return any(k.arg == "allow_pickle" and isinstance(k.value, ast.Constant) and k.value.value is False
-               for k in call.keywords)
+    return any(
+        k.arg == "allow_pickle" and isinstance(k.value, ast.Constant) and k.value.value is False for k in call.keywords
+    )
 
 
 FORBIDDEN_METHODS = {"import_module", "load_source", "exec_module", "run_path", "run_module", "spec_from_file_location"}
@@ -187,17 +211,28 @@ def test_server_source_never_unpickles_or_executes() -> None:
         tree = ast.parse(path.read_text(), str(path))
         for node in ast.walk(tree):
             if isinstance(node, ast.Import | ast.ImportFrom):
-                names = [alias.name for alias in node.names] + ([node.module] if isinstance(node, ast.ImportFrom)
-                                                                 and node.module else [])
-                offences += [f"{path.name}:{node.lineno} imports {n}" for n in names
-                             if n.split(".")[0] in FORBIDDEN_MODULES or n in FORBIDDEN_TORCH
-                             or (n.split(".")[0] == "torch" and path.name not in TORCH_MODULES)]
+                names = [alias.name for alias in node.names] + (
+                    [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+                )
+                offences += [
+                    f"{path.name}:{node.lineno} imports {n}"
+                    for n in names
+                    if n.split(".")[0] in FORBIDDEN_MODULES
+                    or n in FORBIDDEN_TORCH
+                    or (n.split(".")[0] == "torch" and path.name not in TORCH_MODULES)
+                ]
             elif isinstance(node, ast.Call):
                 func = node.func
                 if isinstance(func, ast.Name) and func.id in FORBIDDEN_BUILTINS:
                     offences.append(f"{path.name}:{node.lineno} calls {func.id}")
-                elif isinstance(func, ast.Attribute) and (func.attr in FORBIDDEN_METHODS or (
-                        func.attr == "load" and isinstance(func.value, ast.Name)
-                        and func.value.id in ("np", "numpy", "yaml", "torch") and not _pickle_refused(node))):
+                elif isinstance(func, ast.Attribute) and (
+                    func.attr in FORBIDDEN_METHODS
+                    or (
+                        func.attr == "load"
+                        and isinstance(func.value, ast.Name)
+                        and func.value.id in ("np", "numpy", "yaml", "torch")
+                        and not _pickle_refused(node)
+                    )
+                ):
                     offences.append(f"{path.name}:{node.lineno} calls {func.attr}")
     assert offences == []

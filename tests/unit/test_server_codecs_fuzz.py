@@ -56,8 +56,9 @@ def test_property_decompress_round_trip_or_too_large(data: bytes, encoding: str,
 
 
 @FUZZ
-@given(st.binary(max_size=512), st.sampled_from(["gzip", "deflate", "identity", "br", "", "GZIP"]),
-       st.integers(1, 4096))
+@given(
+    st.binary(max_size=512), st.sampled_from(["gzip", "deflate", "identity", "br", "", "GZIP"]), st.integers(1, 4096)
+)
 def test_property_decompress_garbage_is_a_caller_error(data: bytes, encoding: str, limit: int) -> None:
     with contextlib.suppress(*CALLER_ERRORS):
         http_codec.decompress(data, encoding, limit)
@@ -87,8 +88,13 @@ def test_decompression_bomb_stops_at_the_limit() -> None:
 # --- REST bodies ------------------------------------------------------------------------------------
 
 
-JSON_ELEMENTS = {"INT32": st.integers(-(2**31), 2**31 - 1), "UINT8": st.integers(0, 255), "BOOL": st.booleans(),
-                 "FP32": st.floats(width=32, allow_nan=False, allow_infinity=False), "BYTES": st.text(max_size=4)}
+JSON_ELEMENTS = {
+    "INT32": st.integers(-(2**31), 2**31 - 1),
+    "UINT8": st.integers(0, 255),
+    "BOOL": st.booleans(),
+    "FP32": st.floats(width=32, allow_nan=False, allow_infinity=False),
+    "BYTES": st.text(max_size=4),
+}
 
 
 @st.composite
@@ -109,12 +115,28 @@ def rest_bodies(draw: st.DrawFn) -> tuple[bytes, str | None]:
         return json.dumps(header).encode(), None
     if draw(st.booleans()):
         header["inputs"] = draw(st.lists(valid_json_entry() | hostile_entry(), max_size=3) | JSON_VALUES)
-    for key, plausible in (("outputs", st.lists(st.fixed_dictionaries(
-            {"name": st.sampled_from(["OUTPUT0", "x"])},
-            optional={"parameters": st.fixed_dictionaries({}, optional={
-                "binary_data": st.booleans() | JSON_VALUES, "classification": st.integers(-3, 5) | JSON_VALUES})}),
-            max_size=2)), ("parameters", st.dictionaries(st.text(max_size=5), JSON_VALUES, max_size=3)),
-            ("id", st.text(max_size=5))):
+    for key, plausible in (
+        (
+            "outputs",
+            st.lists(
+                st.fixed_dictionaries(
+                    {"name": st.sampled_from(["OUTPUT0", "x"])},
+                    optional={
+                        "parameters": st.fixed_dictionaries(
+                            {},
+                            optional={
+                                "binary_data": st.booleans() | JSON_VALUES,
+                                "classification": st.integers(-3, 5) | JSON_VALUES,
+                            },
+                        )
+                    },
+                ),
+                max_size=2,
+            ),
+        ),
+        ("parameters", st.dictionaries(st.text(max_size=5), JSON_VALUES, max_size=3)),
+        ("id", st.text(max_size=5)),
+    ):
         if draw(st.booleans()):
             header[key] = draw(plausible | JSON_VALUES)
     blob = draw(st.binary(max_size=64))
@@ -132,7 +154,7 @@ def test_property_rest_infer_bodies_decode_or_raise_invalid_argument(body: tuple
         request = http_codec.decode_infer_request("m", "", payload, header_length)
     except CALLER_ERRORS:
         return
-    header = json.loads(payload[:int(header_length)] if header_length else payload)
+    header = json.loads(payload[: int(header_length)] if header_length else payload)
     assert_well_formed(request, {e["name"]: (e["datatype"], list(e["shape"])) for e in header["inputs"]})
 
 
@@ -151,7 +173,8 @@ def grpc_messages(draw: st.DrawFn) -> pb.ModelInferRequest:
     for index in range(draw(st.integers(0, 3))):
         tensor = message.inputs.add(
             name=f"in{index}" if coherent else draw(st.sampled_from(["a", "b", ""])),
-            datatype=draw(st.sampled_from(["INT32", "FP64", "UINT8"] if coherent else [*DATATYPES, "FP8", ""])))
+            datatype=draw(st.sampled_from(["INT32", "FP64", "UINT8"] if coherent else [*DATATYPES, "FP8", ""])),
+        )
         if (coherent or draw(st.booleans())) and tensor.datatype in ("INT32", "FP64", "UINT8"):
             count = draw(st.integers(0, 6))
             tensor.shape.extend([count])
@@ -161,7 +184,8 @@ def grpc_messages(draw: st.DrawFn) -> pb.ModelInferRequest:
                 tensor.contents.fp64_contents.extend([0.5] * count)
             else:
                 getattr(tensor.contents, "int_contents" if tensor.datatype == "INT32" else "uint_contents").extend(
-                    [1] * count)
+                    [1] * count
+                )
             continue
         tensor.shape.extend(draw(st.lists(DIMS, max_size=3)))
         if raw:
@@ -192,9 +216,17 @@ def grpc_messages(draw: st.DrawFn) -> pb.ModelInferRequest:
             output.parameters["classification"].int64_param = draw(st.integers(-(2**63), 2**63 - 1))
     for key in draw(st.lists(st.sampled_from(["priority", "timeout", "x"]), max_size=2)):
         kind = draw(st.sampled_from(["int64_param", "bool_param", "string_param"]))
-        setattr(message.parameters[key], kind, draw({"int64_param": st.integers(-(2**63), 2**63 - 1),
-                                                     "bool_param": st.booleans(),
-                                                     "string_param": st.text(max_size=4)}[kind]))
+        setattr(
+            message.parameters[key],
+            kind,
+            draw(
+                {
+                    "int64_param": st.integers(-(2**63), 2**63 - 1),
+                    "bool_param": st.booleans(),
+                    "string_param": st.text(max_size=4),
+                }[kind]
+            ),
+        )
     return message
 
 

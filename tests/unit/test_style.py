@@ -16,6 +16,7 @@ def test_ruff_is_clean() -> None:
     ruff = shutil.which("ruff", path=str(Path(sys.executable).parent)) or shutil.which("ruff")
     if ruff is None:
         pytest.skip("ruff is not installed")
-    result = subprocess.run([ruff, "check", "--output-format", "concise", str(ROOT)], capture_output=True,
-                            text=True, cwd=ROOT)
+    result = subprocess.run(
+        [ruff, "check", "--output-format", "concise", str(ROOT)], capture_output=True, text=True, cwd=ROOT
+    )
     assert result.returncode == 0, result.stdout + result.stderr

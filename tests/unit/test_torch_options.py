@@ -27,15 +27,27 @@ def parameter(key: str, value: str) -> str:
 
 def test_defaults() -> None:
     options = TorchOptions.from_config(config())
-    assert options == TorchOptions(convert_from="", precision="fp32", inference_mode=True, optimized_execution=True,
-                                   cuda_graphs=False, graph_batch_sizes=(), pinned_input=True, pinned_output=True)
+    assert options == TorchOptions(
+        convert_from="",
+        precision="fp32",
+        inference_mode=True,
+        optimized_execution=True,
+        cuda_graphs=False,
+        graph_batch_sizes=(),
+        pinned_input=True,
+        pinned_output=True,
+    )
     assert options.model_filename(config()) == "model.pt"
 
 
 def test_parameters_and_triton_fields() -> None:
-    text = (parameter("ferry_precision", "FP16") + parameter("ferry_convert_from", "onnx")
-            + parameter("INFERENCE_MODE", "false") + parameter("DISABLE_OPTIMIZED_EXECUTION", "true")
-            + "optimization { cuda { graphs: true } input_pinned_memory { enable: false } }")
+    text = (
+        parameter("ferry_precision", "FP16")
+        + parameter("ferry_convert_from", "onnx")
+        + parameter("INFERENCE_MODE", "false")
+        + parameter("DISABLE_OPTIMIZED_EXECUTION", "true")
+        + "optimization { cuda { graphs: true } input_pinned_memory { enable: false } }"
+    )
     options = TorchOptions.from_config(config(text, max_batch_size=24))
     assert options.precision == "fp16" and options.convert_from == "onnx" and not options.inference_mode
     assert not options.optimized_execution
@@ -45,13 +57,18 @@ def test_parameters_and_triton_fields() -> None:
     assert options.model_filename(config(text + 'default_model_filename: "other.onnx"')) == "other.onnx"
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    (parameter("ferry_precision", "int8"), "parameters['ferry_precision']: 'int8' is not one of fp32, fp16"),
-    (parameter("ferry_convert_from", "tflite"), "parameters['ferry_convert_from']: 'tflite' is not supported"),
-    (parameter("INFERENCE_MODE", "maybe"), "parameters['INFERENCE_MODE']: expected true or false, got 'maybe'"),
-    ("optimization { cuda { graphs: true graph_spec { batch_size: 128 } } }",
-     "graph_spec: batch_size 128 is outside 1..max_batch_size (64)"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (parameter("ferry_precision", "int8"), "parameters['ferry_precision']: 'int8' is not one of fp32, fp16"),
+        (parameter("ferry_convert_from", "tflite"), "parameters['ferry_convert_from']: 'tflite' is not supported"),
+        (parameter("INFERENCE_MODE", "maybe"), "parameters['INFERENCE_MODE']: expected true or false, got 'maybe'"),
+        (
+            "optimization { cuda { graphs: true graph_spec { batch_size: 128 } } }",
+            "graph_spec: batch_size 128 is outside 1..max_batch_size (64)",
+        ),
+    ],
+)
 def test_errors_name_the_setting(text: str, message: str) -> None:
     with pytest.raises(ModelLoadError, match=re.escape(message)):
         TorchOptions.from_config(config(text))

@@ -211,10 +211,21 @@ class GrpcClient(_GrpcBase):
         max_backoff: float = 5.0,
         channel_options: Sequence[tuple[str, Any]] = (),
     ) -> None:
-        super().__init__(url, timeout=timeout, headers=headers, ssl=ssl, root_certificates=root_certificates,
-                         private_key=private_key, certificate_chain=certificate_chain, bearer_token=bearer_token,
-                         max_message_bytes=max_message_bytes, retries=retries, backoff=backoff,
-                         max_backoff=max_backoff, channel_options=channel_options)
+        super().__init__(
+            url,
+            timeout=timeout,
+            headers=headers,
+            ssl=ssl,
+            root_certificates=root_certificates,
+            private_key=private_key,
+            certificate_chain=certificate_chain,
+            bearer_token=bearer_token,
+            max_message_bytes=max_message_bytes,
+            retries=retries,
+            backoff=backoff,
+            max_backoff=max_backoff,
+            channel_options=channel_options,
+        )
         if self._credentials is None:
             self._channel = grpc.insecure_channel(self.url, options=self._options)
         else:
@@ -231,8 +242,14 @@ class GrpcClient(_GrpcBase):
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def _call(self, method: str, request: Message, timeout: float | None = None,
-              compression: Compression | None = None, headers: Mapping[str, str] | None = None) -> Any:
+    def _call(
+        self,
+        method: str,
+        request: Message,
+        timeout: float | None = None,
+        compression: Compression | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Any:
         """Invoke one RPC with retries, turning RpcError into the typed errors."""
         rpc = getattr(self._stub, method)
         kwargs = self._call_kwargs(timeout, compression, headers)
@@ -313,8 +330,9 @@ class GrpcClient(_GrpcBase):
         """ModelInfer; arguments as :meth:`ferry_client.HttpClient.infer` (``binary`` is accepted for
         parity and ignored: gRPC tensors are always binary)."""
         del binary
-        request = _infer_request(model, inputs, outputs, model_version, request_id, parameters, datatypes,
-                                 classification)
+        request = _infer_request(
+            model, inputs, outputs, model_version, request_id, parameters, datatypes, classification
+        )
         return _infer_result(self._call("ModelInfer", request, timeout, compression, headers))
 
 
@@ -344,10 +362,21 @@ class AsyncGrpcClient(_GrpcBase):
         max_backoff: float = 5.0,
         channel_options: Sequence[tuple[str, Any]] = (),
     ) -> None:
-        super().__init__(url, timeout=timeout, headers=headers, ssl=ssl, root_certificates=root_certificates,
-                         private_key=private_key, certificate_chain=certificate_chain, bearer_token=bearer_token,
-                         max_message_bytes=max_message_bytes, retries=retries, backoff=backoff,
-                         max_backoff=max_backoff, channel_options=channel_options)
+        super().__init__(
+            url,
+            timeout=timeout,
+            headers=headers,
+            ssl=ssl,
+            root_certificates=root_certificates,
+            private_key=private_key,
+            certificate_chain=certificate_chain,
+            bearer_token=bearer_token,
+            max_message_bytes=max_message_bytes,
+            retries=retries,
+            backoff=backoff,
+            max_backoff=max_backoff,
+            channel_options=channel_options,
+        )
         self._channel: grpc.aio.Channel | None = None
         self._stub: pb_grpc.GRPCInferenceServiceStub | None = None
 
@@ -373,8 +402,14 @@ class AsyncGrpcClient(_GrpcBase):
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
-    async def _call(self, method: str, request: Message, timeout: float | None = None,
-                    compression: Compression | None = None, headers: Mapping[str, str] | None = None) -> Any:
+    async def _call(
+        self,
+        method: str,
+        request: Message,
+        timeout: float | None = None,
+        compression: Compression | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Any:
         """Invoke one RPC with retries, turning RpcError into the typed errors."""
         rpc = getattr(self._get_stub(), method)
         kwargs = self._call_kwargs(timeout, compression, headers)
@@ -456,6 +491,7 @@ class AsyncGrpcClient(_GrpcBase):
     ) -> InferResult:
         """ModelInfer; see :meth:`GrpcClient.infer`."""
         del binary
-        request = _infer_request(model, inputs, outputs, model_version, request_id, parameters, datatypes,
-                                 classification)
+        request = _infer_request(
+            model, inputs, outputs, model_version, request_id, parameters, datatypes, classification
+        )
         return _infer_result(await self._call("ModelInfer", request, timeout, compression, headers))

@@ -313,13 +313,20 @@ class _HttpBase:
         return _json_call(f"/v2/repository/models/{quote(model, safe='')}/load", body)
 
     @staticmethod
-    def _image_call(task: str, model: str, version: str | int, images: list[bytes], options: dict[str, Any],
-                    timeout: float | None) -> _Call:
+    def _image_call(
+        task: str, model: str, version: str | int, images: list[bytes], options: dict[str, Any], timeout: float | None
+    ) -> _Call:
         """POST one image as the raw body, or several as multipart, to /classify or /detect."""
         content, files = image_call_parts(images)
         headers = {"Content-Type": "application/octet-stream"} if files is None else {}
-        return _Call("POST", _model_path(model, version) + f"/{task}" + query(options), content, headers,
-                     _DEFAULT if timeout is None else timeout, files=files)
+        return _Call(
+            "POST",
+            _model_path(model, version) + f"/{task}" + query(options),
+            content,
+            headers,
+            _DEFAULT if timeout is None else timeout,
+            files=files,
+        )
 
     @staticmethod
     def _infer_call(
@@ -371,8 +378,13 @@ class _HttpBase:
         if compression is not None:
             body = _compress(body, compression)
             call_headers["Content-Encoding"] = compression
-        return _Call("POST", _model_path(model, model_version) + "/infer", body, call_headers,
-                     _DEFAULT if timeout is None else timeout)
+        return _Call(
+            "POST",
+            _model_path(model, model_version) + "/infer",
+            body,
+            call_headers,
+            _DEFAULT if timeout is None else timeout,
+        )
 
 
 def _requested_outputs(
@@ -416,9 +428,19 @@ class HttpClient(_HttpBase):
         trust_env: bool = False,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        super().__init__(url, timeout=timeout, headers=headers, ssl_context=ssl_context, verify=verify, cert=cert,
-                         bearer_token=bearer_token, retries=retries, backoff=backoff, max_backoff=max_backoff,
-                         trust_env=trust_env)
+        super().__init__(
+            url,
+            timeout=timeout,
+            headers=headers,
+            ssl_context=ssl_context,
+            verify=verify,
+            cert=cert,
+            bearer_token=bearer_token,
+            retries=retries,
+            backoff=backoff,
+            max_backoff=max_backoff,
+            trust_env=trust_env,
+        )
         self._client = httpx.Client(transport=transport, **self._client_options)
 
     def close(self) -> None:
@@ -436,8 +458,14 @@ class HttpClient(_HttpBase):
         attempt = 0
         while True:
             try:
-                response = self._client.request(call.method, call.path, content=call.content, headers=call.headers,
-                                                timeout=call.timeout, files=call.files)
+                response = self._client.request(
+                    call.method,
+                    call.path,
+                    content=call.content,
+                    headers=call.headers,
+                    timeout=call.timeout,
+                    files=call.files,
+                )
             except _RETRYABLE_TRANSPORT as exc:
                 delay = self._retry_delay(call, attempt, None)
                 if delay is None:
@@ -499,9 +527,15 @@ class HttpClient(_HttpBase):
 
     # images
 
-    def classify(self, model: str, images: ImageLike | Sequence[ImageLike], *, top_k: int | None = None,
-                 model_version: str | int = "", timeout: float | None = None,
-                 ) -> list[Classification] | list[list[Classification]]:
+    def classify(
+        self,
+        model: str,
+        images: ImageLike | Sequence[ImageLike],
+        *,
+        top_k: int | None = None,
+        model_version: str | int = "",
+        timeout: float | None = None,
+    ) -> list[Classification] | list[list[Classification]]:
         """POST /classify: top-k classes of one image (a list) or of several (a list per image).
 
         Images are paths, encoded bytes or PIL images; the server decodes and pre-processes them
@@ -512,14 +546,20 @@ class HttpClient(_HttpBase):
         results = parse_classifications(_json(self._send(call)))
         return results[0] if single else results
 
-    def detect(self, model: str, images: ImageLike | Sequence[ImageLike], *, score_threshold: float | None = None,
-               iou_threshold: float | None = None, max_detections: int | None = None,
-               model_version: str | int = "", timeout: float | None = None,
-               ) -> list[Detection] | list[list[Detection]]:
+    def detect(
+        self,
+        model: str,
+        images: ImageLike | Sequence[ImageLike],
+        *,
+        score_threshold: float | None = None,
+        iou_threshold: float | None = None,
+        max_detections: int | None = None,
+        model_version: str | int = "",
+        timeout: float | None = None,
+    ) -> list[Detection] | list[list[Detection]]:
         """POST /detect: boxes (x1, y1, x2, y2) in original pixels, scores and labels, per image."""
         encoded, single = many(images)
-        options = {"score_threshold": score_threshold, "iou_threshold": iou_threshold,
-                   "max_detections": max_detections}
+        options = {"score_threshold": score_threshold, "iou_threshold": iou_threshold, "max_detections": max_detections}
         call = self._image_call("detect", model, model_version, encoded, options, timeout)
         results = parse_detections(_json(self._send(call)))
         return results[0] if single else results
@@ -549,8 +589,20 @@ class HttpClient(_HttpBase):
         binary tensor extension for inputs and outputs, JSON otherwise; ``classification`` asks
         for top-k class strings of the named outputs.
         """
-        call = self._infer_call(model, inputs, outputs, model_version, request_id, parameters, datatypes, binary,
-                                timeout, compression, classification, headers)
+        call = self._infer_call(
+            model,
+            inputs,
+            outputs,
+            model_version,
+            request_id,
+            parameters,
+            datatypes,
+            binary,
+            timeout,
+            compression,
+            classification,
+            headers,
+        )
         return _infer_result(self._send(call))
 
 
@@ -576,9 +628,19 @@ class AsyncHttpClient(_HttpBase):
         trust_env: bool = False,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        super().__init__(url, timeout=timeout, headers=headers, ssl_context=ssl_context, verify=verify, cert=cert,
-                         bearer_token=bearer_token, retries=retries, backoff=backoff, max_backoff=max_backoff,
-                         trust_env=trust_env)
+        super().__init__(
+            url,
+            timeout=timeout,
+            headers=headers,
+            ssl_context=ssl_context,
+            verify=verify,
+            cert=cert,
+            bearer_token=bearer_token,
+            retries=retries,
+            backoff=backoff,
+            max_backoff=max_backoff,
+            trust_env=trust_env,
+        )
         self._client = httpx.AsyncClient(transport=transport, **self._client_options)
 
     async def close(self) -> None:
@@ -596,8 +658,14 @@ class AsyncHttpClient(_HttpBase):
         attempt = 0
         while True:
             try:
-                response = await self._client.request(call.method, call.path, content=call.content,
-                                                      headers=call.headers, timeout=call.timeout, files=call.files)
+                response = await self._client.request(
+                    call.method,
+                    call.path,
+                    content=call.content,
+                    headers=call.headers,
+                    timeout=call.timeout,
+                    files=call.files,
+                )
             except _RETRYABLE_TRANSPORT as exc:
                 delay = self._retry_delay(call, attempt, None)
                 if delay is None:
@@ -653,9 +721,15 @@ class AsyncHttpClient(_HttpBase):
 
     # images
 
-    async def classify(self, model: str, images: ImageLike | Sequence[ImageLike], *, top_k: int | None = None,
-                 model_version: str | int = "", timeout: float | None = None,
-                 ) -> list[Classification] | list[list[Classification]]:
+    async def classify(
+        self,
+        model: str,
+        images: ImageLike | Sequence[ImageLike],
+        *,
+        top_k: int | None = None,
+        model_version: str | int = "",
+        timeout: float | None = None,
+    ) -> list[Classification] | list[list[Classification]]:
         """POST /classify: top-k classes of one image (a list) or of several (a list per image).
 
         Images are paths, encoded bytes or PIL images; the server decodes and pre-processes them
@@ -666,14 +740,20 @@ class AsyncHttpClient(_HttpBase):
         results = parse_classifications(_json(await self._send(call)))
         return results[0] if single else results
 
-    async def detect(self, model: str, images: ImageLike | Sequence[ImageLike], *, score_threshold: float | None = None,
-               iou_threshold: float | None = None, max_detections: int | None = None,
-               model_version: str | int = "", timeout: float | None = None,
-               ) -> list[Detection] | list[list[Detection]]:
+    async def detect(
+        self,
+        model: str,
+        images: ImageLike | Sequence[ImageLike],
+        *,
+        score_threshold: float | None = None,
+        iou_threshold: float | None = None,
+        max_detections: int | None = None,
+        model_version: str | int = "",
+        timeout: float | None = None,
+    ) -> list[Detection] | list[list[Detection]]:
         """POST /detect: boxes (x1, y1, x2, y2) in original pixels, scores and labels, per image."""
         encoded, single = many(images)
-        options = {"score_threshold": score_threshold, "iou_threshold": iou_threshold,
-                   "max_detections": max_detections}
+        options = {"score_threshold": score_threshold, "iou_threshold": iou_threshold, "max_detections": max_detections}
         call = self._image_call("detect", model, model_version, encoded, options, timeout)
         results = parse_detections(_json(await self._send(call)))
         return results[0] if single else results
@@ -695,7 +775,18 @@ class AsyncHttpClient(_HttpBase):
         headers: Mapping[str, str] | None = None,
     ) -> InferResult:
         """POST /v2/models/{model}[/versions/{version}]/infer; see :meth:`HttpClient.infer`."""
-        call = self._infer_call(model, inputs, outputs, model_version, request_id, parameters, datatypes, binary,
-                                timeout, compression, classification, headers)
+        call = self._infer_call(
+            model,
+            inputs,
+            outputs,
+            model_version,
+            request_id,
+            parameters,
+            datatypes,
+            binary,
+            timeout,
+            compression,
+            classification,
+            headers,
+        )
         return _infer_result(await self._send(call))
-

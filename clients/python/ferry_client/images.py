@@ -75,15 +75,26 @@ def _results(document: Any, key: str) -> list[list[dict[str, Any]]]:
 
 def parse_classifications(document: Any) -> list[list[Classification]]:
     """The /classify response as one list of classes per image."""
-    return [[Classification(int(c["index"]), float(c["score"]), c.get("label")) for c in image]
-            for image in _results(document, "classes")]
+    return [
+        [Classification(int(c["index"]), float(c["score"]), c.get("label")) for c in image]
+        for image in _results(document, "classes")
+    ]
 
 
 def parse_detections(document: Any) -> list[list[Detection]]:
     """The /detect response as one list of detections per image."""
-    return [[Detection(tuple(float(v) for v in d["box"]), float(d["score"]), int(d["class_id"]),  # type: ignore[arg-type]
-                       d.get("label")) for d in image]
-            for image in _results(document, "detections")]
+    return [
+        [
+            Detection(
+                tuple(float(v) for v in d["box"]),
+                float(d["score"]),
+                int(d["class_id"]),  # type: ignore[arg-type]
+                d.get("label"),
+            )
+            for d in image
+        ]
+        for image in _results(document, "detections")
+    ]
 
 
 def parse_classification_strings(values: Sequence[Any]) -> list[Classification]:

@@ -31,15 +31,19 @@ class Admission:
         """Hold one request slot and ``nbytes`` for the duration of the block."""
         if self.max_requests and self.requests >= self.max_requests:
             self.rejected += 1
-            raise Unavailable(f"server overloaded: {self.requests} requests in flight (limit "
-                              f"{self.max_requests}, --max-inflight-requests); retry later",
-                              retry_after=RETRY_AFTER_S)
+            raise Unavailable(
+                f"server overloaded: {self.requests} requests in flight (limit "
+                f"{self.max_requests}, --max-inflight-requests); retry later",
+                retry_after=RETRY_AFTER_S,
+            )
         # one request is always let in, however large, so a lone big request is never refused here
         if self.max_bytes and self.requests and self.bytes + nbytes > self.max_bytes:
             self.rejected += 1
-            raise Unavailable(f"server overloaded: requests in flight hold {self.bytes} bytes and this one "
-                              f"{nbytes} (limit {self.max_bytes}, --max-inflight-bytes); retry later",
-                              retry_after=RETRY_AFTER_S)
+            raise Unavailable(
+                f"server overloaded: requests in flight hold {self.bytes} bytes and this one "
+                f"{nbytes} (limit {self.max_bytes}, --max-inflight-bytes); retry later",
+                retry_after=RETRY_AFTER_S,
+            )
         self.requests += 1
         self.bytes += nbytes
         try:

@@ -41,8 +41,7 @@ EXTENSIONS = [
 class DataPlane:
     """What the server does, independent of how the request arrived."""
 
-    def __init__(self, manager: ModelManager, admission: Admission | None = None,
-                 limits: Limits | None = None) -> None:
+    def __init__(self, manager: ModelManager, admission: Admission | None = None, limits: Limits | None = None) -> None:
         self.manager = manager
         self.admission = admission or Admission()
         self.limits = limits or Limits()
@@ -105,8 +104,11 @@ class DataPlane:
         names = [o.name for o in requested] if requested is not None else list(model.outputs)
         assert model.scheduler is not None
         results = await model.scheduler.submit(
-            inputs, names, batch_size,
-            priority=_int_parameter(request, "priority"), timeout_us=_int_parameter(request, "timeout"),
+            inputs,
+            names,
+            batch_size,
+            priority=_int_parameter(request, "priority"),
+            timeout_us=_int_parameter(request, "timeout"),
         )
         binary_default = request.binary_output_default
         binary = {o.name: o.binary for o in requested} if requested is not None else {}
@@ -134,8 +136,9 @@ class DataPlane:
             return
         encoded = request.inputs[name]
         if encoded.ndim not in (1, 2) or (encoded.ndim == 2 and encoded.shape[1] != 1):
-            raise InvalidArgument(f"input '{name}': encoded images must have shape [N] or [N, 1], "
-                                  f"got {list(encoded.shape)}")
+            raise InvalidArgument(
+                f"input '{name}': encoded images must have shape [N] or [N, 1], got {list(encoded.shape)}"
+            )
         prepared = await self.prepare_images(model, list(encoded.reshape(-1)))
         request.inputs[name] = prepared.batch
         request.input_datatypes[name] = pipeline.spec.datatype
@@ -145,7 +148,8 @@ class DataPlane:
         assert model.pipeline is not None
         try:
             prepared = await asyncio.get_running_loop().run_in_executor(
-                self._image_pool, model.pipeline.prepare, images)
+                self._image_pool, model.pipeline.prepare, images
+            )
         except InvalidArgument:
             if model.stats is not None:
                 model.stats.record_failure(0, "OTHER")
@@ -154,8 +158,9 @@ class DataPlane:
             model.stats.record_images(len(images), prepared.decode_ns, prepared.preprocess_ns)
         return prepared
 
-    async def run_images(self, name: str, version: str, images: list[bytes], task: str,
-                         options: dict[str, Any]) -> tuple[ModelVersion, list[Any]]:
+    async def run_images(
+        self, name: str, version: str, images: list[bytes], task: str, options: dict[str, Any]
+    ) -> tuple[ModelVersion, list[Any]]:
         """The /classify and /detect endpoints: images in, classes or boxes (original pixels) out.
 
         More images than max_batch_size are split into several requests, so callers need not know it.
@@ -171,19 +176,26 @@ class DataPlane:
         chunk = model.max_batch_size or 1
         results: list[Any] = []
         for start in range(0, len(images), chunk):
-            batch = prepared.batch[start:start + chunk]
+            batch = prepared.batch[start : start + chunk]
             if model.max_batch_size == 0:
                 batch = batch[0]
-            outputs = await model.scheduler.submit({pipeline.input_name: batch}, pipeline.output_names,
-                                                   len(batch) if model.max_batch_size else 1)
+            outputs = await model.scheduler.submit(
+                {pipeline.input_name: batch}, pipeline.output_names, len(batch) if model.max_batch_size else 1
+            )
             if model.max_batch_size == 0:
                 outputs = {k: v[np.newaxis] for k, v in outputs.items()}
             if task == "classify":
                 results.extend(pipeline.classify(outputs, options.get("top_k")))
             else:
-                results.extend(pipeline.detect(outputs, prepared.transforms[start:start + chunk],
-                                               options.get("score_threshold"), options.get("iou_threshold"),
-                                               options.get("max_detections")))
+                results.extend(
+                    pipeline.detect(
+                        outputs,
+                        prepared.transforms[start : start + chunk],
+                        options.get("score_threshold"),
+                        options.get("iou_threshold"),
+                        options.get("max_detections"),
+                    )
+                )
         return model, results
 
     # --- repository and statistics -----------------------------------------------------------
@@ -291,5 +303,3 @@ def validate_inputs(model: ModelVersion, request: InferenceRequest) -> tuple[dic
             )
         batch_size = sizes.pop()
     return prepared, batch_size
-
-

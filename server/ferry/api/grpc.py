@@ -83,8 +83,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     @_rpc
     async def ModelStatistics(self, request: pb.ModelStatisticsRequest, context) -> pb.ModelStatisticsResponse:
         stats = self.plane.statistics(request.name, request.version)
-        return json_format.ParseDict({"model_stats": stats}, pb.ModelStatisticsResponse(),
-                                     ignore_unknown_fields=True)
+        return json_format.ParseDict({"model_stats": stats}, pb.ModelStatisticsResponse(), ignore_unknown_fields=True)
 
     @_rpc
     async def RepositoryIndex(self, request: pb.RepositoryIndexRequest, context) -> pb.RepositoryIndexResponse:
@@ -92,8 +91,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         return json_format.ParseDict({"models": rows}, pb.RepositoryIndexResponse())
 
     @_rpc
-    async def RepositoryModelLoad(self, request: pb.RepositoryModelLoadRequest, context
-                                  ) -> pb.RepositoryModelLoadResponse:
+    async def RepositoryModelLoad(
+        self, request: pb.RepositoryModelLoadRequest, context
+    ) -> pb.RepositoryModelLoadResponse:
         config = None
         for key, value in request.parameters.items():
             if key == "config":
@@ -101,14 +101,16 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                     raise InvalidArgument("parameter 'config' must be a string holding the model config as JSON")
                 config = value.string_param
             elif key.startswith("file:"):
-                raise InvalidArgument("loading model files through the API is not supported; "
-                                      "place them in the repository")
+                raise InvalidArgument(
+                    "loading model files through the API is not supported; place them in the repository"
+                )
         await self.plane.load_model(request.model_name, config)
         return pb.RepositoryModelLoadResponse()
 
     @_rpc
-    async def RepositoryModelUnload(self, request: pb.RepositoryModelUnloadRequest, context
-                                    ) -> pb.RepositoryModelUnloadResponse:
+    async def RepositoryModelUnload(
+        self, request: pb.RepositoryModelUnloadRequest, context
+    ) -> pb.RepositoryModelUnloadResponse:
         await self.plane.unload_model(request.model_name)
         return pb.RepositoryModelUnloadResponse()
 
@@ -139,9 +141,13 @@ def _payload_bytes(request: pb.ModelInferRequest) -> int:
     return sum(len(raw) for raw in request.raw_input_contents)
 
 
-def create_grpc_server(plane: DataPlane, address: str, max_message_bytes: int,
-                       interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
-                       credentials: grpc.ServerCredentials | None = None) -> grpc.aio.Server:
+def create_grpc_server(
+    plane: DataPlane,
+    address: str,
+    max_message_bytes: int,
+    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+    credentials: grpc.ServerCredentials | None = None,
+) -> grpc.aio.Server:
     """A grpc.aio server bound to ``address`` with generous message limits (TLS when given credentials)."""
     server = grpc.aio.server(
         interceptors=[*interceptors, DecodeErrorInterceptor()],
@@ -149,7 +155,7 @@ def create_grpc_server(plane: DataPlane, address: str, max_message_bytes: int,
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes),
             ("grpc.so_reuseport", 0),
-        ]
+        ],
     )
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(plane), server)
     try:

@@ -17,14 +17,17 @@ from google.protobuf.message import DecodeError
 from ..errors import ErrorKind
 
 
-async def _decode(raw: bytes, deserialize: Callable[[bytes], Any], method: str,
-                  context: grpc.aio.ServicerContext) -> Any:
+async def _decode(
+    raw: bytes, deserialize: Callable[[bytes], Any], method: str, context: grpc.aio.ServicerContext
+) -> Any:
     try:
         return deserialize(raw)
     except DecodeError:
         message_type = getattr(getattr(deserialize, "__self__", None), "__name__", "request")
-        await context.abort(ErrorKind.INVALID_ARGUMENT.grpc_code,
-                            f"{method.rsplit('/', 1)[-1]}: the request is not a valid {message_type} message")
+        await context.abort(
+            ErrorKind.INVALID_ARGUMENT.grpc_code,
+            f"{method.rsplit('/', 1)[-1]}: the request is not a valid {message_type} message",
+        )
 
 
 def _decoding_handler(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:

@@ -101,8 +101,11 @@ async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T | None
 
 def create_http_app(plane: DataPlane, max_body_bytes: int = 256 * 1024 * 1024) -> FastAPI:
     """Build the REST application around a data plane."""
-    app = FastAPI(title="Ferry", version=plane.server_metadata()["version"],
-                  description="KServe V2 / Open Inference Protocol REST API")
+    app = FastAPI(
+        title="Ferry",
+        version=plane.server_metadata()["version"],
+        description="KServe V2 / Open Inference Protocol REST API",
+    )
 
     @app.exception_handler(FerryError)
     async def _ferry_error(_: Request, exc: FerryError) -> Response:
@@ -170,8 +173,7 @@ def create_http_app(plane: DataPlane, max_body_bytes: int = 256 * 1024 * 1024) -
     async def infer(model: str, request: Request, version: str = "") -> Response:
         with plane.admission.admit(_declared_length(request)):
             body = await _read_body(request, max_body_bytes)
-            infer_request = decode_infer_request(model, version, body, request.headers.get(HEADER_LENGTH),
-                                                 plane.limits)
+            infer_request = decode_infer_request(model, version, body, request.headers.get(HEADER_LENGTH), plane.limits)
             del body  # the tensors are views of it where possible; drop the name early
             response = await _unless_disconnected(request, plane.infer(infer_request))
             if response is None:
@@ -179,18 +181,26 @@ def create_http_app(plane: DataPlane, max_body_bytes: int = 256 * 1024 * 1024) -
             payload, header_length = encode_infer_response(response)
         if header_length is None:
             return Response(payload, media_type=JSON)
-        return Response(payload, media_type="application/octet-stream",
-                        headers={HEADER_LENGTH: str(header_length)})
+        return Response(payload, media_type="application/octet-stream", headers={HEADER_LENGTH: str(header_length)})
 
     # --- image endpoints ----------------------------------------------------------------------
 
-    image_body = {"requestBody": {"required": True, "content": {
-        "image/jpeg": {"schema": {"type": "string", "format": "binary"}},
-        "image/png": {"schema": {"type": "string", "format": "binary"}},
-        "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
-        "multipart/form-data": {"schema": {"type": "object", "properties": {
-            "images": {"type": "array", "items": {"type": "string", "format": "binary"}}}}},
-    }}}
+    image_body = {
+        "requestBody": {
+            "required": True,
+            "content": {
+                "image/jpeg": {"schema": {"type": "string", "format": "binary"}},
+                "image/png": {"schema": {"type": "string", "format": "binary"}},
+                "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+                "multipart/form-data": {
+                    "schema": {
+                        "type": "object",
+                        "properties": {"images": {"type": "array", "items": {"type": "string", "format": "binary"}}},
+                    }
+                },
+            },
+        }
+    }
 
     async def _images(request: Request) -> list[bytes]:
         content_type = request.headers.get("content-type", "")
@@ -210,24 +220,56 @@ def create_http_app(plane: DataPlane, max_body_bytes: int = 256 * 1024 * 1024) -
     async def classify(model: str, request: Request, version: str = "", top_k: int | None = None) -> Response:
         """Classify one image (raw body) or several (multipart): top-k labels and scores per image."""
         with plane.admission.admit(_declared_length(request)):
-            served, results = await plane.run_images(model, version, await _images(request), "classify",
-                                                     {"top_k": top_k})
-        return json_response({"model_name": served.name, "model_version": str(served.version),
-                              "results": [{"classes": r} for r in results]})
+            served, results = await plane.run_images(
+                model, version, await _images(request), "classify", {"top_k": top_k}
+            )
+        return json_response(
+            {
+                "model_name": served.name,
+                "model_version": str(served.version),
+                "results": [{"classes": r} for r in results],
+            }
+        )
 
     @app.post("/v2/models/{model}/detect", openapi_extra=image_body)
     @app.post("/v2/models/{model}/versions/{version}/detect", openapi_extra=image_body)
-    async def detect(model: str, request: Request, version: str = "", score_threshold: float | None = None,
-                     iou_threshold: float | None = None, max_detections: int | None = None) -> Response:
+    async def detect(
+        model: str,
+        request: Request,
+        version: str = "",
+        score_threshold: float | None = None,
+        iou_threshold: float | None = None,
+        max_detections: int | None = None,
+    ) -> Response:
         """Detect objects in one or several images: boxes in original pixels, labels and scores."""
         with plane.admission.admit(_declared_length(request)):
             served, results = await plane.run_images(
-                model, version, await _images(request), "detect",
-                {"score_threshold": score_threshold, "iou_threshold": iou_threshold,
-                 "max_detections": max_detections})
-        return json_response({"model_name": served.name, "model_version": str(served.version), "results": [
-            {"detections": [{"box": [round(v, 2) for v in d.box], "score": d.score, "class_id": d.class_id,
-                             "label": d.label} for d in image]} for image in results]})
+                model,
+                version,
+                await _images(request),
+                "detect",
+                {"score_threshold": score_threshold, "iou_threshold": iou_threshold, "max_detections": max_detections},
+            )
+        return json_response(
+            {
+                "model_name": served.name,
+                "model_version": str(served.version),
+                "results": [
+                    {
+                        "detections": [
+                            {
+                                "box": [round(v, 2) for v in d.box],
+                                "score": d.score,
+                                "class_id": d.class_id,
+                                "label": d.label,
+                            }
+                            for d in image
+                        ]
+                    }
+                    for image in results
+                ],
+            }
+        )
 
     # --- repository -------------------------------------------------------------------------
 
@@ -249,8 +291,7 @@ def create_http_app(plane: DataPlane, max_body_bytes: int = 256 * 1024 * 1024) -
         if config is not None and not isinstance(config, str):
             raise InvalidArgument("parameter 'config' must be a string holding the model config as JSON")
         if any(key.startswith("file:") for key in parameters):
-            raise InvalidArgument("loading model files through the API is not supported; "
-                                  "place them in the repository")
+            raise InvalidArgument("loading model files through the API is not supported; place them in the repository")
         await plane.load_model(model, config)
         return Response(status_code=200)
 

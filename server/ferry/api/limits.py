@@ -30,11 +30,13 @@ class Limits:
         except CodecError as exc:
             raise InvalidArgument(str(exc)) from None
         if datatype == "BYTES" and count > self.max_bytes_elements:
-            raise PayloadTooLarge(f"tensor '{name}': {count} BYTES elements exceed the limit of "
-                                  f"{self.max_bytes_elements} per tensor")
+            raise PayloadTooLarge(
+                f"tensor '{name}': {count} BYTES elements exceed the limit of {self.max_bytes_elements} per tensor"
+            )
         if count > self.max_tensor_elements:
-            raise PayloadTooLarge(f"tensor '{name}': {count} elements exceed the limit of "
-                                  f"{self.max_tensor_elements} per tensor")
+            raise PayloadTooLarge(
+                f"tensor '{name}': {count} elements exceed the limit of {self.max_tensor_elements} per tensor"
+            )
 
     def check_input_count(self, count: int) -> None:
         if count > self.max_inputs:
@@ -42,5 +44,7 @@ class Limits:
 
     def check_json_size(self, size: int) -> None:
         if size > self.max_json_bytes:
-            raise PayloadTooLarge(f"JSON part of {size} bytes exceeds the limit of {self.max_json_bytes} bytes; "
-                                  "send large tensors with the binary tensor data extension")
+            raise PayloadTooLarge(
+                f"JSON part of {size} bytes exceeds the limit of {self.max_json_bytes} bytes; "
+                "send large tensors with the binary tensor data extension"
+            )

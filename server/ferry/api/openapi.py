@@ -12,8 +12,9 @@ from ferry_client.codec import DATATYPES
 
 _PARAMETERS: dict[str, Any] = {
     "type": "object",
-    "additionalProperties": {"anyOf": [{"type": "boolean"}, {"type": "integer"}, {"type": "number"},
-                                       {"type": "string"}]},
+    "additionalProperties": {
+        "anyOf": [{"type": "boolean"}, {"type": "integer"}, {"type": "number"}, {"type": "string"}]
+    },
 }
 
 _INPUT: dict[str, Any] = {
@@ -33,23 +34,28 @@ _OUTPUT: dict[str, Any] = {
     "required": ["name"],
     "properties": {
         "name": {"type": "string"},
-        "parameters": {"type": "object", "properties": {
-            "binary_data": {"type": "boolean"}, "classification": {"type": "integer", "minimum": 0}}},
+        "parameters": {
+            "type": "object",
+            "properties": {"binary_data": {"type": "boolean"}, "classification": {"type": "integer", "minimum": 0}},
+        },
     },
 }
 
 _SIMPLE_EXAMPLE = {
     "id": "example",
-    "inputs": [{"name": f"INPUT{i}", "shape": [1, 16], "datatype": "INT32", "data": list(range(16))}
-               for i in range(2)],
+    "inputs": [{"name": f"INPUT{i}", "shape": [1, 16], "datatype": "INT32", "data": list(range(16))} for i in range(2)],
     "outputs": [{"name": "OUTPUT0"}],
 }
 
 _INFER_SCHEMA = {
     "type": "object",
     "required": ["inputs"],
-    "properties": {"id": {"type": "string"}, "parameters": _PARAMETERS,
-                   "inputs": {"type": "array", "items": _INPUT}, "outputs": {"type": "array", "items": _OUTPUT}},
+    "properties": {
+        "id": {"type": "string"},
+        "parameters": _PARAMETERS,
+        "inputs": {"type": "array", "items": _INPUT},
+        "outputs": {"type": "array", "items": _OUTPUT},
+    },
 }
 
 
@@ -65,7 +71,16 @@ def _body(schema: dict[str, Any], example: Any = None, required: bool = False, b
 
 INFER_BODY = _body(_INFER_SCHEMA, _SIMPLE_EXAMPLE, required=True, binary=True)
 INDEX_BODY = _body({"type": "object", "properties": {"ready": {"type": "boolean"}}}, {"ready": True})
-LOAD_BODY = _body({"type": "object", "properties": {"parameters": {
-    "type": "object", "properties": {"config": {"type": "string", "description": "model config as JSON"}},
-    "additionalProperties": {"anyOf": [{"type": "boolean"}, {"type": "integer"}, {"type": "string"}]}}}})
+LOAD_BODY = _body(
+    {
+        "type": "object",
+        "properties": {
+            "parameters": {
+                "type": "object",
+                "properties": {"config": {"type": "string", "description": "model config as JSON"}},
+                "additionalProperties": {"anyOf": [{"type": "boolean"}, {"type": "integer"}, {"type": "string"}]},
+            }
+        },
+    }
+)
 UNLOAD_BODY = _body({"type": "object", "properties": {"parameters": _PARAMETERS}})

@@ -76,8 +76,11 @@ def profile_option_strings(profile: Mapping[str, ShapeRange]) -> dict[str, str]:
 def choose_profile(profiles: Sequence[Mapping[str, ShapeRange]], shapes: Mapping[str, Sequence[int]]) -> int:
     """Index of the profile that accepts every input shape; among several, the one whose ``opt``
     batch is closest to the request's (TensorRT picks kernels per profile)."""
-    fitting = [i for i, profile in enumerate(profiles)
-               if all(name in profile and profile[name].contains(shape) for name, shape in shapes.items())]
+    fitting = [
+        i
+        for i, profile in enumerate(profiles)
+        if all(name in profile and profile[name].contains(shape) for name, shape in shapes.items())
+    ]
     if not fitting:
         ranges = "; ".join(
             ", ".join(f"{name} {list(r.min)}..{list(r.max)}" for name, r in profile.items()) for profile in profiles
@@ -93,8 +96,9 @@ def choose_profile(profiles: Sequence[Mapping[str, ShapeRange]], shapes: Mapping
     return min(fitting, key=distance)
 
 
-def check_config_against_profiles(config: mc.ModelConfig, profiles: Sequence[Mapping[str, ShapeRange]],
-                                  source: str) -> None:
+def check_config_against_profiles(
+    config: mc.ModelConfig, profiles: Sequence[Mapping[str, ShapeRange]], source: str
+) -> None:
     """A config whose max_batch_size some profile cannot run would fail at request time: refuse at load."""
     if not profiles:
         return

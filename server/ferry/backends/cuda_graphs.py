@@ -24,8 +24,15 @@ Forward = Callable[[list[torch.Tensor]], dict[str, torch.Tensor]]
 class CudaGraphs:
     """Captured graphs keyed by bucket; ``run`` copies a host batch in, replays, returns device outputs."""
 
-    def __init__(self, forward: Forward, inputs: Sequence[tuple[tuple[int, ...], torch.dtype]],
-                 buckets: Sequence[int], device: torch.device, stream: torch.cuda.Stream, warmup_runs: int = 3) -> None:
+    def __init__(
+        self,
+        forward: Forward,
+        inputs: Sequence[tuple[tuple[int, ...], torch.dtype]],
+        buckets: Sequence[int],
+        device: torch.device,
+        stream: torch.cuda.Stream,
+        warmup_runs: int = 3,
+    ) -> None:
         self.buckets = tuple(sorted(buckets))
         largest = self.buckets[-1]
         self.static_inputs = [torch.zeros((largest, *dims), dtype=dtype, device=device) for dims, dtype in inputs]

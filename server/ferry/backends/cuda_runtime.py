@@ -29,8 +29,7 @@ def import_cudart() -> ModuleType:
         try:
             from cuda import cudart  # type: ignore[no-redef]
         except ImportError:
-            raise ModelLoadError(f"the CUDA runtime bindings (cuda-python) are not installed; {INSTALL_HINT}") \
-                from None
+            raise ModelLoadError(f"the CUDA runtime bindings (cuda-python) are not installed; {INSTALL_HINT}") from None
     return cudart
 
 
@@ -51,10 +50,12 @@ def device_count(cudart: ModuleType) -> int:
 
 
 def compute_capability(cudart: ModuleType, device: int) -> str:
-    """"major.minor" of a device, the key of ``cc_model_filenames`` (e.g. "9.0" for H100/H200)."""
+    """ "major.minor" of a device, the key of ``cc_model_filenames`` (e.g. "9.0" for H100/H200)."""
     attr = cudart.cudaDeviceAttr
-    major, minor = (check(cudart.cudaDeviceGetAttribute(which, device), "cudaDeviceGetAttribute")
-                    for which in (attr.cudaDevAttrComputeCapabilityMajor, attr.cudaDevAttrComputeCapabilityMinor))
+    major, minor = (
+        check(cudart.cudaDeviceGetAttribute(which, device), "cudaDeviceGetAttribute")
+        for which in (attr.cudaDevAttrComputeCapabilityMajor, attr.cudaDevAttrComputeCapabilityMinor)
+    )
     return f"{major}.{minor}"
 
 
@@ -70,13 +71,11 @@ class DeviceBuffer:
         if array.nbytes > self.nbytes:
             raise CudaError(f"{array.nbytes} bytes do not fit a {self.nbytes}-byte device buffer")
         kind = self._cudart.cudaMemcpyKind.cudaMemcpyHostToDevice
-        check(self._cudart.cudaMemcpyAsync(self.ptr, array.ctypes.data, array.nbytes, kind, stream),
-              "cudaMemcpyAsync")
+        check(self._cudart.cudaMemcpyAsync(self.ptr, array.ctypes.data, array.nbytes, kind, stream), "cudaMemcpyAsync")
 
     def download(self, array: np.ndarray, stream: Any) -> None:
         kind = self._cudart.cudaMemcpyKind.cudaMemcpyDeviceToHost
-        check(self._cudart.cudaMemcpyAsync(array.ctypes.data, self.ptr, array.nbytes, kind, stream),
-              "cudaMemcpyAsync")
+        check(self._cudart.cudaMemcpyAsync(array.ctypes.data, self.ptr, array.nbytes, kind, stream), "cudaMemcpyAsync")
 
     def free(self) -> None:
         if self.ptr:

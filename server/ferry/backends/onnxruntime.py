@@ -66,8 +66,13 @@ def _tensor_info(node: Any) -> TensorInfo:
 _CUDNN_ALGO_SEARCH = {"0": "EXHAUSTIVE", "1": "HEURISTIC", "2": "DEFAULT"}
 
 
-def _tensorrt_options(accelerator: Any, model_dir: Path, device_id: int, config: mc.ModelConfig,
-                      input_dims: Mapping[str, Sequence[int]] | None) -> dict[str, Any]:
+def _tensorrt_options(
+    accelerator: Any,
+    model_dir: Path,
+    device_id: int,
+    config: mc.ModelConfig,
+    input_dims: Mapping[str, Sequence[int]] | None,
+) -> dict[str, Any]:
     """TensorRT EP options from Triton-style accelerator parameters, caches in the model dir.
 
     Without explicit ``trt_profile_*_shapes``, the profile spans batch 1..max_batch_size with the
@@ -82,16 +87,21 @@ def _tensorrt_options(accelerator: Any, model_dir: Path, device_id: int, config:
         "trt_int8_enable": precision == "INT8",
         "trt_engine_cache_enable": params.get("trt_engine_cache_enable", "true").lower() == "true",
         # Cache paths from the config (which the load API can replace) must stay in the model directory.
-        "trt_engine_cache_path": str(inside(model_dir, params.get("trt_engine_cache_path", "trt_cache"),
-                                            "trt_engine_cache_path")),
+        "trt_engine_cache_path": str(
+            inside(model_dir, params.get("trt_engine_cache_path", "trt_cache"), "trt_engine_cache_path")
+        ),
         "trt_timing_cache_enable": True,
-        "trt_timing_cache_path": str(inside(model_dir, params.get("trt_timing_cache_path", "trt_cache"),
-                                            "trt_timing_cache_path")),
+        "trt_timing_cache_path": str(
+            inside(model_dir, params.get("trt_timing_cache_path", "trt_cache"), "trt_timing_cache_path")
+        ),
     }
     if "max_workspace_size_bytes" in params:
         options["trt_max_workspace_size"] = int(params["max_workspace_size_bytes"])
-    explicit = {key: params[key] for key in ("trt_profile_min_shapes", "trt_profile_opt_shapes",
-                                             "trt_profile_max_shapes") if key in params}
+    explicit = {
+        key: params[key]
+        for key in ("trt_profile_min_shapes", "trt_profile_opt_shapes", "trt_profile_max_shapes")
+        if key in params
+    }
     if explicit:
         options.update(explicit)
     elif config.max_batch_size > 0 and input_dims:
@@ -104,12 +114,16 @@ def _tensorrt_options(accelerator: Any, model_dir: Path, device_id: int, config:
 
 def static_shapes(config: mc.ModelConfig, input_dims: Mapping[str, Sequence[int]] | None) -> bool:
     """Every request has the same input shapes: no batch dimension and no variable dims."""
-    return config.max_batch_size == 0 and bool(input_dims) and all(
-        d >= 0 for dims in (input_dims or {}).values() for d in dims)
+    return (
+        config.max_batch_size == 0
+        and bool(input_dims)
+        and all(d >= 0 for dims in (input_dims or {}).values() for d in dims)
+    )
 
 
-def _cuda_options(config: mc.ModelConfig, device_id: int,
-                  input_dims: Mapping[str, Sequence[int]] | None) -> dict[str, Any]:
+def _cuda_options(
+    config: mc.ModelConfig, device_id: int, input_dims: Mapping[str, Sequence[int]] | None
+) -> dict[str, Any]:
     """CUDA EP options: device, cuDNN convolution algorithm search, and CUDA graphs.
 
     ``optimization { cuda { graphs: true } }`` turns on CUDA graph capture only when shapes are
@@ -120,20 +134,27 @@ def _cuda_options(config: mc.ModelConfig, device_id: int,
     if search:
         value = _CUDNN_ALGO_SEARCH.get(search.strip(), search.strip().upper())
         if value not in _CUDNN_ALGO_SEARCH.values():
-            raise ModelLoadError(f"parameter cudnn_conv_algo_search '{search}': use EXHAUSTIVE (0), HEURISTIC (1) "
-                                 "or DEFAULT (2)")
+            raise ModelLoadError(
+                f"parameter cudnn_conv_algo_search '{search}': use EXHAUSTIVE (0), HEURISTIC (1) or DEFAULT (2)"
+            )
         options["cudnn_conv_algo_search"] = value
     if config.optimization.cuda.graphs:
         if static_shapes(config, input_dims):
             options["enable_cuda_graph"] = True
         else:
-            log.warning("model '%s': optimization.cuda.graphs needs static shapes (max_batch_size 0 and fixed dims); "
-                        "CUDA graphs stay off", config.name)
+            log.warning(
+                "model '%s': optimization.cuda.graphs needs static shapes (max_batch_size 0 and fixed dims); "
+                "CUDA graphs stay off",
+                config.name,
+            )
     return options
 
 
 def choose_providers(
-    config: mc.ModelConfig, spec: InstanceSpec, model_dir: Path, available: list[str],
+    config: mc.ModelConfig,
+    spec: InstanceSpec,
+    model_dir: Path,
+    available: list[str],
     input_dims: Mapping[str, Sequence[int]] | None = None,
 ) -> list[tuple[str, dict[str, Any]]]:
     """Execution providers for one instance, best first, CPU always last as the fallback.
@@ -149,18 +170,24 @@ def choose_providers(
         for accelerator in accelerators.gpu_execution_accelerator:
             name = accelerator.name.lower()
             if name == "tensorrt":
-                wanted.append(("TensorrtExecutionProvider",
-                               _tensorrt_options(accelerator, model_dir, spec.device_id, config, input_dims)))
+                wanted.append(
+                    (
+                        "TensorrtExecutionProvider",
+                        _tensorrt_options(accelerator, model_dir, spec.device_id, config, input_dims),
+                    )
+                )
             elif name == "cuda":
                 wanted.append(("CUDAExecutionProvider", cuda_options))
             else:
-                log.warning("model '%s': unknown GPU execution accelerator '%s' ignored",
-                            config.name, accelerator.name)
+                log.warning("model '%s': unknown GPU execution accelerator '%s' ignored", config.name, accelerator.name)
         if not any(name == "CUDAExecutionProvider" for name, _ in wanted):
             wanted.append(("CUDAExecutionProvider", cuda_options))
     for accelerator in accelerators.cpu_execution_accelerator:
-        log.warning("model '%s': CPU execution accelerator '%s' is not supported; using the CPU EP",
-                    config.name, accelerator.name)
+        log.warning(
+            "model '%s': CPU execution accelerator '%s' is not supported; using the CPU EP",
+            config.name,
+            accelerator.name,
+        )
     chosen = [(name, options) for name, options in wanted if name in available]
     missing = [name for name, _ in wanted if name not in available]
     if missing:
@@ -170,9 +197,13 @@ def choose_providers(
                 f"(missing: {', '.join(missing)}; available: {', '.join(available)}); "
                 "install ferry[gpu] or use KIND_CPU / KIND_AUTO"
             )
-        log.warning("model '%s' instance '%s': execution providers %s are not available; using %s",
-                    config.name, spec.name, ", ".join(missing),
-                    ", ".join(name for name, _ in chosen) or "CPUExecutionProvider")
+        log.warning(
+            "model '%s' instance '%s': execution providers %s are not available; using %s",
+            config.name,
+            spec.name,
+            ", ".join(missing),
+            ", ".join(name for name, _ in chosen) or "CPUExecutionProvider",
+        )
     chosen.append(("CPUExecutionProvider", {}))
     return chosen
 
@@ -221,8 +252,10 @@ class FixedBindingRunner:
         for name, array in inputs.items():
             target = self._inputs[name]
             if tuple(array.shape) != tuple(target.shape()):
-                raise InvalidArgument(f"input '{name}': shape {list(array.shape)} differs from the static shape "
-                                      f"{target.shape()} this model is captured with")
+                raise InvalidArgument(
+                    f"input '{name}': shape {list(array.shape)} differs from the static shape "
+                    f"{target.shape()} this model is captured with"
+                )
             target.update_inplace(np.ascontiguousarray(array))
         self._session.run_with_iobinding(self._binding)
         return {name: self._outputs[name].numpy() for name in outputs}
@@ -296,9 +329,13 @@ class OnnxRuntimeInstance:
     def _from_ort(value: Any) -> np.ndarray:
         array = np.asarray(value)
         if array.dtype.kind in ("U", "O"):
-            return np.vectorize(
-                lambda item: item.encode("utf-8") if isinstance(item, str) else bytes(item), otypes=[object]
-            )(array) if array.size else array.astype(object)
+            return (
+                np.vectorize(
+                    lambda item: item.encode("utf-8") if isinstance(item, str) else bytes(item), otypes=[object]
+                )(array)
+                if array.size
+                else array.astype(object)
+            )
         return array
 
     def _run_ort_values(self, feeds: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:

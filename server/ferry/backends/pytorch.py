@@ -56,8 +56,11 @@ class PyTorchInstance:
         self.device = str(self._device)
         self._cuda = self._device.type == "cuda"
         with self._device_context():
-            loaded = (load_onnx(model_file) if self.options.convert_from == "onnx"
-                      else load_torchscript(model_file, config, self._device))
+            loaded = (
+                load_onnx(model_file)
+                if self.options.convert_from == "onnx"
+                else load_torchscript(model_file, config, self._device)
+            )
             self.io: ModelIO = loaded.io
             self._module = self._prepare_module(loaded)
             self._inputs = [(name, torch_dtype(self._info(name))) for name in loaded.input_order]
@@ -96,21 +99,28 @@ class PyTorchInstance:
             log.info("instance '%s': CUDA graphs apply to GPU instances only; running eagerly", self.spec.name)
             return None
         if not self._batched:
-            log.warning("instance '%s': CUDA graphs need a batch dimension (max_batch_size > 0); running eagerly",
-                        self.spec.name)
+            log.warning(
+                "instance '%s': CUDA graphs need a batch dimension (max_batch_size > 0); running eagerly",
+                self.spec.name,
+            )
             return None
         shapes = [(self._info(name).shape[1:], dtype) for name, dtype in self._inputs]
         if any(d is None for dims, _ in shapes for d in dims):
-            log.warning("instance '%s': CUDA graphs need fixed input dims besides the batch; running eagerly",
-                        self.spec.name)
+            log.warning(
+                "instance '%s': CUDA graphs need fixed input dims besides the batch; running eagerly", self.spec.name
+            )
             return None
         assert self._stream is not None
         try:
             with self._grad_mode():
                 return CudaGraphs(self._forward, shapes, self.options.graph_batch_sizes, self._device, self._stream)
         except Exception as exc:  # e.g. a model that synchronises with the host cannot be captured
-            log.warning("instance '%s': CUDA graph capture failed (%s: %s); running eagerly",
-                        self.spec.name, type(exc).__name__, exc)
+            log.warning(
+                "instance '%s': CUDA graph capture failed (%s: %s); running eagerly",
+                self.spec.name,
+                type(exc).__name__,
+                exc,
+            )
             return None
 
     # --- execution ----------------------------------------------------------------------------
@@ -148,8 +158,10 @@ class PyTorchInstance:
         for name, dtype in self._outputs.items():
             tensor = named.get(name)
             if not isinstance(tensor, torch.Tensor):
-                raise FerryError(f"the model returned no tensor for output '{name}' "
-                                 f"(outputs bind in the order {', '.join(self._output_order)})")
+                raise FerryError(
+                    f"the model returned no tensor for output '{name}' "
+                    f"(outputs bind in the order {', '.join(self._output_order)})"
+                )
             if tensor.dtype != dtype:
                 if not (tensor.is_floating_point() and dtype.is_floating_point):
                     raise FerryError(f"output '{name}' is {tensor.dtype} but the config declares {dtype}")
@@ -186,8 +198,11 @@ class PyTorchInstance:
         if not self.options.pinned_input:
             return to_tensor(np.ascontiguousarray(array), dtype)
         buffer = self._staging.get(name)
-        owned = (buffer is not None and array.flags.c_contiguous
-                 and array.__array_interface__["data"][0] == buffer.data_ptr())
+        owned = (
+            buffer is not None
+            and array.flags.c_contiguous
+            and array.__array_interface__["data"][0] == buffer.data_ptr()
+        )
         if not owned:
             view = self.input_buffer(name, array.shape, array.dtype)
             assert view is not None
@@ -244,4 +259,3 @@ class PyTorchBackend:
 
     def create_instance(self, model_file: Path, config: mc.ModelConfig, spec: InstanceSpec) -> PyTorchInstance:
         return PyTorchInstance(model_file, config, spec)
-

@@ -57,6 +57,4 @@ def backend_for(platform: str) -> Backend:
                 "install the extra: pip install 'ferry[torch]'"
             ) from None
         return PyTorchBackend()
-    raise ModelLoadError(
-        f"platform '{platform}' is not supported by this server; supported: {', '.join(_SUPPORTED)}"
-    )
+    raise ModelLoadError(f"platform '{platform}' is not supported by this server; supported: {', '.join(_SUPPORTED)}")

@@ -27,12 +27,24 @@ from .cuda_runtime import INSTALL_HINT, DeviceBuffer, check, compute_capability,
 
 # TensorRT DataType names -> V2 datatypes (BF16 has no numpy type: carried as raw uint16 patterns).
 _DATATYPE_BY_TRT_NAME = {
-    "FLOAT": "FP32", "HALF": "FP16", "BF16": "BF16", "INT8": "INT8", "UINT8": "UINT8",
-    "INT32": "INT32", "INT64": "INT64", "BOOL": "BOOL",
+    "FLOAT": "FP32",
+    "HALF": "FP16",
+    "BF16": "BF16",
+    "INT8": "INT8",
+    "UINT8": "UINT8",
+    "INT32": "INT32",
+    "INT64": "INT64",
+    "BOOL": "BOOL",
 }
 _NUMPY_BY_DATATYPE = {
-    "FP32": np.float32, "FP16": np.float16, "BF16": np.uint16, "INT8": np.int8, "UINT8": np.uint8,
-    "INT32": np.int32, "INT64": np.int64, "BOOL": np.bool_,
+    "FP32": np.float32,
+    "FP16": np.float16,
+    "BF16": np.uint16,
+    "INT8": np.int8,
+    "UINT8": np.uint8,
+    "INT32": np.int32,
+    "INT64": np.int64,
+    "BOOL": np.bool_,
 }
 
 
@@ -155,8 +167,9 @@ class TensorRTInstance:
             for name in self._outputs:
                 shape = tuple(self.context.get_tensor_shape(name))
                 if any(d < 0 for d in shape):
-                    raise ModelLoadError(f"output '{name}' has a data-dependent shape {list(shape)}, "
-                                         "which this backend does not serve")
+                    raise ModelLoadError(
+                        f"output '{name}' has a data-dependent shape {list(shape)}, which this backend does not serve"
+                    )
                 sizes[name] = max(sizes.get(name, 0), self._nbytes(name, shape))
         if self.profiles:
             self._set_profile(0)

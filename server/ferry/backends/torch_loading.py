@@ -61,8 +61,10 @@ class LoadedModule:
 
 def torch_dtype(info: TensorInfo) -> torch.dtype:
     if info.datatype not in TORCH_DTYPES:
-        raise ModelLoadError(f"tensor '{info.name}': datatype {info.datatype or info.engine_type} "
-                             "has no torch tensor type (the PyTorch backend cannot serve it)")
+        raise ModelLoadError(
+            f"tensor '{info.name}': datatype {info.datatype or info.engine_type} "
+            "has no torch tensor type (the PyTorch backend cannot serve it)"
+        )
     return TORCH_DTYPES[info.datatype]
 
 

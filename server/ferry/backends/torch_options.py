@@ -49,9 +49,7 @@ class TorchOptions:
             raise ModelLoadError(f"parameters['{CONVERT_FROM}']: '{convert_from}' is not supported; use \"onnx\"")
         precision = (config_parameter(config, PRECISION) or "fp32").strip().lower()
         if precision not in PRECISIONS:
-            raise ModelLoadError(
-                f"parameters['{PRECISION}']: '{precision}' is not one of {', '.join(PRECISIONS)}"
-            )
+            raise ModelLoadError(f"parameters['{PRECISION}']: '{precision}' is not one of {', '.join(PRECISIONS)}")
         optimization = config.optimization
         cuda_graphs = optimization.cuda.graphs
         return cls(

@@ -18,8 +18,10 @@ def _batching(model: ModelVersion) -> dict[str, Any] | None:
     if not model.config.HasField("dynamic_batching"):
         return None
     dynamic = model.config.dynamic_batching
-    return {"max_queue_delay_us": dynamic.max_queue_delay_microseconds,
-            "preferred_batch_sizes": list(dynamic.preferred_batch_size)}
+    return {
+        "max_queue_delay_us": dynamic.max_queue_delay_microseconds,
+        "preferred_batch_sizes": list(dynamic.preferred_batch_size),
+    }
 
 
 def _version_details(model: ModelVersion) -> dict[str, Any]:
@@ -44,8 +46,11 @@ def models_overview(plane: DataPlane) -> dict[str, Any]:
         entry = models.setdefault(row["name"], {"name": row["name"], "versions": []})
         if not row.get("version") and not row.get("state"):
             continue  # in the repository, never loaded
-        version: dict[str, Any] = {"version": row.get("version", ""), "state": row.get("state", ""),
-                                   "reason": row.get("reason", "")}
+        version: dict[str, Any] = {
+            "version": row.get("version", ""),
+            "state": row.get("state", ""),
+            "reason": row.get("reason", ""),
+        }
         if version["state"] == "READY":
             try:
                 version.update(_version_details(plane.model(row["name"], version["version"])))
@@ -53,5 +58,4 @@ def models_overview(plane: DataPlane) -> dict[str, Any]:
                 version["state"] = "UNAVAILABLE"
         entry["versions"].append(version)
     mode = plane.manager.control_mode
-    return {"control_mode": mode.value, "repository_api": mode == ControlMode.EXPLICIT,
-            "models": list(models.values())}
+    return {"control_mode": mode.value, "repository_api": mode == ControlMode.EXPLICIT, "models": list(models.values())}

@@ -19,8 +19,10 @@ from .models import models_overview
 from .snapshot import metrics_snapshot
 
 STATIC_PACKAGE = ("ferry.dashboard", "static")
-CONTENT_SECURITY_POLICY = ("default-src 'self'; img-src 'self' blob: data:; object-src 'none'; base-uri 'none'; "
-                           "frame-ancestors 'none'; form-action 'none'")
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; img-src 'self' blob: data:; object-src 'none'; base-uri 'none'; "
+    "frame-ancestors 'none'; form-action 'none'"
+)
 _NO_STORE = {"Cache-Control": "no-store"}
 
 
@@ -35,9 +37,15 @@ def mount_dashboard(app: FastAPI, plane: DataPlane, registry: Collector) -> None
 
     @app.get("/", include_in_schema=False)
     async def dashboard_page() -> Response:
-        return Response(page, media_type="text/html; charset=utf-8",
-                        headers={"Content-Security-Policy": CONTENT_SECURITY_POLICY, "Cache-Control": "no-cache",
-                                 "X-Content-Type-Options": "nosniff"})
+        return Response(
+            page,
+            media_type="text/html; charset=utf-8",
+            headers={
+                "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+                "Cache-Control": "no-cache",
+                "X-Content-Type-Options": "nosniff",
+            },
+        )
 
     @app.get("/dashboard/api/models")
     async def dashboard_models() -> Response:

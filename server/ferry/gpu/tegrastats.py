@@ -88,8 +88,7 @@ def parse_tegrastats(line: str) -> TegraSample:
     power = next((rails[name] for name in _INPUT_RAILS if name in rails), None)
     if power is None and rails:
         power = sum(rails.values())
-    temperatures = {m.group(1): float(m.group(2)) for m in _TEMP.finditer(line)
-                    if float(m.group(2)) > _SENSOR_OFF_C}
+    temperatures = {m.group(1): float(m.group(2)) for m in _TEMP.finditer(line) if float(m.group(2)) > _SENSOR_OFF_C}
     return TegraSample(
         gpu_util=min(int(gr3d.group(1)), 100) / 100,
         ram_used_bytes=int(ram.group(1)) * unit,
@@ -124,8 +123,14 @@ class TegrastatsReader:
         """Start tegrastats; raises OSError when it cannot be run."""
         if self._process is not None:
             return
-        self._process = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                         stderr=subprocess.DEVNULL, text=True, bufsize=1)
+        self._process = subprocess.Popen(
+            self.command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            bufsize=1,
+        )
         self._thread = threading.Thread(target=self._read, args=(self._process,), name="tegrastats", daemon=True)
         self._thread.start()
 

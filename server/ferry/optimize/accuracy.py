@@ -52,16 +52,19 @@ class AccuracyReport:
         return self.map_candidate - self.map_reference
 
     def lines(self) -> list[str]:
-        out = [f"compared on {self.samples} {self.inputs}",
-               f"max abs diff of outputs: {self.max_abs_diff:.4g} "
-               f"(largest |FP32 output|: {self.reference_max_abs:.4g})"]
+        out = [
+            f"compared on {self.samples} {self.inputs}",
+            f"max abs diff of outputs: {self.max_abs_diff:.4g} (largest |FP32 output|: {self.reference_max_abs:.4g})",
+        ]
         if self.top1_agreement is not None:
             out.append(f"top-1 agreement with FP32: {self.top1_agreement:.2%}")
         if self.map_vs_reference is not None:
             out.append(f"mAP@0.5 against the FP32 model's detections: {self.map_vs_reference:.4f}")
         if self.map_delta is not None:
-            out.append(f"mAP@0.5 against ground truth: FP32 {self.map_reference:.4f}, optimized "
-                       f"{self.map_candidate:.4f}, delta {self.map_delta:+.4f}")
+            out.append(
+                f"mAP@0.5 against ground truth: FP32 {self.map_reference:.4f}, optimized "
+                f"{self.map_candidate:.4f}, delta {self.map_delta:+.4f}"
+            )
         return out
 
 
@@ -77,14 +80,20 @@ def _run(model: ModelVersion, inputs: dict[str, np.ndarray]) -> dict[str, np.nda
 
 
 def _as_arrays(found: list[Detection]) -> Boxes:
-    return (np.array([d.box for d in found], dtype=np.float64).reshape(-1, 4),
-            np.array([d.score for d in found], dtype=np.float64),
-            np.array([d.class_id for d in found], dtype=np.int64))
+    return (
+        np.array([d.box for d in found], dtype=np.float64).reshape(-1, 4),
+        np.array([d.score for d in found], dtype=np.float64),
+        np.array([d.class_id for d in found], dtype=np.int64),
+    )
 
 
-def compare(reference: ModelVersion, candidate: ModelVersion, batches: Iterable[EvalBatch],
-            annotations: dict[str, tuple[np.ndarray, np.ndarray]] | None = None,
-            inputs: str = "inputs") -> AccuracyReport:
+def compare(
+    reference: ModelVersion,
+    candidate: ModelVersion,
+    batches: Iterable[EvalBatch],
+    annotations: dict[str, tuple[np.ndarray, np.ndarray]] | None = None,
+    inputs: str = "inputs",
+) -> AccuracyReport:
     """Run both models on every batch and measure how much the candidate's answers moved."""
     pipeline = reference.pipeline
     task = pipeline.task if pipeline is not None else "tensor"
@@ -139,5 +148,6 @@ def read_annotations(path: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
             parsed[name] = (table[:, :4], table[:, 4].astype(np.int64))
         return parsed
     except (OSError, ValueError, AttributeError) as exc:
-        raise OptimizeError(f"{path}: not an annotations file ({{name: [[x1, y1, x2, y2, class], ...]}}): {exc}") \
-            from None
+        raise OptimizeError(
+            f"{path}: not an annotations file ({{name: [[x1, y1, x2, y2, class], ...]}}): {exc}"
+        ) from None

@@ -35,12 +35,13 @@ def image_files(directory: Path, limit: int | None = None) -> list[Path]:
     return files[:limit] if limit else files
 
 
-def image_batches(pipeline: ImagePipeline, files: Sequence[Path], batch_size: int,
-                  description: str | None = None) -> Iterator[tuple[np.ndarray, list[ImageTransform]]]:
+def image_batches(
+    pipeline: ImagePipeline, files: Sequence[Path], batch_size: int, description: str | None = None
+) -> Iterator[tuple[np.ndarray, list[ImageTransform]]]:
     """(batch tensor, transforms) for consecutive groups of ``files``, with a progress bar."""
     with tqdm(total=len(files), desc=description, unit="img", disable=description is None, leave=False) as bar:
         for start in range(0, len(files), batch_size):
-            chunk = files[start:start + batch_size]
+            chunk = files[start : start + batch_size]
             try:
                 prepared = pipeline.prepare([path.read_bytes() for path in chunk])
             except FerryError as exc:
@@ -52,8 +53,9 @@ def image_batches(pipeline: ImagePipeline, files: Sequence[Path], batch_size: in
 class PipelineCalibrationReader(CalibrationDataReader):
     """Feeds onnxruntime's calibrator one pre-processed batch at a time (never all images at once)."""
 
-    def __init__(self, pipeline: ImagePipeline, files: Sequence[Path], batch_size: int,
-                 show_progress: bool = True) -> None:
+    def __init__(
+        self, pipeline: ImagePipeline, files: Sequence[Path], batch_size: int, show_progress: bool = True
+    ) -> None:
         self._input = pipeline.input_name
         self._batches = image_batches(pipeline, files, batch_size, "calibrating" if show_progress else None)
 
@@ -66,7 +68,7 @@ class TensorCalibrationReader(CalibrationDataReader):
     """Calibration from ready tensors (an .npy file) for models without an image pipeline."""
 
     def __init__(self, input_name: str, samples: np.ndarray, batch_size: int) -> None:
-        self._items = iter([{input_name: samples[i:i + batch_size]} for i in range(0, len(samples), batch_size)])
+        self._items = iter([{input_name: samples[i : i + batch_size]} for i in range(0, len(samples), batch_size)])
 
     def get_next(self) -> dict[str, np.ndarray] | None:
         return next(self._items, None)

@@ -69,19 +69,27 @@ class Int8Scheme:
         return f"{act}{wgt}" + (" reduce_range" if self.reduce_range else "")
 
 
-def choose_int8_scheme(features: CpuInt8Features, for_tensorrt: bool = False, override: str = "auto",
-                       reduce_range: bool | None = None) -> Int8Scheme:
+def choose_int8_scheme(
+    features: CpuInt8Features, for_tensorrt: bool = False, override: str = "auto", reduce_range: bool | None = None
+) -> Int8Scheme:
     """The scheme for ``features`` (or TensorRT); ``override`` ("u8s8"/"s8s8") and ``reduce_range``
     replace the automatic choice when given."""
     if for_tensorrt:
         if override not in ("auto", "s8s8"):
             raise ValueError(f"TensorRT takes only symmetric S8S8 INT8, not {override.upper()}")
-        return Int8Scheme(QuantType.QInt8, QuantType.QInt8, False, True,
-                          "TensorRT: symmetric signed INT8 activations and weights")
+        return Int8Scheme(
+            QuantType.QInt8, QuantType.QInt8, False, True, "TensorRT: symmetric signed INT8 activations and weights"
+        )
     if override == "auto":
         if features.is_x86:
-            kind, reason = "u8s8", ("VNNI present: U8S8 is the native x86 INT8 product" if features.vnni else
-                                    "no VNNI: U8S8 with 7-bit weights avoids vpmaddubsw saturation")
+            kind, reason = (
+                "u8s8",
+                (
+                    "VNNI present: U8S8 is the native x86 INT8 product"
+                    if features.vnni
+                    else "no VNNI: U8S8 with 7-bit weights avoids vpmaddubsw saturation"
+                ),
+            )
         else:
             kind, reason = "s8s8", f"{features.machine}: signed dot products (S8S8)"
     elif override in ("u8s8", "s8s8"):

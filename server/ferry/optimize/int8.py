@@ -23,8 +23,14 @@ CALIBRATION_METHODS = {
 }
 
 
-def quantize_int8(source: Path, destination: Path, reader: CalibrationDataReader, scheme: Int8Scheme,
-                  method: str = "minmax", per_channel: bool = True) -> None:
+def quantize_int8(
+    source: Path,
+    destination: Path,
+    reader: CalibrationDataReader,
+    scheme: Int8Scheme,
+    method: str = "minmax",
+    per_channel: bool = True,
+) -> None:
     """Write the QDQ INT8 version of ``source`` to ``destination``.
 
     The model first goes through onnxruntime's pre-processing (shape inference and graph

@@ -137,8 +137,10 @@ def _check_options(options: OptimizeOptions) -> None:
     if options.precision == "int8" and not (options.calibration_images or options.calibration_tensors):
         raise OptimizeError("INT8 needs calibration data: --calibration-images DIR (or --calibration-tensors FILE)")
     if options.as_version is not None and (options.engine == "tensorrt" or options.fp16_io):
-        raise OptimizeError("--as-version keeps the model's config, so it cannot change the platform (TensorRT) "
-                            "or the input/output types (--fp16-io); write a new model instead")
+        raise OptimizeError(
+            "--as-version keeps the model's config, so it cannot change the platform (TensorRT) "
+            "or the input/output types (--fp16-io); write a new model instead"
+        )
     if options.engine == "tensorrt":
         from .tensorrt_build import tensorrt_available
 
@@ -155,16 +157,19 @@ def _batch_size(options: OptimizeOptions, config: mc.ModelConfig) -> int:
 
 def _tensors(path: Path, count: int, reference: ModelVersion) -> np.ndarray:
     if len(reference.inputs) != 1:
-        raise OptimizeError(f"--calibration-tensors feeds one input, but model '{reference.name}' has "
-                            f"{len(reference.inputs)}: {', '.join(reference.inputs)}")
+        raise OptimizeError(
+            f"--calibration-tensors feeds one input, but model '{reference.name}' has "
+            f"{len(reference.inputs)}: {', '.join(reference.inputs)}"
+        )
     try:
         return np.load(path, allow_pickle=False)[:count]
     except (OSError, ValueError) as exc:
         raise OptimizeError(f"{path}: cannot read a .npy tensor file: {exc}") from None
 
 
-def _eval_batches(options: OptimizeOptions, reference: ModelVersion,
-                  batch: int) -> tuple[Callable[[], Iterator[EvalBatch]], str]:
+def _eval_batches(
+    options: OptimizeOptions, reference: ModelVersion, batch: int
+) -> tuple[Callable[[], Iterator[EvalBatch]], str]:
     """What the comparison runs on (and its description): evaluation images, else the calibration
     data, else random inputs."""
     pipeline = reference.pipeline
@@ -172,8 +177,10 @@ def _eval_batches(options: OptimizeOptions, reference: ModelVersion,
     input_name = next(iter(reference.inputs))
     if image_dir is not None:
         if pipeline is None:
-            raise OptimizeError(f"model '{reference.name}' has no ferry_image pipeline to turn images into tensors; "
-                                "use --calibration-tensors")
+            raise OptimizeError(
+                f"model '{reference.name}' has no ferry_image pipeline to turn images into tensors; "
+                "use --calibration-tensors"
+            )
         files = image_files(image_dir, options.eval_count)
 
         def from_images() -> Iterator[EvalBatch]:
@@ -195,13 +202,14 @@ def _eval_batches(options: OptimizeOptions, reference: ModelVersion,
 
     def from_tensors() -> Iterator[EvalBatch]:
         for start in range(0, len(samples), batch):
-            yield EvalBatch({input_name: samples[start:start + batch]})
+            yield EvalBatch({input_name: samples[start : start + batch]})
 
     return from_tensors, description
 
 
-def _produce(options: OptimizeOptions, source_file: Path, reference: ModelVersion, batch: int, work: Path,
-             notes: list[str]) -> Produced:
+def _produce(
+    options: OptimizeOptions, source_file: Path, reference: ModelVersion, batch: int, work: Path, notes: list[str]
+) -> Produced:
     """Write the optimized ONNX model (and the engine, for TensorRT) into ``work``."""
     onnx_out = work / "model.onnx"
     scheme = None
@@ -209,33 +217,44 @@ def _produce(options: OptimizeOptions, source_file: Path, reference: ModelVersio
         from .fp16 import convert_fp16
 
         convert_fp16(source_file, onnx_out, keep_io_types=not options.fp16_io)
-        notes.append("FP16 weights and activations" + (", FP16 inputs/outputs" if options.fp16_io else
-                                                       ", inputs/outputs kept FP32"))
+        notes.append(
+            "FP16 weights and activations"
+            + (", FP16 inputs/outputs" if options.fp16_io else ", inputs/outputs kept FP32")
+        )
     else:
         from onnxruntime.quantization import CalibrationDataReader
 
         from .int8 import quantize_int8
 
         features = read_cpu_features()
-        scheme = choose_int8_scheme(features, for_tensorrt=options.engine == "tensorrt",
-                                    override=options.int8_scheme, reduce_range=options.reduce_range)
+        scheme = choose_int8_scheme(
+            features,
+            for_tensorrt=options.engine == "tensorrt",
+            override=options.int8_scheme,
+            reduce_range=options.reduce_range,
+        )
         reader: CalibrationDataReader
         if options.calibration_images is not None:
             if reference.pipeline is None:
-                raise OptimizeError(f"model '{reference.name}' has no ferry_image section, so images cannot be turned "
-                                    "into its input; add ferry_image to config.pbtxt or use --calibration-tensors")
+                raise OptimizeError(
+                    f"model '{reference.name}' has no ferry_image section, so images cannot be turned "
+                    "into its input; add ferry_image to config.pbtxt or use --calibration-tensors"
+                )
             files = image_files(options.calibration_images, options.calibration_count)
             reader = PipelineCalibrationReader(reference.pipeline, files, batch, options.show_progress)
-            calibration = f"{len(files)} images from {options.calibration_images} through the model's ferry_image " \
-                          "pipeline"
+            calibration = (
+                f"{len(files)} images from {options.calibration_images} through the model's ferry_image pipeline"
+            )
         else:
             assert options.calibration_tensors is not None
             samples = _tensors(options.calibration_tensors, options.calibration_count, reference)
             reader = TensorCalibrationReader(next(iter(reference.inputs)), samples, batch)
             calibration = f"{len(samples)} tensors from {options.calibration_tensors}"
         quantize_int8(source_file, onnx_out, reader, scheme, options.calibration_method)
-        notes.append(f"INT8 QDQ, per-channel weights, {scheme.name} ({scheme.reason}; CPU {features.describe()}), "
-                     f"{options.calibration_method} calibration on {calibration}")
+        notes.append(
+            f"INT8 QDQ, per-channel weights, {scheme.name} ({scheme.reason}; CPU {features.describe()}), "
+            f"{options.calibration_method} calibration on {calibration}"
+        )
     if options.engine != "tensorrt":
         return Produced(onnx_out, scheme)
     from .tensorrt_build import build_engine
@@ -246,8 +265,10 @@ def _produce(options: OptimizeOptions, source_file: Path, reference: ModelVersio
     if previous.is_file():
         shutil.copy2(previous, cache)
     built = build_engine(onnx_out, reference.config, work, cache, options.device_id, options.workspace_bytes)
-    notes.append(f"TensorRT {built.tensorrt_version} engine for compute capability {built.compute_capability}, "
-                 f"built in {built.seconds:.0f} s (strongly typed from the {options.precision.upper()} ONNX model)")
+    notes.append(
+        f"TensorRT {built.tensorrt_version} engine for compute capability {built.compute_capability}, "
+        f"built in {built.seconds:.0f} s (strongly typed from the {options.precision.upper()} ONNX model)"
+    )
     return Produced(built.path, scheme, built.compute_capability)
 
 
@@ -257,13 +278,19 @@ def _check_agreement(options: OptimizeOptions, report: AccuracyReport) -> None:
     threshold = options.min_agreement if options.min_agreement is not None else DEFAULT_MIN_AGREEMENT[report.task]
     agreement = report.agreement
     if agreement is None or agreement != agreement:  # None or NaN: nothing to judge by
-        raise AccuracyRefused("the model has no classification or detection output to judge INT8 accuracy by; "
-                              "pass --force to write it anyway", report)
+        raise AccuracyRefused(
+            "the model has no classification or detection output to judge INT8 accuracy by; "
+            "pass --force to write it anyway",
+            report,
+        )
     if agreement < threshold:
         what = "mAP@0.5 against FP32 detections" if report.task == "detect" else "top-1 agreement with FP32"
-        raise AccuracyRefused(f"INT8 {what} is {agreement:.4f}, below --min-agreement {threshold}; not written "
-                              "(more or more representative calibration images, --calibration-method entropy or "
-                              "percentile, or --force)", report)
+        raise AccuracyRefused(
+            f"INT8 {what} is {agreement:.4f}, below --min-agreement {threshold}; not written "
+            "(more or more representative calibration images, --calibration-method entropy or "
+            "percentile, or --force)",
+            report,
+        )
 
 
 def optimize(options: OptimizeOptions, say: Callable[[str], None] = print) -> OptimizeResult:
@@ -273,7 +300,8 @@ def optimize(options: OptimizeOptions, say: Callable[[str], None] = print) -> Op
     name = source_config.name
     if options.as_version is None:
         options.output_name = check_model_name(
-            options.output_name or default_output_name(name, Target(options.precision, options.engine)))
+            options.output_name or default_output_name(name, Target(options.precision, options.engine))
+        )
     target = Target(options.precision, options.engine, options.fp16_io)
     repo = options.model_dir.parent
     if options.as_version is not None and (options.model_dir / str(options.as_version)).exists():
@@ -285,8 +313,12 @@ def optimize(options: OptimizeOptions, say: Callable[[str], None] = print) -> Op
     staging = Path(tempfile.mkdtemp(prefix=".ferry-optimize-", dir=repo))  # "." hides it from the server
     try:
         say(f"loading {name} version {version} ({source_file})")
-        reference = load_version(options.model_dir, version,
-                                 _single_instance(source_config, mc.ModelInstanceGroup.KIND_CPU), str(source_file))
+        reference = load_version(
+            options.model_dir,
+            version,
+            _single_instance(source_config, mc.ModelInstanceGroup.KIND_CPU),
+            str(source_file),
+        )
         batch = _batch_size(options, reference.config)
         notes: list[str] = []
         work = staging / "work"
@@ -296,11 +328,13 @@ def optimize(options: OptimizeOptions, say: Callable[[str], None] = print) -> Op
         if options.as_version is not None:
             config = source_config
         else:
-            config = derived_config(source_config, options.output_name or "", target, produced.path.name,
-                                    produced.compute_capability)
+            config = derived_config(
+                source_config, options.output_name or "", target, produced.path.name, produced.compute_capability
+            )
         header = [f"Written by `ferry optimize` from model '{name}' version {version}:", *notes]
-        staged = stage_model(staging, options.model_dir, config, header, out_version,
-                             {produced.path.name: produced.path})
+        staged = stage_model(
+            staging, options.model_dir, config, header, out_version, {produced.path.name: produced.path}
+        )
         if (work / "timing.cache").is_file():
             (staged / "trt_cache").mkdir()
             shutil.move(str(work / "timing.cache"), staged / "trt_cache" / "timing.cache")
@@ -320,8 +354,14 @@ def optimize(options: OptimizeOptions, say: Callable[[str], None] = print) -> Op
         else:
             destination = repo / config.name
             install_model(staged, destination, options.overwrite)
-        return OptimizeResult(destination, out_version, destination / str(out_version) / produced.path.name,
-                              report, produced.scheme, notes)
+        return OptimizeResult(
+            destination,
+            out_version,
+            destination / str(out_version) / produced.path.name,
+            report,
+            produced.scheme,
+            notes,
+        )
     finally:
         for model in (reference, candidate):
             if model is not None:

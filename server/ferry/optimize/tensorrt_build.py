@@ -48,8 +48,14 @@ def tensorrt_available() -> str | None:
     return None
 
 
-def build_engine(onnx_path: Path, config: mc.ModelConfig, output_dir: Path, timing_cache: Path,
-                 device_id: int = 0, workspace_bytes: int | None = None) -> EngineBuild:
+def build_engine(
+    onnx_path: Path,
+    config: mc.ModelConfig,
+    output_dir: Path,
+    timing_cache: Path,
+    device_id: int = 0,
+    workspace_bytes: int | None = None,
+) -> EngineBuild:
     """Build and write the engine for GPU ``device_id``; ``config`` is the completed model config."""
     started = time.perf_counter()
     trt, cudart = import_tensorrt(), import_cudart()

@@ -40,8 +40,13 @@ def default_output_name(model_name: str, target: Target) -> str:
     return f"{model_name}_{suffix}"
 
 
-def derived_config(source: mc.ModelConfig, name: str, target: Target,
-                   model_filename: str | None = None, compute_capability: str | None = None) -> mc.ModelConfig:
+def derived_config(
+    source: mc.ModelConfig,
+    name: str,
+    target: Target,
+    model_filename: str | None = None,
+    compute_capability: str | None = None,
+) -> mc.ModelConfig:
     """The optimized model's config: the source's, renamed, with platform, devices and types adjusted.
 
     FP16 and TensorRT models are for GPUs: CPU instance groups become KIND_AUTO (GPU when there is
@@ -90,8 +95,9 @@ def copy_model_files(source_dir: Path, config: mc.ModelConfig, destination: Path
         shutil.copytree(source_dir / "warmup", destination / "warmup", dirs_exist_ok=True)
 
 
-def stage_model(staging: Path, source_dir: Path, config: mc.ModelConfig, header: list[str], version: int,
-                files: dict[str, Path]) -> Path:
+def stage_model(
+    staging: Path, source_dir: Path, config: mc.ModelConfig, header: list[str], version: int, files: dict[str, Path]
+) -> Path:
     """Lay out a complete model directory under ``staging``: config, labels, ``<version>/<files>``."""
     model_dir = staging / config.name
     (model_dir / str(version)).mkdir(parents=True)
@@ -117,4 +123,3 @@ def install_version(staged: Path, version: int, model_dir: Path) -> None:
     if target.exists():
         raise OptimizeError(f"{target} exists; choose another --as-version")
     shutil.move(str(staged / str(version)), target)
-

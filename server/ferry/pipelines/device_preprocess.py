@@ -68,8 +68,9 @@ class DevicePreprocessor:
     def _assemble(self, images: Sequence[np.ndarray], placements: Sequence[Placement]) -> torch.Tensor:
         """Resized pixels (0..255, float) of every image in an NCHW batch; the rest is the pad value."""
         spec = self.spec
-        batch = torch.full((len(images), spec.channels, spec.height, spec.width), self._pad,
-                           dtype=torch.float32, device=self.device)
+        batch = torch.full(
+            (len(images), spec.channels, spec.height, spec.width), self._pad, dtype=torch.float32, device=self.device
+        )
         for index, (pixels, where) in enumerate(zip(images, placements, strict=True)):
             pixels = pixels if pixels.flags.writeable and pixels.flags.c_contiguous else np.array(pixels)
             image = torch.from_numpy(pixels).to(self.device, non_blocking=True)
@@ -77,12 +78,13 @@ class DevicePreprocessor:
             width, height = where.resized
             if image.shape[-2:] != (height, width):
                 corners = {"align_corners": False} if self._mode != "nearest-exact" else {}
-                image = functional.interpolate(image, size=(height, width), mode=self._mode,
-                                               antialias=self._antialias, **corners)
+                image = functional.interpolate(
+                    image, size=(height, width), mode=self._mode, antialias=self._antialias, **corners
+                )
                 image = image.round_().clamp_(0.0, 255.0)  # Pillow resizes in 8 bits
             rows, cols = where.rows, where.cols
-            region = image[0, :, where.crop_top:where.crop_top + rows, where.crop_left:where.crop_left + cols]
-            batch[index, :, where.top:where.top + rows, where.left:where.left + cols] = region
+            region = image[0, :, where.crop_top : where.crop_top + rows, where.crop_left : where.crop_left + cols]
+            batch[index, :, where.top : where.top + rows, where.left : where.left + cols] = region
         return batch
 
     def _normalise(self, batch: torch.Tensor) -> torch.Tensor:

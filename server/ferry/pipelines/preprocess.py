@@ -124,8 +124,10 @@ class PreprocessSpec:
         if pre.device not in _PRE.Device.values():
             raise ModelLoadError(f"{_FIELD}.device: unknown value {pre.device}")
         if pre.device == _PRE.GPU and pre.interpolation == _PRE.LANCZOS:
-            raise ModelLoadError(f"{_FIELD}.interpolation: LANCZOS is not available with device: GPU "
-                                 "(torch has no Lanczos resize); use BILINEAR, BICUBIC or NEAREST")
+            raise ModelLoadError(
+                f"{_FIELD}.interpolation: LANCZOS is not available with device: GPU "
+                "(torch has no Lanczos resize); use BILINEAR, BICUBIC or NEAREST"
+            )
         datatype = _datatype(pre.data_type, input_datatype)
         scale = _scale(pre, datatype)
         mean = _per_channel("mean", list(pre.mean), expected_channels, 0.0, datatype)

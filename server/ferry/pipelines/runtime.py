@@ -49,9 +49,15 @@ class ImagePipeline:
     batch_preprocessor: Callable[[Sequence[np.ndarray], Sequence[Placement]], np.ndarray] | None = None
 
     @classmethod
-    def from_config(cls, config: mc.ModelConfig, inputs: dict[str, TensorSpec], outputs: dict[str, TensorSpec],
-                    labels: dict[str, list[str]], max_pixels: int = DEFAULT_MAX_PIXELS,
-                    gpu: int = 0) -> ImagePipeline | None:
+    def from_config(
+        cls,
+        config: mc.ModelConfig,
+        inputs: dict[str, TensorSpec],
+        outputs: dict[str, TensorSpec],
+        labels: dict[str, list[str]],
+        max_pixels: int = DEFAULT_MAX_PIXELS,
+        gpu: int = 0,
+    ) -> ImagePipeline | None:
         """The pipeline a config asks for, or None when it has no ``ferry_image`` section.
 
         ``gpu`` is the device that ``preprocess { device: GPU }`` runs on.
@@ -75,8 +81,16 @@ class ImagePipeline:
             if name not in outputs:
                 raise ModelLoadError(f"ferry_image: output '{name}' is not an output of the model")
         batch_preprocessor = _gpu_preprocessor(spec, gpu) if spec.device == mc.FerryPreprocess.GPU else None
-        return cls(input_name, spec, classification, detection, names, labels.get(names[0]),
-                   spec.max_pixels or max_pixels, batch_preprocessor)
+        return cls(
+            input_name,
+            spec,
+            classification,
+            detection,
+            names,
+            labels.get(names[0]),
+            spec.max_pixels or max_pixels,
+            batch_preprocessor,
+        )
 
     @property
     def task(self) -> str:
@@ -93,8 +107,9 @@ class ImagePipeline:
         decode_ns = preprocess_ns = 0
         for index, data in enumerate(images):
             t0 = time.perf_counter_ns()
-            image = decode_image(bytes(data), max_pixels=self.max_pixels, target_size=self.spec.decode_size,
-                                 index=index)
+            image = decode_image(
+                bytes(data), max_pixels=self.max_pixels, target_size=self.spec.decode_size, index=index
+            )
             t1 = time.perf_counter_ns()
             batch[index], transform = preprocess(image, self.spec)
             preprocess_ns += time.perf_counter_ns() - t1
@@ -107,8 +122,9 @@ class ImagePipeline:
         pixels, placements = [], []
         t0 = time.perf_counter_ns()
         for index, data in enumerate(images):
-            image = decode_image(bytes(data), max_pixels=self.max_pixels, target_size=self.spec.decode_size,
-                                 index=index)
+            image = decode_image(
+                bytes(data), max_pixels=self.max_pixels, target_size=self.spec.decode_size, index=index
+            )
             image = to_model_mode(image, self.spec)
             placements.append(place(*image.size, self.spec))
             pixels.append(pixels_of(image))
@@ -125,17 +141,32 @@ class ImagePipeline:
             raise InvalidArgument(f"top_k must be >= 1, got {count}")
         indices, values = top_k(scores, min(count, scores.shape[1]))
         return [
-            [{"index": int(i), "label": self._label(int(i)), "score": float(v)} for i, v in zip(row_i, row_v,
-                                                                                                 strict=True)]
+            [
+                {"index": int(i), "label": self._label(int(i)), "score": float(v)}
+                for i, v in zip(row_i, row_v, strict=True)
+            ]
             for row_i, row_v in zip(indices, values, strict=True)
         ]
 
-    def detect(self, outputs: dict[str, np.ndarray], transforms: list[ImageTransform],
-               score_threshold: float | None = None, iou_threshold: float | None = None,
-               max_detections: int | None = None) -> list[list[Detection]]:
+    def detect(
+        self,
+        outputs: dict[str, np.ndarray],
+        transforms: list[ImageTransform],
+        score_threshold: float | None = None,
+        iou_threshold: float | None = None,
+        max_detections: int | None = None,
+    ) -> list[list[Detection]]:
         assert self.detection is not None
-        return decode_detections(outputs, self.detection, self.output_names, transforms, self.labels,
-                                 score_threshold, iou_threshold, max_detections)
+        return decode_detections(
+            outputs,
+            self.detection,
+            self.output_names,
+            transforms,
+            self.labels,
+            score_threshold,
+            iou_threshold,
+            max_detections,
+        )
 
     def _label(self, index: int) -> str | None:
         if self.labels and index < len(self.labels):
@@ -153,8 +184,9 @@ def _gpu_preprocessor(spec: PreprocessSpec, gpu: int) -> Callable[..., np.ndarra
     except ImportError as exc:
         raise ModelLoadError(f"{field}: GPU needs torch ({exc}); install ferry[torch]") from None
     if not torch.cuda.is_available():
-        raise ModelLoadError(f"{field}: GPU, but torch {torch.__version__} sees no CUDA device; "
-                             "use device: CPU (the default)")
+        raise ModelLoadError(
+            f"{field}: GPU, but torch {torch.__version__} sees no CUDA device; use device: CPU (the default)"
+        )
     if gpu >= torch.cuda.device_count():
         raise ModelLoadError(f"{field}: GPU {gpu} does not exist (torch sees {torch.cuda.device_count()})")
     return DevicePreprocessor(spec, f"cuda:{gpu}")

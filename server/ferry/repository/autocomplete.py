@@ -33,12 +33,14 @@ def complete_config(config: mc.ModelConfig, io: ModelIO, source: str) -> None:
             config.dynamic_batching.SetInParent()
     batched = config.max_batch_size > 0
     _complete_tensors(config.input, io.inputs, batched, "input", source, add_missing=True)
-    _complete_tensors(config.output, io.outputs, batched, "output", source, add_missing=declared_nothing
-                      or not config.output)
+    _complete_tensors(
+        config.output, io.outputs, batched, "output", source, add_missing=declared_nothing or not config.output
+    )
 
 
-def _complete_tensors(declared, actual: list[TensorInfo], batched: bool, kind: str, source: str,
-                      add_missing: bool) -> None:
+def _complete_tensors(
+    declared, actual: list[TensorInfo], batched: bool, kind: str, source: str, add_missing: bool
+) -> None:
     by_name = {t.name: t for t in actual}
     names = {t.name for t in declared}
     for tensor in declared:
@@ -75,8 +77,9 @@ def _shape_text(shape: tuple[int | None, ...]) -> str:
 
 def _check_tensor(tensor, info: TensorInfo, batched: bool, kind: str, source: str) -> None:
     if info.datatype is None:
-        raise ModelLoadError(f"{source}: {kind} '{info.name}' has type {info.engine_type}, "
-                             "which the V2 protocol cannot carry")
+        raise ModelLoadError(
+            f"{source}: {kind} '{info.name}' has type {info.engine_type}, which the V2 protocol cannot carry"
+        )
     model_type = getattr(mc, config_type_from_datatype(info.datatype))
     if tensor.data_type == mc.TYPE_INVALID:
         tensor.data_type = model_type
@@ -92,9 +95,7 @@ def _check_tensor(tensor, info: TensorInfo, batched: bool, kind: str, source: st
     if tensor.HasField("reshape"):
         return  # the config maps its dims onto the model's shape explicitly
     declared = list(tensor.dims)
-    compatible = len(declared) == len(dims) and all(
-        m == -1 or d == m for d, m in zip(declared, dims, strict=False)
-    )
+    compatible = len(declared) == len(dims) and all(m == -1 or d == m for d, m in zip(declared, dims, strict=False))
     if not compatible:
         full = [-1, *declared] if batched else declared
         raise ModelLoadError(

@@ -101,9 +101,7 @@ def tensor_specs(tensors, kind: str, source: str) -> list[TensorSpec]:
         if not tensor.dims:
             raise ModelLoadError(f"{where} '{tensor.name}': 'dims' is required")
         if any(d < -1 or d == 0 for d in tensor.dims):
-            raise ModelLoadError(
-                f"{where} '{tensor.name}': dims {list(tensor.dims)} must be positive or -1 (variable)"
-            )
+            raise ModelLoadError(f"{where} '{tensor.name}': dims {list(tensor.dims)} must be positive or -1 (variable)")
         reshape = tuple(tensor.reshape.shape) if tensor.HasField("reshape") else None
         specs.append(
             TensorSpec(

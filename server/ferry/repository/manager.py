@@ -112,8 +112,12 @@ class ModelManager:
         if self._poll_task:
             self._poll_task.cancel()
         await asyncio.gather(
-            *(self._retire(status, timeout) for record in self._records.values() for status in record.versions.values()
-              if status.model is not None)
+            *(
+                self._retire(status, timeout)
+                for record in self._records.values()
+                for status in record.versions.values()
+                if status.model is not None
+            )
         )
 
     def scan(self) -> list[str]:
@@ -138,14 +142,16 @@ class ModelManager:
                 continue
             if record.error and not record.versions:
                 if not ready_only:
-                    rows.append({"name": name, "version": "", "state": ModelState.UNAVAILABLE.value,
-                                 "reason": record.error})
+                    rows.append(
+                        {"name": name, "version": "", "state": ModelState.UNAVAILABLE.value, "reason": record.error}
+                    )
                 continue
             for version, status in sorted(record.versions.items()):
                 if ready_only and status.state != ModelState.READY:
                     continue
-                rows.append({"name": name, "version": str(version), "state": status.state.value,
-                             "reason": status.reason})
+                rows.append(
+                    {"name": name, "version": str(version), "state": status.state.value, "reason": status.reason}
+                )
         return rows
 
     def get(self, name: str, version: str = "") -> ModelVersion:
@@ -162,8 +168,10 @@ class ModelManager:
             if status is None:
                 raise NotFound(f"model '{name}' has no version {number}")
             if status.state != ModelState.READY or status.model is None:
-                raise Unavailable(f"model '{name}' version {number} is not ready ({status.state.value}"
-                                  + (f": {status.reason})" if status.reason else ")"))
+                raise Unavailable(
+                    f"model '{name}' version {number} is not ready ({status.state.value}"
+                    + (f": {status.reason})" if status.reason else ")")
+                )
             return status.model
         ready = [v for v, s in record.versions.items() if s.state == ModelState.READY and s.model is not None]
         if not ready:
@@ -174,8 +182,10 @@ class ModelManager:
     def _why_not_ready(record: ModelRecord) -> str:
         if record.error:
             return record.error
-        reasons = [f"version {v} {s.state.value}" + (f" ({s.reason})" if s.reason else "")
-                   for v, s in sorted(record.versions.items())]
+        reasons = [
+            f"version {v} {s.state.value}" + (f" ({s.reason})" if s.reason else "")
+            for v, s in sorted(record.versions.items())
+        ]
         return "; ".join(reasons) or "no version is loaded"
 
     def is_ready(self, name: str, version: str = "") -> bool:
@@ -186,8 +196,12 @@ class ModelManager:
         return True
 
     def ready_models(self) -> list[ModelVersion]:
-        return [s.model for r in self._records.values() for s in r.versions.values()
-                if s.state == ModelState.READY and s.model is not None]
+        return [
+            s.model
+            for r in self._records.values()
+            for s in r.versions.values()
+            if s.state == ModelState.READY and s.model is not None
+        ]
 
     # --- the repository API -------------------------------------------------------------------
 
@@ -243,8 +257,9 @@ class ModelManager:
             record.fingerprint = fingerprint
             failures = await asyncio.gather(*(self._load_version(record, model_dir, v, config, source) for v in wanted))
             stale = [v for v in record.versions if v not in wanted and record.versions[v].model is not None]
-            await asyncio.gather(*(self._unload_version(record, v, "no longer served by the version policy")
-                                   for v in stale))
+            await asyncio.gather(
+                *(self._unload_version(record, v, "no longer served by the version policy") for v in stale)
+            )
             errors = [f for f in failures if f]
             if errors:
                 raise ModelLoadError(f"failed to load '{name}': {'; '.join(errors)}")
@@ -271,14 +286,20 @@ class ModelManager:
             reason = f"unexpected error: {exc}"
         else:
             model.stats = ModelStats(model.name, str(version))
-            model.scheduler = Scheduler(f"{model.name}:{version}", model.instances, model.stats,
-                                        SchedulingPolicy.from_config(model.config))
+            model.scheduler = Scheduler(
+                f"{model.name}:{version}", model.instances, model.stats, SchedulingPolicy.from_config(model.config)
+            )
             model.scheduler.start()
             if self.on_loaded:
                 self.on_loaded(model)
             record.versions[version] = VersionStatus(ModelState.READY, model=model)
-            log.info("model '%s' version %d READY in %.2fs (%s)", record.name, version, model.load_seconds,
-                     ", ".join(i.device for i in model.instances))
+            log.info(
+                "model '%s' version %d READY in %.2fs (%s)",
+                record.name,
+                version,
+                model.load_seconds,
+                ", ".join(i.device for i in model.instances),
+            )
             if old is not None and old.model is not None:
                 await self._retire(old)
             return ""

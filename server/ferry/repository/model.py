@@ -91,8 +91,10 @@ def _model_file(model_dir: Path, version: int, config: mc.ModelConfig, filename:
     """The version's model file (the backend's choice); with ``cc_model_filenames`` the backend picks
     the file for its GPU, so that file may be absent as long as one of those exists."""
     path = inside(model_dir, Path(str(version)) / filename, "default_model_filename")
-    per_capability = [inside(model_dir, Path(str(version)) / name, "cc_model_filenames")
-                      for name in config.cc_model_filenames.values()]
+    per_capability = [
+        inside(model_dir, Path(str(version)) / name, "cc_model_filenames")
+        for name in config.cc_model_filenames.values()
+    ]
     if not path.is_file() and not any(p.is_file() for p in per_capability):
         raise ModelLoadError(f"model file {path} does not exist")
     return path
@@ -107,9 +109,7 @@ def load_version(model_dir: Path, version: int, config: mc.ModelConfig, source: 
     config = mc.ModelConfig.FromString(config.SerializeToString())  # each version owns its copy
     if not config.name:
         config.name = model_dir.name
-    platform = normalise_platform(config.platform, config.backend) or platform_for_file(
-        model_dir / str(version)
-    )
+    platform = normalise_platform(config.platform, config.backend) or platform_for_file(model_dir / str(version))
     if not platform:
         raise ModelLoadError(
             f"{source}: no platform/backend given and no model.onnx, model.plan or model.pt in "
@@ -179,8 +179,10 @@ def warm_up(model: ModelVersion) -> None:
         return
     for sample in model.config.model_warmup:
         batch = sample.batch_size if model.max_batch_size > 0 else 0
-        inputs = {name: _warmup_input(name, spec, max(batch, 1) if batch else 0, model.model_dir)
-                  for name, spec in sample.inputs.items()}
+        inputs = {
+            name: _warmup_input(name, spec, max(batch, 1) if batch else 0, model.model_dir)
+            for name, spec in sample.inputs.items()
+        }
         outputs = list(model.outputs)
         for instance in model.instances:
             for _ in range(max(1, sample.count)):

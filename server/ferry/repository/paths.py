@@ -15,8 +15,10 @@ from ..errors import InvalidArgument, ModelLoadError
 def check_model_name(name: str) -> str:
     """Reject names that could point outside the repository (path separators, dot names, NUL)."""
     if not name or name.startswith(".") or any(ch in name for ch in "/\\\x00") or Path(name).is_absolute():
-        raise InvalidArgument(f"invalid model name {name!r}: a model name is one directory name of the "
-                              "repository (no '/', '\\', NUL or leading '.')")
+        raise InvalidArgument(
+            f"invalid model name {name!r}: a model name is one directory name of the "
+            "repository (no '/', '\\', NUL or leading '.')"
+        )
     return name
 
 

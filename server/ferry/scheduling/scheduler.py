@@ -93,8 +93,11 @@ def choose_batch(sizes: Sequence[int], policy: SchedulingPolicy, oldest_wait_ns:
     return None
 
 
-def assemble(parts: Sequence[np.ndarray], name: str,
-             provide: Callable[[str, tuple[int, ...], np.dtype], np.ndarray | None] | None) -> np.ndarray:
+def assemble(
+    parts: Sequence[np.ndarray],
+    name: str,
+    provide: Callable[[str, tuple[int, ...], np.dtype], np.ndarray | None] | None,
+) -> np.ndarray:
     """Concatenate one input of a batch, into the instance's own buffer when it offers one."""
     destination = None
     if provide is not None:
@@ -106,8 +109,9 @@ def assemble(parts: Sequence[np.ndarray], name: str,
 class Scheduler:
     """Queues requests for one model version and feeds batches to its instances."""
 
-    def __init__(self, name: str, instances: Sequence[Instance], stats: ModelStats,
-                 policy: SchedulingPolicy | None = None) -> None:
+    def __init__(
+        self, name: str, instances: Sequence[Instance], stats: ModelStats, policy: SchedulingPolicy | None = None
+    ) -> None:
         self.name = name
         self.instances = list(instances)
         self.stats = stats
@@ -117,8 +121,7 @@ class Scheduler:
         self._delayed: deque[Pending] = deque()
         self._live: dict[int, int] = dict.fromkeys(self.policy.levels, 0)
         self._queued = 0
-        self._executor = ThreadPoolExecutor(max_workers=max(1, len(self.instances)),
-                                            thread_name_prefix=f"ferry-{name}")
+        self._executor = ThreadPoolExecutor(max_workers=max(1, len(self.instances)), thread_name_prefix=f"ferry-{name}")
         self._workers: list[asyncio.Task] = []
         self._form_lock = asyncio.Lock()
         self._arrived = asyncio.Event()
@@ -138,13 +141,21 @@ class Scheduler:
         return self._in_flight
 
     def start(self) -> None:
-        self._workers = [asyncio.create_task(self._work(instance), name=f"{self.name}:{instance.spec.name}")
-                         for instance in self.instances]
+        self._workers = [
+            asyncio.create_task(self._work(instance), name=f"{self.name}:{instance.spec.name}")
+            for instance in self.instances
+        ]
 
     # --- admission ------------------------------------------------------------------------------
 
-    async def submit(self, inputs: dict[str, np.ndarray], outputs: list[str], batch_size: int = 1,
-                     priority: int | None = None, timeout_us: int | None = None) -> Outputs:
+    async def submit(
+        self,
+        inputs: dict[str, np.ndarray],
+        outputs: list[str],
+        batch_size: int = 1,
+        priority: int | None = None,
+        timeout_us: int | None = None,
+    ) -> Outputs:
         """Queue one request and wait for its outputs.
 
         Raises Unavailable at once when the queue of its priority level is full; a cancelled
@@ -158,11 +169,18 @@ class Scheduler:
             self.stats.record_failure(0, "REJECTED")
             raise Unavailable(
                 f"request for model '{self.name}' rejected: exceeds maximum queue size "
-                f"({queue_policy.max_queue_size} at priority level {level})", retry_after=1
+                f"({queue_policy.max_queue_size} at priority level {level})",
+                retry_after=1,
             )
         loop = asyncio.get_running_loop()
-        pending = Pending(inputs, outputs, batch_size if self._batched else 1,
-                          batch_signature(inputs, self._batched), level, loop.create_future())
+        pending = Pending(
+            inputs,
+            outputs,
+            batch_size if self._batched else 1,
+            batch_signature(inputs, self._batched),
+            level,
+            loop.create_future(),
+        )
         timeout_ns = queue_policy.timeout_ns(timeout_us)
         if timeout_ns:
             pending.timer = loop.call_later(timeout_ns / 1e9, self._expire, pending, queue_policy.delay_on_timeout)
@@ -294,8 +312,9 @@ class Scheduler:
                 else:
                     pending.future.set_result(result)
 
-    async def _isolate(self, loop: asyncio.AbstractEventLoop, instance: Instance, batch: list[Pending],
-                       exc: Exception) -> list[Outputs | BaseException]:
+    async def _isolate(
+        self, loop: asyncio.AbstractEventLoop, instance: Instance, batch: list[Pending], exc: Exception
+    ) -> list[Outputs | BaseException]:
         """Re-run a failed batch one request at a time so one bad request fails alone."""
         if len(batch) == 1:
             return [_as_request_error(self.name, exc)]
@@ -332,8 +351,10 @@ class Scheduler:
                 offset = end
             for name, array in outputs.items():
                 if array.shape[:1] != (total,):
-                    raise FerryError(f"model output '{name}' has shape {list(array.shape)}, which does not "
-                                     f"start with the batch size {total}")
+                    raise FerryError(
+                        f"model output '{name}' has shape {list(array.shape)}, which does not "
+                        f"start with the batch size {total}"
+                    )
         t3 = time.perf_counter_ns()
         self.stats.record_execution(total, len(batch), t1 - t0, t2 - t1, t3 - t2)
         return split

@@ -30,8 +30,9 @@ class BearerAuthInterceptor(grpc.aio.ServerInterceptor):
         handler = await continuation(details)
         if handler is None or self.policy.grpc_public(details.method):
             return handler
-        authorization = next((value for key, value in details.invocation_metadata or () if key == "authorization"),
-                             None)
+        authorization = next(
+            (value for key, value in details.invocation_metadata or () if key == "authorization"), None
+        )
         denial = self.policy.denial(authorization)
         return handler if denial is None else _refusing(handler, denial)
 

@@ -38,13 +38,15 @@ class BearerAuthMiddleware:
 async def _reject(send: Send, message: str) -> None:
     challenge = CHALLENGE + (', error="invalid_token"' if message == INVALID_TOKEN else "")
     body = dumps({"error": message})
-    await send({
-        "type": "http.response.start",
-        "status": ErrorKind.UNAUTHENTICATED.http_status,
-        "headers": [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-            (b"www-authenticate", challenge.encode()),
-        ],
-    })
+    await send(
+        {
+            "type": "http.response.start",
+            "status": ErrorKind.UNAUTHENTICATED.http_status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"www-authenticate", challenge.encode()),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})

@@ -56,7 +56,10 @@ class ServerSecurity:
 
     def describe(self) -> str:
         """One line for the start-up log."""
-        auth = "off" if self.policy is None else (
-            "bearer tokens" + (" (health public)" if self.policy.public_health else ""))
+        auth = (
+            "off"
+            if self.policy is None
+            else ("bearer tokens" + (" (health public)" if self.policy.public_health else ""))
+        )
         tls = "off" if self.tls is None else ("mutual TLS" if self.tls.mutual else "on")
         return f"auth {auth}, TLS {tls}"

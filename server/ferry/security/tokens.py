@@ -37,8 +37,10 @@ def parse_tokens(text: str, source: str) -> list[str]:
             if not token:
                 continue
             if not _B64TOKEN.fullmatch(token):
-                raise TokenError(f"{source}:{number}: a token may only hold letters, digits and -._~+/ "
-                                 "(and trailing =), as RFC 6750 allows in a bearer token")
+                raise TokenError(
+                    f"{source}:{number}: a token may only hold letters, digits and -._~+/ "
+                    "(and trailing =), as RFC 6750 allows in a bearer token"
+                )
             tokens.append(token)
     return tokens
 

@@ -36,9 +36,7 @@ _DATATYPE_BY_NUMPY: dict[np.dtype, str] = {
 }
 
 #: Bytes per element on the wire (BYTES is variable).
-_ITEM_SIZE: dict[str, int] = {
-    name: dtype.itemsize for name, dtype in _NUMPY_BY_DATATYPE.items() if name != "BYTES"
-}
+_ITEM_SIZE: dict[str, int] = {name: dtype.itemsize for name, dtype in _NUMPY_BY_DATATYPE.items() if name != "BYTES"}
 
 #: Triton's config DataType enum names (TYPE_FP32, ...) -> V2 datatype.
 _DATATYPE_BY_CONFIG_TYPE: dict[str, str] = {

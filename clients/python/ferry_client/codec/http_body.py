@@ -72,9 +72,7 @@ def _expect_object(parsed: Any, what: str) -> dict[str, Any]:
     return parsed
 
 
-def read_tensors(
-    entries: Any, blob: memoryview, kind: str = "inputs"
-) -> list[tuple[dict[str, Any], np.ndarray]]:
+def read_tensors(entries: Any, blob: memoryview, kind: str = "inputs") -> list[tuple[dict[str, Any], np.ndarray]]:
     """Decode the tensors of a V2 JSON message, taking binary ones from ``blob`` in order.
 
     Returns each entry with its array. Raises CodecError naming the tensor for any mismatch, and
@@ -121,7 +119,11 @@ def read_tensors(
 
 
 def write_tensor(
-    name: str, array: np.ndarray, datatype: str, binary: bool, blobs: list[bytes | memoryview],
+    name: str,
+    array: np.ndarray,
+    datatype: str,
+    binary: bool,
+    blobs: list[bytes | memoryview],
     parameters: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Describe one tensor for a V2 JSON message; binary data is appended to ``blobs``."""

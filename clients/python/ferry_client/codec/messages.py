@@ -8,13 +8,15 @@ from google.protobuf import descriptor as _descriptor
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
-_INT64_TYPES = frozenset({
-    _descriptor.FieldDescriptor.TYPE_INT64,
-    _descriptor.FieldDescriptor.TYPE_UINT64,
-    _descriptor.FieldDescriptor.TYPE_SINT64,
-    _descriptor.FieldDescriptor.TYPE_FIXED64,
-    _descriptor.FieldDescriptor.TYPE_SFIXED64,
-})
+_INT64_TYPES = frozenset(
+    {
+        _descriptor.FieldDescriptor.TYPE_INT64,
+        _descriptor.FieldDescriptor.TYPE_UINT64,
+        _descriptor.FieldDescriptor.TYPE_SINT64,
+        _descriptor.FieldDescriptor.TYPE_FIXED64,
+        _descriptor.FieldDescriptor.TYPE_SFIXED64,
+    }
+)
 
 
 def message_to_dict(message: Message) -> dict[str, Any]:

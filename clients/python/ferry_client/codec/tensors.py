@@ -82,24 +82,19 @@ def decode_bytes_elements(name: str, buffer: bytes | memoryview, count: int) -> 
         offset += 4
         if offset + length > total:
             raise CodecError(
-                f"tensor '{name}': BYTES element {index} declares {length} bytes but only "
-                f"{total - offset} remain"
+                f"tensor '{name}': BYTES element {index} declares {length} bytes but only {total - offset} remain"
             )
         out[index] = bytes(view[offset : offset + length])
         offset += length
     if offset != total:
-        raise CodecError(
-            f"tensor '{name}': {total - offset} bytes left over after {count} BYTES elements"
-        )
+        raise CodecError(f"tensor '{name}': {total - offset} bytes left over after {count} BYTES elements")
     return out
 
 
 # --- raw little-endian bytes (binary extension, raw_input_contents) ----------------------------
 
 
-def tensor_from_bytes(
-    name: str, datatype: str, shape: Sequence[int], buffer: bytes | memoryview
-) -> np.ndarray:
+def tensor_from_bytes(name: str, datatype: str, shape: Sequence[int], buffer: bytes | memoryview) -> np.ndarray:
     """Decode raw tensor bytes without copying fixed-size types (``np.frombuffer``)."""
     count = element_count(name, shape)
     size = item_size(datatype)
@@ -108,8 +103,7 @@ def tensor_from_bytes(
     expected = count * size
     if len(buffer) != expected:
         raise CodecError(
-            f"tensor '{name}': expected {expected} bytes for {datatype} shape {list(shape)}, "
-            f"got {len(buffer)}"
+            f"tensor '{name}': expected {expected} bytes for {datatype} shape {list(shape)}, got {len(buffer)}"
         )
     dtype = numpy_dtype(datatype).newbyteorder("<")
     return np.frombuffer(buffer, dtype=dtype).reshape(shape)
@@ -154,9 +148,7 @@ def tensor_from_json(name: str, datatype: str, shape: Sequence[int], data: Any) 
     count = element_count(name, shape)
     flat = _flatten(data)
     if len(flat) != count:
-        raise CodecError(
-            f"tensor '{name}': shape {list(shape)} needs {count} elements but data holds {len(flat)}"
-        )
+        raise CodecError(f"tensor '{name}': shape {list(shape)} needs {count} elements but data holds {len(flat)}")
     if datatype == "BYTES":
         out = np.empty(count, dtype=object)
         for index, item in enumerate(flat):
@@ -199,8 +191,7 @@ def tensor_to_json(array: np.ndarray, datatype: str) -> list[Any]:
                 out.append(data.decode("utf-8"))
             except UnicodeDecodeError:
                 raise CodecError(
-                    "a BYTES element is not valid UTF-8 and cannot be sent as JSON; "
-                    "request the output with binary_data"
+                    "a BYTES element is not valid UTF-8 and cannot be sent as JSON; request the output with binary_data"
                 ) from None
         return out
     if datatype == "BF16":
@@ -235,15 +226,11 @@ def tensor_from_contents(name: str, datatype: str, shape: Sequence[int], content
     """Decode a typed ``InferTensorContents`` message (FP16 and BF16 have no typed field)."""
     field = CONTENTS_FIELD.get(datatype)
     if field is None:
-        raise CodecError(
-            f"tensor '{name}': {datatype} cannot be sent in typed contents; use raw_input_contents"
-        )
+        raise CodecError(f"tensor '{name}': {datatype} cannot be sent in typed contents; use raw_input_contents")
     values = getattr(contents, field)
     count = element_count(name, shape)
     if len(values) != count:
-        raise CodecError(
-            f"tensor '{name}': shape {list(shape)} needs {count} elements but {field} holds {len(values)}"
-        )
+        raise CodecError(f"tensor '{name}': shape {list(shape)} needs {count} elements but {field} holds {len(values)}")
     if datatype == "BYTES":
         out = np.empty(count, dtype=object)
         out[:] = list(values)

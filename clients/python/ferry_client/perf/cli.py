@@ -30,25 +30,54 @@ def add_perf_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-i", "--protocol", choices=["http", "grpc"], default="http")
     p.add_argument("-b", "--batch-size", type=int, default=1, help="items per request (batching models)")
     load = p.add_mutually_exclusive_group()
-    load.add_argument("--concurrency-range", default=None, metavar="START[:END[:STEP]]",
-                      help="closed loop: requests kept in flight, e.g. 1:32:x2 (doubling; default 1)")
-    load.add_argument("--request-rate-range", default=None, metavar="START[:END[:STEP]]",
-                      help="open loop: requests per second, e.g. 100:800:x2")
-    p.add_argument("--request-distribution", choices=["poisson", "constant"], default="poisson",
-                   help="arrivals in open loop (default poisson)")
+    load.add_argument(
+        "--concurrency-range",
+        default=None,
+        metavar="START[:END[:STEP]]",
+        help="closed loop: requests kept in flight, e.g. 1:32:x2 (doubling; default 1)",
+    )
+    load.add_argument(
+        "--request-rate-range",
+        default=None,
+        metavar="START[:END[:STEP]]",
+        help="open loop: requests per second, e.g. 100:800:x2",
+    )
+    p.add_argument(
+        "--request-distribution",
+        choices=["poisson", "constant"],
+        default="poisson",
+        help="arrivals in open loop (default poisson)",
+    )
     p.add_argument("--measurement-interval", "-p", type=int, default=5000, metavar="MS", help="window length")
-    p.add_argument("--stability-percentage", "-s", type=float, default=10.0,
-                   help="last 3 windows within this %% of their mean ends a step (default 10)")
+    p.add_argument(
+        "--stability-percentage",
+        "-s",
+        type=float,
+        default=10.0,
+        help="last 3 windows within this %% of their mean ends a step (default 10)",
+    )
     p.add_argument("--max-trials", "-r", type=int, default=10, help="windows at most per step")
     p.add_argument("--time-limit", type=float, default=120.0, metavar="S", help="seconds at most per step")
     p.add_argument("--warmup", type=float, default=1.0, metavar="S", help="seconds of load before measuring")
-    p.add_argument("--input-data", default="random",
-                   help="'random', a .npy/.npz/.json file (perf_analyzer's JSON format), or a folder of images")
-    p.add_argument("--shape", action="append", default=[], metavar="NAME:D1,D2",
-                   help="shape of a variable-size input, without the batch dimension (repeatable)")
+    p.add_argument(
+        "--input-data",
+        default="random",
+        help="'random', a .npy/.npz/.json file (perf_analyzer's JSON format), or a folder of images",
+    )
+    p.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        metavar="NAME:D1,D2",
+        help="shape of a variable-size input, without the batch dimension (repeatable)",
+    )
     p.add_argument("--image-input", default=None, help="input that takes the images of --input-data DIR")
-    p.add_argument("--processes", type=int, default=0,
-                   help="worker processes generating load (default: about one per 4 in flight, up to the cores)")
+    p.add_argument(
+        "--processes",
+        type=int,
+        default=0,
+        help="worker processes generating load (default: about one per 4 in flight, up to the cores)",
+    )
     p.add_argument("--max-outstanding", type=int, default=1024, help="open loop: requests in flight at most")
     p.add_argument("--no-server-stats", action="store_true", help="don't read the statistics extension")
     p.add_argument("-H", "--header", action="append", default=[], metavar="NAME:VALUE", help="extra header")
@@ -72,8 +101,13 @@ def _security(args: argparse.Namespace) -> Security:
         headers[name.strip()] = value.strip()
     if args.bearer_token:
         headers["Authorization"] = f"Bearer {args.bearer_token}"
-    return Security(ssl=args.ssl, root_certificates=args.root_certificates,
-                    certificate_chain=args.certificate_chain, private_key=args.private_key, headers=headers)
+    return Security(
+        ssl=args.ssl,
+        root_certificates=args.root_certificates,
+        certificate_chain=args.certificate_chain,
+        private_key=args.private_key,
+        headers=headers,
+    )
 
 
 def _admin_client(protocol: str, url: str, security: Security) -> Any:
@@ -81,10 +115,14 @@ def _admin_client(protocol: str, url: str, security: Security) -> Any:
     if protocol == "grpc":
         from ..grpc import GrpcClient
 
-        return GrpcClient(url, headers=security.headers, ssl=security.ssl,
-                          root_certificates=security.file_bytes(security.root_certificates),
-                          private_key=security.file_bytes(security.private_key),
-                          certificate_chain=security.file_bytes(security.certificate_chain))
+        return GrpcClient(
+            url,
+            headers=security.headers,
+            ssl=security.ssl,
+            root_certificates=security.file_bytes(security.root_certificates),
+            private_key=security.file_bytes(security.private_key),
+            certificate_chain=security.file_bytes(security.certificate_chain),
+        )
     from ..http import HttpClient
 
     return HttpClient(url, headers=security.headers, ssl_context=security.ssl_context())
@@ -96,8 +134,11 @@ def run_perf(args: argparse.Namespace) -> int:
     try:
         security = _security(args)
         mode = "rate" if args.request_rate_range else "concurrency"
-        values = (parse_range(args.request_rate_range, "--request-rate-range", integer=False) if mode == "rate"
-                  else parse_range(args.concurrency_range or "1", "--concurrency-range"))
+        values = (
+            parse_range(args.request_rate_range, "--request-rate-range", integer=False)
+            if mode == "rate"
+            else parse_range(args.concurrency_range or "1", "--concurrency-range")
+        )
         shapes = parse_shapes(args.shape)
         if args.batch_size < 1:
             raise ValueError("--batch-size must be >= 1")
@@ -110,8 +151,9 @@ def run_perf(args: argparse.Namespace) -> int:
         config = admin.model_config(args.model, args.model_version)
         specs, batched = model_inputs(metadata, config)
         if not batched and args.batch_size != 1:
-            print(f"ferry-client perf: model '{args.model}' does not batch (max_batch_size 0); use -b 1",
-                  file=sys.stderr)
+            print(
+                f"ferry-client perf: model '{args.model}' does not batch (max_batch_size 0); use -b 1", file=sys.stderr
+            )
             return 2
         source = Path(args.input_data) if args.input_data != "random" else None
         try:
@@ -124,43 +166,71 @@ def run_perf(args: argparse.Namespace) -> int:
         except (ValueError, OSError) as exc:
             print(f"ferry-client perf: {exc}", file=sys.stderr)
             return 2
-        requests = encode_requests(args.protocol, args.model, args.model_version, samples,
-                                   datatype_overrides(samples, specs))
+        requests = encode_requests(
+            args.protocol, args.model, args.model_version, samples, datatype_overrides(samples, specs)
+        )
         processes = args.processes or default_processes(max(values), mode)
         statistics = None
         if not args.no_server_stats:
             from .server_stats import totals
 
             def statistics() -> dict[str, int]:
-                return totals(admin.model_statistics(args.model, args.model_version), args.model,
-                              args.model_version)
+                return totals(admin.model_statistics(args.model, args.model_version), args.model, args.model_version)
 
-        plan = StepPlan(window_s=args.measurement_interval / 1000, warmup_s=args.warmup,
-                        stability=args.stability_percentage / 100, max_windows=args.max_trials,
-                        time_limit_s=args.time_limit, distribution=args.request_distribution,
-                        max_outstanding=args.max_outstanding)
+        plan = StepPlan(
+            window_s=args.measurement_interval / 1000,
+            warmup_s=args.warmup,
+            stability=args.stability_percentage / 100,
+            max_windows=args.max_trials,
+            time_limit_s=args.time_limit,
+            distribution=args.request_distribution,
+            max_outstanding=args.max_outstanding,
+        )
         if args.protocol == "http" and not fast_http_available():
-            show("note: neither httptools nor aiohttp is installed; HTTP load goes through httpx, which caps "
-                 "the rate a process can offer (pip install 'ferry-client[perf]')")
-        show(f"ferry-client perf: model '{args.model}' over {args.protocol} at {url}, batch {args.batch_size}, "
-             f"{len(requests)} distinct request(s), {processes} worker process(es)")
-        worker_config = WorkerConfig(args.protocol, url, args.model, args.model_version, requests, security,
-                               connections=int(max(values)) if mode == "concurrency" else args.max_outstanding)
+            show(
+                "note: neither httptools nor aiohttp is installed; HTTP load goes through httpx, which caps "
+                "the rate a process can offer (pip install 'ferry-client[perf]')"
+            )
+        show(
+            f"ferry-client perf: model '{args.model}' over {args.protocol} at {url}, batch {args.batch_size}, "
+            f"{len(requests)} distinct request(s), {processes} worker process(es)"
+        )
+        worker_config = WorkerConfig(
+            args.protocol,
+            url,
+            args.model,
+            args.model_version,
+            requests,
+            security,
+            connections=int(max(values)) if mode == "concurrency" else args.max_outstanding,
+        )
         steps: list[StepResult] = []
         with WorkerPool(worker_config, processes) as pool:
             for seed, value in enumerate(values):
                 steps.append(run_step(pool, mode, value, plan, seed, statistics, show))
                 last = steps[-1]
                 if last.client_cpu > 0.9:
-                    show(f"  warning: a worker used {last.client_cpu:.0%} of a core; the tool may be the "
-                         "bottleneck (raise --processes)")
+                    show(
+                        f"  warning: a worker used {last.client_cpu:.0%} of a core; the tool may be the "
+                        "bottleneck (raise --processes)"
+                    )
                 if last.server is not None and last.server.requests != last.client_requests:
-                    show(f"  note: the server counted {last.server.requests} successful requests, the tool "
-                         f"{last.client_requests} (other clients active?)")
+                    show(
+                        f"  note: the server counted {last.server.requests} successful requests, the tool "
+                        f"{last.client_requests} (other clients active?)"
+                    )
     print(table(steps))
-    meta = {"model": args.model, "version": args.model_version, "protocol": args.protocol, "url": url,
-            "batch_size": args.batch_size, "processes": processes, "input_data": args.input_data,
-            "window_s": plan.window_s, "stability": plan.stability}
+    meta = {
+        "model": args.model,
+        "version": args.model_version,
+        "protocol": args.protocol,
+        "url": url,
+        "batch_size": args.batch_size,
+        "processes": processes,
+        "input_data": args.input_data,
+        "window_s": plan.window_s,
+        "stability": plan.stability,
+    }
     if args.csv:
         write_csv(args.csv, steps)
     if args.json:

@@ -62,15 +62,18 @@ def parse_shapes(items: Sequence[str]) -> dict[str, tuple[int, ...]]:
 def _dims(spec: TensorSpec, shapes: Mapping[str, tuple[int, ...]]) -> tuple[int, ...]:
     dims = shapes.get(spec.name, spec.dims)
     if any(d < 0 for d in dims):
-        raise ValueError(f"input '{spec.name}' has a variable shape {list(spec.dims)}; "
-                         f"give one with --shape {spec.name}:{','.join('1' if d < 0 else str(d) for d in spec.dims)}")
+        raise ValueError(
+            f"input '{spec.name}' has a variable shape {list(spec.dims)}; "
+            f"give one with --shape {spec.name}:{','.join('1' if d < 0 else str(d) for d in spec.dims)}"
+        )
     return tuple(dims)
 
 
 def _random_tensor(spec: TensorSpec, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
     if spec.datatype == "BYTES":
-        return np.array([b"ferry-%d" % v for v in rng.integers(0, 1 << 30, size=shape).ravel()],
-                        dtype=np.object_).reshape(shape)
+        return np.array(
+            [b"ferry-%d" % v for v in rng.integers(0, 1 << 30, size=shape).ravel()], dtype=np.object_
+        ).reshape(shape)
     if spec.datatype == "BOOL":
         return rng.integers(0, 2, size=shape).astype(np.bool_)
     dtype = numpy_dtype("FP32" if spec.datatype == "BF16" else spec.datatype)
@@ -79,8 +82,14 @@ def _random_tensor(spec: TensorSpec, shape: tuple[int, ...], rng: np.random.Gene
     return rng.integers(0, 100, size=shape).astype(dtype)
 
 
-def random_samples(specs: Sequence[TensorSpec], batched: bool, batch_size: int,
-                   shapes: Mapping[str, tuple[int, ...]], count: int = 1, seed: int = 0) -> list[Sample]:
+def random_samples(
+    specs: Sequence[TensorSpec],
+    batched: bool,
+    batch_size: int,
+    shapes: Mapping[str, tuple[int, ...]],
+    count: int = 1,
+    seed: int = 0,
+) -> list[Sample]:
     """``count`` samples of random values with the model's datatypes and shapes."""
     rng = np.random.default_rng(seed)
     lead = (batch_size,) if batched else ()
@@ -96,8 +105,10 @@ def _batches(items: Mapping[str, np.ndarray], batched: bool, batch_size: int) ->
     step = batch_size if batched else 1
     if total < step:
         raise ValueError(f"input data holds {total} items, fewer than the batch size {step}")
-    return [{name: (array[i:i + step] if batched else array[i]) for name, array in items.items()}
-            for i in range(0, total - step + 1, step)]
+    return [
+        {name: (array[i : i + step] if batched else array[i]) for name, array in items.items()}
+        for i in range(0, total - step + 1, step)
+    ]
 
 
 def _coerce(array: np.ndarray, spec: TensorSpec) -> np.ndarray:
@@ -106,8 +117,9 @@ def _coerce(array: np.ndarray, spec: TensorSpec) -> np.ndarray:
     return array.astype(numpy_dtype("FP32" if spec.datatype == "BF16" else spec.datatype), copy=False)
 
 
-def file_samples(path: Path, specs: Sequence[TensorSpec], batched: bool, batch_size: int,
-                 shapes: Mapping[str, tuple[int, ...]]) -> list[Sample]:
+def file_samples(
+    path: Path, specs: Sequence[TensorSpec], batched: bool, batch_size: int, shapes: Mapping[str, tuple[int, ...]]
+) -> list[Sample]:
     """Samples from a .npy (single input), .npz (one array per input) or .json file.
 
     Arrays hold a stack of items along their first axis (one item = one batch-1 request's
@@ -119,8 +131,10 @@ def file_samples(path: Path, specs: Sequence[TensorSpec], batched: bool, batch_s
     suffix = path.suffix.lower()
     if suffix == ".npy":
         if len(specs) != 1:
-            raise ValueError(f"{path}: a .npy file feeds a single-input model; this one has "
-                             f"{[s.name for s in specs]} (use .npz or .json)")
+            raise ValueError(
+                f"{path}: a .npy file feeds a single-input model; this one has "
+                f"{[s.name for s in specs]} (use .npz or .json)"
+            )
         items = {specs[0].name: np.load(path, allow_pickle=False)}
     elif suffix == ".npz":
         with np.load(path, allow_pickle=False) as archive:
@@ -173,16 +187,18 @@ def _json_items(path: Path, specs: Sequence[TensorSpec], shapes: Mapping[str, tu
     return {name: np.stack(values) for name, values in items.items()}
 
 
-def image_samples(folder: Path, specs: Sequence[TensorSpec], batched: bool, batch_size: int,
-                  input_name: str | None = None) -> list[Sample]:
+def image_samples(
+    folder: Path, specs: Sequence[TensorSpec], batched: bool, batch_size: int, input_name: str | None = None
+) -> list[Sample]:
     """Encoded images from a folder, sent as a BYTES tensor of shape [batch, 1] to the image input."""
     files = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
     if not files:
         raise ValueError(f"{folder}: no image files ({', '.join(sorted(IMAGE_SUFFIXES))})")
     if input_name is None:
         if len(specs) != 1:
-            raise ValueError(f"the model has several inputs {[s.name for s in specs]}; name the image input "
-                             "with --image-input")
+            raise ValueError(
+                f"the model has several inputs {[s.name for s in specs]}; name the image input with --image-input"
+            )
         input_name = specs[0].name
     elif input_name not in {s.name for s in specs}:
         raise ValueError(f"--image-input '{input_name}' is not an input of the model")

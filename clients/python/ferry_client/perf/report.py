@@ -12,10 +12,21 @@ from typing import Any
 from .runner import StepResult
 
 _COLUMNS = (
-    ("value", "{:g}"), ("throughput", "{:.1f}"), ("p50_ms", "{:.2f}"), ("p90_ms", "{:.2f}"), ("p95_ms", "{:.2f}"),
-    ("p99_ms", "{:.2f}"), ("avg_ms", "{:.2f}"), ("failed", "{:d}"), ("stable", "{}"), ("server_queue_us", "{:.0f}"),
-    ("server_compute_us", "{:.0f}"), ("server_batch", "{:.2f}"), ("client_requests", "{:d}"),
-    ("server_requests", "{:d}"), ("client_cpu", "{:.0%}"),
+    ("value", "{:g}"),
+    ("throughput", "{:.1f}"),
+    ("p50_ms", "{:.2f}"),
+    ("p90_ms", "{:.2f}"),
+    ("p95_ms", "{:.2f}"),
+    ("p99_ms", "{:.2f}"),
+    ("avg_ms", "{:.2f}"),
+    ("failed", "{:d}"),
+    ("stable", "{}"),
+    ("server_queue_us", "{:.0f}"),
+    ("server_compute_us", "{:.0f}"),
+    ("server_batch", "{:.2f}"),
+    ("client_requests", "{:d}"),
+    ("server_requests", "{:d}"),
+    ("client_cpu", "{:.0%}"),
 )
 
 
@@ -24,17 +35,26 @@ def row(step: StepResult) -> dict[str, Any]:
     server = step.server
     nan = float("nan")
     return {
-        "mode": step.mode, "value": step.value, "throughput": step.client.throughput,
-        "p50_ms": step.client.p50_us / 1e3, "p90_ms": step.client.p90_us / 1e3,
-        "p95_ms": step.client.p95_us / 1e3, "p99_ms": step.client.p99_us / 1e3, "avg_ms": step.client.avg_us / 1e3,
-        "failed": step.client_failures, "stable": step.stable,
+        "mode": step.mode,
+        "value": step.value,
+        "throughput": step.client.throughput,
+        "p50_ms": step.client.p50_us / 1e3,
+        "p90_ms": step.client.p90_us / 1e3,
+        "p95_ms": step.client.p95_us / 1e3,
+        "p99_ms": step.client.p99_us / 1e3,
+        "avg_ms": step.client.avg_us / 1e3,
+        "failed": step.client_failures,
+        "stable": step.stable,
         "server_queue_us": server.queue_us if server else nan,
         "server_compute_us": (server.compute_input_us + server.compute_infer_us + server.compute_output_us)
-        if server else nan,
+        if server
+        else nan,
         "server_compute_infer_us": server.compute_infer_us if server else nan,
         "server_batch": server.avg_batch if server else nan,
-        "client_requests": step.client_requests, "server_requests": server.requests if server else -1,
-        "client_cpu": step.client_cpu, "delayed": step.delayed,
+        "client_requests": step.client_requests,
+        "server_requests": server.requests if server else -1,
+        "client_cpu": step.client_cpu,
+        "delayed": step.delayed,
     }
 
 
@@ -95,8 +115,9 @@ def write_plot(path: Path, steps: Sequence[StepResult], title: str) -> None:
     for key, label in (("p50_us", "p50"), ("p95_us", "p95"), ("p99_us", "p99")):
         axes.plot(throughput, [getattr(s.client, key) / 1e3 for s in steps], marker="o", label=label)
     for step, x in zip(steps, throughput, strict=True):
-        axes.annotate(f"{step.value:g}", (x, step.client.p50_us / 1e3), textcoords="offset points", xytext=(4, -10),
-                      fontsize=8)
+        axes.annotate(
+            f"{step.value:g}", (x, step.client.p50_us / 1e3), textcoords="offset points", xytext=(4, -10), fontsize=8
+        )
     axes.set_xlabel("throughput (infer/s)")
     axes.set_ylabel("latency (ms)")
     axes.set_title(title)

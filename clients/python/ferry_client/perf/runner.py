@@ -57,9 +57,15 @@ class StepResult:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "mode": self.mode, "value": self.value, "stable": self.stable, **self.client.as_dict(),
-            "client_requests": self.client_requests, "client_failures": self.client_failures,
-            "delayed": self.delayed, "failures": self.failures, "client_cpu": self.client_cpu,
+            "mode": self.mode,
+            "value": self.value,
+            "stable": self.stable,
+            **self.client.as_dict(),
+            "client_requests": self.client_requests,
+            "client_failures": self.client_failures,
+            "delayed": self.delayed,
+            "failures": self.failures,
+            "client_cpu": self.client_cpu,
             "windows": [w.as_dict() for w in self.windows],
             "server": self.server.as_dict() if self.server else None,
         }
@@ -74,8 +80,9 @@ class WorkerPool:
         self._processes = []
         for index in range(processes):
             parent, child = context.Pipe()
-            process = context.Process(target=worker_main, args=(child, config, index), daemon=True,
-                                      name=f"ferry-perf-{index}")
+            process = context.Process(
+                target=worker_main, args=(child, config, index), daemon=True, name=f"ferry-perf-{index}"
+            )
             process.start()
             child.close()
             self._conns.append(parent)
@@ -125,8 +132,15 @@ def split_load(mode: str, value: float, workers: int, plan: StepPlan, seed: int)
     if mode == "concurrency":
         total = int(value)
         return [Load(concurrency=total // workers + (1 if i < total % workers else 0)) for i in range(workers)]
-    return [Load(rate=value / workers, distribution=plan.distribution, seed=seed * 1000 + i,
-                 max_outstanding=max(1, plan.max_outstanding // workers)) for i in range(workers)]
+    return [
+        Load(
+            rate=value / workers,
+            distribution=plan.distribution,
+            seed=seed * 1000 + i,
+            max_outstanding=max(1, plan.max_outstanding // workers),
+        )
+        for i in range(workers)
+    ]
 
 
 class _Collected:
@@ -148,9 +162,15 @@ class _Collected:
         return join(self.ends), join(self.latencies), join(self.failure_ends)
 
 
-def run_step(pool: WorkerPool, mode: str, value: float, plan: StepPlan, seed: int,
-             statistics: Callable[[], dict[str, int]] | None,
-             progress: Callable[[str], None]) -> StepResult:
+def run_step(
+    pool: WorkerPool,
+    mode: str,
+    value: float,
+    plan: StepPlan,
+    seed: int,
+    statistics: Callable[[], dict[str, int]] | None,
+    progress: Callable[[str], None],
+) -> StepResult:
     """Run one step of the sweep and return its measurement."""
     before = statistics() if statistics else None
     active = pool.start(split_load(mode, value, pool.size, plan, seed))
@@ -179,8 +199,10 @@ def run_step(pool: WorkerPool, mode: str, value: float, plan: StepPlan, seed: in
         failed = int(np.count_nonzero(split_windows(failure_ends, first, plan.window_s) == index))
         windows.append(window_stats(latencies[in_window], failed, plan.window_s))
         w = windows[-1]
-        progress(f"  {label}: window {len(windows)}: {w.throughput:9.1f} infer/s  p50 {w.p50_us / 1e3:8.2f} ms  "
-                 f"p99 {w.p99_us / 1e3:8.2f} ms" + (f"  {failed} failed" if failed else ""))
+        progress(
+            f"  {label}: window {len(windows)}: {w.throughput:9.1f} infer/s  p50 {w.p50_us / 1e3:8.2f} ms  "
+            f"p99 {w.p99_us / 1e3:8.2f} ms" + (f"  {failed} failed" if failed else "")
+        )
         stable = is_stable(windows, plan.stability, STABLE_WINDOWS)
         elapsed = time.monotonic() - started
         if stable or len(windows) >= plan.max_windows or elapsed + plan.window_s > plan.time_limit_s:
@@ -210,23 +232,29 @@ def run_step(pool: WorkerPool, mode: str, value: float, plan: StepPlan, seed: in
     lo = first + (len(windows) - len(last)) * plan.window_s
     hi = first + len(windows) * plan.window_s
     chosen = (ends >= lo) & (ends < hi)
-    merged = window_stats(latencies[chosen], int(np.count_nonzero((failure_ends >= lo) & (failure_ends < hi))),
-                          hi - lo)
+    merged = window_stats(latencies[chosen], int(np.count_nonzero((failure_ends >= lo) & (failure_ends < hi))), hi - lo)
     failures: dict[str, int] = {}
     for total in totals:
         for text, count in total["failures"].items():
             failures[text] = failures.get(text, 0) + count
     result = StepResult(
-        mode=mode, value=value, client=merged, windows=windows, stable=stable,
-        client_requests=sum(t["ok"] for t in totals), client_failures=sum(t["failed"] for t in totals),
-        delayed=sum(t["delayed"] for t in totals), failures=failures,
+        mode=mode,
+        value=value,
+        client=merged,
+        windows=windows,
+        stable=stable,
+        client_requests=sum(t["ok"] for t in totals),
+        client_failures=sum(t["failed"] for t in totals),
+        delayed=sum(t["delayed"] for t in totals),
+        failures=failures,
         client_cpu=max((t["cpu_s"] for t in totals), default=0.0) / elapsed,
     )
     if statistics is not None and before is not None:
         result.server = server_stats.breakdown(before, statistics())
     if not stable:
-        progress(f"  {label}: not stable within {plan.stability:.0%} after {len(windows)} windows; "
-                 "reporting the last three")
+        progress(
+            f"  {label}: not stable within {plan.stability:.0%} after {len(windows)} windows; reporting the last three"
+        )
     return result
 
 

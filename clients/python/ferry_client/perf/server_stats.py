@@ -11,8 +11,9 @@ _PHASES = ("queue", "compute_input", "compute_infer", "compute_output")
 
 def totals(statistics: Mapping[str, Any], model: str, version: str = "") -> dict[str, int]:
     """Cumulative counters and nanoseconds of one model (all its versions unless one is named)."""
-    result = dict.fromkeys(("success", "success_ns", "fail", "inference_count", "execution_count",
-                            *(f"{p}_ns" for p in _PHASES)), 0)
+    result = dict.fromkeys(
+        ("success", "success_ns", "fail", "inference_count", "execution_count", *(f"{p}_ns" for p in _PHASES)), 0
+    )
     for entry in statistics.get("model_stats", []):
         if entry.get("name") != model or (version and str(entry.get("version")) != str(version)):
             continue

@@ -55,14 +55,21 @@ class WireRequest:
     headers: dict[str, str]
 
 
-def encode_requests(protocol: str, model: str, version: str, samples: Sequence[Sample],
-                    datatypes: Mapping[str, str], outputs: Sequence[str] | None = None) -> list[WireRequest]:
+def encode_requests(
+    protocol: str,
+    model: str,
+    version: str,
+    samples: Sequence[Sample],
+    datatypes: Mapping[str, str],
+    outputs: Sequence[str] | None = None,
+) -> list[WireRequest]:
     """Encode every sample once, with the SDK's request builders (binary tensors over HTTP)."""
     encoded = []
     for sample in samples:
         if protocol == "http":
-            call = _HttpBase._infer_call(model, sample, outputs, version, "", None, datatypes, True,
-                                         None, None, None, None)
+            call = _HttpBase._infer_call(
+                model, sample, outputs, version, "", None, datatypes, True, None, None, None, None
+            )
             encoded.append(WireRequest(call.content or b"", dict(call.headers)))
         else:
             message = _infer_request(model, sample, outputs, version, "", None, datatypes, None)
@@ -115,8 +122,9 @@ class AiohttpSender:
 
     async def send(self, request: WireRequest) -> str | None:
         try:
-            async with self._session.post(self._url, data=request.body,
-                                          headers={**self._headers, **request.headers}) as response:
+            async with self._session.post(
+                self._url, data=request.body, headers={**self._headers, **request.headers}
+            ) as response:
                 body = await response.read()
                 if response.status == 200:
                     return None
@@ -136,9 +144,13 @@ class HttpxSender:
 
         context = security.ssl_context()
         self._path = path
-        self._client = httpx.AsyncClient(base_url=url, headers=dict(security.headers), timeout=None,
-                                         verify=context if context is not None else True,
-                                         limits=httpx.Limits(max_connections=connections))
+        self._client = httpx.AsyncClient(
+            base_url=url,
+            headers=dict(security.headers),
+            timeout=None,
+            verify=context if context is not None else True,
+            limits=httpx.Limits(max_connections=connections),
+        )
 
     async def send(self, request: WireRequest) -> str | None:
         try:
@@ -158,13 +170,17 @@ class GrpcSender:
         import grpc
         import grpc.aio
 
-        options = [("grpc.max_send_message_length", max_message_bytes),
-                   ("grpc.max_receive_message_length", max_message_bytes),
-                   ("grpc.enable_retries", 0)]  # a load generator reports failures, it does not hide them
+        options = [
+            ("grpc.max_send_message_length", max_message_bytes),
+            ("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.enable_retries", 0),
+        ]  # a load generator reports failures, it does not hide them
         if security.ssl or security.root_certificates or security.certificate_chain:
-            credentials = grpc.ssl_channel_credentials(security.file_bytes(security.root_certificates),
-                                                       security.file_bytes(security.private_key),
-                                                       security.file_bytes(security.certificate_chain))
+            credentials = grpc.ssl_channel_credentials(
+                security.file_bytes(security.root_certificates),
+                security.file_bytes(security.private_key),
+                security.file_bytes(security.certificate_chain),
+            )
             self._channel = grpc.aio.secure_channel(url, credentials, options=options)
         else:
             self._channel = grpc.aio.insecure_channel(url, options=options)

@@ -76,12 +76,18 @@ class _Recorder:
         self.ends, self.latencies, self.failure_ends = [], [], []
 
     def totals(self) -> dict[str, Any]:
-        return {"sent": self.sent, "ok": self.ok, "failed": self.failed, "delayed": self.delayed,
-                "failures": dict(self.failures.most_common(10))}
+        return {
+            "sent": self.sent,
+            "ok": self.ok,
+            "failed": self.failed,
+            "delayed": self.delayed,
+            "failures": dict(self.failures.most_common(10)),
+        }
 
 
-async def _closed_loop(sender: Sender, requests: list[WireRequest], load: Load, recorder: _Recorder,
-                       running: asyncio.Event, offset: int) -> None:
+async def _closed_loop(
+    sender: Sender, requests: list[WireRequest], load: Load, recorder: _Recorder, running: asyncio.Event, offset: int
+) -> None:
     async def slot(index: int) -> None:
         position = offset + index
         while running.is_set():
@@ -94,8 +100,9 @@ async def _closed_loop(sender: Sender, requests: list[WireRequest], load: Load, 
     await asyncio.gather(*(slot(i) for i in range(load.concurrency)))
 
 
-async def _open_loop(sender: Sender, requests: list[WireRequest], load: Load, recorder: _Recorder,
-                     running: asyncio.Event, offset: int) -> None:
+async def _open_loop(
+    sender: Sender, requests: list[WireRequest], load: Load, recorder: _Recorder, running: asyncio.Event, offset: int
+) -> None:
     """Send at scheduled times whatever the answers do; latency counts from the schedule."""
     rng = np.random.default_rng(load.seed)
     limit = asyncio.Semaphore(load.max_outstanding)
@@ -134,8 +141,7 @@ async def _run(conn: Connection, config: WorkerConfig, worker_index: int) -> Non
     loop = asyncio.get_running_loop()
     commands: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
     loop.add_reader(conn.fileno(), lambda: commands.put_nowait(conn.recv()))
-    sender = make_sender(config.protocol, config.url, config.model, config.version, config.connections,
-                         config.security)
+    sender = make_sender(config.protocol, config.url, config.model, config.version, config.connections, config.security)
     conn.send(("ready",))
     try:
         while True:
