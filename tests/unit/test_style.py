@@ -1,4 +1,4 @@
-"""The code base stays ruff-clean: CI fails on a lint finding, not only a reviewer."""
+"""The code base stays ruff-clean and ruff-formatted: CI fails on a lint finding or a format drift."""
 
 from __future__ import annotations
 
@@ -12,11 +12,20 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_ruff_is_clean() -> None:
+def _ruff() -> str:
     ruff = shutil.which("ruff", path=str(Path(sys.executable).parent)) or shutil.which("ruff")
     if ruff is None:
         pytest.skip("ruff is not installed")
+    return ruff
+
+
+def test_ruff_is_clean() -> None:
     result = subprocess.run(
-        [ruff, "check", "--output-format", "concise", str(ROOT)], capture_output=True, text=True, cwd=ROOT
+        [_ruff(), "check", "--output-format", "concise", str(ROOT)], capture_output=True, text=True, cwd=ROOT
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_ruff_format_is_clean() -> None:
+    result = subprocess.run([_ruff(), "format", "--check", str(ROOT)], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, "run `ruff format .`:\n" + result.stdout + result.stderr
