@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import uvicorn
 
-from .api.admission import Admission
+from .api.admission import Admission, AdmissionCollector
 from .api.dataplane import DataPlane
 from .api.grpc import create_grpc_server
 from .api.http import create_http_app
@@ -60,6 +60,7 @@ class FerryServer:
                 settings.http_max_json_bytes,
             ),
         )
+        self.metrics.registry.register(AdmissionCollector(self.plane.admission))
         self._stop = asyncio.Event()
         self._http: _UvicornServer | None = None
         self._http_task: asyncio.Task | None = None

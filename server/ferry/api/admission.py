@@ -9,7 +9,10 @@ hard clients push. Everything runs on the event loop thread, so plain counters s
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from ..errors import Unavailable
 
@@ -51,3 +54,18 @@ class Admission:
         finally:
             self.requests -= 1
             self.bytes -= nbytes
+
+
+class AdmissionCollector(Collector):
+    """Exports the admission counters, so operators (and tests) see the caps at work."""
+
+    def __init__(self, admission: Admission) -> None:
+        self._admission = admission
+
+    def collect(self) -> Iterable[Metric]:
+        a = self._admission
+        yield GaugeMetricFamily("ferry_inflight_requests", "Requests admitted and not yet answered", value=a.requests)
+        yield GaugeMetricFamily("ferry_inflight_bytes", "Request bytes held by admitted requests", value=a.bytes)
+        yield CounterMetricFamily(
+            "ferry_admission_rejected", "Requests refused by the in-flight caps (503/UNAVAILABLE)", value=a.rejected
+        )

@@ -276,6 +276,8 @@ class Scheduler:
                 await self._arrived.wait()
                 continue
             waited = time.perf_counter_ns() - head.enqueued_ns
+            if self._closing:  # nothing new can join a batch now: waiting for more only delays
+                waited = max(waited, self.policy.max_queue_delay_ns)
             count = choose_batch([p.batch_size for p in group], self.policy, waited)
             if count is not None:
                 batch = group[:count]
@@ -364,6 +366,7 @@ class Scheduler:
     async def stop(self, timeout: float | None = None) -> None:
         """Refuse new requests, finish queued and running ones (within ``timeout``), stop workers."""
         self._closing = True
+        self._arrived.set()  # a batcher waiting out max_queue_delay sends what it holds now
         try:
             await asyncio.wait_for(self._idle.wait(), timeout)
         except asyncio.TimeoutError:

@@ -1,0 +1,37 @@
+"""Reading a running server's Prometheus metrics, and waiting until one reaches a value.
+
+Tests wait on these instead of sleeping: a state the server reports is a state that exists."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+import urllib.request
+
+
+def scrape(server) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10) as response:
+        return response.read().decode()
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """The value of one sample (``name`` with exactly ``labels``) in a scrape."""
+    wanted = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in text.splitlines():
+        match = re.match(rf"^{name}(?:\{{(.*)\}})? (\S+)$", line)
+        if match and ",".join(sorted((match.group(1) or "").split(","))).strip(",") == wanted:
+            return float(match.group(2))
+    raise AssertionError(f"{name}{{{wanted}}} not in /metrics")
+
+
+async def wait_for_metric(server, name: str, at_least: float, timeout: float = 60, **labels: str) -> float:
+    """Poll /metrics until ``name`` reaches ``at_least``; fail (never pass) when it does not in time."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = metric(await asyncio.to_thread(scrape, server), name, **labels)
+        if value >= at_least:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{name}{labels} stayed at {value}, below {at_least}, for {timeout} s")
+        await asyncio.sleep(0.05)
