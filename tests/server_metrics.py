@@ -10,8 +10,9 @@ import time
 import urllib.request
 
 
-def scrape(server) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10) as response:
+def scrape(server, headers: dict[str, str] | None = None) -> str:
+    request = urllib.request.Request(f"http://127.0.0.1:{server.metrics_port}/metrics", headers=headers or {})
+    with urllib.request.urlopen(request, timeout=10) as response:
         return response.read().decode()
 
 
@@ -25,11 +26,13 @@ def metric(text: str, name: str, **labels: str) -> float:
     raise AssertionError(f"{name}{{{wanted}}} not in /metrics")
 
 
-async def wait_for_metric(server, name: str, at_least: float, timeout: float = 60, **labels: str) -> float:
+async def wait_for_metric(
+    server, name: str, at_least: float, timeout: float = 60, headers: dict[str, str] | None = None, **labels: str
+) -> float:
     """Poll /metrics until ``name`` reaches ``at_least``; fail (never pass) when it does not in time."""
     deadline = time.monotonic() + timeout
     while True:
-        value = metric(await asyncio.to_thread(scrape, server), name, **labels)
+        value = metric(await asyncio.to_thread(scrape, server, headers), name, **labels)
         if value >= at_least:
             return value
         if time.monotonic() > deadline:

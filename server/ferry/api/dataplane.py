@@ -6,7 +6,6 @@ every check and every error message exists once and both protocols behave the sa
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -20,9 +19,11 @@ from .. import __version__
 from ..errors import InvalidArgument
 from ..pipelines.postprocess import classification_strings
 from ..pipelines.runtime import Prepared
+from ..pipelines.slices import prepare_in_slices
 from ..repository.config import TensorSpec
 from ..repository.manager import ModelManager
 from ..repository.model import ModelVersion
+from ..scheduling.scheduler import Unloading
 from ..types import InferenceRequest, InferenceResponse, OutputTensor
 from .admission import Admission
 from .limits import Limits
@@ -48,7 +49,9 @@ class DataPlane:
         self.started = False
         self.draining = False
         self.start_time = time.time()
-        self._image_pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="ferry-image")
+        workers = os.cpu_count() or 1
+        self._image_pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ferry-image")
+        self._image_share = max(1, workers // 2)  # pool workers one request may occupy at once
 
     # --- health and metadata ----------------------------------------------------------------
 
@@ -102,8 +105,9 @@ class DataPlane:
                 model.stats.record_failure(0, "OTHER")
             raise
         names = [o.name for o in requested] if requested is not None else list(model.outputs)
-        assert model.scheduler is not None
-        results = await model.scheduler.submit(
+        model, results = await self._submit(
+            model,
+            request.model_version,
             inputs,
             names,
             batch_size,
@@ -127,6 +131,20 @@ class DataPlane:
             outputs.append(OutputTensor(name, datatype, array, binary_default if flag is None else flag))
         return InferenceResponse(model.name, str(model.version), request.id, outputs)
 
+    async def _submit(
+        self, model: ModelVersion, version: str, *args: Any, **kwargs: Any
+    ) -> tuple[ModelVersion, dict[str, np.ndarray]]:
+        """Queue on ``model``'s scheduler; if a reload retired that version since it was looked up
+        (while images decoded, say), queue on the version that replaced it, so reloads drop nothing."""
+        assert model.scheduler is not None
+        try:
+            return model, await model.scheduler.submit(*args, **kwargs)
+        except Unloading:
+            replacement = self.manager.get(model.name, version)  # raises when nothing replaced it
+            if replacement is model or replacement.scheduler is None:
+                raise
+            return replacement, await replacement.scheduler.submit(*args, **kwargs)
+
     async def _decode_image_input(self, model: ModelVersion, request: InferenceRequest) -> None:
         """Encoded images sent as BYTES to an image model's input become its pre-processed tensor."""
         pipeline = model.pipeline
@@ -139,17 +157,26 @@ class DataPlane:
             raise InvalidArgument(
                 f"input '{name}': encoded images must have shape [N] or [N, 1], got {list(encoded.shape)}"
             )
+        count = encoded.shape[0]
+        if model.max_batch_size > 0 and count > model.max_batch_size:  # before a single image is decoded
+            raise InvalidArgument(
+                f"input '{name}': {count} images exceed the max_batch_size {model.max_batch_size} "
+                f"of model '{model.name}'"
+            )
         prepared = await self.prepare_images(model, list(encoded.reshape(-1)))
         request.inputs[name] = prepared.batch
         request.input_datatypes[name] = pipeline.spec.datatype
 
     async def prepare_images(self, model: ModelVersion, images: list[bytes]) -> Prepared:
-        """Decode and pre-process images in the worker pool, off the event loop."""
+        """Decode and pre-process images in the worker pool, off the event loop.
+
+        The images go to the pool a few at a time, at most ``_image_share`` tasks of one request at
+        once, so the pool's FIFO queue interleaves requests: a request of hundreds of large images
+        delays another by a few images, not by all of them. A cancelled caller (client gone)
+        submits nothing more."""
         assert model.pipeline is not None
         try:
-            prepared = await asyncio.get_running_loop().run_in_executor(
-                self._image_pool, model.pipeline.prepare, images
-            )
+            prepared = await prepare_in_slices(self._image_pool, self._image_share, model.pipeline, images)
         except InvalidArgument:
             if model.stats is not None:
                 model.stats.record_failure(0, "OTHER")
@@ -172,15 +199,18 @@ class DataPlane:
         if pipeline.task != task:
             raise InvalidArgument(f"model '{model.name}' is a {pipeline.task} model; use /{pipeline.task}")
         prepared = await self.prepare_images(model, images)
-        assert model.scheduler is not None
         chunk = model.max_batch_size or 1
         results: list[Any] = []
         for start in range(0, len(images), chunk):
             batch = prepared.batch[start : start + chunk]
             if model.max_batch_size == 0:
                 batch = batch[0]
-            outputs = await model.scheduler.submit(
-                {pipeline.input_name: batch}, pipeline.output_names, len(batch) if model.max_batch_size else 1
+            model, outputs = await self._submit(
+                model,
+                version,
+                {pipeline.input_name: batch},
+                pipeline.output_names,
+                len(batch) if model.max_batch_size else 1,
             )
             if model.max_batch_size == 0:
                 outputs = {k: v[np.newaxis] for k, v in outputs.items()}

@@ -34,6 +34,10 @@ SCAN_LIMIT = 1024
 Outputs = dict[str, np.ndarray]
 
 
+class Unloading(Unavailable):
+    """This version no longer takes requests; a version that replaced it may (see DataPlane.infer)."""
+
+
 @dataclass(eq=False)
 class Pending:
     """One queued request."""
@@ -162,7 +166,7 @@ class Scheduler:
         caller removes the request from the queue.
         """
         if self._closing:
-            raise Unavailable(f"model '{self.name}' is unloading")
+            raise Unloading(f"model '{self.name}' is unloading")
         level = self.policy.level_for(priority)
         queue_policy = self.policy.policy_for(level)
         if queue_policy.max_queue_size and self._live[level] >= queue_policy.max_queue_size:
