@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 
 #: How often a request body's arrival rate is checked.
 BODY_CHECK_INTERVAL_S = 1.0
+#: How long an answered, refused connection is drained before it is closed.
+LINGER_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,7 @@ def guarded_protocol(limits: HttpConnectionLimits) -> type[HttpToolsProtocol]:
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self._refused = False
+            self._closing = False
             self._in_headers = False
             self._header_bytes = 0
             self._header_timer: asyncio.TimerHandle | None = None
@@ -77,8 +80,7 @@ def guarded_protocol(limits: HttpConnectionLimits) -> type[HttpToolsProtocol]:
                 self._refused = True
                 self.transport = transport
                 message = f"too many open connections (limit {limits.max_connections}, --http-max-connections)"
-                transport.write(raw_response(HTTPStatus.SERVICE_UNAVAILABLE, message, retry_after=1))
-                transport.close()
+                _answer_and_close(transport, raw_response(HTTPStatus.SERVICE_UNAVAILABLE, message, retry_after=1))
                 return
             super().connection_made(transport)
             self._begin_headers()
@@ -90,8 +92,8 @@ def guarded_protocol(limits: HttpConnectionLimits) -> type[HttpToolsProtocol]:
             super().connection_lost(exc)
 
         def data_received(self, data: bytes) -> None:
-            if self._refused or self.transport.is_closing():
-                return
+            if self._refused or self._closing:
+                return  # answered and closing: what still arrives is read and dropped
             super().data_received(data)
             if self._in_headers and self.parser is not None:
                 # the parser consumed all of ``data`` and the headers are still open: it was all header
@@ -138,7 +140,7 @@ def guarded_protocol(limits: HttpConnectionLimits) -> type[HttpToolsProtocol]:
 
         def _header_timed_out(self) -> None:
             self._header_timer = None
-            if self._in_headers and not self.transport.is_closing():
+            if self._in_headers and not self._closing and not self.transport.is_closing():
                 self._close(
                     HTTPStatus.REQUEST_TIMEOUT,
                     f"request headers not received within {limits.header_timeout:g} s (--http-header-timeout-secs)",
@@ -150,7 +152,7 @@ def guarded_protocol(limits: HttpConnectionLimits) -> type[HttpToolsProtocol]:
             Time while uvicorn has paused reading (the app has not consumed what arrived) does not
             count against the client."""
             self._body_timer = None
-            if self.transport.is_closing() or self.cycle is None or not self.cycle.more_body:
+            if self._closing or self.transport.is_closing() or self.cycle is None or not self.cycle.more_body:
                 return
             if not self.flow.read_paused:
                 self._body_clock += BODY_CHECK_INTERVAL_S
@@ -167,13 +169,16 @@ def guarded_protocol(limits: HttpConnectionLimits) -> type[HttpToolsProtocol]:
         def _close(self, status: HTTPStatus, message: str) -> None:
             """Answer ``status`` if no response has started, then close the connection."""
             log.info("closing connection from %s: %s", _peer(self.client), message)
-            if self.cycle is None or not self.cycle.response_started:
-                self.transport.write(raw_response(status, message))
+            self._closing = True
+            self._stop_timers()
             if self.cycle is not None:  # the app sees a disconnect and writes nothing more
+                started = self.cycle.response_started
                 self.cycle.disconnected = True
                 self.cycle.message_event.set()
-            self._stop_timers()
-            self.transport.close()
+                if started:
+                    self.transport.close()
+                    return
+            _answer_and_close(self.transport, raw_response(status, message))
 
         def _stop_timers(self) -> None:
             self._cancel(self._header_timer)
@@ -186,6 +191,18 @@ def guarded_protocol(limits: HttpConnectionLimits) -> type[HttpToolsProtocol]:
                 timer.cancel()
 
     return GuardedHttpToolsProtocol
+
+
+def _answer_and_close(transport: asyncio.Transport, response: bytes) -> None:
+    """Send ``response`` and close without a reset: closing a socket with unread input makes the
+    kernel send RST, which can destroy the answer before the client reads it. So finish our side
+    (FIN), keep reading and dropping input for a moment, then close."""
+    transport.write(response)
+    if not transport.can_write_eof():  # TLS: no half-close
+        transport.close()
+        return
+    transport.write_eof()
+    asyncio.get_running_loop().call_later(LINGER_S, transport.close)
 
 
 def _peer(client: tuple[str, int] | None) -> str:
