@@ -65,10 +65,8 @@ async def _read_body(request: Request, limit: int, ticket: Ticket | None = None)
     encoding = request.headers.get("content-encoding")
     if not encoding or encoding == "identity":
         return body
-    if len(body) < OFF_LOOP_BYTES:
-        plain = decompress(body, encoding, limit)
-    else:  # zlib releases the GIL: a bomb inflating on a worker thread stalls no one else
-        plain = await asyncio.to_thread(decompress, body, encoding, limit)
+    # always on a worker thread (zlib releases the GIL): a small body may inflate to the limit
+    plain = await asyncio.to_thread(decompress, body, encoding, limit)
     if ticket is not None:
         ticket.reserve(len(plain))
     return plain
