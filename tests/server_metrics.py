@@ -27,14 +27,21 @@ def metric(text: str, name: str, **labels: str) -> float:
 
 
 async def wait_for_metric(
-    server, name: str, at_least: float, timeout: float = 60, headers: dict[str, str] | None = None, **labels: str
+    server,
+    name: str,
+    target: float,
+    timeout: float = 60,
+    headers: dict[str, str] | None = None,
+    at_most: bool = False,
+    **labels: str,
 ) -> float:
-    """Poll /metrics until ``name`` reaches ``at_least``; fail (never pass) when it does not in time."""
+    """Poll /metrics until ``name`` reaches ``target`` (or falls to it, ``at_most``); fail (never
+    pass) when it does not in time."""
     deadline = time.monotonic() + timeout
     while True:
         value = metric(await asyncio.to_thread(scrape, server, headers), name, **labels)
-        if value >= at_least:
+        if (value <= target) if at_most else (value >= target):
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"{name}{labels} stayed at {value}, below {at_least}, for {timeout} s")
+            raise AssertionError(f"{name}{labels} stayed at {value}, not reaching {target}, for {timeout} s")
         await asyncio.sleep(0.05)

@@ -24,6 +24,7 @@ from .api.http import create_http_app
 from .api.limits import Limits
 from .dashboard import mount_dashboard
 from .metrics import Metrics
+from .pipelines.slices import ImageWorkCollector
 from .repository.manager import ModelManager
 from .security import SecurityConfigError, ServerSecurity
 from .settings import Settings
@@ -64,6 +65,7 @@ class FerryServer:
             ),
         )
         self.metrics.registry.register(AdmissionCollector(self.plane.admission))
+        self.metrics.registry.register(ImageWorkCollector(self.plane.image_work))
         self._stop = asyncio.Event()
         self._http: _UvicornServer | None = None
         self._http_task: asyncio.Task | None = None

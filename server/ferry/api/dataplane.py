@@ -19,7 +19,7 @@ from .. import __version__
 from ..errors import InvalidArgument
 from ..pipelines.postprocess import classification_strings
 from ..pipelines.runtime import Prepared
-from ..pipelines.slices import prepare_in_slices
+from ..pipelines.slices import ImageWork, prepare_in_slices
 from ..repository.config import TensorSpec
 from ..repository.manager import ModelManager
 from ..repository.model import ModelVersion
@@ -52,6 +52,7 @@ class DataPlane:
         workers = os.cpu_count() or 1
         self._image_pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ferry-image")
         self._image_share = max(1, workers // 2)  # pool workers one request may occupy at once
+        self.image_work = ImageWork()
 
     # --- health and metadata ----------------------------------------------------------------
 
@@ -176,7 +177,9 @@ class DataPlane:
         submits nothing more."""
         assert model.pipeline is not None
         try:
-            prepared = await prepare_in_slices(self._image_pool, self._image_share, model.pipeline, images)
+            prepared = await prepare_in_slices(
+                self._image_pool, self._image_share, model.pipeline, images, self.image_work
+            )
         except InvalidArgument:
             if model.stats is not None:
                 model.stats.record_failure(0, "OTHER")

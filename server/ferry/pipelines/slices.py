@@ -9,10 +9,13 @@ caller submits no further slice (the one running finishes; threads cannot be int
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import Executor
+from dataclasses import dataclass
 
 import numpy as np
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from .runtime import ImagePipeline, Prepared
 
@@ -20,16 +23,33 @@ from .runtime import ImagePipeline, Prepared
 IMAGES_PER_SLICE = 2
 
 
-async def prepare_in_slices(pool: Executor, share: int, pipeline: ImagePipeline, images: Sequence[bytes]) -> Prepared:
+@dataclass
+class ImageWork:
+    """Images waiting for or in the pool, and images decoded so far (exported as metrics)."""
+
+    waiting: int = 0
+    decoded: int = 0
+
+
+async def prepare_in_slices(
+    pool: Executor, share: int, pipeline: ImagePipeline, images: Sequence[bytes], work: ImageWork | None = None
+) -> Prepared:
     """``pipeline.prepare(images)`` run as slices on ``pool``, at most ``share`` at a time."""
     loop = asyncio.get_running_loop()
     starts = list(range(0, len(images), IMAGES_PER_SLICE)) or [0]
     limiter = asyncio.Semaphore(share)
+    counts = work or ImageWork()
 
     async def one(start: int) -> Prepared:
-        async with limiter:
-            chunk = list(images[start : start + IMAGES_PER_SLICE])
-            return await loop.run_in_executor(pool, pipeline.prepare, chunk, start)
+        chunk = list(images[start : start + IMAGES_PER_SLICE])
+        counts.waiting += len(chunk)
+        try:
+            async with limiter:
+                prepared = await loop.run_in_executor(pool, pipeline.prepare, chunk, start)
+        finally:
+            counts.waiting -= len(chunk)
+        counts.decoded += len(chunk)
+        return prepared
 
     tasks = [asyncio.ensure_future(one(start)) for start in starts]
     try:
@@ -46,3 +66,18 @@ async def prepare_in_slices(pool: Executor, share: int, pipeline: ImagePipeline,
         sum(part.decode_ns for part in parts),
         sum(part.preprocess_ns for part in parts),
     )
+
+
+class ImageWorkCollector(Collector):
+    """``ferry_image_waiting`` and ``ferry_image_decoded_total``: what the decode pool holds and did."""
+
+    def __init__(self, work: ImageWork) -> None:
+        self._work = work
+
+    def collect(self) -> Iterable[Metric]:
+        yield GaugeMetricFamily(
+            "ferry_image_waiting", "Images queued for or decoding in the image pool", value=self._work.waiting
+        )
+        yield CounterMetricFamily(
+            "ferry_image_decoded", "Images decoded and pre-processed by the image pool", value=self._work.decoded
+        )
