@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ferry_client.codec import CodecError, tensor_from_bytes, tensor_to_bytes
 from ferry_client.protocol import model_config_pb2 as mc
 
 from .. import __version__
@@ -26,6 +27,7 @@ from ..repository.model import ModelVersion
 from ..types import InferenceRequest, InferenceResponse, OutputTensor
 from .admission import Admission
 from .limits import Limits
+from .shared_memory import SharedMemoryRegistry, ref_parameters
 
 EXTENSIONS = [
     "binary_tensor_data",
@@ -35,6 +37,7 @@ EXTENSIONS = [
     "model_configuration",
     "statistics",
     "schedule_policy",
+    "system_shared_memory",
 ]
 
 
@@ -45,6 +48,7 @@ class DataPlane:
         self.manager = manager
         self.admission = admission or Admission()
         self.limits = limits or Limits()
+        self.shared_memory = SharedMemoryRegistry()
         self.started = False
         self.draining = False
         self.start_time = time.time()
@@ -86,6 +90,8 @@ class DataPlane:
 
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
         model = self.manager.get(request.model_name, request.model_version)
+        if request.shared_memory_inputs:
+            self._read_shared_memory(request)
         if model.pipeline is not None:
             await self._decode_image_input(model, request)
         requested = request.outputs if request.outputs else None
@@ -113,6 +119,7 @@ class DataPlane:
         binary_default = request.binary_output_default
         binary = {o.name: o.binary for o in requested} if requested is not None else {}
         classify = {o.name: o.classification for o in requested or () if o.classification}
+        shared = {o.name: o.shared_memory for o in requested or () if o.shared_memory is not None}
         outputs = []
         for name in names:
             spec = model.outputs[name]
@@ -124,8 +131,22 @@ class DataPlane:
             if name in classify:
                 array = classification_tensor(array, classify[name], model.labels.get(name), model.max_batch_size > 0)
                 datatype = "BYTES"
-            outputs.append(OutputTensor(name, datatype, array, binary_default if flag is None else flag))
+            output = OutputTensor(name, datatype, array, binary_default if flag is None else flag)
+            if name in shared:
+                written = self.shared_memory.write(shared[name], name, tensor_to_bytes(array, datatype))
+                output.shared_memory = ref_parameters(shared[name], written)
+            outputs.append(output)
         return InferenceResponse(model.name, str(model.version), request.id, outputs)
+
+    def _read_shared_memory(self, request: InferenceRequest) -> None:
+        """Inputs left in registered shared memory become arrays viewing it (no copy)."""
+        for name, shared in request.shared_memory_inputs.items():
+            view = self.shared_memory.view(shared.ref, name)
+            try:
+                request.inputs[name] = tensor_from_bytes(name, shared.datatype, list(shared.shape), view)
+            except CodecError as exc:
+                raise InvalidArgument(f"{exc} (from shared memory region '{shared.ref.region}')") from None
+            request.input_datatypes[name] = shared.datatype
 
     async def _decode_image_input(self, model: ModelVersion, request: InferenceRequest) -> None:
         """Encoded images sent as BYTES to an image model's input become its pre-processed tensor."""
