@@ -147,8 +147,8 @@ class SharedMemoryRegistry:
 
 
 def _object_name(name: str, key: str) -> str:
-    """The file name of a shm_open key: one leading '/' (optional), then no other '/'."""
-    stripped = key[1:] if key.startswith("/") else key
+    """The file name of a shm_open key: leading slashes dropped (as glibc does), then no other '/'."""
+    stripped = key.lstrip("/")
     if not stripped or "/" in stripped or stripped in (".", ".."):
         raise InvalidArgument(
             f"shared memory region '{name}': key '{key}' is not a shared memory object name ('/name', no other '/')"
