@@ -140,15 +140,12 @@ def encode_infer_response(response: InferenceResponse) -> tuple[bytes, int | Non
     if response.parameters:
         header["parameters"] = response.parameters
     try:
+        # An output written to shared memory is only described: Triton's C++ HTTP client (perf_analyzer)
+        # expects binary_data_size in any output that has parameters, so it gets none.
         header["outputs"] = [
             write_tensor(out.name, out.data, out.datatype, out.binary, blobs)
             if out.shared_memory is None
-            else {
-                "name": out.name,
-                "datatype": out.datatype,
-                "shape": list(out.data.shape),
-                "parameters": out.shared_memory,
-            }
+            else {"name": out.name, "datatype": out.datatype, "shape": list(out.data.shape)}
             for out in response.outputs
         ]
     except CodecError as exc:
