@@ -12,13 +12,20 @@ The modes take turns window by window (round-robin, several rounds) so drift on 
 hits all of them alike; the table gives the median of each mode's windows. The client's own work
 (writing the input, reading the output) is inside each measured request.
 
-    python benchmarks/shared_memory.py [--rounds 5] [--window 2.0]
+With ``--perf-analyzer PATH`` (the binary of the tritonclient==2.41.1 wheel, see
+benchmarks/perf_tools.py for its libraries) the same server is also measured with
+``perf_analyzer --shared-memory system`` and ``none`` over gRPC and HTTP, in alternating rounds.
+perf_analyzer writes its input into shared memory once, so its shm rows show the transfer removed.
+
+    python benchmarks/shared_memory.py [--rounds 5] [--window 2.0] [--perf-analyzer PATH]
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -41,6 +48,8 @@ CLASSES = 1000
 IN_BYTES = int(np.prod(SHAPE)) * 4
 OUT_BYTES = CLASSES * 4
 MODES = ("shm/grpc", "shm/rest", "grpc", "rest")
+PA_MODES = (("grpc", "system"), ("grpc", "none"), ("http", "system"), ("http", "none"))
+_PA_LINE = re.compile(r"Concurrency: 1, throughput: ([\d.]+) infer/sec, latency (\d+) usec")
 
 
 def build_repo(repo: Path) -> Path:
@@ -131,6 +140,42 @@ def window(call: Callable[[], np.ndarray], seconds: float) -> tuple[float, float
     return len(latencies) / sum(latencies), statistics.median(latencies) * 1000
 
 
+def perf_analyzer(
+    binary: str, server: FerryProcess, protocol: str, memory: str, window_s: float
+) -> tuple[float, float]:
+    """One perf_analyzer run at concurrency 1: infer/s and average latency (ms)."""
+    command = [
+        binary,
+        *("-m", MODEL, "-u", server.url(protocol), "-i", protocol, "-b", "1", "--concurrency-range", "1"),
+        *("--shared-memory", memory, "--output-shared-memory-size", str(OUT_BYTES)),
+        *("--measurement-interval", str(int(window_s * 1000)), "-s", "50", "--max-trials", "20"),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+    found = _PA_LINE.search(done.stdout)
+    if done.returncode or not found:
+        raise RuntimeError(
+            f"perf_analyzer {protocol}/{memory} failed ({done.returncode}): {done.stdout[-400:]}{done.stderr}"
+        )
+    return float(found.group(1)), int(found.group(2)) / 1000
+
+
+def render_perf_analyzer(results: dict[tuple[str, str], list[tuple[float, float]]], rounds: int) -> str:
+    lines = [
+        "",
+        f"## perf_analyzer (2.41.1), concurrency 1, {rounds} alternating rounds; medians",
+        "",
+        "| protocol | --shared-memory | infer/s | avg latency ms | runs (infer/s) |",
+        "|---|---|---:|---:|---|",
+    ]
+    for (protocol, memory), runs in results.items():
+        rate = statistics.median(r for r, _ in runs)
+        latency = statistics.median(lat for _, lat in runs)
+        lines.append(
+            f"| {protocol} | {memory} | {rate:.0f} | {latency:.2f} | {', '.join(f'{r:.0f}' for r, _ in runs)} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def render(results: dict[str, list[tuple[float, float]]], rounds: int, seconds: float) -> str:
     base = statistics.median(r for r, _ in results["grpc"])
     lines = [
@@ -156,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--window", type=float, default=2.0, help="seconds per measurement window")
     parser.add_argument("--output", type=Path, default=RESULTS / "shared-memory-cpu.md")
+    parser.add_argument("--perf-analyzer", metavar="PATH", help="also measure with this perf_analyzer binary")
     args = parser.parse_args(argv)
     repo = build_repo(TMP / "shm_repo")
     server = FerryProcess(repo)
@@ -174,9 +220,18 @@ def main(argv: list[str] | None = None) -> int:
                     results[mode].append(window(calls[mode], args.window))
         finally:
             cleanup()
+        pa_results: dict[tuple[str, str], list[tuple[float, float]]] = {mode: [] for mode in PA_MODES}
+        if args.perf_analyzer:
+            for _ in range(args.rounds):
+                for protocol, memory in PA_MODES:
+                    pa_results[protocol, memory].append(
+                        perf_analyzer(args.perf_analyzer, server, protocol, memory, args.window)
+                    )
     finally:
         server.stop()
     table = render(results, args.rounds, args.window)
+    if args.perf_analyzer:
+        table += render_perf_analyzer(pa_results, args.rounds)
     print(table)
     args.output.write_text(table)
     return 0
