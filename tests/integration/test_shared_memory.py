@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import os
+import subprocess
 import uuid
 from collections.abc import Iterator
 
@@ -67,7 +69,7 @@ def status_names(triton: Triton, name: str = "") -> dict[str, dict]:
     if triton.protocol == "grpc":
         return {
             k: {**v, "offset": int(v.get("offset", 0)), "byte_size": int(v["byte_size"])}
-            for k, v in status["regions"].items()
+            for k, v in status.get("regions", {}).items()
         }
     return {row["name"]: row for row in status}
 
@@ -233,3 +235,26 @@ def test_cuda_shared_memory_is_refused_clearly(triton: Triton) -> None:
     expect(triton, UNIMPLEMENTED, "CUDA shared memory is not supported", client.get_cuda_shared_memory_status)
     call = (client.register_cuda_shared_memory, "gpu", b"\0" * 64, 0, 64)
     expect(triton, UNIMPLEMENTED, "CUDA shared memory is not supported", *call)
+
+
+@pytest.mark.skipif(
+    not os.environ.get("FERRY_PERF_ANALYZER"),
+    reason="set FERRY_PERF_ANALYZER to a perf_analyzer binary (tritonclient==2.41.1 wheel; see shared notes)",
+)
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_perf_analyzer_with_system_shared_memory(server, protocol: str) -> None:
+    """perf_analyzer registers its regions, sends every request through them, and cleans up."""
+    url = server.http_url if protocol == "http" else server.grpc_url
+    command = [
+        os.environ["FERRY_PERF_ANALYZER"],
+        *("-m", "simple", "-u", url, "-i", protocol, "-b", "1", "--concurrency-range", "1"),
+        *("--shared-memory", "system", "--output-shared-memory-size", str(SIZE)),
+        *("--measurement-mode", "count_windows", "--measurement-request-count", "50", "-s", "100"),
+    ]
+    before = connect("http", server).client.get_inference_statistics("simple")["model_stats"][0]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout[-1000:] + done.stderr
+    assert "Concurrency: 1, throughput:" in done.stdout
+    after = connect("http", server).client.get_inference_statistics("simple")["model_stats"][0]
+    assert after["inference_stats"]["success"]["count"] - before["inference_stats"]["success"]["count"] >= 150
+    assert status_names(connect(protocol, server)) == {}  # perf_analyzer unregistered its regions

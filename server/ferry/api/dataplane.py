@@ -109,6 +109,8 @@ class DataPlane:
         if cache is None:
             results, batch_size = await self._execute(model, request, names)
         else:
+            for key in ("priority", "timeout"):  # not part of the key, but a hit must not accept bad values
+                _int_parameter(request, key)
             results, batch_size = await self._cached(
                 model,
                 cache,
