@@ -6,6 +6,7 @@ import itertools
 import shutil
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -138,3 +139,20 @@ def test_cache_metrics(cached_server: RunningServer) -> None:
     assert values["nv_cache_num_entries"] >= 1
     assert 0 < values["nv_cache_util"] <= 1
     assert values["nv_cache_num_hits"] >= 1
+
+
+def test_enabled_model_on_a_server_without_cache_warns_and_executes(tmp_path: Path) -> None:
+    repo = tmp_path / "models"
+    shutil.copytree(MODEL_REPO / "simple", repo / "simple")
+    with open(repo / "simple" / "config.pbtxt", "a") as config:
+        config.write("\nresponse_cache { enable: true }\n")
+    running = start_server(repo, tmp_path / "server.log")
+    try:
+        triton = connect("grpc", running)
+        arrays = simple_inputs()
+        for _ in range(2):
+            triton.infer("simple", arrays, ["OUTPUT0"])
+        assert stats(triton, "simple") == {"success": 2, "cache_hit": 0, "cache_miss": 0, "executions": 2}
+    finally:
+        running.stop()
+    assert "enables response_cache but the server has no cache (--cache-size 0)" in running.log()
