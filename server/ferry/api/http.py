@@ -27,6 +27,7 @@ from .http_codec import decode_infer_request, decompress, encode_infer_response
 from .limits import OFF_LOOP_BYTES
 from .openapi import INDEX_BODY, INFER_BODY, LOAD_BODY, UNLOAD_BODY
 from .response_size import estimated_size, reserve_response
+from .shared_memory_http import add_shared_memory_routes
 
 log = logging.getLogger(__name__)
 
@@ -345,4 +346,7 @@ def create_http_app(
         await plane.unload_model(model)
         return Response(status_code=200)
 
+    add_shared_memory_routes(
+        app, plane.shared_memory, lambda request: _json_body(request, max_body_bytes), json_response
+    )
     return app

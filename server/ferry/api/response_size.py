@@ -19,6 +19,8 @@ def estimated_size(response: InferenceResponse, binary_only: bool) -> int:
     """Bytes the encoded outputs will take: raw bytes when sent binary, JSON text otherwise."""
     total = 0
     for out in response.outputs:
+        if out.shared_memory is not None:  # written to the client's region, not into the response
+            continue
         if binary_only or out.binary or out.data.dtype == object:
             total += out.data.nbytes if out.data.dtype != object else sum(len(v) for v in out.data.reshape(-1))
         else:
