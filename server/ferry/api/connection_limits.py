@@ -29,8 +29,11 @@ log = logging.getLogger(__name__)
 
 #: How often a request body's arrival rate is checked.
 BODY_CHECK_INTERVAL_S = 1.0
-#: How long an answered, refused connection is drained before it is closed.
+#: How long an answered, refused connection is drained before it is closed, and how many may be
+#: draining at once (past that they close at once, so a flood cannot hold descriptors this way).
 LINGER_S = 1.0
+MAX_LINGERING = 256
+_lingering = 0
 
 
 @dataclass(frozen=True)
@@ -201,8 +204,19 @@ def _answer_and_close(transport: asyncio.Transport, response: bytes) -> None:
     if not transport.can_write_eof():  # TLS: no half-close
         transport.close()
         return
+    global _lingering
+    if _lingering >= MAX_LINGERING:  # under a flood, descriptors matter more than a clean goodbye
+        transport.close()
+        return
     transport.write_eof()
-    asyncio.get_running_loop().call_later(LINGER_S, transport.close)
+    _lingering += 1
+
+    def close() -> None:
+        global _lingering
+        _lingering -= 1
+        transport.close()
+
+    asyncio.get_running_loop().call_later(LINGER_S, close)
 
 
 def _peer(client: tuple[str, int] | None) -> str:
