@@ -7,6 +7,7 @@ import asyncio
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
@@ -78,3 +79,27 @@ def test_an_unexpected_500_closes_the_keep_alive_connection() -> None:
     assert response.status_code == 500
     assert response.json() == {"error": "internal error: index exploded"}
     assert response.headers["connection"] == "close"
+
+
+def test_a_request_that_meets_a_retired_version_runs_on_its_replacement(tmp_path: Path) -> None:
+    """Reloads drop nothing: an image request looks its model up, decodes (awaiting), and may reach
+    the scheduler only after a reload retired that version; it then runs on the replacing one."""
+    repo = tmp_path / "models"
+    shutil.copytree(MODEL_REPO / "simple", repo / "simple")
+
+    async def run() -> None:
+        manager = ModelManager(repo, control_mode=ControlMode.EXPLICIT, startup_models=["simple"])
+        await manager.start()
+        plane = DataPlane(manager)
+        try:
+            looked_up = manager.get("simple")
+            await manager.load("simple")  # reload: the new copy is READY, the old one retired
+            assert manager.get("simple") is not looked_up
+            inputs = {"INPUT0": np.ones((1, 16), np.int32), "INPUT1": np.ones((1, 16), np.int32)}
+            served, outputs = await plane._submit(looked_up, "", inputs, ["OUTPUT0"], 1)
+            assert served is manager.get("simple")
+            assert outputs["OUTPUT0"].tolist() == [[2] * 16]
+        finally:
+            await manager.stop()
+
+    asyncio.run(run())
