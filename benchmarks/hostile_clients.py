@@ -5,13 +5,15 @@ Run (about a minute; it opens a few thousand loopback sockets)::
     python benchmarks/hostile_clients.py [--half-open 3000] [--header-mb 8] [--grpc-streams 20000]
 
 For each attack: the clean answer seen, the server's RSS and descriptor count while the attack holds,
-and the latency of a gRPC inference by another client measured while it holds. Prints a table.
+and the latency of a gRPC inference by another client measured while it holds (for the heavy-request
+rows: the worst REST health check while the request runs). Prints a table.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import sys
 import tempfile
 import time
@@ -132,22 +134,121 @@ async def grpc_streams(server: RunningServer, total: int) -> list[str]:
     ]
 
 
+def _worst_health_latency_ms(server: RunningServer, attack) -> tuple[float, object]:
+    """Run ``attack`` on a thread while a REST client polls /v2/health/live; the slowest answer."""
+    import threading
+    import urllib.request
+
+    result: list[object] = []
+    thread = threading.Thread(target=lambda: result.append(attack()))
+    worst = 0.0
+    thread.start()
+    while thread.is_alive():
+        started = time.monotonic()
+        with urllib.request.urlopen(f"http://{server.http_url}/v2/health/live", timeout=60):
+            pass
+        worst = max(worst, time.monotonic() - started)
+        time.sleep(0.01)
+    thread.join()
+    return worst * 1000, result[0]
+
+
+def _post_status(server: RunningServer, path: str, body: bytes, headers: dict[str, str]) -> int:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(f"http://{server.http_url}{path}", data=body, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=300) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def stalls(server: RunningServer, typed_millions: int) -> list[list[str]]:
+    """Work that used to run on the event loop: others' worst latency while it runs."""
+    import json
+    import zlib
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ferry_client.protocol import grpc_service_pb2 as pb
+
+    rows = []
+    n = 60_000_000
+    head = json.dumps(
+        {"inputs": [{"name": "x", "shape": [1, n], "datatype": "FP32", "parameters": {"binary_data_size": 4 * n}}]}
+    ).encode()
+    compressor = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    body = compressor.compress(head) + b"".join(compressor.compress(bytes(2**20)) for _ in range(4 * n // 2**20))
+    body += compressor.compress(bytes(4 * n % 2**20)) + compressor.flush()
+    headers = {
+        "Content-Type": "application/octet-stream",
+        "Content-Encoding": "gzip",
+        "Inference-Header-Content-Length": str(len(head)),
+    }
+    worst, status = _worst_health_latency_ms(
+        server, lambda: _post_status(server, "/v2/models/wide/infer", body, headers)
+    )
+    rows.append(
+        [f"{len(body) // 1024} KB gzip body asking for [1, 60M] FP32 back as JSON", str(status), "", f"{worst:.0f} ms"]
+    )
+
+    bomb_compressor = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    bomb = b"".join(bomb_compressor.compress(bytes(2**20)) for _ in range(1024)) + bomb_compressor.flush()
+    json_headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+
+    def bombs() -> list[int]:
+        with ThreadPoolExecutor(6) as pool:
+            return list(
+                pool.map(lambda _: _post_status(server, "/v2/models/quick/infer", bomb, json_headers), range(6))
+            )
+
+    worst, statuses = _worst_health_latency_ms(server, bombs)
+    rows.append(
+        [f"6 gzip bombs at once ({len(bomb) // 1024} KB -> 1 GiB)", str(sorted(set(statuses))), "", f"{worst:.0f} ms"]
+    )
+
+    count = typed_millions * 1_000_000
+    request = pb.ModelInferRequest(model_name="wide")
+    tensor = request.inputs.add(name="x", datatype="FP32", shape=[1, count])
+    tensor.contents.fp32_contents.extend(np.zeros(count, np.float32).tolist())
+
+    def typed() -> str:
+        with grpc.insecure_channel(
+            server.grpc_url, options=[("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
+        ) as channel:
+            try:
+                pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=300)
+                return "OK"
+            except grpc.RpcError as exc:
+                return exc.code().name
+
+    worst, outcome = _worst_health_latency_ms(server, typed)
+    rows.append([f"gRPC fp32_contents of {4 * count // 2**20} MiB", str(outcome), _usage(server), f"{worst:.0f} ms"])
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--half-open", type=int, default=3000)
     parser.add_argument("--header-mb", type=int, default=8)
     parser.add_argument("--grpc-streams", type=int, default=20000)
+    parser.add_argument("--typed-millions", type=int, default=16, help="millions of elements in the typed gRPC request")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         repo = Path(tmp) / "models"
         write_mlp_model(repo / "quick", width=WIDTH, layers=1, extra_config="dynamic_batching { }\n")
+        shutil.copytree(ROOT / "model_repo" / "dynamic_shape", repo / "wide")
+        config = repo / "wide" / "config.pbtxt"
+        config.write_text(config.read_text().replace('name: "dynamic_shape"', 'name: "wide"'))
         server = start_server(repo, Path(tmp) / "server.log")
         try:
-            rows = [["attack", "answer", "server while it holds", "gRPC infer by another client"]]
+            rows = [["attack", "answer", "server while it holds", "another client's request (worst)"]]
             rows.append(["(idle)", "", _usage(server), f"{asyncio.run(_grpc_latency_ms(server)):.0f} ms"])
             rows.append(asyncio.run(half_open(server, args.half_open)))
             rows.append(asyncio.run(huge_headers(server, args.header_mb)))
             rows.append(asyncio.run(grpc_streams(server, args.grpc_streams)))
+            rows.extend(stalls(server, args.typed_millions))
             rows.append(["(after)", "", _usage(server), f"{asyncio.run(_grpc_latency_ms(server)):.0f} ms"])
         finally:
             server.stop()

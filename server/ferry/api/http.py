@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -33,6 +34,8 @@ log = logging.getLogger(__name__)
 
 JSON = "application/json"
 T = TypeVar("T")
+#: Request bodies inflating at once (the rest wait their turn).
+_INFLATE_SLOTS = asyncio.Semaphore(max(1, (os.cpu_count() or 2) // 2))
 
 
 def json_response(content: Any, status: int = 200) -> Response:
@@ -66,8 +69,10 @@ async def _read_body(request: Request, limit: int, ticket: Ticket | None = None)
     encoding = request.headers.get("content-encoding")
     if not encoding or encoding == "identity":
         return body
-    # always on a worker thread (zlib releases the GIL): a small body may inflate to the limit
-    plain = await asyncio.to_thread(decompress, body, encoding, limit)
+    # always on a worker thread (zlib releases the GIL): a small body may inflate to the limit; and
+    # a few at a time, so a burst of bombs cannot take every core from the event loop
+    async with _INFLATE_SLOTS:
+        plain = await asyncio.to_thread(decompress, body, encoding, limit)
     if ticket is not None:
         ticket.reserve(len(plain))
     return plain
