@@ -279,6 +279,14 @@ def test_ferry_additions_are_in_reserved_range() -> None:
         "max_detections": 5,
         "outputs": 6,
         "box_format": 7,
+        "strides": 8,
+        "anchors": 9,
+        "box_coder": 10,
+        "num_keypoints": 11,
+        "score_activation": 12,
+        "suppression": 13,
+        "top_k_per_level": 14,
+        "multi_label": 15,
     }
 
     def values(enum: descriptor.EnumDescriptor) -> dict[str, int]:
@@ -290,7 +298,16 @@ def test_ferry_additions_are_in_reserved_range() -> None:
     assert values(enums["ResizeMode"]) == {"EXACT": 0, "SHORTER_SIDE_CENTER_CROP": 1, "LETTERBOX": 2}
     assert values(enums["Interpolation"]) == {"BILINEAR": 0, "NEAREST": 1, "BICUBIC": 2, "LANCZOS": 3}
     det_enums = model_config_pb2.FerryDetection.DESCRIPTOR.enum_types_by_name
-    assert values(det_enums["DetectionFormat"]) == {"YOLOV8": 0, "YOLOV5": 1, "BOXES_SCORES_CLASSES": 2}
+    assert values(det_enums["DetectionFormat"]) == {
+        "YOLOV8": 0,
+        "YOLOV5": 1,
+        "BOXES_SCORES_CLASSES": 2,
+        "YOLOX": 3,
+        "SSD": 4,
+        "DFL": 5,
+        "DETR": 6,
+        "END_TO_END": 7,
+    }
     assert values(det_enums["BoxFormat"]) == {"XYWH_CENTER": 0, "XYXY": 1}
 
 

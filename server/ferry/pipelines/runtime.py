@@ -16,11 +16,12 @@ import numpy as np
 
 from ferry_client.protocol import model_config_pb2 as mc
 
-from ..errors import InvalidArgument, ModelLoadError
+from ..errors import FerryError, InvalidArgument, ModelLoadError
 from ..repository.config import TensorSpec
 from .classification import softmax, top_k
 from .decode import decode_image
-from .detection import Detection, decode_detections
+from .decoders import Decoder, InputSize
+from .detection import Detection, decode_detections, load_decoder
 from .preprocess import ImageTransform, Placement, PreprocessSpec, pixels_of, place, preprocess, to_model_mode
 
 DEFAULT_MAX_PIXELS = 40_000_000
@@ -47,6 +48,8 @@ class ImagePipeline:
     max_pixels: int
     #: Resizes and normalises a decoded batch on a device (device: GPU); None: per image on the CPU.
     batch_preprocessor: Callable[[Sequence[np.ndarray], Sequence[Placement]], np.ndarray] | None = None
+    #: The detector family's decoder, its output shapes checked at load (detection only).
+    decoder: Decoder | None = None
 
     @classmethod
     def from_config(
@@ -81,6 +84,13 @@ class ImagePipeline:
             if name not in outputs:
                 raise ModelLoadError(f"ferry_image: output '{name}' is not an output of the model")
         batch_preprocessor = _gpu_preprocessor(spec, gpu) if spec.device == mc.FerryPreprocess.GPU else None
+        decoder = None
+        if detection is not None:
+            shapes = [_batched_shape(outputs[name].dims, config.max_batch_size > 0) for name in names]
+            try:
+                decoder = load_decoder(detection, names, shapes, InputSize(spec.width, spec.height))
+            except FerryError as exc:
+                raise ModelLoadError(str(exc)) from None
         return cls(
             input_name,
             spec,
@@ -90,6 +100,7 @@ class ImagePipeline:
             labels.get(names[0]),
             spec.max_pixels or max_pixels,
             batch_preprocessor,
+            decoder,
         )
 
     @property
@@ -166,12 +177,21 @@ class ImagePipeline:
             score_threshold,
             iou_threshold,
             max_detections,
+            self.decoder,
         )
 
     def _label(self, index: int) -> str | None:
         if self.labels and index < len(self.labels):
             return self.labels[index]
         return None
+
+
+def _batched_shape(dims: Sequence[int], batched: bool) -> tuple[int, ...]:
+    """An output's shape as the decoder sees it, batch first: a model that cannot batch either
+    declares its fixed batch of one (``[1, ...]``) or gets one added per image."""
+    if not batched and len(dims) > 1 and dims[0] == 1:
+        return tuple(dims)
+    return (-1, *dims)
 
 
 def _gpu_preprocessor(spec: PreprocessSpec, gpu: int) -> Callable[..., np.ndarray]:
