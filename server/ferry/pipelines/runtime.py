@@ -118,9 +118,7 @@ class ImagePipeline:
         decode_ns = preprocess_ns = 0
         for index, data in enumerate(images):
             t0 = time.perf_counter_ns()
-            image = decode_image(
-                bytes(data), max_pixels=self.max_pixels, target_size=self.spec.decode_size, index=index
-            )
+            image = decode_image(bytes(data), max_pixels=self.max_pixels, target_size=self.spec.draft_size, index=index)
             t1 = time.perf_counter_ns()
             batch[index], transform = preprocess(image, self.spec)
             preprocess_ns += time.perf_counter_ns() - t1
@@ -133,9 +131,7 @@ class ImagePipeline:
         pixels, placements = [], []
         t0 = time.perf_counter_ns()
         for index, data in enumerate(images):
-            image = decode_image(
-                bytes(data), max_pixels=self.max_pixels, target_size=self.spec.decode_size, index=index
-            )
+            image = decode_image(bytes(data), max_pixels=self.max_pixels, target_size=self.spec.draft_size, index=index)
             image = to_model_mode(image, self.spec)
             placements.append(place(*image.size, self.spec))
             pixels.append(pixels_of(image))
