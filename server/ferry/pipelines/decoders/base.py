@@ -104,7 +104,8 @@ def activate(scores: np.ndarray, activation: int) -> np.ndarray:
     """Raw class scores to probabilities (the last axis is the class axis)."""
     values = scores.astype(np.float32, copy=False)
     if activation == _DET.SIGMOID:
-        return 1.0 / (1.0 + np.exp(-np.clip(values, -100.0, 100.0)))
+        # Clipped as MediaPipe's score_clipping_thresh; in float64 so exp(100) does not overflow.
+        return (1.0 / (1.0 + np.exp(-np.clip(values.astype(np.float64), -100.0, 100.0)))).astype(np.float32)
     if activation == _DET.SOFTMAX:
         shifted = np.exp(values - values.max(axis=-1, keepdims=True))
         return shifted / shifted.sum(axis=-1, keepdims=True)
