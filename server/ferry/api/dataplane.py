@@ -7,6 +7,7 @@ every check and every error message exists once and both protocols behave the sa
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -71,13 +72,16 @@ class DataPlane:
         model = self.manager.get(name, version)
         versions = [row["version"] for row in self.manager.index(ready_only=True) if row["name"] == name]
         batched = model.max_batch_size > 0
-        return {
+        metadata: dict[str, Any] = {
             "name": model.name,
             "versions": versions,
             "platform": model.platform,
             "inputs": [_tensor_metadata(s, batched) for s in model.inputs.values()],
             "outputs": [_tensor_metadata(s, batched) for s in model.outputs.values()],
         }
+        if model.pipeline is not None:
+            metadata["parameters"] = _image_input_metadata(model)
+        return metadata
 
     def model_config(self, name: str, version: str = "") -> mc.ModelConfig:
         return self.manager.get(name, version).config
@@ -87,7 +91,29 @@ class DataPlane:
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
         model = self.manager.get(request.model_name, request.model_version)
         if model.pipeline is not None:
-            await self._decode_image_input(model, request)
+            executions = await self._decode_image_input(model, request)
+            if len(executions) > 1:
+                return await self._infer_each_image(model, request, executions)
+        return await self._infer_tensors(model, request)
+
+    async def _infer_each_image(
+        self, model: ModelVersion, request: InferenceRequest, executions: list[np.ndarray]
+    ) -> InferenceResponse:
+        """Several images for a model that cannot batch: one execution each, outputs joined along a
+        leading image axis (a declared leading 1 is that axis)."""
+        assert model.pipeline is not None
+        name = model.pipeline.input_name
+        responses = []
+        for tensor in executions:
+            one = dataclasses.replace(request, inputs={**request.inputs, name: tensor})
+            responses.append(await self._infer_tensors(model, one))
+        joined = []
+        for index, first in enumerate(responses[0].outputs):
+            parts = [_as_batch_of_one(response.outputs[index].data) for response in responses]
+            joined.append(dataclasses.replace(first, data=np.concatenate(parts)))
+        return dataclasses.replace(responses[0], outputs=joined)
+
+    async def _infer_tensors(self, model: ModelVersion, request: InferenceRequest) -> InferenceResponse:
         requested = request.outputs if request.outputs else None
         try:
             inputs, batch_size = validate_inputs(model, request)
@@ -116,9 +142,7 @@ class DataPlane:
         outputs = []
         for name in names:
             spec = model.outputs[name]
-            array = results[name]
-            if spec.reshape is not None:
-                array = array.reshape((batch_size, *spec.dims) if model.max_batch_size > 0 else spec.dims)
+            array = engine_output(spec, results[name], batch_size, model.max_batch_size > 0)
             flag = binary.get(name)
             datatype = spec.datatype
             if name in classify:
@@ -127,21 +151,31 @@ class DataPlane:
             outputs.append(OutputTensor(name, datatype, array, binary_default if flag is None else flag))
         return InferenceResponse(model.name, str(model.version), request.id, outputs)
 
-    async def _decode_image_input(self, model: ModelVersion, request: InferenceRequest) -> None:
-        """Encoded images sent as BYTES to an image model's input become its pre-processed tensor."""
+    async def _decode_image_input(self, model: ModelVersion, request: InferenceRequest) -> list[np.ndarray]:
+        """Encoded images sent as BYTES to an image model's input become its pre-processed tensor.
+
+        Returns the input tensor of each execution the images need: one for a model that batches
+        (or for a single image), one per image for a model that cannot batch. The first is put in
+        the request; none when the input is not encoded images.
+        """
         pipeline = model.pipeline
         assert pipeline is not None
         name = pipeline.input_name
         if request.input_datatypes.get(name) != "BYTES" or model.inputs[name].datatype == "BYTES":
-            return
+            return []
         encoded = request.inputs[name]
         if encoded.ndim not in (1, 2) or (encoded.ndim == 2 and encoded.shape[1] != 1):
             raise InvalidArgument(
                 f"input '{name}': encoded images must have shape [N] or [N, 1], got {list(encoded.shape)}"
             )
         prepared = await self.prepare_images(model, list(encoded.reshape(-1)))
-        request.inputs[name] = prepared.batch
+        if model.max_batch_size > 0:
+            executions = [prepared.batch]  # validate_inputs checks it against max_batch_size
+        else:
+            executions = [tensor for _, tensor in pipeline.executions(prepared.batch)]
+        request.inputs[name] = executions[0]
         request.input_datatypes[name] = pipeline.spec.datatype
+        return executions
 
     async def prepare_images(self, model: ModelVersion, images: list[bytes]) -> Prepared:
         """Decode and pre-process images in the worker pool, off the event loop."""
@@ -173,24 +207,28 @@ class DataPlane:
             raise InvalidArgument(f"model '{model.name}' is a {pipeline.task} model; use /{pipeline.task}")
         prepared = await self.prepare_images(model, images)
         assert model.scheduler is not None
-        chunk = model.max_batch_size or 1
+        batched = model.max_batch_size > 0
+        spec = model.inputs[pipeline.input_name]
         results: list[Any] = []
-        for start in range(0, len(images), chunk):
-            batch = prepared.batch[start : start + chunk]
-            if model.max_batch_size == 0:
-                batch = batch[0]
+        for images_slice, tensor in pipeline.executions(prepared.batch):
             outputs = await model.scheduler.submit(
-                {pipeline.input_name: batch}, pipeline.output_names, len(batch) if model.max_batch_size else 1
+                {pipeline.input_name: engine_input(spec, tensor, batched)},
+                pipeline.output_names,
+                len(tensor) if batched else 1,
             )
-            if model.max_batch_size == 0:
-                outputs = {k: v[np.newaxis] for k, v in outputs.items()}
+            outputs = {
+                k: engine_output(model.outputs[k], v, 1 if not batched else len(tensor), batched)
+                for k, v in outputs.items()
+            }
+            if not batched:
+                outputs = {k: _as_batch_of_one(v) for k, v in outputs.items()}
             if task == "classify":
                 results.extend(pipeline.classify(outputs, options.get("top_k")))
             else:
                 results.extend(
                     pipeline.detect(
                         outputs,
-                        prepared.transforms[start : start + chunk],
+                        prepared.transforms[images_slice],
                         options.get("score_threshold"),
                         options.get("iou_threshold"),
                         options.get("max_detections"),
@@ -242,6 +280,38 @@ def _int_parameter(request: InferenceRequest, key: str) -> int | None:
     return value
 
 
+def engine_input(spec: TensorSpec, array: np.ndarray, batched: bool) -> np.ndarray:
+    """An input as the engine takes it: Triton's ``reshape`` applied (the batch dim kept)."""
+    if spec.reshape is None:
+        return array
+    return array.reshape((array.shape[0], *spec.reshape) if batched else spec.reshape)
+
+
+def engine_output(spec: TensorSpec, array: np.ndarray, batch_size: int, batched: bool) -> np.ndarray:
+    """An output as the config declares it: the engine's shape undone when ``reshape`` is set."""
+    if spec.reshape is None:
+        return array
+    return array.reshape((batch_size, *spec.dims) if batched else spec.dims)
+
+
+def _as_batch_of_one(array: np.ndarray) -> np.ndarray:
+    """One execution's output of a model that cannot batch, with a leading image axis of 1: a
+    declared leading 1 (output ``[1, K]``) already is that axis."""
+    return array if array.ndim > 1 and array.shape[0] == 1 else array[np.newaxis]
+
+
+def _image_input_metadata(model: ModelVersion) -> dict[str, Any]:
+    """The encoded-image input an image model accepts besides its tensor input (metadata parameters)."""
+    pipeline = model.pipeline
+    assert pipeline is not None
+    return {
+        "image_input": pipeline.input_name,
+        "image_datatype": "BYTES",
+        "image_shape": "[-1]",
+        "image_task": pipeline.task,
+    }
+
+
 def _tensor_metadata(spec: TensorSpec, batched: bool) -> dict[str, Any]:
     return {"name": spec.name, "datatype": spec.datatype, "shape": list(spec.full_shape(batched))}
 
@@ -291,9 +361,7 @@ def validate_inputs(model: ModelVersion, request: InferenceRequest) -> tuple[dic
             raise InvalidArgument(
                 f"input '{name}' of model '{model.name}': expected shape {list(spec.dims)}, got {list(shape)}"
             )
-        if spec.reshape is not None:
-            array = array.reshape((shape[0], *spec.reshape) if batched else spec.reshape)
-        prepared[name] = array
+        prepared[name] = engine_input(spec, array, batched)
     if batch_sizes:
         sizes = set(batch_sizes.values())
         if len(sizes) > 1:

@@ -99,14 +99,14 @@ class PreprocessSpec:
         engine = _engine(pre)
         if pre.interpolation not in _PRE.Interpolation.values():
             raise ModelLoadError(f"{_FIELD}.interpolation: unknown value {pre.interpolation}")
+        if pre.device == _PRE.GPU:
+            _check_device_options(pre)
         if pre.interpolation not in ENGINE_FILTERS[engine]:
             name, engine_name = _PRE.Interpolation.Name(pre.interpolation), _PRE.ResizeEngine.Name(engine)
             raise ModelLoadError(
                 f"{_FIELD}.interpolation: {name} is not available with resize_engine: {engine_name}; "
                 f"use one of {', '.join(_PRE.Interpolation.Name(i) for i in ENGINE_FILTERS[engine])}"
             )
-        if pre.device == _PRE.GPU:
-            _check_device_options(pre)
         _check_geometry_options(pre)
         datatype = _datatype(pre.data_type, input_datatype)
         scale = _scale(pre, datatype)

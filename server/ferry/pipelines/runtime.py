@@ -48,6 +48,11 @@ class ImagePipeline:
     max_pixels: int
     #: Resizes and normalises a decoded batch on a device (device: GPU); None: per image on the CPU.
     batch_preprocessor: Callable[[Sequence[np.ndarray], Sequence[Placement]], np.ndarray] | None = None
+    #: The image input's dims as the config declares them (batch dim excluded), e.g. [1, 3, H, W]
+    #: for a model that takes exactly one image and cannot batch.
+    input_dims: tuple[int, ...] = ()
+    #: The model's max_batch_size: 0 means one image per execution.
+    max_batch_size: int = 0
     #: The detector family's decoder, its output shapes checked at load (detection only).
     decoder: Decoder | None = None
 
@@ -71,7 +76,10 @@ class ImagePipeline:
         input_name = image.input or next(iter(inputs))
         if input_name not in inputs:
             raise ModelLoadError(f"ferry_image.input '{input_name}' is not an input of the model")
-        spec = PreprocessSpec.from_config(image.preprocess, inputs[input_name].dims, inputs[input_name].datatype)
+        input_dims = inputs[input_name].dims
+        spec = PreprocessSpec.from_config(
+            image.preprocess, image_dims(input_dims, config.max_batch_size), inputs[input_name].datatype
+        )
         classification = image.classification if image.HasField("classification") else None
         detection = image.detection if image.HasField("detection") else None
         if classification and detection:
@@ -100,6 +108,8 @@ class ImagePipeline:
             labels.get(names[0]),
             spec.max_pixels or max_pixels,
             batch_preprocessor,
+            tuple(input_dims),
+            config.max_batch_size,
             decoder,
         )
 
@@ -138,6 +148,17 @@ class ImagePipeline:
         t1 = time.perf_counter_ns()
         batch = preprocessor(pixels, placements)
         return Prepared(batch, [where.transform for where in placements], t1 - t0, time.perf_counter_ns() - t1)
+
+    def executions(self, batch: np.ndarray) -> list[tuple[slice, np.ndarray]]:
+        """Split a prepared batch into model executions: which images, and the input tensor as the
+        config declares it (with the batch dim when the model batches; Triton's reshape is the data
+        plane's to apply). A model that cannot batch gets one image per execution."""
+        if self.max_batch_size > 0:
+            return [
+                (slice(start, start + self.max_batch_size), batch[start : start + self.max_batch_size])
+                for start in range(0, len(batch), self.max_batch_size)
+            ]
+        return [(slice(index, index + 1), batch[index].reshape(self.input_dims)) for index in range(len(batch))]
 
     def classify(self, outputs: dict[str, np.ndarray], k: int | None = None) -> list[list[dict]]:
         """Top-k classes per image as {index, label, score} (softmax applied when configured)."""
@@ -206,3 +227,11 @@ def _gpu_preprocessor(spec: PreprocessSpec, gpu: int) -> Callable[..., np.ndarra
     if gpu >= torch.cuda.device_count():
         raise ModelLoadError(f"{field}: GPU {gpu} does not exist (torch sees {torch.cuda.device_count()})")
     return DevicePreprocessor(spec, f"cuda:{gpu}")
+
+
+def image_dims(dims: Sequence[int], max_batch_size: int) -> tuple[int, ...]:
+    """The dims of one image's tensor: a model that cannot batch may declare a leading 1 (input
+    ``[1, 3, H, W]`` with ``max_batch_size: 0``), which is its batch of one, not part of the image."""
+    if max_batch_size == 0 and len(dims) == 4 and dims[0] == 1:
+        return tuple(dims[1:])
+    return tuple(dims)
