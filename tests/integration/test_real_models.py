@@ -293,3 +293,18 @@ def test_layout_through_detect_matches_rapid_layout(real_server: RunningServer, 
             for got, want in matched(result["detections"], expected[name]):
                 assert "keypoints" not in got
                 assert_same_detection(got, want)
+
+
+def test_ferry_client_detect_carries_keypoints(real_server: RunningServer) -> None:
+    from ferry_client import HttpClient
+
+    photo = reference_module("face_detector").photos()["astronaut"]
+    page = reference_module("document_layout").photos()["page"]
+    with HttpClient(real_server.http_url) as client:
+        [face] = client.detect("face_detector", photo)
+        layout = client.detect("document_layout", page)
+    with httpx.Client(base_url=f"http://{real_server.http_url}", timeout=30) as raw:
+        [as_json] = raw.post("/v2/models/face_detector/detect", content=photo).json()["results"][0]["detections"]
+    assert face.label == "face" and face.score == as_json["score"]
+    assert face.keypoints == [tuple(point) for point in as_json["keypoints"]] and len(face.keypoints) == 6
+    assert layout and all(d.keypoints is None for d in layout)  # a model without keypoints has none
