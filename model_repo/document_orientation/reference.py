@@ -17,20 +17,16 @@ scikit-image, numpy and Pillow, so the tests import it)::
 
 from __future__ import annotations
 
-import io
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
-from PIL import Image
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # model_repo/, for packaged.py
+from packaged import png  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-
-
-def _png(pixels: np.ndarray) -> bytes:
-    buffer = io.BytesIO()
-    Image.fromarray(np.ascontiguousarray(pixels)).save(buffer, format="PNG")
-    return buffer.getvalue()
 
 
 def photos() -> dict[str, bytes]:
@@ -39,11 +35,11 @@ def photos() -> dict[str, bytes]:
 
     page = data.page()
     return {
-        "page": _png(page),
-        "page_turned_90": _png(np.rot90(page, k=-1)),  # clockwise
-        "page_turned_180": _png(np.rot90(page, k=2)),
-        "page_turned_270": _png(np.rot90(page, k=1)),
-        "text": _png(data.text()),
+        "page": png(page),
+        "page_turned_90": png(np.rot90(page, k=-1)),  # clockwise
+        "page_turned_180": png(np.rot90(page, k=2)),
+        "page_turned_270": png(np.rot90(page, k=1)),
+        "text": png(data.text()),
     }
 
 

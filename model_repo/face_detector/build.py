@@ -12,38 +12,27 @@ converted graph has the contract ``config.pbtxt`` declares:
   input pixels) then 6 keypoints (x, y);
 * ``classificators``: FP32 ``[1, 896, 1]``: face logits.
 
-Run from the repository root (needs ``tflite2onnx``, ``onnx``, ``onnxruntime``; pip
-downloads the mediapipe wheel but does not install it)::
+Rebuilds are not byte-identical (the converter's serialisation varies); a rebuild checked
+against the committed file gave bit-identical outputs. Run from the repository root (needs
+``tflite2onnx``, ``onnx``, ``onnxruntime``; pip downloads the mediapipe wheel, not installed)::
 
     python model_repo/face_detector/build.py
 """
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import tempfile
-import zipfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # model_repo/, for packaged.py
+from packaged import file_from_wheel  # noqa: E402
+
 HERE = Path(__file__).resolve().parent
-WHEEL = "mediapipe==0.10.14"
 MEMBER = "mediapipe/modules/face_detection/face_detection_short_range.tflite"
+#: The cp311 manylinux wheel: the only mediapipe release on PyPI that still carries the model.
+WHEEL_OPTIONS = ("--only-binary", ":all:", "--python-version", "3.11", "--platform", "manylinux_2_17_x86_64")
 EXPECTED = {"input": [1, 3, 128, 128], "regressors": [1, 896, 16], "classificators": [1, 896, 1]}
-
-
-def fetch_tflite(workdir: Path) -> Path:
-    """The .tflite file out of the cp311 manylinux mediapipe wheel (only this version ships it)."""
-    subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "--python-version", "3.11",
-         "--platform", "manylinux_2_17_x86_64", "-d", str(workdir), WHEEL],
-        check=True,
-    )  # fmt: skip
-    [wheel] = workdir.glob("mediapipe-0.10.14-*.whl")
-    target = workdir / "face_detection_short_range.tflite"
-    with zipfile.ZipFile(wheel) as archive:
-        target.write_bytes(archive.read(MEMBER))
-    return target
 
 
 def convert(tflite: Path, onnx_path: Path) -> None:
@@ -60,7 +49,9 @@ def convert(tflite: Path, onnx_path: Path) -> None:
 
 def main() -> None:
     with tempfile.TemporaryDirectory() as workdir:
-        convert(fetch_tflite(Path(workdir)), HERE / "1" / "model.onnx")
+        tflite = Path(workdir) / "face_detection_short_range.tflite"
+        tflite.write_bytes(file_from_wheel("mediapipe==0.10.14", MEMBER, *WHEEL_OPTIONS))
+        convert(tflite, HERE / "1" / "model.onnx")
     print(f"wrote {HERE / '1' / 'model.onnx'}")
 
 

@@ -19,18 +19,16 @@ from __future__ import annotations
 
 import io
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # model_repo/, for packaged.py
+from packaged import png  # noqa: E402
+
 HERE = Path(__file__).resolve().parent
-
-
-def _png(pixels: np.ndarray) -> bytes:
-    buffer = io.BytesIO()
-    Image.fromarray(pixels).save(buffer, format="PNG")
-    return buffer.getvalue()
 
 
 def photos() -> dict[str, bytes]:
@@ -40,11 +38,11 @@ def photos() -> dict[str, bytes]:
     astronaut = data.astronaut()
     face = astronaut[50:210, 140:310]
     return {
-        "astronaut": _png(astronaut),
-        "astronaut_crop": _png(np.ascontiguousarray(astronaut[40:340, 60:460])),
-        "two_faces": _png(np.concatenate([face, face[:, ::-1]], axis=1)),
-        "coffee": _png(data.coffee()),
-        "rocket": _png(data.rocket()),
+        "astronaut": png(astronaut),
+        "astronaut_crop": png(np.ascontiguousarray(astronaut[40:340, 60:460])),
+        "two_faces": png(np.concatenate([face, face[:, ::-1]], axis=1)),
+        "coffee": png(data.coffee()),
+        "rocket": png(data.rocket()),
     }
 
 
