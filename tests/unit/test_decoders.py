@@ -385,6 +385,13 @@ def test_matching_families_load() -> None:
     assert pipeline is not None and pipeline.decoder is not None
 
 
+@pytest.mark.parametrize("family", ["format: YOLOX", "format: DFL", f"format: SSD anchors {{ {BLAZEFACE_ANCHORS} }}"])
+def test_grid_families_refuse_an_input_without_a_size(family: str) -> None:
+    """The image pipeline already insists on a fixed input size; the decoders do not rely on it."""
+    with pytest.raises(FerryError, match="needs a model input of fixed height and width"):
+        decoder_for(spec(family), InputSize(0, 0))
+
+
 def test_wrong_keypoint_count_is_named() -> None:
     blazeface = f"format: SSD num_keypoints: 5 anchors {{ {BLAZEFACE_ANCHORS} }}"
     with pytest.raises(ModelLoadError, match=r"\[\*, 896, 14\], the model's is \[1, 896, 16\]"):

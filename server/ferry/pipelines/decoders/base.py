@@ -56,6 +56,11 @@ class Decoder(ABC):
         self.spec = spec
         self.size = size
 
+    def require_fixed_size(self) -> None:
+        """Grid and anchor families lay their cells out on the input: refuse a dynamic one."""
+        if self.size.width <= 0 or self.size.height <= 0:
+            raise FerryError(f"ferry_image.detection: format {self.name} needs a model input of fixed height and width")
+
     @abstractmethod
     def expected_shapes(self, shapes: Sequence[tuple[int, ...]]) -> list[tuple[int | None, ...]]:
         """The shape each output must have (batch first, ``ANY`` for free dimensions), derived from

@@ -27,14 +27,13 @@ class DflDecoder(Decoder):
 
     def __init__(self, spec: mc.FerryDetection, size: InputSize) -> None:
         super().__init__(spec, size)
+        self.require_fixed_size()
         self.strides = list(spec.strides) or list(DEFAULT_STRIDES)
         self.outputs = tuple(f"scores, stride {s}" for s in self.strides) + tuple(
             f"box distribution, stride {s}" for s in self.strides
         )
 
-    def _cells(self) -> list[int | None]:
-        if self.size.width <= 0 or self.size.height <= 0:
-            return [ANY] * len(self.strides)
+    def _cells(self) -> list[int]:
         return [rows * columns for rows, columns in grid_cells(self.size, self.strides)]
 
     def expected_shapes(self, shapes: Sequence[tuple[int, ...]]) -> list[tuple[int | None, ...]]:
@@ -48,10 +47,7 @@ class DflDecoder(Decoder):
     def decode(self, tensors: Sequence[np.ndarray], score_threshold: float) -> list[Candidates]:
         levels = len(self.strides)
         score_maps, box_maps = tensors[:levels], tensors[levels : 2 * levels]
-        size = self.size
-        if size.width <= 0 or size.height <= 0:
-            raise ValueError("DFL decoding needs a fixed input size")
-        grids = [grid_points(rows, columns) for rows, columns in grid_cells(size, self.strides)]
+        grids = [grid_points(rows, columns) for rows, columns in grid_cells(self.size, self.strides)]
         threshold = score_threshold
         result = []
         for index in range(len(score_maps[0])):

@@ -28,8 +28,7 @@ class SsdDecoder(Decoder):
         super().__init__(spec, size)
         if not spec.HasField("anchors"):
             raise FerryError("ferry_image.detection: format SSD needs an `anchors { ... }` section")
-        if size.width <= 0 or size.height <= 0:
-            raise FerryError("ferry_image.detection: format SSD needs a model input of fixed height and width")
+        self.require_fixed_size()
         self.anchors = ssd_anchors(spec.anchors, size)
         coder = spec.box_coder
         self.scales = np.array([coder.x_scale or 1.0, coder.y_scale or 1.0, coder.w_scale or 1.0, coder.h_scale or 1.0])

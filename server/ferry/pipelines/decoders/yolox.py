@@ -11,13 +11,19 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .base import ANY, Candidates, Decoder, activate, class_choice, grid_cells, grid_points
+from ferry_client.protocol import model_config_pb2 as mc
+
+from .base import ANY, Candidates, Decoder, InputSize, activate, class_choice, grid_cells, grid_points
 from .yolo import DEFAULT_STRIDES, anchor_count
 
 
 class YoloxDecoder(Decoder):
     name = "YOLOX"
     outputs = ("[batch, anchors, 5 + classes]",)
+
+    def __init__(self, spec: mc.FerryDetection, size: InputSize) -> None:
+        super().__init__(spec, size)
+        self.require_fixed_size()
 
     def expected_shapes(self, shapes: Sequence[tuple[int, ...]]) -> list[tuple[int | None, ...]]:
         channels = shapes[0][2] if len(shapes[0]) == 3 and shapes[0][2] >= 6 else 6
