@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
 import re
 import shutil
 import statistics
@@ -168,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         return [t]
 
     tensor_rates, image_rates = [], []
+    load_before = os.getloadavg()[0]
     server = FerryProcess(repo)
     try:
         server.wait_ready(["resnet50", "resnet50_images"])
@@ -197,6 +199,9 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"Ratio image/tensor (medians): {image_rate / tensor_rate:.2f} (target >= 0.95). Inside the server under "
         f"this load: decode {server_decode:.2f} ms, pre-process {server_pre:.2f} ms per image.",
+        "",
+        f"Machine load average (1 min) before / after the windows: {load_before:.1f} / {os.getloadavg()[0]:.1f} "
+        f"on {os.cpu_count()} cores (other work shares this machine: absolute rates vary, the ratio is the result).",
     ]
     table = "\n".join(lines)
     print(table)

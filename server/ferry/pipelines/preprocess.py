@@ -169,7 +169,8 @@ def _image_dims(dims: Sequence[int], channels_first: bool) -> tuple[int, int, in
     """(channels, height, width) from the input's dims; height and width must be fixed."""
     if len(dims) != 3:
         raise ModelLoadError(
-            f"{_FIELD}: the image input must have 3 dims besides the batch dim (C, H, W or H, W, C), got {list(dims)}"
+            f"{_FIELD}: the image input must have 3 dims besides the batch dim (C, H, W or H, W, C; with "
+            f"max_batch_size: 0 also 1, C, H, W or a reshape), got {list(dims)}"
         )
     channels, height, width = dims if channels_first else (dims[2], dims[0], dims[1])
     if height <= 0 or width <= 0:

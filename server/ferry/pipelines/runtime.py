@@ -2,8 +2,10 @@
 model's outputs turned into classes or detections in the caller's pixels.
 
 Built once per model version from its ``ferry_image`` config; decoding and pre-processing run in
-a worker thread (Pillow releases the GIL), each image written straight into one batch buffer, or,
-with ``preprocess { device: GPU }``, the decoded batch resized and normalised on the GPU by torch.
+a worker thread (Pillow and OpenCV release the GIL), each image written straight into one batch
+buffer, or, with ``preprocess { device: GPU }``, the decoded batch resized and normalised on the GPU
+by torch. A model that cannot batch (``max_batch_size: 0``, input ``[1, 3, H, W]`` or ``reshape``)
+gets one image per execution (``ImagePipeline.executions``).
 """
 
 from __future__ import annotations
