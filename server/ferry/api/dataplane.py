@@ -7,6 +7,7 @@ every check and every error message exists once and both protocols behave the sa
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import time
 from collections.abc import Awaitable, Callable
@@ -86,13 +87,16 @@ class DataPlane:
         model = self.manager.get(name, version)
         versions = [row["version"] for row in self.manager.index(ready_only=True) if row["name"] == name]
         batched = model.max_batch_size > 0
-        return {
+        metadata: dict[str, Any] = {
             "name": model.name,
             "versions": versions,
             "platform": model.platform,
             "inputs": [_tensor_metadata(s, batched) for s in model.inputs.values()],
             "outputs": [_tensor_metadata(s, batched) for s in model.outputs.values()],
         }
+        if model.pipeline is not None:
+            metadata["parameters"] = _image_input_metadata(model)
+        return metadata
 
     def model_config(self, name: str, version: str = "") -> mc.ModelConfig:
         return self.manager.get(name, version).config
@@ -125,8 +129,6 @@ class DataPlane:
         for name in names:
             spec = model.outputs[name]
             array = results[name]
-            if spec.reshape is not None:
-                array = array.reshape((batch_size, *spec.dims) if model.max_batch_size > 0 else spec.dims)
             flag = binary.get(name)
             datatype = spec.datatype
             if name in classify:
@@ -142,9 +144,32 @@ class DataPlane:
     async def _execute(
         self, model: ModelVersion, request: InferenceRequest, names: list[str]
     ) -> tuple[dict[str, np.ndarray], int]:
-        """Decode images, validate and run the request through the model's scheduler."""
+        """Decode images, validate and run the request through the model's scheduler: outputs in
+        the shape the config declares, and the request's batch size."""
         if model.pipeline is not None:
-            await self._decode_image_input(model, request)
+            executions = await self._decode_image_input(model, request)
+            if len(executions) > 1:
+                return await self._execute_each_image(model, request, executions, names)
+        return await self._execute_tensors(model, request, names)
+
+    async def _execute_each_image(
+        self, model: ModelVersion, request: InferenceRequest, executions: list[np.ndarray], names: list[str]
+    ) -> tuple[dict[str, np.ndarray], int]:
+        """Several images for a model that cannot batch: one execution each, outputs joined along a
+        leading image axis (a declared leading 1 is that axis)."""
+        assert model.pipeline is not None
+        name = model.pipeline.input_name
+        parts: dict[str, list[np.ndarray]] = {output: [] for output in names}
+        for tensor in executions:
+            one = dataclasses.replace(request, inputs={**request.inputs, name: tensor})
+            results, _ = await self._execute_tensors(model, one, names)
+            for output in names:
+                parts[output].append(_as_batch_of_one(results[output]))
+        return {output: np.concatenate(arrays) for output, arrays in parts.items()}, len(executions)
+
+    async def _execute_tensors(
+        self, model: ModelVersion, request: InferenceRequest, names: list[str]
+    ) -> tuple[dict[str, np.ndarray], int]:
         requested = request.outputs if request.outputs else None
         try:
             inputs, batch_size = validate_inputs(model, request)
@@ -166,7 +191,8 @@ class DataPlane:
             priority=_int_parameter(request, "priority"),
             timeout_us=_int_parameter(request, "timeout"),
         )
-        return results, batch_size
+        batched = model.max_batch_size > 0
+        return {n: engine_output(model.outputs[n], results[n], batch_size, batched) for n in names}, batch_size
 
     def _cache_for(self, model: ModelVersion) -> ResponseCache | None:
         return self.cache if self.cache is not None and model.config.response_cache.enable else None
@@ -200,21 +226,31 @@ class DataPlane:
                 raise InvalidArgument(f"{exc} (from shared memory region '{shared.ref.region}')") from None
             request.input_datatypes[name] = shared.datatype
 
-    async def _decode_image_input(self, model: ModelVersion, request: InferenceRequest) -> None:
-        """Encoded images sent as BYTES to an image model's input become its pre-processed tensor."""
+    async def _decode_image_input(self, model: ModelVersion, request: InferenceRequest) -> list[np.ndarray]:
+        """Encoded images sent as BYTES to an image model's input become its pre-processed tensor.
+
+        Returns the input tensor of each execution the images need: one for a model that batches
+        (or for a single image), one per image for a model that cannot batch. The first is put in
+        the request; none when the input is not encoded images.
+        """
         pipeline = model.pipeline
         assert pipeline is not None
         name = pipeline.input_name
         if request.input_datatypes.get(name) != "BYTES" or model.inputs[name].datatype == "BYTES":
-            return
+            return []
         encoded = request.inputs[name]
         if encoded.ndim not in (1, 2) or (encoded.ndim == 2 and encoded.shape[1] != 1):
             raise InvalidArgument(
                 f"input '{name}': encoded images must have shape [N] or [N, 1], got {list(encoded.shape)}"
             )
         prepared = await self.prepare_images(model, list(encoded.reshape(-1)))
-        request.inputs[name] = prepared.batch
+        if model.max_batch_size > 0:
+            executions = [prepared.batch]  # validate_inputs checks it against max_batch_size
+        else:
+            executions = [tensor for _, tensor in pipeline.executions(prepared.batch)]
+        request.inputs[name] = executions[0]
         request.input_datatypes[name] = pipeline.spec.datatype
+        return executions
 
     async def prepare_images(self, model: ModelVersion, images: list[bytes]) -> Prepared:
         """Decode and pre-process images in the worker pool, off the event loop."""
@@ -257,24 +293,28 @@ class DataPlane:
         assert pipeline is not None
         prepared = await self.prepare_images(model, images)
         assert model.scheduler is not None
-        chunk = model.max_batch_size or 1
+        batched = model.max_batch_size > 0
+        spec = model.inputs[pipeline.input_name]
         results: list[Any] = []
-        for start in range(0, len(images), chunk):
-            batch = prepared.batch[start : start + chunk]
-            if model.max_batch_size == 0:
-                batch = batch[0]
+        for images_slice, tensor in pipeline.executions(prepared.batch):
             outputs = await model.scheduler.submit(
-                {pipeline.input_name: batch}, pipeline.output_names, len(batch) if model.max_batch_size else 1
+                {pipeline.input_name: engine_input(spec, tensor, batched)},
+                pipeline.output_names,
+                len(tensor) if batched else 1,
             )
-            if model.max_batch_size == 0:
-                outputs = {k: v[np.newaxis] for k, v in outputs.items()}
+            outputs = {
+                k: engine_output(model.outputs[k], v, 1 if not batched else len(tensor), batched)
+                for k, v in outputs.items()
+            }
+            if not batched:
+                outputs = {k: _as_batch_of_one(v) for k, v in outputs.items()}
             if task == "classify":
                 results.extend(pipeline.classify(outputs, options.get("top_k")))
             else:
                 results.extend(
                     pipeline.detect(
                         outputs,
-                        prepared.transforms[start : start + chunk],
+                        prepared.transforms[images_slice],
                         options.get("score_threshold"),
                         options.get("iou_threshold"),
                         options.get("max_detections"),
@@ -345,6 +385,38 @@ def _int_parameter(request: InferenceRequest, key: str) -> int | None:
     return value
 
 
+def engine_input(spec: TensorSpec, array: np.ndarray, batched: bool) -> np.ndarray:
+    """An input as the engine takes it: Triton's ``reshape`` applied (the batch dim kept)."""
+    if spec.reshape is None:
+        return array
+    return array.reshape((array.shape[0], *spec.reshape) if batched else spec.reshape)
+
+
+def engine_output(spec: TensorSpec, array: np.ndarray, batch_size: int, batched: bool) -> np.ndarray:
+    """An output as the config declares it: the engine's shape undone when ``reshape`` is set."""
+    if spec.reshape is None:
+        return array
+    return array.reshape((batch_size, *spec.dims) if batched else spec.dims)
+
+
+def _as_batch_of_one(array: np.ndarray) -> np.ndarray:
+    """One execution's output of a model that cannot batch, with a leading image axis of 1: a
+    declared leading 1 (output ``[1, K]``) already is that axis."""
+    return array if array.ndim > 1 and array.shape[0] == 1 else array[np.newaxis]
+
+
+def _image_input_metadata(model: ModelVersion) -> dict[str, Any]:
+    """The encoded-image input an image model accepts besides its tensor input (metadata parameters)."""
+    pipeline = model.pipeline
+    assert pipeline is not None
+    return {
+        "image_input": pipeline.input_name,
+        "image_datatype": "BYTES",
+        "image_shape": "[-1]",
+        "image_task": pipeline.task,
+    }
+
+
 def _tensor_metadata(spec: TensorSpec, batched: bool) -> dict[str, Any]:
     return {"name": spec.name, "datatype": spec.datatype, "shape": list(spec.full_shape(batched))}
 
@@ -394,9 +466,7 @@ def validate_inputs(model: ModelVersion, request: InferenceRequest) -> tuple[dic
             raise InvalidArgument(
                 f"input '{name}' of model '{model.name}': expected shape {list(spec.dims)}, got {list(shape)}"
             )
-        if spec.reshape is not None:
-            array = array.reshape((shape[0], *spec.reshape) if batched else spec.reshape)
-        prepared[name] = array
+        prepared[name] = engine_input(spec, array, batched)
     if batch_sizes:
         sizes = set(batch_sizes.values())
         if len(sizes) > 1:

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import grpc
 from google.protobuf import json_format
 
+from ferry_client.codec.parameters import set_parameter
 from ferry_client.protocol import grpc_service_pb2 as pb
 from ferry_client.protocol import grpc_service_pb2_grpc as pb_grpc
 
@@ -72,9 +73,12 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     @_rpc
     async def ModelMetadata(self, request: pb.ModelMetadataRequest, context) -> pb.ModelMetadataResponse:
-        return json_format.ParseDict(
-            self.plane.model_metadata(request.name, request.version), pb.ModelMetadataResponse()
-        )
+        metadata = self.plane.model_metadata(request.name, request.version)
+        parameters = metadata.pop("parameters", {})
+        response = json_format.ParseDict(metadata, pb.ModelMetadataResponse())
+        for key, value in parameters.items():
+            set_parameter(response.parameters[key], key, value)
+        return response
 
     @_rpc
     async def ModelConfig(self, request: pb.ModelConfigRequest, context) -> pb.ModelConfigResponse:

@@ -19,6 +19,7 @@ from starlette.responses import Response
 from ferry_client.codec import HEADER_LENGTH, CodecError, dumps, loads_json
 
 from ..errors import FerryError, InvalidArgument, PayloadTooLarge
+from ..pipelines.detection import Detection
 from ..repository.config import config_to_dict
 from .dataplane import DataPlane
 from .http_codec import decode_infer_request, decompress, encode_infer_response
@@ -33,6 +34,19 @@ T = TypeVar("T")
 
 def json_response(content: Any, status: int = 200) -> Response:
     return Response(dumps(content), status_code=status, media_type=JSON)
+
+
+def detection_json(detection: Detection) -> dict[str, Any]:
+    """One detection as /detect returns it; ``keypoints`` only for models that predict them."""
+    result: dict[str, Any] = {
+        "box": [round(v, 2) for v in detection.box],
+        "score": detection.score,
+        "class_id": detection.class_id,
+        "label": detection.label,
+    }
+    if detection.keypoints is not None:
+        result["keypoints"] = [[round(x, 2), round(y, 2)] for x, y in detection.keypoints]
+    return result
 
 
 def error_response(message: str, status: int) -> Response:
@@ -255,20 +269,7 @@ def create_http_app(plane: DataPlane, max_body_bytes: int = 256 * 1024 * 1024) -
             {
                 "model_name": served.name,
                 "model_version": str(served.version),
-                "results": [
-                    {
-                        "detections": [
-                            {
-                                "box": [round(v, 2) for v in d.box],
-                                "score": d.score,
-                                "class_id": d.class_id,
-                                "label": d.label,
-                            }
-                            for d in image
-                        ]
-                    }
-                    for image in results
-                ],
+                "results": [{"detections": [detection_json(d) for d in image]} for image in results],
             }
         )
 
