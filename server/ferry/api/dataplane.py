@@ -126,13 +126,14 @@ class DataPlane:
         classify = {o.name: o.classification for o in requested or () if o.classification}
         shared = {o.name: o.shared_memory for o in requested or () if o.shared_memory is not None}
         outputs = []
+        has_image_axis = model.max_batch_size > 0 or batch_size > 1  # see _execute
         for name in names:
             spec = model.outputs[name]
             array = results[name]
             flag = binary.get(name)
             datatype = spec.datatype
             if name in classify:
-                array = classification_tensor(array, classify[name], model.labels.get(name), model.max_batch_size > 0)
+                array = classification_tensor(array, classify[name], model.labels.get(name), has_image_axis)
                 datatype = "BYTES"
             output = OutputTensor(name, datatype, array, binary_default if flag is None else flag)
             if name in shared:
@@ -144,16 +145,20 @@ class DataPlane:
     async def _execute(
         self, model: ModelVersion, request: InferenceRequest, names: list[str]
     ) -> tuple[dict[str, np.ndarray], int]:
-        """Decode images, validate and run the request through the model's scheduler: outputs in
-        the shape the config declares, and the request's batch size."""
+        """Decode images, validate and run the request through the model's scheduler.
+
+        Outputs come back in the config's dims (``reshape`` undone), with the batch size. A model that
+        cannot batch runs one execution per encoded image: then the outputs are stacked along a
+        leading image axis and the batch size is the number of images (only then above 1).
+        """
         if model.pipeline is not None:
             executions = await self._decode_image_input(model, request)
             if len(executions) > 1:
-                return await self._execute_each_image(model, request, executions, names)
+                return await self._execute_each_image(model, request, names, executions)
         return await self._execute_tensors(model, request, names)
 
     async def _execute_each_image(
-        self, model: ModelVersion, request: InferenceRequest, executions: list[np.ndarray], names: list[str]
+        self, model: ModelVersion, request: InferenceRequest, names: list[str], executions: list[np.ndarray]
     ) -> tuple[dict[str, np.ndarray], int]:
         """Several images for a model that cannot batch: one execution each, outputs joined along a
         leading image axis (a declared leading 1 is that axis)."""
@@ -163,8 +168,8 @@ class DataPlane:
         for tensor in executions:
             one = dataclasses.replace(request, inputs={**request.inputs, name: tensor})
             results, _ = await self._execute_tensors(model, one, names)
-            for output in names:
-                parts[output].append(_as_batch_of_one(results[output]))
+            for output, array in results.items():
+                parts[output].append(_as_batch_of_one(array))
         return {output: np.concatenate(arrays) for output, arrays in parts.items()}, len(executions)
 
     async def _execute_tensors(
@@ -192,7 +197,7 @@ class DataPlane:
             timeout_us=_int_parameter(request, "timeout"),
         )
         batched = model.max_batch_size > 0
-        return {n: engine_output(model.outputs[n], results[n], batch_size, batched) for n in names}, batch_size
+        return {k: engine_output(model.outputs[k], v, batch_size, batched) for k, v in results.items()}, batch_size
 
     def _cache_for(self, model: ModelVersion) -> ResponseCache | None:
         return self.cache if self.cache is not None and model.config.response_cache.enable else None
@@ -303,7 +308,7 @@ class DataPlane:
                 len(tensor) if batched else 1,
             )
             outputs = {
-                k: engine_output(model.outputs[k], v, 1 if not batched else len(tensor), batched)
+                k: engine_output(model.outputs[k], v, len(tensor) if batched else 1, batched)
                 for k, v in outputs.items()
             }
             if not batched:
