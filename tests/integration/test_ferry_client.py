@@ -61,7 +61,7 @@ def test_requested_outputs_and_id(client) -> None:
 
 
 def test_errors_are_typed(client) -> None:
-    with pytest.raises(NotFoundError, match="unknown model 'nope'"):
+    with pytest.raises(NotFoundError, match="Request for unknown model: 'nope' is not found"):
         client.infer("nope", simple_inputs())
     with pytest.raises(InvalidArgumentError, match="missing input 'INPUT1'"):
         client.infer("simple", {"INPUT0": simple_inputs()["INPUT0"]})

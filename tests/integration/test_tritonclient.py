@@ -199,7 +199,7 @@ def test_stream_infer_over_grpc(server) -> None:
     good = [r for r, e in answers if e is None]
     bad = [e for r, e in answers if e is not None]
     assert len(good) == 3 and len(bad) == 1
-    assert "unknown model 'no_such_model'" in str(bad[0])
+    assert "Request for unknown model: 'no_such_model' is not found" in str(bad[0])
     for result in good:
         np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), arrays["INPUT0"] + arrays["INPUT1"])
 
@@ -244,7 +244,7 @@ def test_load_with_config_override(triton: Triton) -> None:
 
 
 def test_load_unknown_model_fails_clearly(triton: Triton) -> None:
-    triton.expect_error("not_found", "not in the repository", triton.client.load_model, "no_such_model")
+    triton.expect_error("not_found", "failed to load 'no_such_model'", triton.client.load_model, "no_such_model")
     triton.expect_error("invalid", "invalid model name", triton.client.load_model, "..")
 
 
