@@ -69,7 +69,7 @@ def test_errors_are_typed(client) -> None:
         client.infer("simple", simple_inputs(batch=9))
     client.unload_model("fixed_nobatch")
     try:
-        with pytest.raises(UnavailableError, match="not ready"):
+        with pytest.raises(UnavailableError, match="has no available versions"):
             client.infer("fixed_nobatch", {"x": np.zeros((2, 3), np.float32)})
     finally:
         client.load_model("fixed_nobatch")

@@ -219,7 +219,13 @@ def test_repository_index_load_unload(triton: Triton) -> None:
     triton.client.unload_model("simple_fp32")
     assert not triton.client.is_model_ready("simple_fp32")
     arrays = {"INPUT0": np.ones((1, 16), np.float32), "INPUT1": np.ones((1, 16), np.float32)}
-    triton.expect_error("unavailable", "not ready", triton.infer, "simple_fp32", arrays)
+    triton.expect_error(
+        "unavailable",
+        "Request for unknown model: 'simple_fp32' has no available versions",
+        triton.infer,
+        "simple_fp32",
+        arrays,
+    )
     triton.client.load_model("simple_fp32")
     assert triton.client.is_model_ready("simple_fp32")
     result = triton.infer("simple_fp32", arrays, ["OUTPUT0"])

@@ -123,17 +123,42 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
-        """Answer each streamed request in order; an error answers that request, not the stream."""
+        """Answer each streamed request in order; an error answers that request, not the stream.
+
+        Every response carries Triton's ``triton_final_response`` flag. A request that sets
+        ``triton_enable_empty_final_response`` gets its response flagged not-final, then an empty
+        final response, as Triton streams decoupled models, so clients that wait for it finish."""
         async for request in request_iterator:
             try:
                 with self.plane.admission.admit(_payload_bytes(request)):
                     response = await self.plane.infer(decode_infer_request(request, self.plane.limits))
-                yield pb.ModelStreamInferResponse(infer_response=encode_infer_response(response))
+                empty_final = _wants_empty_final(request)
+                message = encode_infer_response(response)
+                message.parameters[FINAL_FLAG].bool_param = not empty_final
+                yield pb.ModelStreamInferResponse(infer_response=message)
+                if empty_final:
+                    yield pb.ModelStreamInferResponse(infer_response=_empty_final(message))
             except FerryError as exc:
                 yield pb.ModelStreamInferResponse(error_message=exc.message)
             except Exception as exc:
                 log.exception("unexpected error in ModelStreamInfer")
                 yield pb.ModelStreamInferResponse(error_message=f"internal error: {exc}")
+
+
+FINAL_FLAG = "triton_final_response"
+EMPTY_FINAL_REQUEST = "triton_enable_empty_final_response"
+
+
+def _wants_empty_final(request: pb.ModelInferRequest) -> bool:
+    parameter = request.parameters.get(EMPTY_FINAL_REQUEST)
+    return parameter is not None and parameter.bool_param
+
+
+def _empty_final(response: pb.ModelInferResponse) -> pb.ModelInferResponse:
+    """The final response of a stream request: no outputs, only who it answers and the flag."""
+    final = pb.ModelInferResponse(model_name=response.model_name, model_version=response.model_version, id=response.id)
+    final.parameters[FINAL_FLAG].bool_param = True
+    return final
 
 
 def _payload_bytes(request: pb.ModelInferRequest) -> int:

@@ -58,8 +58,8 @@ def validate_model_config(config: mc.ModelConfig, model_name: str) -> None:
     """
     if config.name and config.name != model_name:
         _fail(
-            f"model name '{config.name}' in the configuration does not match the model directory "
-            f"name '{model_name}'; 'name' must be the directory name or left out"
+            f"unexpected directory name '{model_name}' for model '{config.name}', "
+            "directory name must equal model name (or leave 'name' out of the configuration)"
         )
     if config.max_batch_size < 0:
         _fail(f"'max_batch_size' must be non-negative value for {model_name}")
