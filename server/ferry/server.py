@@ -19,7 +19,10 @@ from .api.dataplane import DataPlane
 from .api.grpc import create_grpc_server
 from .api.http import create_http_app
 from .api.limits import Limits
+from .api.logging_ext import LoggingControl
+from .api.trace_ext import RequestTracing, file_exporter, otlp_exporter
 from .dashboard import mount_dashboard
+from .errors import FerryError
 from .metrics import Metrics
 from .repository.manager import ModelManager
 from .security import SecurityConfigError, ServerSecurity
@@ -50,6 +53,9 @@ class FerryServer:
         )
         self.metrics = Metrics(self.manager.ready_models)
         self.manager.on_loaded = self.metrics.attach
+        exporters = [file_exporter(settings.trace_file)] if settings.trace_file else []
+        if settings.trace_otlp_endpoint:
+            exporters.append(otlp_exporter(settings.trace_otlp_endpoint))
         self.plane = DataPlane(
             self.manager,
             Admission(settings.max_inflight_requests, settings.max_inflight_bytes),
@@ -59,6 +65,8 @@ class FerryServer:
                 settings.max_inputs_per_request,
                 settings.http_max_json_bytes,
             ),
+            tracing=RequestTracing(exporters, trace_file=str(settings.trace_file or "")),
+            logging_control=LoggingControl.from_level(settings.log_level, settings.log_format),
         )
         self._stop = asyncio.Event()
         self._http: _UvicornServer | None = None
@@ -154,6 +162,7 @@ class FerryServer:
             self._metrics_http.should_exit = True
             await asyncio.gather(self._metrics_task, return_exceptions=True)
         self.metrics.close()
+        self.plane.tracing.shutdown()  # flushes spans still batched for the exporters
         log.info("ferry stopped")
 
 
@@ -168,6 +177,9 @@ def serve(settings: Settings) -> None:
         pass
     try:
         asyncio.run(FerryServer(settings).run())
+    except FerryError as exc:
+        log.error("cannot start: %s", exc.message)
+        raise SystemExit(2) from None
     except SecurityConfigError as exc:
         log.error("cannot start: %s", exc)
         raise SystemExit(2) from None

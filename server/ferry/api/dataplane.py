@@ -26,6 +26,8 @@ from ..repository.model import ModelVersion
 from ..types import InferenceRequest, InferenceResponse, OutputTensor
 from .admission import Admission
 from .limits import Limits
+from .logging_ext import LoggingControl
+from .trace_ext import RequestTracing
 
 EXTENSIONS = [
     "binary_tensor_data",
@@ -35,14 +37,25 @@ EXTENSIONS = [
     "model_configuration",
     "statistics",
     "schedule_policy",
+    "logging",
+    "trace",
 ]
 
 
 class DataPlane:
     """What the server does, independent of how the request arrived."""
 
-    def __init__(self, manager: ModelManager, admission: Admission | None = None, limits: Limits | None = None) -> None:
+    def __init__(
+        self,
+        manager: ModelManager,
+        admission: Admission | None = None,
+        limits: Limits | None = None,
+        tracing: RequestTracing | None = None,
+        logging_control: LoggingControl | None = None,
+    ) -> None:
         self.manager = manager
+        self.tracing = tracing or RequestTracing()
+        self.logging = logging_control  # None: the logging extension answers UNIMPLEMENTED
         self.admission = admission or Admission()
         self.limits = limits or Limits()
         self.started = False
@@ -103,13 +116,22 @@ class DataPlane:
             raise
         names = [o.name for o in requested] if requested is not None else list(model.outputs)
         assert model.scheduler is not None
-        results = await model.scheduler.submit(
-            inputs,
-            names,
-            batch_size,
-            priority=_int_parameter(request, "priority"),
-            timeout_us=_int_parameter(request, "timeout"),
-        )
+        trace = self.tracing.start(model.name, request.id)
+        try:
+            results = await model.scheduler.submit(
+                inputs,
+                names,
+                batch_size,
+                priority=_int_parameter(request, "priority"),
+                timeout_us=_int_parameter(request, "timeout"),
+                timeline=trace.timeline if trace else None,
+            )
+        except Exception as exc:
+            if trace:
+                self.tracing.finish(trace, str(model.version), error=str(exc) or type(exc).__name__)
+            raise
+        if trace:
+            self.tracing.finish(trace, str(model.version))
         binary_default = request.binary_output_default
         binary = {o.name: o.binary for o in requested} if requested is not None else {}
         classify = {o.name: o.classification for o in requested or () if o.classification}

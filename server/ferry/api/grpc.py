@@ -17,10 +17,12 @@ from google.protobuf import json_format
 from ferry_client.protocol import grpc_service_pb2 as pb
 from ferry_client.protocol import grpc_service_pb2_grpc as pb_grpc
 
-from ..errors import FerryError, InvalidArgument
+from ..errors import FerryError, InvalidArgument, Unimplemented
 from .dataplane import DataPlane
 from .grpc_codec import decode_infer_request, encode_infer_response
 from .grpc_decode import DecodeErrorInterceptor
+from .logging_ext import grpc_log_settings
+from .trace_ext import grpc_trace_setting
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +115,16 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     ) -> pb.RepositoryModelUnloadResponse:
         await self.plane.unload_model(request.model_name)
         return pb.RepositoryModelUnloadResponse()
+
+    @_rpc
+    async def TraceSetting(self, request: pb.TraceSettingRequest, context) -> pb.TraceSettingResponse:
+        return grpc_trace_setting(self.plane.tracing, self.plane.model, request)
+
+    @_rpc
+    async def LogSettings(self, request: pb.LogSettingsRequest, context) -> pb.LogSettingsResponse:
+        if self.plane.logging is None:
+            raise Unimplemented("the logging extension is not enabled on this server")
+        return grpc_log_settings(self.plane.logging, request)
 
     @_rpc
     async def ModelInfer(self, request: pb.ModelInferRequest, context) -> pb.ModelInferResponse:

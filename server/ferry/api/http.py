@@ -16,13 +16,16 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from ferry_client.codec import HEADER_LENGTH, CodecError, dumps, loads_json
+from ferry_client.codec import HEADER_LENGTH, dumps
 
 from ..errors import FerryError, InvalidArgument, PayloadTooLarge
 from ..repository.config import config_to_dict
 from .dataplane import DataPlane
 from .http_codec import compress_response, decode_infer_request, decompress, encode_infer_response
+from .json_body import parse_json_object
+from .logging_ext import log_router
 from .openapi import INDEX_BODY, INFER_BODY, LOAD_BODY, UNLOAD_BODY
+from .trace_ext import trace_router
 
 log = logging.getLogger(__name__)
 
@@ -65,16 +68,7 @@ def _declared_length(request: Request) -> int:
 
 
 async def _json_body(request: Request, limit: int) -> dict[str, Any]:
-    body = await _read_body(request, limit)
-    if not body.strip():
-        return {}
-    try:
-        parsed = loads_json(body)
-    except CodecError as exc:
-        raise InvalidArgument(str(exc)) from None
-    if not isinstance(parsed, dict):
-        raise InvalidArgument("request body must be a JSON object")
-    return parsed
+    return parse_json_object(await _read_body(request, limit))
 
 
 async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T | None:
@@ -128,6 +122,12 @@ def create_http_app(plane: DataPlane, max_body_bytes: int = 256 * 1024 * 1024) -
     async def _unexpected(_: Request, exc: Exception) -> Response:
         log.exception("unexpected error")
         return error_response(f"internal error: {exc}", 500)
+
+    # --- protocol extensions: trace settings, logging ------------------------------------------
+
+    app.include_router(trace_router(plane.tracing, plane.model))
+    if plane.logging is not None:
+        app.include_router(log_router(plane.logging))
 
     # --- health and metadata ----------------------------------------------------------------
 
