@@ -238,7 +238,7 @@ class ModelManager:
         try:
             await self._load(name, None)
         except FerryError as exc:
-            log.error("model '%s' failed to load: %s", name, exc.message)
+            log.error("%s", exc.message)  # already "failed to load 'NAME': why"
 
     async def _load(self, name: str, config_json: str | None) -> None:
         record = self._records.setdefault(name, ModelRecord(name))

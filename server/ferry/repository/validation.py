@@ -101,6 +101,9 @@ def _check_tensors(tensors: Iterable, kind: str, max_batch_size: int, model_name
                 f"{label} dimension must be integer >= 1, or -1 to indicate a variable-size dimension "
                 f"for {model_name}, got dims {list(tensor.dims)}"
             )
+        layout = getattr(tensor, "format", mc.ModelInput.FORMAT_NONE)
+        if layout != mc.ModelInput.FORMAT_NONE and tensor.dims and len(tensor.dims) != 3:
+            _fail(f"{label}: model input NHWC/NCHW require 3 dims for {model_name}, got {list(tensor.dims)}")
         for flag, why in _UNSUPPORTED_TENSOR_FLAGS.items():
             if getattr(tensor, flag, False):
                 _fail(f"{label}: {why} for {model_name}: remove '{flag}'")
@@ -201,7 +204,7 @@ def _check_dynamic_batching(batching: mc.ModelDynamicBatching, max_batch_size: i
         if levels > 1:
             _fail(f"Only one priority level is allowed when 'preserve_ordering' is true for {model_name}")
         policies = [batching.default_queue_policy, *batching.priority_queue_policy.values()]
-        if any(p.timeout_action == mc.ModelQueuePolicy.DELAY for p in policies):
+        if any(p.timeout_action == mc.ModelQueuePolicy.DELAY and p.default_timeout_microseconds for p in policies):
             _fail(
                 f"Queue policy can not have DELAY as timeout action when 'preserve_ordering' is true for {model_name}"
             )
