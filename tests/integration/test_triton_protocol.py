@@ -59,6 +59,14 @@ def test_tritonclient_response_and_request_compression(server: RunningServer, al
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), arrays["INPUT0"] + arrays["INPUT1"])
 
 
+@pytest.mark.parametrize("algorithm", ["gzip", "deflate"])
+def test_tritonclient_grpc_compression(server: RunningServer, algorithm: str) -> None:
+    triton = connect("grpc", server)
+    arrays = simple_arrays()
+    result = triton.client.infer("simple", triton.inputs(arrays), compression_algorithm=algorithm)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), arrays["INPUT0"] - arrays["INPUT1"])
+
+
 def test_accept_encoding_is_honoured_and_not_forced(server: RunningServer) -> None:
     url = f"http://{server.http_url}/v2/models/simple/infer"
     body = {
