@@ -24,6 +24,7 @@ _UNSUPPORTED_FIELDS = {
     "model_operations": "'model_operations' (custom operation libraries) is not supported",
     "model_repository_agents": "'model_repository_agents' is not supported",
     "model_metrics": "'model_metrics' (custom metric buckets) is not supported",
+    "metric_tags": "'metric_tags' (extra metric labels) is not supported",
 }
 _UNSUPPORTED_TENSOR_FLAGS = {
     "is_shape_tensor": "shape tensors are not supported",
