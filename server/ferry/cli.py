@@ -56,6 +56,12 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--log-format", choices=["default", "ISO8601", "json"], help="log line format (json: JSON lines)")
     p.add_argument("--trace-file", metavar="FILE", help="append traced requests' spans to FILE as JSON lines")
     p.add_argument("--trace-otlp-endpoint", metavar="URL", help="export spans over OTLP/HTTP (needs ferry[otlp])")
+    p.add_argument(
+        "--cache-size",
+        type=int,
+        metavar="BYTES",
+        help="response cache size (Triton's --cache-config local,size=); used by models with response_cache enabled",
+    )
     security = p.add_argument_group("security", "bearer tokens may also come from FERRY_AUTH_TOKENS (comma separated)")
     security.add_argument(
         "--auth-token-file",

@@ -21,10 +21,13 @@ from .api.http import create_http_app
 from .api.limits import Limits
 from .api.logging_ext import LoggingControl
 from .api.trace_ext import RequestTracing, file_exporter, otlp_exporter
+from .caching import ResponseCache
+from .caching.metrics import CacheCollector
 from .dashboard import mount_dashboard
 from .errors import FerryError
 from .metrics import Metrics
 from .repository.manager import ModelManager
+from .repository.model import ModelVersion
 from .security import SecurityConfigError, ServerSecurity
 from .settings import Settings
 
@@ -52,10 +55,13 @@ class FerryServer:
             poll_interval=settings.repository_poll_secs,
         )
         self.metrics = Metrics(self.manager.ready_models)
-        self.manager.on_loaded = self.metrics.attach
         exporters = [file_exporter(settings.trace_file)] if settings.trace_file else []
         if settings.trace_otlp_endpoint:
             exporters.append(otlp_exporter(settings.trace_otlp_endpoint))
+        self.cache = ResponseCache(settings.cache_size) if settings.cache_size else None
+        if self.cache is not None:
+            self.metrics.registry.register(CacheCollector(self.cache, self.manager.ready_models))
+        self.manager.on_loaded = self._on_loaded
         self.plane = DataPlane(
             self.manager,
             Admission(settings.max_inflight_requests, settings.max_inflight_bytes),
@@ -65,6 +71,7 @@ class FerryServer:
                 settings.max_inputs_per_request,
                 settings.http_max_json_bytes,
             ),
+            self.cache,
             tracing=RequestTracing(exporters, trace_file=str(settings.trace_file or "")),
             logging_control=LoggingControl.from_level(settings.log_level, settings.log_format),
         )
@@ -74,6 +81,15 @@ class FerryServer:
         self._metrics_http: _UvicornServer | None = None
         self._metrics_task: asyncio.Task | None = None
         self._grpc = None
+
+    def _on_loaded(self, model: ModelVersion) -> None:
+        self.metrics.attach(model)
+        if model.config.response_cache.enable and self.cache is None:
+            log.warning(
+                "model '%s' enables response_cache but the server has no cache (--cache-size 0): "
+                "its responses are not cached",
+                model.name,
+            )
 
     def request_stop(self) -> None:
         self._stop.set()

@@ -44,6 +44,9 @@ class Settings(BaseSettings):
     log_format: str = Field("default", description="default | ISO8601 | json (one JSON object per line)")
     trace_file: Path | None = Field(None, description="file that receives traced requests' spans (JSON lines)")
     trace_otlp_endpoint: str | None = Field(None, description="OTLP/HTTP endpoint for traced requests' spans")
+    cache_size: int = Field(
+        0, ge=0, description="response cache bytes, shared by models with response_cache { enable: true } (0 = none)"
+    )
 
     # --- security (see README "Security") ---------------------------------------------------------
     auth_token_file: Path | None = Field(None, description="file of accepted bearer tokens (one per line, # comments)")

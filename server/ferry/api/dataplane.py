@@ -7,16 +7,20 @@ every check and every error message exists once and both protocols behave the sa
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import time
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
+from ferry_client.codec import CodecError, tensor_from_bytes, tensor_to_bytes
 from ferry_client.protocol import model_config_pb2 as mc
 
 from .. import __version__
+from ..caching import ResponseCache, images_key, request_key
 from ..errors import InvalidArgument
 from ..pipelines.postprocess import classification_strings
 from ..pipelines.runtime import Prepared
@@ -27,7 +31,10 @@ from ..types import InferenceRequest, InferenceResponse, OutputTensor
 from .admission import Admission
 from .limits import Limits
 from .logging_ext import LoggingControl
+from .shared_memory import SharedMemoryRegistry, ref_parameters
 from .trace_ext import RequestTracing
+
+T = TypeVar("T")
 
 EXTENSIONS = [
     "binary_tensor_data",
@@ -37,6 +44,7 @@ EXTENSIONS = [
     "model_configuration",
     "statistics",
     "schedule_policy",
+    "system_shared_memory",
     "logging",
     "trace",
 ]
@@ -50,14 +58,17 @@ class DataPlane:
         manager: ModelManager,
         admission: Admission | None = None,
         limits: Limits | None = None,
+        cache: ResponseCache | None = None,
         tracing: RequestTracing | None = None,
         logging_control: LoggingControl | None = None,
     ) -> None:
         self.manager = manager
+        self.cache = cache
         self.tracing = tracing or RequestTracing()
         self.logging = logging_control  # None: the logging extension answers UNIMPLEMENTED
         self.admission = admission or Admission()
         self.limits = limits or Limits()
+        self.shared_memory = SharedMemoryRegistry()
         self.started = False
         self.draining = False
         self.start_time = time.time()
@@ -84,13 +95,16 @@ class DataPlane:
         model = self.manager.get(name, version)
         versions = [row["version"] for row in self.manager.index(ready_only=True) if row["name"] == name]
         batched = model.max_batch_size > 0
-        return {
+        metadata: dict[str, Any] = {
             "name": model.name,
             "versions": versions,
             "platform": model.platform,
             "inputs": [_tensor_metadata(s, batched) for s in model.inputs.values()],
             "outputs": [_tensor_metadata(s, batched) for s in model.outputs.values()],
         }
+        if model.pipeline is not None:
+            metadata["parameters"] = _image_input_metadata(model)
+        return metadata
 
     def model_config(self, name: str, version: str = "") -> mc.ModelConfig:
         return self.manager.get(name, version).config
@@ -99,8 +113,71 @@ class DataPlane:
 
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
         model = self.manager.get(request.model_name, request.model_version)
+        if request.shared_memory_inputs:
+            self._read_shared_memory(request)
+        requested = request.outputs if request.outputs else None
+        names = [o.name for o in requested] if requested is not None else list(model.outputs)
+        cache = self._cache_for(model)
+        if cache is None:
+            results, batch_size = await self._execute(model, request, names)
+        else:
+            for key in ("priority", "timeout"):  # not part of the key, but a hit must not accept bad values
+                _int_parameter(request, key)
+            results, batch_size = await self._cached(
+                model,
+                cache,
+                request_key(model.name, model.version, request),
+                lambda: self._execute(model, request, names),
+            )
+        binary_default = request.binary_output_default
+        binary = {o.name: o.binary for o in requested} if requested is not None else {}
+        classify = {o.name: o.classification for o in requested or () if o.classification}
+        shared = {o.name: o.shared_memory for o in requested or () if o.shared_memory is not None}
+        outputs = []
+        for name in names:
+            spec = model.outputs[name]
+            array = results[name]
+            flag = binary.get(name)
+            datatype = spec.datatype
+            if name in classify:
+                array = classification_tensor(array, classify[name], model.labels.get(name), model.max_batch_size > 0)
+                datatype = "BYTES"
+            output = OutputTensor(name, datatype, array, binary_default if flag is None else flag)
+            if name in shared:
+                written = self.shared_memory.write(shared[name], name, tensor_to_bytes(array, datatype))
+                output.shared_memory = ref_parameters(shared[name], written)
+            outputs.append(output)
+        return InferenceResponse(model.name, str(model.version), request.id, outputs)
+
+    async def _execute(
+        self, model: ModelVersion, request: InferenceRequest, names: list[str]
+    ) -> tuple[dict[str, np.ndarray], int]:
+        """Decode images, validate and run the request through the model's scheduler: outputs in
+        the shape the config declares, and the request's batch size."""
         if model.pipeline is not None:
-            await self._decode_image_input(model, request)
+            executions = await self._decode_image_input(model, request)
+            if len(executions) > 1:
+                return await self._execute_each_image(model, request, executions, names)
+        return await self._execute_tensors(model, request, names)
+
+    async def _execute_each_image(
+        self, model: ModelVersion, request: InferenceRequest, executions: list[np.ndarray], names: list[str]
+    ) -> tuple[dict[str, np.ndarray], int]:
+        """Several images for a model that cannot batch: one execution each, outputs joined along a
+        leading image axis (a declared leading 1 is that axis)."""
+        assert model.pipeline is not None
+        name = model.pipeline.input_name
+        parts: dict[str, list[np.ndarray]] = {output: [] for output in names}
+        for tensor in executions:
+            one = dataclasses.replace(request, inputs={**request.inputs, name: tensor})
+            results, _ = await self._execute_tensors(model, one, names)
+            for output in names:
+                parts[output].append(_as_batch_of_one(results[output]))
+        return {output: np.concatenate(arrays) for output, arrays in parts.items()}, len(executions)
+
+    async def _execute_tensors(
+        self, model: ModelVersion, request: InferenceRequest, names: list[str]
+    ) -> tuple[dict[str, np.ndarray], int]:
         requested = request.outputs if request.outputs else None
         try:
             inputs, batch_size = validate_inputs(model, request)
@@ -114,7 +191,6 @@ class DataPlane:
             if model.stats is not None:
                 model.stats.record_failure(0, "OTHER")
             raise
-        names = [o.name for o in requested] if requested is not None else list(model.outputs)
         assert model.scheduler is not None
         trace = self.tracing.start(model.name, request.id)
         try:
@@ -132,38 +208,66 @@ class DataPlane:
             raise
         if trace:
             self.tracing.finish(trace, str(model.version))
-        binary_default = request.binary_output_default
-        binary = {o.name: o.binary for o in requested} if requested is not None else {}
-        classify = {o.name: o.classification for o in requested or () if o.classification}
-        outputs = []
-        for name in names:
-            spec = model.outputs[name]
-            array = results[name]
-            if spec.reshape is not None:
-                array = array.reshape((batch_size, *spec.dims) if model.max_batch_size > 0 else spec.dims)
-            flag = binary.get(name)
-            datatype = spec.datatype
-            if name in classify:
-                array = classification_tensor(array, classify[name], model.labels.get(name), model.max_batch_size > 0)
-                datatype = "BYTES"
-            outputs.append(OutputTensor(name, datatype, array, binary_default if flag is None else flag))
-        return InferenceResponse(model.name, str(model.version), request.id, outputs)
+        batched = model.max_batch_size > 0
+        return {n: engine_output(model.outputs[n], results[n], batch_size, batched) for n in names}, batch_size
 
-    async def _decode_image_input(self, model: ModelVersion, request: InferenceRequest) -> None:
-        """Encoded images sent as BYTES to an image model's input become its pre-processed tensor."""
+    def _cache_for(self, model: ModelVersion) -> ResponseCache | None:
+        return self.cache if self.cache is not None and model.config.response_cache.enable else None
+
+    async def _cached(
+        self, model: ModelVersion, cache: ResponseCache, key: bytes, compute: Callable[[], Awaitable[T]]
+    ) -> T:
+        """The cached answer for ``key``, or ``compute``'s, stored for next time (a hit skips the scheduler)."""
+        started = time.perf_counter_ns()
+        value = cache.get(key)
+        lookup_ns = time.perf_counter_ns() - started
+        if value is not None:
+            if model.stats is not None:
+                model.stats.record_cache_hit(lookup_ns, lookup_ns)
+            return value
+        value = await compute()
+        inserted = time.perf_counter_ns()
+        stored = _owned(value)
+        cache.put(key, stored, _size_of(stored))
+        if model.stats is not None:
+            model.stats.record_cache_miss(lookup_ns + time.perf_counter_ns() - inserted)
+        return stored
+
+    def _read_shared_memory(self, request: InferenceRequest) -> None:
+        """Inputs left in registered shared memory become arrays viewing it (no copy)."""
+        for name, shared in request.shared_memory_inputs.items():
+            view = self.shared_memory.view(shared.ref, name)
+            try:
+                request.inputs[name] = tensor_from_bytes(name, shared.datatype, list(shared.shape), view)
+            except CodecError as exc:
+                raise InvalidArgument(f"{exc} (from shared memory region '{shared.ref.region}')") from None
+            request.input_datatypes[name] = shared.datatype
+
+    async def _decode_image_input(self, model: ModelVersion, request: InferenceRequest) -> list[np.ndarray]:
+        """Encoded images sent as BYTES to an image model's input become its pre-processed tensor.
+
+        Returns the input tensor of each execution the images need: one for a model that batches
+        (or for a single image), one per image for a model that cannot batch. The first is put in
+        the request; none when the input is not encoded images.
+        """
         pipeline = model.pipeline
         assert pipeline is not None
         name = pipeline.input_name
         if request.input_datatypes.get(name) != "BYTES" or model.inputs[name].datatype == "BYTES":
-            return
+            return []
         encoded = request.inputs[name]
         if encoded.ndim not in (1, 2) or (encoded.ndim == 2 and encoded.shape[1] != 1):
             raise InvalidArgument(
                 f"input '{name}': encoded images must have shape [N] or [N, 1], got {list(encoded.shape)}"
             )
         prepared = await self.prepare_images(model, list(encoded.reshape(-1)))
-        request.inputs[name] = prepared.batch
+        if model.max_batch_size > 0:
+            executions = [prepared.batch]  # validate_inputs checks it against max_batch_size
+        else:
+            executions = [tensor for _, tensor in pipeline.executions(prepared.batch)]
+        request.inputs[name] = executions[0]
         request.input_datatypes[name] = pipeline.spec.datatype
+        return executions
 
     async def prepare_images(self, model: ModelVersion, images: list[bytes]) -> Prepared:
         """Decode and pre-process images in the worker pool, off the event loop."""
@@ -193,32 +297,47 @@ class DataPlane:
             raise InvalidArgument(f"model '{model.name}' has no image pipeline (ferry_image in its config)")
         if pipeline.task != task:
             raise InvalidArgument(f"model '{model.name}' is a {pipeline.task} model; use /{pipeline.task}")
+        cache = self._cache_for(model)
+        if cache is None:
+            return model, await self._run_images(model, images, task, options)
+        key = images_key(model.name, model.version, task, images, options)
+        return model, await self._cached(model, cache, key, lambda: self._run_images(model, images, task, options))
+
+    async def _run_images(
+        self, model: ModelVersion, images: list[bytes], task: str, options: dict[str, Any]
+    ) -> list[Any]:
+        pipeline = model.pipeline
+        assert pipeline is not None
         prepared = await self.prepare_images(model, images)
         assert model.scheduler is not None
-        chunk = model.max_batch_size or 1
+        batched = model.max_batch_size > 0
+        spec = model.inputs[pipeline.input_name]
         results: list[Any] = []
-        for start in range(0, len(images), chunk):
-            batch = prepared.batch[start : start + chunk]
-            if model.max_batch_size == 0:
-                batch = batch[0]
+        for images_slice, tensor in pipeline.executions(prepared.batch):
             outputs = await model.scheduler.submit(
-                {pipeline.input_name: batch}, pipeline.output_names, len(batch) if model.max_batch_size else 1
+                {pipeline.input_name: engine_input(spec, tensor, batched)},
+                pipeline.output_names,
+                len(tensor) if batched else 1,
             )
-            if model.max_batch_size == 0:
-                outputs = {k: v[np.newaxis] for k, v in outputs.items()}
+            outputs = {
+                k: engine_output(model.outputs[k], v, 1 if not batched else len(tensor), batched)
+                for k, v in outputs.items()
+            }
+            if not batched:
+                outputs = {k: _as_batch_of_one(v) for k, v in outputs.items()}
             if task == "classify":
                 results.extend(pipeline.classify(outputs, options.get("top_k")))
             else:
                 results.extend(
                     pipeline.detect(
                         outputs,
-                        prepared.transforms[start : start + chunk],
+                        prepared.transforms[images_slice],
                         options.get("score_threshold"),
                         options.get("iou_threshold"),
                         options.get("max_detections"),
                     )
                 )
-        return model, results
+        return results
 
     # --- repository and statistics -----------------------------------------------------------
 
@@ -255,6 +374,25 @@ def classification_tensor(array: np.ndarray, k: int, labels: list[str] | None, b
     return out if batched else out.reshape(k)
 
 
+def _owned(value: Any) -> Any:
+    """A value safe to keep: output arrays are copied out of their batch (a slice would pin all of it)."""
+    if isinstance(value, tuple):
+        results, batch_size = value
+        return {name: np.array(array) for name, array in results.items()}, batch_size
+    return value
+
+
+def _size_of(value: Any) -> int:
+    """Bytes a cached value holds: tensor bytes for outputs (BYTES elements by length); image results,
+    small records, by the length of their text."""
+    if isinstance(value, tuple):
+        return sum(
+            sum(len(item) for item in array.reshape(-1)) if array.dtype == object else array.nbytes
+            for array in value[0].values()
+        )
+    return len(repr(value))
+
+
 def _int_parameter(request: InferenceRequest, key: str) -> int | None:
     value = request.parameters.get(key)
     if value is None:
@@ -262,6 +400,38 @@ def _int_parameter(request: InferenceRequest, key: str) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise InvalidArgument(f"request parameter '{key}' must be a non-negative integer, got {value!r}")
     return value
+
+
+def engine_input(spec: TensorSpec, array: np.ndarray, batched: bool) -> np.ndarray:
+    """An input as the engine takes it: Triton's ``reshape`` applied (the batch dim kept)."""
+    if spec.reshape is None:
+        return array
+    return array.reshape((array.shape[0], *spec.reshape) if batched else spec.reshape)
+
+
+def engine_output(spec: TensorSpec, array: np.ndarray, batch_size: int, batched: bool) -> np.ndarray:
+    """An output as the config declares it: the engine's shape undone when ``reshape`` is set."""
+    if spec.reshape is None:
+        return array
+    return array.reshape((batch_size, *spec.dims) if batched else spec.dims)
+
+
+def _as_batch_of_one(array: np.ndarray) -> np.ndarray:
+    """One execution's output of a model that cannot batch, with a leading image axis of 1: a
+    declared leading 1 (output ``[1, K]``) already is that axis."""
+    return array if array.ndim > 1 and array.shape[0] == 1 else array[np.newaxis]
+
+
+def _image_input_metadata(model: ModelVersion) -> dict[str, Any]:
+    """The encoded-image input an image model accepts besides its tensor input (metadata parameters)."""
+    pipeline = model.pipeline
+    assert pipeline is not None
+    return {
+        "image_input": pipeline.input_name,
+        "image_datatype": "BYTES",
+        "image_shape": "[-1]",
+        "image_task": pipeline.task,
+    }
 
 
 def _tensor_metadata(spec: TensorSpec, batched: bool) -> dict[str, Any]:
@@ -313,9 +483,7 @@ def validate_inputs(model: ModelVersion, request: InferenceRequest) -> tuple[dic
             raise InvalidArgument(
                 f"input '{name}' of model '{model.name}': expected shape {list(spec.dims)}, got {list(shape)}"
             )
-        if spec.reshape is not None:
-            array = array.reshape((shape[0], *spec.reshape) if batched else spec.reshape)
-        prepared[name] = array
+        prepared[name] = engine_input(spec, array, batched)
     if batch_sizes:
         sizes = set(batch_sizes.values())
         if len(sizes) > 1:

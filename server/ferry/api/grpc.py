@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import grpc
 from google.protobuf import json_format
 
+from ferry_client.codec.parameters import set_parameter
 from ferry_client.protocol import grpc_service_pb2 as pb
 from ferry_client.protocol import grpc_service_pb2_grpc as pb_grpc
 
@@ -22,6 +23,8 @@ from .dataplane import DataPlane
 from .grpc_codec import decode_infer_request, encode_infer_response
 from .grpc_decode import DecodeErrorInterceptor
 from .logging_ext import grpc_log_settings
+from .shared_memory import cuda_unsupported
+from .shared_memory_grpc import register, status_response
 from .trace_ext import grpc_trace_setting
 
 log = logging.getLogger(__name__)
@@ -72,9 +75,12 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     @_rpc
     async def ModelMetadata(self, request: pb.ModelMetadataRequest, context) -> pb.ModelMetadataResponse:
-        return json_format.ParseDict(
-            self.plane.model_metadata(request.name, request.version), pb.ModelMetadataResponse()
-        )
+        metadata = self.plane.model_metadata(request.name, request.version)
+        parameters = metadata.pop("parameters", {})
+        response = json_format.ParseDict(metadata, pb.ModelMetadataResponse())
+        for key, value in parameters.items():
+            set_parameter(response.parameters[key], key, value)
+        return response
 
     @_rpc
     async def ModelConfig(self, request: pb.ModelConfigRequest, context) -> pb.ModelConfigResponse:
@@ -155,6 +161,34 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             except Exception as exc:
                 log.exception("unexpected error in ModelStreamInfer")
                 yield pb.ModelStreamInferResponse(error_message=f"internal error: {exc}")
+
+    # --- shared memory extensions (api/shared_memory.py) ---------------------------------------
+
+    @_rpc
+    async def SystemSharedMemoryStatus(self, request, context) -> pb.SystemSharedMemoryStatusResponse:
+        return status_response(self.plane.shared_memory, request.name)
+
+    @_rpc
+    async def SystemSharedMemoryRegister(self, request, context) -> pb.SystemSharedMemoryRegisterResponse:
+        register(self.plane.shared_memory, request)
+        return pb.SystemSharedMemoryRegisterResponse()
+
+    @_rpc
+    async def SystemSharedMemoryUnregister(self, request, context) -> pb.SystemSharedMemoryUnregisterResponse:
+        self.plane.shared_memory.unregister(request.name)
+        return pb.SystemSharedMemoryUnregisterResponse()
+
+    @_rpc
+    async def CudaSharedMemoryStatus(self, request, context) -> pb.CudaSharedMemoryStatusResponse:
+        raise cuda_unsupported()
+
+    @_rpc
+    async def CudaSharedMemoryRegister(self, request, context) -> pb.CudaSharedMemoryRegisterResponse:
+        raise cuda_unsupported()
+
+    @_rpc
+    async def CudaSharedMemoryUnregister(self, request, context) -> pb.CudaSharedMemoryUnregisterResponse:
+        raise cuda_unsupported()
 
 
 FINAL_FLAG = "triton_final_response"

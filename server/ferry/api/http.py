@@ -19,12 +19,14 @@ from starlette.responses import Response
 from ferry_client.codec import HEADER_LENGTH, dumps
 
 from ..errors import FerryError, InvalidArgument, PayloadTooLarge
+from ..pipelines.detection import Detection
 from ..repository.config import config_to_dict
 from .dataplane import DataPlane
 from .http_codec import compress_response, decode_infer_request, decompress, encode_infer_response
 from .json_body import parse_json_object
 from .logging_ext import log_router
 from .openapi import INDEX_BODY, INFER_BODY, LOAD_BODY, UNLOAD_BODY
+from .shared_memory_http import add_shared_memory_routes
 from .trace_ext import trace_router
 
 log = logging.getLogger(__name__)
@@ -35,6 +37,19 @@ T = TypeVar("T")
 
 def json_response(content: Any, status: int = 200) -> Response:
     return Response(dumps(content), status_code=status, media_type=JSON)
+
+
+def detection_json(detection: Detection) -> dict[str, Any]:
+    """One detection as /detect returns it; ``keypoints`` only for models that predict them."""
+    result: dict[str, Any] = {
+        "box": [round(v, 2) for v in detection.box],
+        "score": detection.score,
+        "class_id": detection.class_id,
+        "label": detection.label,
+    }
+    if detection.keypoints is not None:
+        result["keypoints"] = [[round(x, 2), round(y, 2)] for x, y in detection.keypoints]
+    return result
 
 
 def error_response(message: str, status: int) -> Response:
@@ -261,20 +276,7 @@ def create_http_app(plane: DataPlane, max_body_bytes: int = 256 * 1024 * 1024) -
             {
                 "model_name": served.name,
                 "model_version": str(served.version),
-                "results": [
-                    {
-                        "detections": [
-                            {
-                                "box": [round(v, 2) for v in d.box],
-                                "score": d.score,
-                                "class_id": d.class_id,
-                                "label": d.label,
-                            }
-                            for d in image
-                        ]
-                    }
-                    for image in results
-                ],
+                "results": [{"detections": [detection_json(d) for d in image]} for image in results],
             }
         )
 
@@ -308,4 +310,7 @@ def create_http_app(plane: DataPlane, max_body_bytes: int = 256 * 1024 * 1024) -
         await plane.unload_model(model)
         return Response(status_code=200)
 
+    add_shared_memory_routes(
+        app, plane.shared_memory, lambda request: _json_body(request, max_body_bytes), json_response
+    )
     return app

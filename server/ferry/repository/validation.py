@@ -86,8 +86,6 @@ def _check_unsupported(config: mc.ModelConfig, model_name: str) -> None:
             f"decoupled models are not supported for {model_name}: "
             "remove 'model_transaction_policy { decoupled: true }'"
         )
-    if config.response_cache.enable:
-        _fail(f"the response cache is not supported for {model_name}: remove 'response_cache'")
     if config.runtime:
         _fail(f"'runtime' '{config.runtime}' is not supported for {model_name}")
 
