@@ -30,7 +30,9 @@ from ..repository.model import ModelVersion
 from ..types import InferenceRequest, InferenceResponse, OutputTensor
 from .admission import Admission
 from .limits import Limits
+from .logging_ext import LoggingControl
 from .shared_memory import SharedMemoryRegistry, ref_parameters
+from .trace_ext import RequestTracing
 
 T = TypeVar("T")
 
@@ -43,6 +45,8 @@ EXTENSIONS = [
     "statistics",
     "schedule_policy",
     "system_shared_memory",
+    "logging",
+    "trace",
 ]
 
 
@@ -55,9 +59,13 @@ class DataPlane:
         admission: Admission | None = None,
         limits: Limits | None = None,
         cache: ResponseCache | None = None,
+        tracing: RequestTracing | None = None,
+        logging_control: LoggingControl | None = None,
     ) -> None:
         self.manager = manager
         self.cache = cache
+        self.tracing = tracing or RequestTracing()
+        self.logging = logging_control  # None: the logging extension answers UNIMPLEMENTED
         self.admission = admission or Admission()
         self.limits = limits or Limits()
         self.shared_memory = SharedMemoryRegistry()
@@ -189,13 +197,22 @@ class DataPlane:
                 model.stats.record_failure(0, "OTHER")
             raise
         assert model.scheduler is not None
-        results = await model.scheduler.submit(
-            inputs,
-            names,
-            batch_size,
-            priority=_int_parameter(request, "priority"),
-            timeout_us=_int_parameter(request, "timeout"),
-        )
+        trace = self.tracing.start(model.name, request.id)
+        try:
+            results = await model.scheduler.submit(
+                inputs,
+                names,
+                batch_size,
+                priority=_int_parameter(request, "priority"),
+                timeout_us=_int_parameter(request, "timeout"),
+                timeline=trace.timeline if trace else None,
+            )
+        except Exception as exc:
+            if trace:
+                self.tracing.finish(trace, str(model.version), error=str(exc) or type(exc).__name__)
+            raise
+        if trace:
+            self.tracing.finish(trace, str(model.version))
         batched = model.max_batch_size > 0
         return {k: engine_output(model.outputs[k], v, batch_size, batched) for k, v in results.items()}, batch_size
 
