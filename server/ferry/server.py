@@ -22,9 +22,12 @@ from .api.grpc import create_grpc_server
 from .api.grpc_limits import GrpcLimits
 from .api.http import create_http_app
 from .api.limits import Limits
+from .api.logging_ext import LoggingControl
+from .api.trace_ext import RequestTracing, file_exporter, otlp_exporter
 from .caching import ResponseCache
 from .caching.metrics import CacheCollector
 from .dashboard import mount_dashboard
+from .errors import FerryError
 from .metrics import Metrics
 from .pipelines.slices import ImageWorkCollector
 from .repository.manager import ModelManager
@@ -56,6 +59,9 @@ class FerryServer:
             poll_interval=settings.repository_poll_secs,
         )
         self.metrics = Metrics(self.manager.ready_models)
+        exporters = [file_exporter(settings.trace_file)] if settings.trace_file else []
+        if settings.trace_otlp_endpoint:
+            exporters.append(otlp_exporter(settings.trace_otlp_endpoint))
         self.cache = ResponseCache(settings.cache_size) if settings.cache_size else None
         if self.cache is not None:
             self.metrics.registry.register(CacheCollector(self.cache, self.manager.ready_models))
@@ -70,6 +76,8 @@ class FerryServer:
                 settings.http_max_json_bytes,
             ),
             self.cache,
+            tracing=RequestTracing(exporters, trace_file=str(settings.trace_file or "")),
+            logging_control=LoggingControl.from_level(settings.log_level, settings.log_format),
         )
         self.metrics.registry.register(AdmissionCollector(self.plane.admission))
         self.metrics.registry.register(ImageWorkCollector(self.plane.image_work))
@@ -205,6 +213,7 @@ class FerryServer:
             self._metrics_http.should_exit = True
             await asyncio.gather(self._metrics_task, return_exceptions=True)
         self.metrics.close()
+        self.plane.tracing.shutdown()  # flushes spans still batched for the exporters
         log.info("ferry stopped")
 
 
@@ -223,6 +232,9 @@ def serve(settings: Settings) -> None:
         pass
     try:
         asyncio.run(FerryServer(settings).run())
+    except FerryError as exc:
+        log.error("cannot start: %s", exc.message)
+        raise SystemExit(2) from None
     except SecurityConfigError as exc:
         log.error("cannot start: %s", exc)
         raise SystemExit(2) from None
