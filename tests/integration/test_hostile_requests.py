@@ -199,7 +199,7 @@ def test_overlong_model_names_and_negative_classification_are_invalid_arguments(
 def test_huge_priority_levels_are_refused_at_load_with_the_field_named(server) -> None:
     config = {
         "max_batch_size": 8,
-        "dynamic_batching": {"priority_levels": "18446744073709551615"},
+        "dynamic_batching": {"priority_levels": "18446744073709551615", "default_priority_level": "1"},
     }
     body = json.dumps({"parameters": {"config": json.dumps(config)}}).encode()
     started = time.monotonic()
