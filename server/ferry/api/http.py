@@ -21,6 +21,7 @@ from ferry_client.codec import HEADER_LENGTH, CodecError, dumps, loads_json
 from ..errors import FerryError, InvalidArgument, PayloadTooLarge
 from ..repository.config import config_to_dict
 from .dataplane import DataPlane
+from .docs import mount_docs
 from .http_codec import decode_infer_request, decompress, encode_infer_response
 from .openapi import INDEX_BODY, INFER_BODY, LOAD_BODY, UNLOAD_BODY
 
@@ -105,7 +106,10 @@ def create_http_app(plane: DataPlane, max_body_bytes: int = 256 * 1024 * 1024) -
         title="Ferry",
         version=plane.server_metadata()["version"],
         description="KServe V2 / Open Inference Protocol REST API",
+        docs_url=None,  # docs.mount_docs serves Swagger UI from a package instead of a CDN
+        redoc_url=None,  # ReDoc would load from a CDN too
     )
+    mount_docs(app)
 
     @app.exception_handler(FerryError)
     async def _ferry_error(_: Request, exc: FerryError) -> Response:
