@@ -25,9 +25,9 @@ from .wire import Security, encode_requests, fast_http_available
 from .worker import WorkerConfig
 
 # Defaults sized so a 3-step sweep on an idle server takes about 15 s (three 1.5 s windows per step
-# when they agree) and never more than about 30 s; perf_analyzer's 5 s windows took over a minute.
+# when they agree) and about 25 s when they never do; perf_analyzer's 5 s windows took over a minute.
 DEFAULT_WINDOW_MS = 1500
-DEFAULT_MAX_TRIALS = 6
+DEFAULT_MAX_TRIALS = 5
 DEFAULT_WARMUP_S = 0.5
 
 
