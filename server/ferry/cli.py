@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from . import __version__
 from .cli_errors import (
+    EXIT_USAGE,
     OneLineArgumentParser,
     UserError,
     check_ports_free,
@@ -189,7 +190,8 @@ def _serve_settings(args: argparse.Namespace) -> Settings:
     if args.repository is not None:
         if args.model_repository is not None and args.model_repository != args.repository:
             raise UserError(
-                f"two repositories given: '{args.repository}' and --model-repository '{args.model_repository}'", 2
+                f"two repositories given: '{args.repository}' and --model-repository '{args.model_repository}'",
+                EXIT_USAGE,
             )
         options["model_repository"] = args.repository
     try:

@@ -130,6 +130,7 @@ def build_image(podman: Podman, root: Path, dockerfile: Path, tag: str) -> Built
         "docker",  # OCI images have no HEALTHCHECK
         "--network",
         "host",
+        "--layers=false",  # no cached intermediate images left behind (the sources change every run anyway)
         *pip_config_mounts(),
         "--build-arg",
         f"PYTHON_IMAGE={BASE_IMAGE}",

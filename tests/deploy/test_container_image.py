@@ -23,7 +23,11 @@ from tests.deploy.conftest import DOCKER, ROOT
 from tests.deploy.podman import BuiltImage, Podman, build_image, ensure_base_image, missing_tools
 from tests.models import write_mlp_model
 
-pytestmark = pytest.mark.skipif(missing_tools() is not None, reason=str(missing_tools()))
+pytestmark = [
+    pytest.mark.skipif(missing_tools() is not None, reason=str(missing_tools())),
+    # The first test also pays for the base image (about 1 min) and the build (1-3 min, pip downloads).
+    pytest.mark.timeout(1200),
+]
 
 IMAGE = "localhost/ferry:cpu-test"
 WIDTH = 64
@@ -56,13 +60,14 @@ def _status(url: str) -> int:
 
 
 @pytest.fixture(scope="module")
-def image(tmp_path_factory: pytest.TempPathFactory) -> tuple[Podman, BuiltImage]:
+def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Podman, BuiltImage]]:
     workdir = tmp_path_factory.mktemp("podman")
     podman = Podman.configured(workdir)
     ensure_base_image(podman, workdir)
     built = build_image(podman, ROOT, DOCKER / "Dockerfile.cpu", IMAGE)
     print(f"\nCPU image {IMAGE}: built in {built.seconds:.0f} s, {built.size_bytes / 1e6:.0f} MB")
-    return podman, built
+    yield podman, built
+    podman.run("rmi", "--force", IMAGE, check=False)  # the base image stays, for the next run
 
 
 @pytest.fixture(scope="module")
@@ -119,8 +124,8 @@ def test_runs_as_non_root_on_a_read_only_root_filesystem(container: Container) -
 
 
 def test_healthcheck_passes(container: Container) -> None:
-    config = container.podman.inspect("image", "inspect", container.image.tag)["Config"]
-    assert config["Healthcheck"]["Test"][-1] == "/opt/ferry/healthcheck.py"
+    healthcheck = container.podman.inspect("image", "inspect", container.image.tag)["Healthcheck"]
+    assert healthcheck["Test"][-1] == "/opt/ferry/healthcheck.py"
     checked = container.podman.run("healthcheck", "run", container.name, check=False)
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
