@@ -22,6 +22,7 @@ from ..errors import FerryError, InvalidArgument, PayloadTooLarge
 from ..pipelines.detection import Detection
 from ..repository.config import config_to_dict
 from .dataplane import DataPlane
+from .docs import mount_docs
 from .http_codec import compress_response, decode_infer_request, decompress, encode_infer_response
 from .json_body import parse_json_object
 from .logging_ext import log_router
@@ -115,7 +116,10 @@ def create_http_app(plane: DataPlane, max_body_bytes: int = 256 * 1024 * 1024) -
         title="Ferry",
         version=plane.server_metadata()["version"],
         description="KServe V2 / Open Inference Protocol REST API",
+        docs_url=None,  # docs.mount_docs serves Swagger UI from a package instead of a CDN
+        redoc_url=None,  # ReDoc would load from a CDN too
     )
+    mount_docs(app)
 
     @app.exception_handler(FerryError)
     async def _ferry_error(_: Request, exc: FerryError) -> Response:
