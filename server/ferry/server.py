@@ -34,6 +34,7 @@ from .repository.manager import ModelManager
 from .repository.model import ModelVersion
 from .security import SecurityConfigError, ServerSecurity
 from .settings import Settings
+from .startup_report import model_table, ready_line
 
 log = logging.getLogger("ferry")
 
@@ -165,12 +166,10 @@ class FerryServer:
                     raise OSError(f"REST server on {s.host}:{s.http_port} stopped at start-up")
                 await asyncio.sleep(0.01)
         self.plane.started = True
+        log.info("models in %s:\n%s", self.manager.repository, model_table(self.manager.index()))
         log.info(
-            "ferry ready: REST %s:%d, gRPC %s:%d, repository %s (%s mode), %s",
-            s.host,
-            s.http_port,
-            s.host,
-            s.grpc_port,
+            "%s; repository %s (%s mode), %s",
+            ready_line(s.host, s.http_port, s.grpc_port, s.metrics_port),
             self.manager.repository,
             s.model_control_mode.value,
             self.security.describe(),

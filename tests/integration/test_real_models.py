@@ -100,14 +100,6 @@ def as_dicts(detections: list[Detection]) -> list[dict[str, Any]]:
 
 # ---- BlazeFace (MediaPipe) -----------------------------------------------------------------------
 
-MEDIAPIPE_GEOMETRY = pytest.mark.xfail(
-    strict=True,
-    reason="MediaPipe's ImageToTensor maps the padded square's corners onto the 128x128 tensor's corners "
-    "(cv2.warpPerspective, src = dst * side / 128) where cv2.resize samples pixel centres "
-    "(src = (dst + 0.5) * side / 128 - 0.5): boxes differ by up to ~4 px until the pre-processing offers "
-    "that convention (pipelines' part of issue 14); the decoding half is exact (test_blazeface_decoder_...)",
-)
-
 
 def mediapipe_letterbox(rgb: np.ndarray) -> tuple[np.ndarray, ImageTransform]:
     """MediaPipe's ImageToTensor on the CPU: the image's square hull warped onto 128x128 with
@@ -140,7 +132,6 @@ def test_blazeface_decoder_reproduces_mediapipe() -> None:
             assert_same_detection(got, want)
 
 
-@MEDIAPIPE_GEOMETRY
 def test_faces_through_detect_match_mediapipe(real_server: RunningServer) -> None:
     expected = reference("face_detector")
     photos = reference_module("face_detector").photos()
@@ -156,7 +147,6 @@ def test_faces_through_detect_match_mediapipe(real_server: RunningServer) -> Non
             assert_same_detection(got, want)
 
 
-@MEDIAPIPE_GEOMETRY
 def test_faces_through_bytes_infer_over_grpc(real_server: RunningServer) -> None:
     """Encoded photos as a BYTES input: the raw outputs decode to MediaPipe's faces."""
     spec = config("face_detector").ferry_image.detection

@@ -20,8 +20,11 @@ def captured() -> tuple[logging.Logger, io.StringIO]:
     logger.handlers.clear()
     stream = io.StringIO()
     logger.addHandler(logging.StreamHandler(stream))
+    others = {handler: list(handler.filters) for handler in logging.getLogger().handlers}
     yield logger, stream
     logger.handlers.clear()
+    for handler, filters in others.items():  # pytest's capture handlers must not keep our severity filter
+        handler.filters[:] = filters
 
 
 def emit_all(logger: logging.Logger) -> None:

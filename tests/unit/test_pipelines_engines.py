@@ -256,3 +256,100 @@ def test_device_default_engine_is_pillow() -> None:
     """With device: GPU, ENGINE_DEFAULT is the torch path, which follows Pillow (antialiased)."""
     assert spec_for(32, 32, device=P.GPU).engine == P.PILLOW
     assert spec_for(32, 32).engine == P.OPENCV
+
+
+def mediapipe_warp(pixels: np.ndarray, width: int, height: int, **options: object) -> np.ndarray:
+    """MediaPipe's ImageToTensor written out: the image's rectangle, widened to the target's aspect ratio
+    around its centre (or to the right/bottom with ``corner``), its corners mapped onto the target's
+    corners by cv2.getPerspectiveTransform and cv2.warpPerspective with a constant border."""
+    h, w = pixels.shape[:2]
+    canvas_w, canvas_h = (w, h) if options.get("exact") else (max(w, h * width / height), max(h, w * height / width))
+    left, top = (0.0, 0.0) if options.get("corner") else ((canvas_w - w) / 2, (canvas_h - h) / 2)
+    source = np.float32(
+        [[-left, -top], [canvas_w - left, -top], [canvas_w - left, canvas_h - top], [-left, canvas_h - top]]
+    )
+    target = np.float32([[0, 0], [width, 0], [width, height], [0, height]])
+    matrix = cv2.getPerspectiveTransform(source, target)
+    flags = CV_FILTERS[options.get("interpolation", P.BILINEAR)]
+    border = (options.get("pad_value", 0),) * 3
+    warped = cv2.warpPerspective(pixels, matrix, (width, height), flags=flags, borderValue=border)
+    return warped[:, :, None] if warped.ndim == 2 else warped
+
+
+CORNERS_LETTERBOX = {"resize": P.LETTERBOX, "pad_then_resize": True, "resize_alignment": P.CORNERS}
+
+
+@pytest.mark.parametrize("path", PHOTOS, ids=lambda p: p.name)
+def test_corners_alignment_equals_mediapipe_warp_perspective(path: Path) -> None:
+    """Byte for byte on real photos; chelsea (451x300) has an odd spare height, so a half-pixel pad."""
+    spec = spec_for(128, 128, **CORNERS_LETTERBOX)
+    assert np.array_equal(ferry_pixels(path, spec), mediapipe_warp(cv_rgb(path), 128, 128))
+
+
+@pytest.mark.parametrize(
+    ("size", "options"),
+    [
+        ((160, 96), {}),  # wider target than the photo: fractional pad left and right
+        ((96, 160), {"corner": True, "pad_value": 114}),
+        ((200, 150), {"exact": True}),
+        ((128, 128), {"interpolation": P.NEAREST}),
+        ((128, 128), {"interpolation": P.BICUBIC}),
+        ((128, 128), {"interpolation": P.LANCZOS}),
+    ],
+    ids=["wide-target", "corner-114", "exact", "nearest", "bicubic", "lanczos"],
+)
+def test_corners_alignment_variants_equal_warp_perspective(size: tuple[int, int], options: dict) -> None:
+    path = SKLEARN_IMAGES / "china.jpg"  # 640x427
+    fields = {**CORNERS_LETTERBOX, "letterbox_corner": options.get("corner", False)}
+    fields["pad_value"] = options.get("pad_value", 0)
+    fields["interpolation"] = options.get("interpolation", P.BILINEAR)
+    if options.get("exact"):
+        fields.update(resize=P.EXACT, pad_then_resize=False)
+    spec = spec_for(*size, **fields)
+    assert np.array_equal(ferry_pixels(path, spec), mediapipe_warp(cv_rgb(path), *size, **options))
+
+
+def test_corners_alignment_on_grayscale() -> None:
+    path = SKIMAGE_DATA / "camera.png"  # 512x512, one channel
+    pre = P(layout=P.NHWC, color_order=P.GRAY, **CORNERS_LETTERBOX)
+    spec = PreprocessSpec.from_config(pre, [100, 100, 1], "UINT8")
+    gray = np.asarray(Image.open(path).convert("L"))
+    assert np.array_equal(ferry_pixels(path, spec), mediapipe_warp(gray, 100, 100))
+
+
+def test_corners_alignment_differs_from_pixel_centres_and_maps_boxes_with_the_warp() -> None:
+    """The detections' mapping back is the warp's own matrix: what MediaPipe's getPerspectiveTransform gives."""
+    path = SKIMAGE_DATA / "chelsea.png"  # 451x300: top pad 75.5
+    centres = ferry_pixels(path, spec_for(128, 128, resize=P.LETTERBOX, pad_then_resize=True))
+    assert not np.array_equal(ferry_pixels(path, spec_for(128, 128, **CORNERS_LETTERBOX)), centres)
+    transform = place(451, 300, spec_for(128, 128, **CORNERS_LETTERBOX)).transform
+    source = np.float32([[0, -75.5], [451, -75.5], [451, 375.5], [0, 375.5]])
+    matrix = cv2.getPerspectiveTransform(source, np.float32([[0, 0], [128, 0], [128, 128], [0, 128]]))
+    assert np.allclose(
+        [[transform.scale_x, 0, transform.offset_x], [0, transform.scale_y, transform.offset_y]], matrix[:2], atol=1e-9
+    )
+    content = transform.to_input(np.array([[0.0, 0.0, 451.0, 300.0]]))
+    assert np.allclose(content, [[0.0, 75.5 * 128 / 451, 128.0, 375.5 * 128 / 451]])
+    assert np.allclose(transform.to_original(content), [[0.0, 0.0, 451.0, 300.0]])
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"resize_engine": P.PILLOW}, "resize_alignment: CORNERS needs resize_engine: OPENCV"),
+        (
+            {"device": P.GPU, "resize": P.EXACT, "pad_then_resize": False},
+            "resize_alignment: CORNERS is not available with device: GPU",
+        ),
+        ({"interpolation": P.AREA}, "resize_alignment: CORNERS is not available with interpolation: AREA"),
+        ({"pad_then_resize": False}, "resize_alignment: CORNERS only applies to resize: EXACT or to resize: LETTERBOX"),
+        (
+            {"resize": P.SHORTER_SIDE_CENTER_CROP, "pad_then_resize": False},
+            "resize_alignment: CORNERS only applies to resize: EXACT",
+        ),
+        ({"resize_alignment": 5}, "resize_alignment: unknown value 5"),
+    ],
+)
+def test_corners_alignment_is_refused_where_it_cannot_apply(fields: dict, message: str) -> None:
+    with pytest.raises(ModelLoadError, match=f"ferry_image.preprocess.{message}"):
+        spec_for(32, 32, **{**CORNERS_LETTERBOX, **fields})

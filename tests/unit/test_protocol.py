@@ -273,6 +273,7 @@ def test_ferry_additions_are_in_reserved_range() -> None:
         "resize_shorter_rounding": 16,
         "pad_then_resize": 17,
         "draft_decode": 18,
+        "resize_alignment": 19,
     }
     assert preprocess.fields_by_name["data_type"].enum_type.full_name == "inference.DataType"
     assert {f.name: f.number for f in model_config_pb2.FerryClassification.DESCRIPTOR.fields} == {

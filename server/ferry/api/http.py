@@ -25,6 +25,7 @@ from ..pipelines.detection import Detection
 from ..repository.config import config_to_dict
 from .admission import Ticket
 from .dataplane import DataPlane
+from .docs import mount_docs
 from .http_codec import compress_response, decode_infer_request, decompress, encode_infer_response
 from .json_body import parse_json_object
 from .limits import OFF_LOOP_BYTES
@@ -145,7 +146,10 @@ def create_http_app(
         title="Ferry",
         version=plane.server_metadata()["version"],
         description="KServe V2 / Open Inference Protocol REST API",
+        docs_url=None,  # docs.mount_docs serves Swagger UI from a package instead of a CDN
+        redoc_url=None,  # ReDoc would load from a CDN too
     )
+    mount_docs(app)
 
     @app.exception_handler(FerryError)
     async def _ferry_error(_: Request, exc: FerryError) -> Response:

@@ -10,8 +10,8 @@ Resizing uses ``torch.nn.functional.interpolate`` with antialiasing for BILINEAR
 to Pillow's filters when shrinking) and ``nearest-exact`` for NEAREST, then rounds to whole pixel
 values as Pillow's 8-bit resize does. Results agree with the CPU path to within a pixel level or
 two where resampling happens, and exactly elsewhere. Works on any torch device, CPU included.
-It reproduces ``resize_engine: PILLOW`` only: the OpenCV engine, LANCZOS, AREA and
-``pad_then_resize`` are refused at load with device: GPU (``PreprocessSpec.from_config``).
+It reproduces ``resize_engine: PILLOW`` only: the OpenCV engine, LANCZOS, AREA, ``pad_then_resize``
+and ``resize_alignment: CORNERS`` are refused at load with device: GPU (``PreprocessSpec.from_config``).
 """
 
 from __future__ import annotations
@@ -44,8 +44,11 @@ class DevicePreprocessor:
         if spec.interpolation not in _MODES:
             name = _PRE.Interpolation.Name(spec.interpolation)
             raise ValueError(f"interpolation {name} is not available on a torch device")
-        if spec.engine != _PRE.PILLOW or spec.pad_then_resize:
-            raise ValueError("the torch device path reproduces resize_engine: PILLOW with resize-then-pad only")
+        if spec.engine != _PRE.PILLOW or spec.pad_then_resize or spec.resize_alignment != _PRE.PIXEL_CENTERS:
+            raise ValueError(
+                "the torch device path reproduces resize_engine: PILLOW with resize-then-pad and pixel-centre "
+                "alignment only"
+            )
         self.spec = spec
         self.device = torch.device(device)
         self._mode, self._antialias = _MODES[spec.interpolation]

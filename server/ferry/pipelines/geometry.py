@@ -79,6 +79,7 @@ class Placement:
     left: int
     transform: ImageTransform
     padding: Padding | None = None
+    corners: bool = False  # CORNERS alignment: warp the original onto the tensor by ``transform``
 
 
 def place(width: int, height: int, spec: PreprocessSpec) -> Placement:
@@ -87,7 +88,10 @@ def place(width: int, height: int, spec: PreprocessSpec) -> Placement:
     EXACT stretches to the input size ignoring the aspect ratio. SHORTER_SIDE_CENTER_CROP resizes the
     shorter side to ``resize_shorter`` and cuts the centre crop (roundings as the spec says). LETTERBOX
     fits the image inside the input keeping the aspect ratio; the border gets ``pad_value``.
+    With ``resize_alignment: CORNERS`` the placement is a warp (see ``_corners``).
     """
+    if spec.resize_alignment == _PRE.CORNERS:
+        return _corners(width, height, spec)
     if spec.resize == _PRE.SHORTER_SIDE_CENTER_CROP:
         return _shorter_side_center_crop(width, height, spec)
     if spec.resize == _PRE.LETTERBOX:
@@ -148,3 +152,20 @@ def _pad_then_resize(w: int, h: int, spec: PreprocessSpec) -> Placement:
     transform = ImageTransform(scale_x, scale_y, left * scale_x, top * scale_y, w, h, spec.width, spec.height)
     padding = Padding(canvas_w, canvas_h, left, top)
     return Placement((spec.width, spec.height), 0, 0, spec.height, spec.width, 0, 0, transform, padding)
+
+
+def _corners(w: int, h: int, spec: PreprocessSpec) -> Placement:
+    """MediaPipe's ImageToTensor: the source rectangle's corners go to the tensor's corners.
+
+    EXACT warps the whole image. LETTERBOX (pad-then-resize) widens the image's rectangle to the
+    input's aspect ratio by exactly half the spare length on each side (fractional when the spare
+    length is odd), or all of it right/bottom with ``letterbox_corner``; nothing is rounded.
+    """
+    if spec.resize == _PRE.EXACT:
+        canvas_w, canvas_h, left, top = float(w), float(h), 0.0, 0.0
+    else:
+        canvas_w, canvas_h = max(float(w), h * spec.width / spec.height), max(float(h), w * spec.height / spec.width)
+        left, top = (0.0, 0.0) if spec.letterbox_corner else ((canvas_w - w) / 2, (canvas_h - h) / 2)
+    scale_x, scale_y = spec.width / canvas_w, spec.height / canvas_h
+    transform = ImageTransform(scale_x, scale_y, left * scale_x, top * scale_y, w, h, spec.width, spec.height)
+    return Placement((spec.width, spec.height), 0, 0, spec.height, spec.width, 0, 0, transform, corners=True)

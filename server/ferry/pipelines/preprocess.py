@@ -54,6 +54,7 @@ class PreprocessSpec:
     resize_shorter_rounding: int = _PRE.SIDE_INT  # FerryPreprocess.SideRounding
     pad_then_resize: bool = False
     draft_decode: bool = False
+    resize_alignment: int = _PRE.PIXEL_CENTERS  # FerryPreprocess.ResizeAlignment
 
     @property
     def dtype(self) -> np.dtype:
@@ -108,6 +109,7 @@ class PreprocessSpec:
                 f"use one of {', '.join(_PRE.Interpolation.Name(i) for i in ENGINE_FILTERS[engine])}"
             )
         _check_geometry_options(pre)
+        _check_alignment(pre, engine)
         datatype = _datatype(pre.data_type, input_datatype)
         scale = _scale(pre, datatype)
         mean = _per_channel("mean", list(pre.mean), expected_channels, 0.0, datatype)
@@ -138,6 +140,7 @@ class PreprocessSpec:
             resize_shorter_rounding=pre.resize_shorter_rounding,
             pad_then_resize=pre.pad_then_resize,
             draft_decode=pre.draft_decode,
+            resize_alignment=pre.resize_alignment,
         )
 
 
@@ -258,6 +261,8 @@ def _check_device_options(pre: mc.FerryPreprocess) -> None:
         )
     if pre.pad_then_resize:
         raise ModelLoadError(f"{_FIELD}.pad_then_resize: not available with device: GPU; use device: CPU")
+    if pre.resize_alignment == _PRE.CORNERS:
+        raise ModelLoadError(f"{_FIELD}.resize_alignment: CORNERS is not available with device: GPU; use device: CPU")
 
 
 def _check_geometry_options(pre: mc.FerryPreprocess) -> None:
@@ -270,3 +275,26 @@ def _check_geometry_options(pre: mc.FerryPreprocess) -> None:
             raise ModelLoadError(f"{_FIELD}.{field}: only applies to resize: SHORTER_SIDE_CENTER_CROP")
     if pre.pad_then_resize and pre.resize != _PRE.LETTERBOX:
         raise ModelLoadError(f"{_FIELD}.pad_then_resize: only applies to resize: LETTERBOX")
+
+
+def _check_alignment(pre: mc.FerryPreprocess, engine: int) -> None:
+    """CORNERS is an OpenCV warp of the whole image or of its letterbox rectangle: refuse it elsewhere."""
+    if pre.resize_alignment not in _PRE.ResizeAlignment.values():
+        raise ModelLoadError(f"{_FIELD}.resize_alignment: unknown value {pre.resize_alignment}")
+    if pre.resize_alignment != _PRE.CORNERS:
+        return
+    if engine != _PRE.OPENCV:
+        raise ModelLoadError(
+            f"{_FIELD}.resize_alignment: CORNERS needs resize_engine: OPENCV (an OpenCV warp), "
+            f"not {_PRE.ResizeEngine.Name(engine)}"
+        )
+    if pre.interpolation == _PRE.AREA:
+        raise ModelLoadError(
+            f"{_FIELD}.resize_alignment: CORNERS is not available with interpolation: AREA (OpenCV warps "
+            "have no area filter); use BILINEAR, NEAREST, BICUBIC or LANCZOS"
+        )
+    if not (pre.resize == _PRE.EXACT or (pre.resize == _PRE.LETTERBOX and pre.pad_then_resize)):
+        raise ModelLoadError(
+            f"{_FIELD}.resize_alignment: CORNERS only applies to resize: EXACT or to resize: LETTERBOX "
+            "with pad_then_resize: true"
+        )

@@ -3,6 +3,7 @@
 OpenCV (``cv2.resize``) does not antialias when shrinking, and Pillow does; the two give different
 pixels, and a model only reproduces its reference scores with the library it was trained with
 (see ``ResizeEngine`` in ``protos/model_config.proto``). Both release the GIL while resizing.
+``resize_alignment: CORNERS`` (MediaPipe) is an OpenCV affine warp instead of ``cv2.resize``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from PIL import Image
 
 from ferry_client.protocol import model_config_pb2 as mc
 
-from .geometry import Padding, Placement
+from .geometry import ImageTransform, Padding, Placement
 
 _PRE = mc.FerryPreprocess
 
@@ -48,6 +49,8 @@ def resize(image: Image.Image, where: Placement, engine: int, interpolation: int
     ``engine`` is a resolved ``ResizeEngine`` (OPENCV or PILLOW), ``interpolation`` an
     ``Interpolation`` that engine implements, ``pad_value`` the canvas fill of pad-then-resize.
     """
+    if where.corners:
+        return _warp_corners(pixels_of(image), where.transform, interpolation, pad_value)
     if engine == _PRE.PILLOW:
         if where.padding is not None:
             image = _pad_pillow(image, where.padding, pad_value)
@@ -61,6 +64,20 @@ def resize(image: Image.Image, where: Placement, engine: int, interpolation: int
         resized = cv2.resize(pixels, where.resized, interpolation=OPENCV_FILTERS[interpolation])
         pixels = resized[:, :, None] if resized.ndim == 2 else resized
     return pixels
+
+
+def _warp_corners(pixels: np.ndarray, transform: ImageTransform, interpolation: int, value: int) -> np.ndarray:
+    """MediaPipe's ImageToTensor: ``input = original * scale + offset`` on pixel indices, so corners map to
+    corners; outside the image the constant ``value`` is blended in. It writes the pixels MediaPipe's
+    ``cv2.warpPerspective`` does (the unit tests compare them byte for byte), and an axis-aligned map
+    needs only the cheaper ``cv2.warpAffine``."""
+    matrix = np.array([[transform.scale_x, 0.0, transform.offset_x], [0.0, transform.scale_y, transform.offset_y]])
+    size = (transform.input_width, transform.input_height)
+    border = (value,) * pixels.shape[2]
+    warped = cv2.warpAffine(
+        pixels, matrix, size, flags=OPENCV_FILTERS[interpolation], borderMode=cv2.BORDER_CONSTANT, borderValue=border
+    )
+    return warped[:, :, None] if warped.ndim == 2 else warped
 
 
 def _pad_pillow(image: Image.Image, padding: Padding, value: int) -> Image.Image:

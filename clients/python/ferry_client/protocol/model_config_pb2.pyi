@@ -682,7 +682,7 @@ class FerryImagePipeline(_message.Message):
     def __init__(self, preprocess: _Optional[_Union[FerryPreprocess, _Mapping]] = ..., classification: _Optional[_Union[FerryClassification, _Mapping]] = ..., detection: _Optional[_Union[FerryDetection, _Mapping]] = ..., input: _Optional[str] = ...) -> None: ...
 
 class FerryPreprocess(_message.Message):
-    __slots__ = ("color_order", "layout", "data_type", "resize", "interpolation", "scale", "mean", "std", "pad_value", "letterbox_corner", "resize_shorter", "max_pixels", "device", "resize_engine", "crop_rounding", "resize_shorter_rounding", "pad_then_resize", "draft_decode")
+    __slots__ = ("color_order", "layout", "data_type", "resize", "interpolation", "scale", "mean", "std", "pad_value", "letterbox_corner", "resize_shorter", "max_pixels", "device", "resize_engine", "crop_rounding", "resize_shorter_rounding", "pad_then_resize", "draft_decode", "resize_alignment")
     class ColorOrder(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         RGB: _ClassVar[FerryPreprocess.ColorOrder]
@@ -737,6 +737,12 @@ class FerryPreprocess(_message.Message):
         SIDE_ROUND: _ClassVar[FerryPreprocess.SideRounding]
     SIDE_INT: FerryPreprocess.SideRounding
     SIDE_ROUND: FerryPreprocess.SideRounding
+    class ResizeAlignment(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        PIXEL_CENTERS: _ClassVar[FerryPreprocess.ResizeAlignment]
+        CORNERS: _ClassVar[FerryPreprocess.ResizeAlignment]
+    PIXEL_CENTERS: FerryPreprocess.ResizeAlignment
+    CORNERS: FerryPreprocess.ResizeAlignment
     class Device(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         CPU: _ClassVar[FerryPreprocess.Device]
@@ -761,6 +767,7 @@ class FerryPreprocess(_message.Message):
     RESIZE_SHORTER_ROUNDING_FIELD_NUMBER: _ClassVar[int]
     PAD_THEN_RESIZE_FIELD_NUMBER: _ClassVar[int]
     DRAFT_DECODE_FIELD_NUMBER: _ClassVar[int]
+    RESIZE_ALIGNMENT_FIELD_NUMBER: _ClassVar[int]
     color_order: FerryPreprocess.ColorOrder
     layout: FerryPreprocess.Layout
     data_type: DataType
@@ -779,7 +786,8 @@ class FerryPreprocess(_message.Message):
     resize_shorter_rounding: FerryPreprocess.SideRounding
     pad_then_resize: bool
     draft_decode: bool
-    def __init__(self, color_order: _Optional[_Union[FerryPreprocess.ColorOrder, str]] = ..., layout: _Optional[_Union[FerryPreprocess.Layout, str]] = ..., data_type: _Optional[_Union[DataType, str]] = ..., resize: _Optional[_Union[FerryPreprocess.ResizeMode, str]] = ..., interpolation: _Optional[_Union[FerryPreprocess.Interpolation, str]] = ..., scale: _Optional[float] = ..., mean: _Optional[_Iterable[float]] = ..., std: _Optional[_Iterable[float]] = ..., pad_value: _Optional[float] = ..., letterbox_corner: bool = ..., resize_shorter: _Optional[int] = ..., max_pixels: _Optional[int] = ..., device: _Optional[_Union[FerryPreprocess.Device, str]] = ..., resize_engine: _Optional[_Union[FerryPreprocess.ResizeEngine, str]] = ..., crop_rounding: _Optional[_Union[FerryPreprocess.CropRounding, str]] = ..., resize_shorter_rounding: _Optional[_Union[FerryPreprocess.SideRounding, str]] = ..., pad_then_resize: bool = ..., draft_decode: bool = ...) -> None: ...
+    resize_alignment: FerryPreprocess.ResizeAlignment
+    def __init__(self, color_order: _Optional[_Union[FerryPreprocess.ColorOrder, str]] = ..., layout: _Optional[_Union[FerryPreprocess.Layout, str]] = ..., data_type: _Optional[_Union[DataType, str]] = ..., resize: _Optional[_Union[FerryPreprocess.ResizeMode, str]] = ..., interpolation: _Optional[_Union[FerryPreprocess.Interpolation, str]] = ..., scale: _Optional[float] = ..., mean: _Optional[_Iterable[float]] = ..., std: _Optional[_Iterable[float]] = ..., pad_value: _Optional[float] = ..., letterbox_corner: bool = ..., resize_shorter: _Optional[int] = ..., max_pixels: _Optional[int] = ..., device: _Optional[_Union[FerryPreprocess.Device, str]] = ..., resize_engine: _Optional[_Union[FerryPreprocess.ResizeEngine, str]] = ..., crop_rounding: _Optional[_Union[FerryPreprocess.CropRounding, str]] = ..., resize_shorter_rounding: _Optional[_Union[FerryPreprocess.SideRounding, str]] = ..., pad_then_resize: bool = ..., draft_decode: bool = ..., resize_alignment: _Optional[_Union[FerryPreprocess.ResizeAlignment, str]] = ...) -> None: ...
 
 class FerryClassification(_message.Message):
     __slots__ = ("softmax", "top_k", "output")
