@@ -18,8 +18,8 @@ from ..conftest import MODEL_REPO, RunningServer, start_server
 from ..server_metrics import metric, scrape, wait_for_metric
 
 LATENCY_BOUND_S = 2.0  # generous: one small image takes milliseconds on an idle server
-IMAGES_PER_UPLOAD = 256  # 9 MP each: tens of seconds of decoding per upload, two cores
-SIDE = 3000
+IMAGES_PER_UPLOAD = 256  # 4 MP each: tens of seconds of decoding per upload on two cores
+SIDE = 2000
 
 
 @pytest.fixture(scope="module")
