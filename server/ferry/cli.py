@@ -76,6 +76,7 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
         metavar="BYTES",
         help="response cache size (Triton's --cache-config local,size=); used by models with response_cache enabled",
     )
+    _limits_arguments(p)
     security = p.add_argument_group("security", "bearer tokens may also come from FERRY_AUTH_TOKENS (comma separated)")
     security.add_argument(
         "--auth-token-file",
@@ -97,6 +98,23 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
         "--tls-client-ca", metavar="PEM", help="require client certificates signed by this CA (mutual TLS)"
     )
     describe_defaults(p)
+
+
+def _limits_arguments(p: argparse.ArgumentParser) -> None:
+    limits = p.add_argument_group("connection limits", "against slow and hostile clients (docs/reliability.md)")
+    limits.add_argument("--http-max-connections", type=int, help="open REST connections (1000; 0 = no cap)")
+    limits.add_argument("--http-header-timeout-secs", type=float, help="time to send the headers (10)")
+    limits.add_argument("--http-max-header-bytes", type=int, help="request line and headers (64 KiB)")
+    limits.add_argument("--http-min-body-rate", type=int, help="slowest body upload in bytes/s (1024; 0 = any)")
+    limits.add_argument("--http-body-grace-secs", type=float, help="before the body rate counts (10)")
+    limits.add_argument("--http-keep-alive-timeout-secs", type=float, help="idle keep-alive connections (5)")
+    limits.add_argument("--max-response-bytes", type=int, help="largest inference response (256 MiB)")
+    limits.add_argument("--grpc-max-concurrent-streams", type=int, help="calls per gRPC connection (1000)")
+    limits.add_argument("--grpc-max-concurrent-rpcs", type=int, help="unfinished gRPC calls server-wide (2048)")
+    limits.add_argument("--grpc-min-ping-interval-secs", type=float, help="fastest client keepalive ping (10)")
+    limits.add_argument("--grpc-max-ping-strikes", type=int, help="bad pings before GOAWAY (2)")
+    limits.add_argument("--grpc-max-metadata-bytes", type=int, help="metadata of one gRPC call (16 KiB)")
+    limits.add_argument("--grpc-max-connection-idle-secs", type=float, help="idle gRPC connections (300)")
 
 
 def _optimize_parser(sub: argparse._SubParsersAction) -> None:

@@ -10,13 +10,16 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import uvicorn
 
-from .api.admission import Admission
+from .api.admission import Admission, AdmissionCollector
+from .api.connection_limits import ConnectionCollector, HttpConnectionLimits, guarded_protocol
 from .api.dataplane import DataPlane
 from .api.grpc import create_grpc_server
+from .api.grpc_limits import GrpcLimits
 from .api.http import create_http_app
 from .api.limits import Limits
 from .api.logging_ext import LoggingControl
@@ -26,6 +29,7 @@ from .caching.metrics import CacheCollector
 from .dashboard import mount_dashboard
 from .errors import FerryError
 from .metrics import Metrics
+from .pipelines.slices import ImageWorkCollector
 from .repository.manager import ModelManager
 from .repository.model import ModelVersion
 from .security import SecurityConfigError, ServerSecurity
@@ -76,6 +80,8 @@ class FerryServer:
             tracing=RequestTracing(exporters, trace_file=str(settings.trace_file or "")),
             logging_control=LoggingControl.from_level(settings.log_level, settings.log_format),
         )
+        self.metrics.registry.register(AdmissionCollector(self.plane.admission))
+        self.metrics.registry.register(ImageWorkCollector(self.plane.image_work))
         self._stop = asyncio.Event()
         self._http: _UvicornServer | None = None
         self._http_task: asyncio.Task | None = None
@@ -98,7 +104,7 @@ class FerryServer:
     async def start(self) -> None:
         s = self.settings
         if s.http_port:
-            app = create_http_app(self.plane, s.http_max_body_bytes)
+            app = create_http_app(self.plane, s.http_max_body_bytes, s.max_response_bytes)
             if s.dashboard:
                 mount_dashboard(app, self.plane, self.metrics.registry)
             app = self.security.http_app(app)
@@ -110,6 +116,7 @@ class FerryServer:
                 access_log=False,
                 lifespan="off",
                 timeout_graceful_shutdown=max(1, int(s.exit_timeout_secs)),
+                **self._connection_options(),
                 **self.security.uvicorn_options(),
             )
             self._http = _UvicornServer(config)
@@ -124,8 +131,15 @@ class FerryServer:
                 log_level="warning",
                 access_log=False,
                 lifespan="off",
+                **self._connection_options(),
             )
             self._metrics_http = _UvicornServer(config)
+            listeners = {"metrics": self._metrics_http}
+            if self._http is not None:
+                listeners["rest"] = self._http
+            self.metrics.registry.register(
+                ConnectionCollector({name: _open_connections(server) for name, server in listeners.items()})
+            )
             self._metrics_task = asyncio.create_task(self._metrics_http.serve(), name="metrics")
         if s.grpc_port:
             self._grpc = create_grpc_server(
@@ -134,6 +148,15 @@ class FerryServer:
                 s.grpc_max_message_bytes,
                 self.security.grpc_interceptors(),
                 self.security.grpc_credentials(),
+                GrpcLimits(
+                    s.grpc_max_concurrent_streams,
+                    s.grpc_max_concurrent_rpcs,
+                    s.grpc_min_ping_interval_secs,
+                    s.grpc_max_ping_strikes,
+                    s.grpc_max_metadata_bytes,
+                    s.grpc_max_connection_idle_secs,
+                ),
+                s.max_response_bytes,
             )
             await self._grpc.start()
         await self.manager.start()
@@ -151,6 +174,18 @@ class FerryServer:
             s.model_control_mode.value,
             self.security.describe(),
         )
+
+    def _connection_options(self) -> dict[str, Any]:
+        """uvicorn options of a REST-style listener: the guarded protocol and the keep-alive timeout."""
+        s = self.settings
+        limits = HttpConnectionLimits(
+            s.http_max_connections,
+            s.http_header_timeout_secs,
+            s.http_max_header_bytes,
+            s.http_min_body_rate,
+            s.http_body_grace_secs,
+        )
+        return {"http": guarded_protocol(limits), "timeout_keep_alive": s.http_keep_alive_timeout_secs}
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -179,6 +214,10 @@ class FerryServer:
         self.metrics.close()
         self.plane.tracing.shutdown()  # flushes spans still batched for the exporters
         log.info("ferry stopped")
+
+
+def _open_connections(server: uvicorn.Server) -> Callable[[], int]:
+    return lambda: len(server.server_state.connections)
 
 
 def serve(settings: Settings) -> None:

@@ -48,6 +48,25 @@ class Settings(BaseSettings):
         0, ge=0, description="response cache bytes, shared by models with response_cache { enable: true } (0 = none)"
     )
 
+    # --- connection limits (see docs/reliability.md) --------------------------------------------
+    http_max_connections: int = Field(1000, ge=0, description="open REST connections; more get 503 and close")
+    http_header_timeout_secs: float = Field(10.0, ge=0, description="time to send a request line and headers")
+    http_max_header_bytes: int = Field(64 * 1024, ge=0, description="request line and headers of one request")
+    http_min_body_rate: int = Field(1024, ge=0, description="slowest accepted body upload (bytes/s) after the grace")
+    http_body_grace_secs: float = Field(10.0, ge=0, description="time a body may take before its rate counts")
+    http_keep_alive_timeout_secs: float = Field(5.0, gt=0, description="idle keep-alive connections close after")
+    max_response_bytes: int = Field(
+        256 * MIB, gt=0, description="largest inference response; larger ones are refused before they are built"
+    )
+    grpc_max_concurrent_streams: int = Field(1000, gt=0, description="concurrent calls per gRPC connection")
+    grpc_max_concurrent_rpcs: int = Field(
+        2048, gt=0, description="unfinished gRPC calls server-wide; more get RESOURCE_EXHAUSTED"
+    )
+    grpc_min_ping_interval_secs: float = Field(10.0, ge=0, description="clients may ping no more often than this")
+    grpc_max_ping_strikes: int = Field(2, ge=0, description="too-frequent pings tolerated before GOAWAY")
+    grpc_max_metadata_bytes: int = Field(16 * 1024, gt=0, description="request metadata (headers) of one call")
+    grpc_max_connection_idle_secs: float = Field(300.0, gt=0, description="idle gRPC connections close after")
+
     # --- security (see README "Security") ---------------------------------------------------------
     auth_token_file: Path | None = Field(None, description="file of accepted bearer tokens (one per line, # comments)")
     # Environment only (FERRY_AUTH_TOKENS, comma or space separated): a flag would show tokens in `ps`.

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -13,6 +12,7 @@ import tritonclient.grpc as tgrpc
 import tritonclient.http as thttp
 
 from ..conftest import MODEL_REPO
+from ..server_metrics import metric, scrape
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -65,20 +65,6 @@ def test_concurrent_requests_are_batched_and_each_answer_is_right(server, protoc
 def _stats(server) -> dict:
     client = thttp.InferenceServerClient(server.http_url)
     return client.get_inference_statistics("digits")["model_stats"][0]
-
-
-def scrape(server) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10) as response:
-        return response.read().decode()
-
-
-def metric(text: str, name: str, **labels: str) -> float:
-    wanted = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-    for line in text.splitlines():
-        match = re.match(rf"^{name}\{{(.*)\}} (\S+)$", line)
-        if match and ",".join(sorted(match.group(1).split(","))) == wanted:
-            return float(match.group(2))
-    raise AssertionError(f"{name}{{{wanted}}} not in /metrics")
 
 
 def test_metrics_match_statistics(server) -> None:

@@ -358,3 +358,13 @@ async def test_stop_drains_queued_requests_then_refuses() -> None:
     fake.gate.set()
     await stopping
     assert all(t.done() and not t.exception() for t in tasks)
+
+
+async def test_stop_runs_requests_held_for_a_preferred_size_at_once() -> None:
+    """Nothing can join a batch once unloading starts, so the batcher stops waiting out the delay."""
+    s, (fake,) = await make(policy(preferred_batch_sizes=(8,), max_queue_delay_ns=600 * 10**9))
+    tasks = [asyncio.create_task(submit(s, v)) for v in range(3)]
+    await until(lambda: s.queue_size == 3)
+    await asyncio.wait_for(s.stop(), timeout=60)  # far below the ten-minute delay
+    assert [x.shape[0] for x in fake.batches] == [3]
+    assert [t.result()["y"][0, 0] for t in tasks] == [0, 2, 4]

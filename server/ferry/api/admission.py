@@ -1,23 +1,53 @@
 """Server-wide admission: caps on requests in flight and on the bytes they hold.
 
 Per-model queues may be unbounded (Triton's default), so this is the one bound that covers every
-queue, the image worker pool and request bodies alike: past it a request is refused at once with
-503 + Retry-After / UNAVAILABLE, before its body is even read, and memory stays bounded however
-hard clients push. Everything runs on the event loop thread, so plain counters suffice.
+queue, the image worker pool and request bodies alike: past it a request is refused with
+503 + Retry-After / UNAVAILABLE (at once, before its body is read, when the cap is already full),
+and memory stays bounded however hard clients push. Everything runs on the event loop thread,
+so plain counters suffice.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from ..errors import Unavailable
 
 RETRY_AFTER_S = 1
 
 
+class Ticket:
+    """One admitted request's share of the byte cap: grows as its real cost becomes known."""
+
+    def __init__(self, admission: Admission) -> None:
+        self._admission = admission
+        self.nbytes = 0
+
+    def reserve(self, nbytes: int) -> None:
+        """Count ``nbytes`` more (bytes received, decompressed, decoded or about to be encoded);
+        raises Unavailable if that would pass the cap while other requests hold bytes too."""
+        a = self._admission
+        if a.max_bytes and a.bytes - self.nbytes > 0 and a.bytes + nbytes > a.max_bytes:
+            a.rejected += 1
+            raise Unavailable(
+                f"server overloaded: requests in flight hold {a.bytes} bytes and this one needs "
+                f"{nbytes} more (limit {a.max_bytes}, --max-inflight-bytes); retry later",
+                retry_after=RETRY_AFTER_S,
+            )
+        self.nbytes += nbytes
+        a.bytes += nbytes
+
+
 class Admission:
-    """Counts admitted requests and bytes; ``admit`` refuses what would exceed either cap (0 = none)."""
+    """Counts admitted requests and the bytes they hold; refuses what would exceed either cap (0 = none).
+
+    Bytes are counted as they become real (received, decompressed, decoded, about to be encoded),
+    never from what a client declares, so a ``Content-Length`` that never arrives costs nothing.
+    """
 
     def __init__(self, max_requests: int = 0, max_bytes: int = 0) -> None:
         self.max_requests = max_requests
@@ -26,9 +56,19 @@ class Admission:
         self.bytes = 0
         self.rejected = 0
 
+    def check_room(self, nbytes: int) -> None:
+        """Refuse at once, before reading a body, a request whose announced size cannot fit now."""
+        if self.max_bytes and self.requests and self.bytes + nbytes > self.max_bytes:
+            self.rejected += 1
+            raise Unavailable(
+                f"server overloaded: requests in flight hold {self.bytes} bytes and this one "
+                f"{nbytes} (limit {self.max_bytes}, --max-inflight-bytes); retry later",
+                retry_after=RETRY_AFTER_S,
+            )
+
     @contextlib.contextmanager
-    def admit(self, nbytes: int = 0) -> Iterator[None]:
-        """Hold one request slot and ``nbytes`` for the duration of the block."""
+    def admit(self, nbytes: int = 0) -> Iterator[Ticket]:
+        """Hold one request slot, and ``nbytes`` plus what the ticket reserves, for the block's duration."""
         if self.max_requests and self.requests >= self.max_requests:
             self.rejected += 1
             raise Unavailable(
@@ -37,17 +77,28 @@ class Admission:
                 retry_after=RETRY_AFTER_S,
             )
         # one request is always let in, however large, so a lone big request is never refused here
-        if self.max_bytes and self.requests and self.bytes + nbytes > self.max_bytes:
-            self.rejected += 1
-            raise Unavailable(
-                f"server overloaded: requests in flight hold {self.bytes} bytes and this one "
-                f"{nbytes} (limit {self.max_bytes}, --max-inflight-bytes); retry later",
-                retry_after=RETRY_AFTER_S,
-            )
+        self.check_room(nbytes)
+        ticket = Ticket(self)
         self.requests += 1
+        ticket.nbytes = nbytes
         self.bytes += nbytes
         try:
-            yield
+            yield ticket
         finally:
             self.requests -= 1
-            self.bytes -= nbytes
+            self.bytes -= ticket.nbytes
+
+
+class AdmissionCollector(Collector):
+    """Exports the admission counters, so operators (and tests) see the caps at work."""
+
+    def __init__(self, admission: Admission) -> None:
+        self._admission = admission
+
+    def collect(self) -> Iterable[Metric]:
+        a = self._admission
+        yield GaugeMetricFamily("ferry_inflight_requests", "Requests admitted and not yet answered", value=a.requests)
+        yield GaugeMetricFamily("ferry_inflight_bytes", "Request bytes held by admitted requests", value=a.bytes)
+        yield CounterMetricFamily(
+            "ferry_admission_rejected", "Requests refused by the in-flight caps (503/UNAVAILABLE)", value=a.rejected
+        )

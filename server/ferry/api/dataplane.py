@@ -6,7 +6,6 @@ every check and every error message exists once and both protocols behave the sa
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import os
 import time
@@ -24,9 +23,11 @@ from ..caching import ResponseCache, images_key, request_key
 from ..errors import InvalidArgument
 from ..pipelines.postprocess import classification_strings
 from ..pipelines.runtime import Prepared
+from ..pipelines.slices import ImageWork, prepare_in_slices
 from ..repository.config import TensorSpec
 from ..repository.manager import ModelManager
 from ..repository.model import ModelVersion
+from ..scheduling.scheduler import Unloading
 from ..types import InferenceRequest, InferenceResponse, OutputTensor
 from .admission import Admission
 from .limits import Limits
@@ -72,7 +73,10 @@ class DataPlane:
         self.started = False
         self.draining = False
         self.start_time = time.time()
-        self._image_pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="ferry-image")
+        workers = os.cpu_count() or 1
+        self._image_pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ferry-image")
+        self._image_share = max(1, workers // 2)  # pool workers one request may occupy at once
+        self.image_work = ImageWork()
 
     # --- health and metadata ----------------------------------------------------------------
 
@@ -196,10 +200,12 @@ class DataPlane:
             if model.stats is not None:
                 model.stats.record_failure(0, "OTHER")
             raise
-        assert model.scheduler is not None
         trace = self.tracing.start(model.name, request.id)
         try:
-            results = await model.scheduler.submit(
+            # a reload may hand the request to the replacing version (same outputs, read by name)
+            _, results = await self._submit(
+                model,
+                request.model_version,
                 inputs,
                 names,
                 batch_size,
@@ -248,6 +254,20 @@ class DataPlane:
                 raise InvalidArgument(f"{exc} (from shared memory region '{shared.ref.region}')") from None
             request.input_datatypes[name] = shared.datatype
 
+    async def _submit(
+        self, model: ModelVersion, version: str, *args: Any, **kwargs: Any
+    ) -> tuple[ModelVersion, dict[str, np.ndarray]]:
+        """Queue on ``model``'s scheduler; if a reload retired that version since it was looked up
+        (while images decoded, say), queue on the version that replaced it, so reloads drop nothing."""
+        assert model.scheduler is not None
+        try:
+            return model, await model.scheduler.submit(*args, **kwargs)
+        except Unloading:
+            replacement = self.manager.get(model.name, version)  # raises when nothing replaced it
+            if replacement is model or replacement.scheduler is None:
+                raise
+            return replacement, await replacement.scheduler.submit(*args, **kwargs)
+
     async def _decode_image_input(self, model: ModelVersion, request: InferenceRequest) -> list[np.ndarray]:
         """Encoded images sent as BYTES to an image model's input become its pre-processed tensor.
 
@@ -265,6 +285,12 @@ class DataPlane:
             raise InvalidArgument(
                 f"input '{name}': encoded images must have shape [N] or [N, 1], got {list(encoded.shape)}"
             )
+        count = encoded.shape[0]
+        if model.max_batch_size > 0 and count > model.max_batch_size:  # before a single image is decoded
+            raise InvalidArgument(
+                f"input '{name}': {count} images exceed the max_batch_size {model.max_batch_size} "
+                f"of model '{model.name}'"
+            )
         prepared = await self.prepare_images(model, list(encoded.reshape(-1)))
         if model.max_batch_size > 0:
             executions = [prepared.batch]  # validate_inputs checks it against max_batch_size
@@ -275,11 +301,16 @@ class DataPlane:
         return executions
 
     async def prepare_images(self, model: ModelVersion, images: list[bytes]) -> Prepared:
-        """Decode and pre-process images in the worker pool, off the event loop."""
+        """Decode and pre-process images in the worker pool, off the event loop.
+
+        The images go to the pool a few at a time, at most ``_image_share`` tasks of one request at
+        once, so the pool's FIFO queue interleaves requests: a request of hundreds of large images
+        delays another by a few images, not by all of them. A cancelled caller (client gone)
+        submits nothing more."""
         assert model.pipeline is not None
         try:
-            prepared = await asyncio.get_running_loop().run_in_executor(
-                self._image_pool, model.pipeline.prepare, images
+            prepared = await prepare_in_slices(
+                self._image_pool, self._image_share, model.pipeline, images, self.image_work
             )
         except InvalidArgument:
             if model.stats is not None:
@@ -314,12 +345,13 @@ class DataPlane:
         pipeline = model.pipeline
         assert pipeline is not None
         prepared = await self.prepare_images(model, images)
-        assert model.scheduler is not None
         batched = model.max_batch_size > 0
         spec = model.inputs[pipeline.input_name]
         results: list[Any] = []
         for images_slice, tensor in pipeline.executions(prepared.batch):
-            outputs = await model.scheduler.submit(
+            model, outputs = await self._submit(
+                model,
+                str(model.version),
                 {pipeline.input_name: engine_input(spec, tensor, batched)},
                 pipeline.output_names,
                 len(tensor) if batched else 1,

@@ -6,6 +6,7 @@ status code its kind carries, so gRPC and REST report the same failures the same
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -22,7 +23,10 @@ from ..errors import FerryError, InvalidArgument, Unimplemented
 from .dataplane import DataPlane
 from .grpc_codec import decode_infer_request, encode_infer_response
 from .grpc_decode import DecodeErrorInterceptor
+from .grpc_limits import GrpcLimits
+from .limits import OFF_LOOP_BYTES
 from .logging_ext import grpc_log_settings
+from .response_size import estimated_size, reserve_response
 from .shared_memory import cuda_unsupported
 from .shared_memory_grpc import register, status_response
 from .trace_ext import grpc_trace_setting
@@ -54,8 +58,9 @@ def _rpc(method: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     """Implements every RPC the server supports; the rest answer UNIMPLEMENTED by default."""
 
-    def __init__(self, plane: DataPlane) -> None:
+    def __init__(self, plane: DataPlane, max_response_bytes: int = 256 * 1024 * 1024) -> None:
         self.plane = plane
+        self.max_response_bytes = max_response_bytes
 
     @_rpc
     async def ServerLive(self, request: pb.ServerLiveRequest, context) -> pb.ServerLiveResponse:
@@ -134,9 +139,23 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     @_rpc
     async def ModelInfer(self, request: pb.ModelInferRequest, context) -> pb.ModelInferResponse:
-        with self.plane.admission.admit(_payload_bytes(request)):
-            response = await self.plane.infer(decode_infer_request(request, self.plane.limits))
-            return encode_infer_response(response)
+        return await self._infer(request)
+
+    async def _infer(self, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
+        """Admit one request at its real cost: the message, typed contents decoded, the response."""
+        size = request.ByteSize()
+        with self.plane.admission.admit(size) as ticket:
+            if size < OFF_LOOP_BYTES:
+                infer_request = decode_infer_request(request, self.plane.limits)
+            else:
+                infer_request = await asyncio.to_thread(decode_infer_request, request, self.plane.limits)
+            if not request.raw_input_contents:  # typed contents were copied into new arrays
+                ticket.reserve(sum(array.nbytes for array in infer_request.inputs.values()))
+            response = await self.plane.infer(infer_request)
+            reserve_response(response, self.max_response_bytes, ticket, binary_only=True)
+            if estimated_size(response, binary_only=True) < OFF_LOOP_BYTES:
+                return encode_infer_response(response)
+            return await asyncio.to_thread(encode_infer_response, response)
 
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context
@@ -148,10 +167,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         final response, as Triton streams decoupled models, so clients that wait for it finish."""
         async for request in request_iterator:
             try:
-                with self.plane.admission.admit(_payload_bytes(request)):
-                    response = await self.plane.infer(decode_infer_request(request, self.plane.limits))
                 empty_final = _wants_empty_final(request)
-                message = encode_infer_response(response)
+                message = await self._infer(request)
                 message.parameters[FINAL_FLAG].bool_param = not empty_final
                 yield pb.ModelStreamInferResponse(infer_response=message)
                 if empty_final:
@@ -207,28 +224,28 @@ def _empty_final(response: pb.ModelInferResponse) -> pb.ModelInferResponse:
     return final
 
 
-def _payload_bytes(request: pb.ModelInferRequest) -> int:
-    """Bytes a request holds: its raw tensors (typed contents are small by comparison)."""
-    return sum(len(raw) for raw in request.raw_input_contents)
-
-
 def create_grpc_server(
     plane: DataPlane,
     address: str,
     max_message_bytes: int,
     interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
     credentials: grpc.ServerCredentials | None = None,
+    limits: GrpcLimits | None = None,
+    max_response_bytes: int = 256 * 1024 * 1024,
 ) -> grpc.aio.Server:
-    """A grpc.aio server bound to ``address`` with generous message limits (TLS when given credentials)."""
+    """A grpc.aio server bound to ``address`` with message and connection limits (TLS when given credentials)."""
+    limits = limits or GrpcLimits()
     server = grpc.aio.server(
         interceptors=[*interceptors, DecodeErrorInterceptor()],
         options=[
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes),
             ("grpc.so_reuseport", 0),
+            *limits.channel_options(),
         ],
+        maximum_concurrent_rpcs=limits.max_concurrent_rpcs,
     )
-    pb_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(plane), server)
+    pb_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(plane, max_response_bytes), server)
     try:
         if credentials is None:
             port = server.add_insecure_port(address)

@@ -47,9 +47,13 @@ def decode_infer_request(message: pb.ModelInferRequest, limits: Limits = DEFAULT
     if message.outputs:
         outputs = []
         for out in message.outputs:
-            classification = out.parameters["classification"].int64_param if "classification" in out.parameters else 0
+            classification = (
+                parameter_value(out.parameters["classification"]) if "classification" in out.parameters else 0
+            )
+            if isinstance(classification, bool) or not isinstance(classification, int) or classification < 0:
+                raise InvalidArgument(f"output '{out.name}': classification must be a non-negative integer")
             ref = tensor_ref(out.name, _parameters(out))
-            outputs.append(RequestedOutput(out.name, True, int(classification), ref))
+            outputs.append(RequestedOutput(out.name, True, classification, ref))
     return InferenceRequest(
         model_name=message.model_name,
         model_version=message.model_version,

@@ -8,6 +8,7 @@ server logs nothing.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -15,13 +16,16 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from ..errors import ErrorKind
+from .limits import OFF_LOOP_BYTES
 
 
 async def _decode(
     raw: bytes, deserialize: Callable[[bytes], Any], method: str, context: grpc.aio.ServicerContext
 ) -> Any:
     try:
-        return deserialize(raw)
+        if len(raw) < OFF_LOOP_BYTES:
+            return deserialize(raw)
+        return await asyncio.to_thread(deserialize, raw)  # a large message must not stall other calls
     except DecodeError:
         message_type = getattr(getattr(deserialize, "__self__", None), "__name__", "request")
         await context.abort(

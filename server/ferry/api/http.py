@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
+import os
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
 from ferry_client.codec import HEADER_LENGTH, dumps
@@ -21,12 +23,15 @@ from ferry_client.codec import HEADER_LENGTH, dumps
 from ..errors import FerryError, InvalidArgument, PayloadTooLarge
 from ..pipelines.detection import Detection
 from ..repository.config import config_to_dict
+from .admission import Ticket
 from .dataplane import DataPlane
 from .docs import mount_docs
 from .http_codec import compress_response, decode_infer_request, decompress, encode_infer_response
 from .json_body import parse_json_object
+from .limits import OFF_LOOP_BYTES
 from .logging_ext import log_router
 from .openapi import INDEX_BODY, INFER_BODY, LOAD_BODY, UNLOAD_BODY
+from .response_size import estimated_size, reserve_response
 from .shared_memory_http import add_shared_memory_routes
 from .trace_ext import trace_router
 
@@ -34,6 +39,8 @@ log = logging.getLogger(__name__)
 
 JSON = "application/json"
 T = TypeVar("T")
+#: Request bodies inflating at once (the rest wait their turn).
+_INFLATE_SLOTS = asyncio.Semaphore(max(1, (os.cpu_count() or 2) // 2))
 
 
 def json_response(content: Any, status: int = 200) -> Response:
@@ -62,7 +69,8 @@ def _status_response(ok: bool, body: dict[str, Any]) -> Response:
     return json_response(body, 200 if ok else 503)
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
+async def _read_body(request: Request, limit: int, ticket: Ticket | None = None) -> bytes:
+    """The (decompressed) body, counted against the admission ``ticket`` as it really arrives."""
     declared = _declared_length(request)
     if declared > limit:
         raise PayloadTooLarge(f"request body of {declared} bytes exceeds the limit of {limit} bytes")
@@ -72,9 +80,21 @@ async def _read_body(request: Request, limit: int) -> bytes:
         size += len(chunk)
         if size > limit:
             raise PayloadTooLarge(f"request body exceeds the limit of {limit} bytes")
+        if ticket is not None:
+            ticket.reserve(len(chunk))
         chunks.append(chunk)
     body = b"".join(chunks)
-    return decompress(body, request.headers.get("content-encoding"), limit)
+    del chunks
+    encoding = request.headers.get("content-encoding")
+    if not encoding or encoding == "identity":
+        return body
+    # always on a worker thread (zlib releases the GIL): a small body may inflate to the limit; and
+    # a few at a time, so a burst of bombs cannot take every core from the event loop
+    async with _INFLATE_SLOTS:
+        plain = await asyncio.to_thread(decompress, body, encoding, limit)
+    if ticket is not None:
+        ticket.reserve(len(plain))
+    return plain
 
 
 def _declared_length(request: Request) -> int:
@@ -85,6 +105,14 @@ def _declared_length(request: Request) -> int:
 
 async def _json_body(request: Request, limit: int) -> dict[str, Any]:
     return parse_json_object(await _read_body(request, limit))
+
+
+async def _off_loop_if_large(size: int, function: Callable[..., T], *args: Any) -> T:
+    """Run ``function`` here when ``size`` is small, on a worker thread when it is large, so one
+    big request's decoding or encoding does not hold up every other connection."""
+    if size < OFF_LOOP_BYTES:
+        return function(*args)
+    return await asyncio.to_thread(function, *args)
 
 
 async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T | None:
@@ -110,7 +138,9 @@ async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T | None
         watcher.cancel()
 
 
-def create_http_app(plane: DataPlane, max_body_bytes: int = 256 * 1024 * 1024) -> FastAPI:
+def create_http_app(
+    plane: DataPlane, max_body_bytes: int = 256 * 1024 * 1024, max_response_bytes: int = 256 * 1024 * 1024
+) -> FastAPI:
     """Build the REST application around a data plane."""
     app = FastAPI(
         title="Ferry",
@@ -137,10 +167,17 @@ def create_http_app(plane: DataPlane, max_body_bytes: int = 256 * 1024 * 1024) -
     async def _validation_error(_: Request, exc: RequestValidationError) -> Response:
         return error_response(f"invalid request: {exc.errors()}", 400)
 
+    @app.exception_handler(ClientDisconnect)
+    async def _client_gone(request: Request, _: ClientDisconnect) -> Response:
+        log.info("%s %s: the client disconnected before sending the whole body", request.method, request.url.path)
+        return Response(status_code=499)  # nobody reads it
+
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> Response:
         log.exception("unexpected error")
-        return error_response(f"internal error: {exc}", 500)
+        response = error_response(f"internal error: {exc}", 500)
+        response.headers["Connection"] = "close"  # the server is in an unknown state for this connection
+        return response
 
     # --- protocol extensions: trace settings, logging ------------------------------------------
 
@@ -194,16 +231,24 @@ def create_http_app(plane: DataPlane, max_body_bytes: int = 256 * 1024 * 1024) -
     @app.post("/v2/models/{model}/infer", openapi_extra=INFER_BODY)
     @app.post("/v2/models/{model}/versions/{version}/infer", openapi_extra=INFER_BODY)
     async def infer(model: str, request: Request, version: str = "") -> Response:
-        with plane.admission.admit(_declared_length(request)):
-            body = await _read_body(request, max_body_bytes)
-            infer_request = decode_infer_request(model, version, body, request.headers.get(HEADER_LENGTH), plane.limits)
+        plane.admission.check_room(_declared_length(request))
+        with plane.admission.admit() as ticket:
+            body = await _read_body(request, max_body_bytes, ticket)
+            infer_request = await _off_loop_if_large(
+                len(body), decode_infer_request, model, version, body, request.headers.get(HEADER_LENGTH), plane.limits
+            )
             del body  # the tensors are views of it where possible; drop the name early
             response = await _unless_disconnected(request, plane.infer(infer_request))
             if response is None:
                 return Response(status_code=499)  # the caller is gone; nobody reads this
-            payload, header_length = encode_infer_response(response)
+            reserve_response(response, max_response_bytes, ticket, binary_only=False)
+            payload, header_length = await _off_loop_if_large(
+                estimated_size(response, binary_only=False), encode_infer_response, response
+            )
         headers = {} if header_length is None else {HEADER_LENGTH: str(header_length)}
-        payload, encoding = compress_response(payload, request.headers.get("accept-encoding"))
+        payload, encoding = await _off_loop_if_large(
+            len(payload), compress_response, payload, request.headers.get("accept-encoding")
+        )
         if encoding:
             headers["Content-Encoding"] = encoding
         media_type = JSON if header_length is None else "application/octet-stream"
@@ -228,15 +273,16 @@ def create_http_app(plane: DataPlane, max_body_bytes: int = 256 * 1024 * 1024) -
         }
     }
 
-    async def _images(request: Request) -> list[bytes]:
+    async def _images(request: Request, ticket: Ticket) -> list[bytes]:
         content_type = request.headers.get("content-type", "")
         if content_type.startswith("multipart/form-data"):
             form = await request.form(max_files=1024, max_fields=1024)
             files = [await item.read() for _, item in form.multi_items() if not isinstance(item, str)]
+            ticket.reserve(sum(len(f) for f in files))
             if not files:
                 raise InvalidArgument("multipart body holds no files; send images as file fields")
             return files
-        body = await _read_body(request, max_body_bytes)
+        body = await _read_body(request, max_body_bytes, ticket)
         if not body:
             raise InvalidArgument("empty body: send an image (raw body) or multipart/form-data with image files")
         return [body]
@@ -245,10 +291,15 @@ def create_http_app(plane: DataPlane, max_body_bytes: int = 256 * 1024 * 1024) -
     @app.post("/v2/models/{model}/versions/{version}/classify", openapi_extra=image_body)
     async def classify(model: str, request: Request, version: str = "", top_k: int | None = None) -> Response:
         """Classify one image (raw body) or several (multipart): top-k labels and scores per image."""
-        with plane.admission.admit(_declared_length(request)):
-            served, results = await plane.run_images(
-                model, version, await _images(request), "classify", {"top_k": top_k}
+        plane.admission.check_room(_declared_length(request))
+        with plane.admission.admit() as ticket:
+            images = await _images(request, ticket)
+            done = await _unless_disconnected(
+                request, plane.run_images(model, version, images, "classify", {"top_k": top_k})
             )
+        if done is None:
+            return Response(status_code=499)  # the caller is gone: decoding stopped; nobody reads this
+        served, results = done
         return json_response(
             {
                 "model_name": served.name,
@@ -268,14 +319,14 @@ def create_http_app(plane: DataPlane, max_body_bytes: int = 256 * 1024 * 1024) -
         max_detections: int | None = None,
     ) -> Response:
         """Detect objects in one or several images: boxes in original pixels, labels and scores."""
-        with plane.admission.admit(_declared_length(request)):
-            served, results = await plane.run_images(
-                model,
-                version,
-                await _images(request),
-                "detect",
-                {"score_threshold": score_threshold, "iou_threshold": iou_threshold, "max_detections": max_detections},
-            )
+        plane.admission.check_room(_declared_length(request))
+        options = {"score_threshold": score_threshold, "iou_threshold": iou_threshold, "max_detections": max_detections}
+        with plane.admission.admit() as ticket:
+            images = await _images(request, ticket)
+            done = await _unless_disconnected(request, plane.run_images(model, version, images, "detect", options))
+        if done is None:
+            return Response(status_code=499)  # the caller is gone: decoding stopped; nobody reads this
+        served, results = done
         return json_response(
             {
                 "model_name": served.name,

@@ -14,6 +14,9 @@ from ferry_client.codec import CodecError, element_count
 from ..errors import InvalidArgument, PayloadTooLarge
 
 MIB = 1024 * 1024
+#: Bodies, messages and responses from this size on are decompressed, parsed, decoded and encoded
+#: on a worker thread, so one large request does not hold up every other connection.
+OFF_LOOP_BYTES = 1 * MIB
 
 
 @dataclass(frozen=True)

@@ -119,18 +119,22 @@ class ImagePipeline:
     def task(self) -> str:
         return "detect" if self.detection is not None else "classify"
 
-    def prepare(self, images: list[bytes]) -> Prepared:
-        """Decode and pre-process every image into one contiguous batch (blocking; run in a thread)."""
+    def prepare(self, images: list[bytes], first_index: int = 0) -> Prepared:
+        """Decode and pre-process every image into one contiguous batch (blocking; run in a thread).
+
+        ``first_index`` is the position of ``images[0]`` in the request, for error messages."""
         if not images:
             raise InvalidArgument("no images in the request")
         if self.batch_preprocessor is not None:
-            return self._prepare_on_device(images, self.batch_preprocessor)
+            return self._prepare_on_device(images, self.batch_preprocessor, first_index)
         batch = np.empty((len(images), *self.spec.tensor_shape), dtype=self.spec.dtype)
         transforms = []
         decode_ns = preprocess_ns = 0
         for index, data in enumerate(images):
             t0 = time.perf_counter_ns()
-            image = decode_image(bytes(data), max_pixels=self.max_pixels, target_size=self.spec.draft_size, index=index)
+            image = decode_image(
+                bytes(data), max_pixels=self.max_pixels, target_size=self.spec.draft_size, index=first_index + index
+            )
             t1 = time.perf_counter_ns()
             batch[index], transform = preprocess(image, self.spec)
             preprocess_ns += time.perf_counter_ns() - t1
@@ -138,12 +142,16 @@ class ImagePipeline:
             transforms.append(transform)
         return Prepared(batch, transforms, decode_ns, preprocess_ns)
 
-    def _prepare_on_device(self, images: list[bytes], preprocessor: Callable[..., np.ndarray]) -> Prepared:
+    def _prepare_on_device(
+        self, images: list[bytes], preprocessor: Callable[..., np.ndarray], first_index: int
+    ) -> Prepared:
         """Decode (and convert the colour mode) on the CPU, then resize and normalise the batch at once."""
         pixels, placements = [], []
         t0 = time.perf_counter_ns()
         for index, data in enumerate(images):
-            image = decode_image(bytes(data), max_pixels=self.max_pixels, target_size=self.spec.draft_size, index=index)
+            image = decode_image(
+                bytes(data), max_pixels=self.max_pixels, target_size=self.spec.draft_size, index=first_index + index
+            )
             image = to_model_mode(image, self.spec)
             placements.append(place(*image.size, self.spec))
             pixels.append(pixels_of(image))

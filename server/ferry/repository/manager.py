@@ -66,10 +66,13 @@ def _fingerprint(model_dir: Path) -> str:
     except FerryError as exc:  # never walk a tree outside the repository (a symlink to / would be costly)
         return f"unusable: {exc.message}"
     digest = hashlib.sha256()
-    for path in sorted(model_dir.rglob("*")):
-        if path.is_file() and "trt_cache" not in path.parts:
-            stat = path.stat()
-            digest.update(f"{path.relative_to(model_dir)}:{stat.st_size}:{stat.st_mtime_ns};".encode())
+    try:
+        for path in sorted(model_dir.rglob("*")):
+            if path.is_file() and "trt_cache" not in path.parts:
+                stat = path.stat()
+                digest.update(f"{path.relative_to(model_dir)}:{stat.st_size}:{stat.st_mtime_ns};".encode())
+    except OSError as exc:  # unreadable now; a fix (chmod) changes this value, so the next poll retries
+        return f"unreadable: {exc.strerror or exc}"
     return digest.hexdigest()
 
 
@@ -253,8 +256,9 @@ class ModelManager:
                 wanted = select_versions(config.version_policy, versions_on_disk(model_dir))
                 if not wanted:
                     raise ModelLoadError(f"model '{name}' has no version directory that its version policy serves")
-            except FerryError as exc:
-                record.error = self._without_paths(exc.message)
+            except (FerryError, OSError) as exc:  # OSError: an unreadable directory or file
+                reason = exc.message if isinstance(exc, FerryError) else f"cannot read {model_dir}: {exc.strerror}"
+                record.error = self._without_paths(reason)
                 record.fingerprint = fingerprint
                 raise ModelLoadError(f"failed to load '{name}': {record.error}") from None
             record.error = ""

@@ -11,6 +11,9 @@ from pathlib import Path
 
 from ..errors import InvalidArgument, ModelLoadError
 
+#: The longest file name most file systems allow (NAME_MAX): a longer name cannot be a model directory.
+MAX_NAME_BYTES = 255
+
 
 def check_model_name(name: str) -> str:
     """Reject names that could point outside the repository (path separators, dot names, NUL)."""
@@ -18,6 +21,11 @@ def check_model_name(name: str) -> str:
         raise InvalidArgument(
             f"invalid model name {name!r}: a model name is one directory name of the "
             "repository (no '/', '\\', NUL or leading '.')"
+        )
+    if len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+        raise InvalidArgument(
+            f"invalid model name of {len(name)} characters: a model name is one directory name "
+            f"of at most {MAX_NAME_BYTES} bytes"
         )
     return name
 

@@ -35,6 +35,10 @@ SCAN_LIMIT = 1024
 Outputs = dict[str, np.ndarray]
 
 
+class Unloading(Unavailable):
+    """This version no longer takes requests; a version that replaced it may (see DataPlane.infer)."""
+
+
 @dataclass(eq=False)
 class Pending:
     """One queued request."""
@@ -165,7 +169,7 @@ class Scheduler:
         caller removes the request from the queue.
         """
         if self._closing:
-            raise Unavailable(f"model '{self.name}' is unloading")
+            raise Unloading(f"model '{self.name}' is unloading")
         level = self.policy.level_for(priority)
         queue_policy = self.policy.policy_for(level)
         if queue_policy.max_queue_size and self._live[level] >= queue_policy.max_queue_size:
@@ -282,6 +286,8 @@ class Scheduler:
                 await self._arrived.wait()
                 continue
             waited = time.perf_counter_ns() - head.enqueued_ns
+            if self._closing:  # nothing new can join a batch now: waiting for more only delays
+                waited = max(waited, self.policy.max_queue_delay_ns)
             count = choose_batch([p.batch_size for p in group], self.policy, waited)
             if count is not None:
                 batch = group[:count]
@@ -376,6 +382,7 @@ class Scheduler:
     async def stop(self, timeout: float | None = None) -> None:
         """Refuse new requests, finish queued and running ones (within ``timeout``), stop workers."""
         self._closing = True
+        self._arrived.set()  # a batcher waiting out max_queue_delay sends what it holds now
         try:
             await asyncio.wait_for(self._idle.wait(), timeout)
         except asyncio.TimeoutError:

@@ -33,9 +33,10 @@ class AuthPolicy:
 
     tokens: TokenStore
     public_health: bool = False
+    public_shell: bool = True  # False where "/" serves data (the metrics port answers any path)
 
     def http_public(self, path: str) -> bool:
-        if _PUBLIC_SHELL_PATHS.fullmatch(path) is not None and ".." not in path:
+        if self.public_shell and _PUBLIC_SHELL_PATHS.fullmatch(path) is not None and ".." not in path:
             return True
         return self.public_health and _PUBLIC_HEALTH_PATHS.fullmatch(path) is not None
 

@@ -42,7 +42,7 @@ class ServerSecurity:
         """Metrics are public (like Triton's) unless --auth-metrics; then every path needs a token."""
         if self.policy is None or not self.protect_metrics:
             return app
-        return BearerAuthMiddleware(app, AuthPolicy(self.policy.tokens, public_health=False))
+        return BearerAuthMiddleware(app, AuthPolicy(self.policy.tokens, public_health=False, public_shell=False))
 
     def uvicorn_options(self) -> dict[str, Any]:
         """TLS options for the REST listener (the metrics listener stays plaintext)."""

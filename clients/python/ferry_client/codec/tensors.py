@@ -222,6 +222,10 @@ CONTENTS_FIELD: dict[str, str] = {
 }
 
 
+#: Typed contents are copied into numpy this many elements at a time.
+CONTENTS_SLICE = 1 << 18
+
+
 def tensor_from_contents(name: str, datatype: str, shape: Sequence[int], contents: Any) -> np.ndarray:
     """Decode a typed ``InferTensorContents`` message (FP16 and BF16 have no typed field)."""
     field = CONTENTS_FIELD.get(datatype)
@@ -235,10 +239,14 @@ def tensor_from_contents(name: str, datatype: str, shape: Sequence[int], content
         out = np.empty(count, dtype=object)
         out[:] = list(values)
         return out.reshape(shape)
+    out = np.empty(count, dtype=numpy_dtype(datatype))
     try:
-        return np.asarray(values, dtype=numpy_dtype(datatype)).reshape(shape)
+        # in slices: a server decoding on a worker thread gives the GIL back between them
+        for start in range(0, count, CONTENTS_SLICE):
+            out[start : start + CONTENTS_SLICE] = values[start : start + CONTENTS_SLICE]
     except OverflowError as exc:
         raise CodecError(f"tensor '{name}': data does not fit {datatype}: {exc}") from None
+    return out.reshape(shape)
 
 
 def tensor_to_contents(array: np.ndarray, datatype: str, contents: Any) -> None:

@@ -1,0 +1,262 @@
+"""Hostile clients against a server with the DEFAULT limits, at sizes beyond the attack tests.
+
+Run (about a minute; it opens a few thousand loopback sockets)::
+
+    python benchmarks/hostile_clients.py [--half-open 3000] [--header-mb 8] [--grpc-streams 20000]
+
+For each attack: the clean answer seen, the server's RSS and descriptor count while the attack holds,
+and the latency of a gRPC inference by another client measured while it holds (for the heavy-request
+rows: the worst REST health check while the request runs). Prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import grpc
+import numpy as np
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from ferry_client import AsyncGrpcClient  # noqa: E402
+from ferry_client.protocol import grpc_service_pb2_grpc as pb_grpc  # noqa: E402
+from tests.conftest import RunningServer, start_server  # noqa: E402
+from tests.models import write_mlp_model  # noqa: E402
+
+WIDTH = 64
+
+
+def _usage(server: RunningServer) -> str:
+    process = psutil.Process(server.process.pid)
+    return f"RSS {process.memory_info().rss / 2**20:.0f} MiB, {process.num_fds()} fds"
+
+
+async def _grpc_latency_ms(server: RunningServer) -> float:
+    started = time.monotonic()
+    async with AsyncGrpcClient(server.grpc_url) as client:
+        await client.infer("quick", {"x": np.ones((1, WIDTH), np.float32)})
+    return (time.monotonic() - started) * 1000
+
+
+async def half_open(server: RunningServer, count: int) -> list[str]:
+    held, refused = [], 0
+    for _ in range(count):
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.http_port)
+        writer.write(b"POST /v2/models/quick/infer HTTP/1.1\r\nHost: x\r\n")
+        held.append((reader, writer))
+    await asyncio.sleep(0.5)  # let the refusals arrive; measured, not asserted
+    for reader, _ in held:
+        if reader.at_eof() or len(reader._buffer) > 0:  # noqa: SLF001 - a benchmark peeks
+            refused += 1
+    row = [
+        f"{count} connections with half-sent headers",
+        f"{refused} refused at once with 503 (cap 1000), the rest 408 after 10 s",
+        _usage(server),
+        f"{await _grpc_latency_ms(server):.0f} ms",
+    ]
+    for _, writer in held:
+        writer.close()
+    return row
+
+
+async def huge_headers(server: RunningServer, megabytes: int) -> list[str]:
+    before = psutil.Process(server.process.pid).memory_info().rss
+
+    async def one() -> bytes:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.http_port)
+        writer.write(b"GET /v2 HTTP/1.1\r\nHost: x\r\n")
+        answer = asyncio.ensure_future(reader.read())
+        for _ in range(megabytes * 16):
+            if answer.done():
+                break
+            writer.write((b"X-Filler: " + b"a" * 1000 + b"\r\n") * 64)
+            await writer.drain()
+        result = await answer
+        writer.close()
+        return result
+
+    answers = await asyncio.gather(*(one() for _ in range(10)))
+    growth = (psutil.Process(server.process.pid).memory_info().rss - before) / 2**20
+    statuses = {a.split(b" ")[1].decode() for a in answers if a}
+    return [
+        f"10 connections sending {megabytes} MB headers, no token",
+        f"status {', '.join(sorted(statuses))} at 64 KiB",
+        f"RSS growth {growth:.0f} MiB",
+        f"{await _grpc_latency_ms(server):.0f} ms",
+    ]
+
+
+async def grpc_streams(server: RunningServer, total: int) -> list[str]:
+    connections = 20
+    options = [("grpc.use_local_subchannel_pool", 1)]
+    channels = [grpc.aio.insecure_channel(server.grpc_url, options=options) for _ in range(connections)]
+    release = asyncio.Event()
+
+    async def silence():
+        await release.wait()
+        return
+        yield  # pragma: no cover
+
+    async def outcome(call) -> str:
+        try:
+            async for _ in call:
+                pass
+        except grpc.aio.AioRpcError as exc:
+            return exc.code().name
+        return "OK"
+
+    calls = [
+        pb_grpc.GRPCInferenceServiceStub(channels[i % connections]).ModelStreamInfer(silence()) for i in range(total)
+    ]
+    waiting = [asyncio.ensure_future(outcome(call)) for call in calls]
+    deadline = time.monotonic() + 60
+    while sum(1 for w in waiting if w.done()) < total - 2048 and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+    refused = sum(1 for w in waiting if w.done())
+    usage = _usage(server)
+    release.set()
+    await asyncio.gather(*waiting)
+    for channel in channels:
+        await channel.close()
+    return [
+        f"{total} gRPC streams on {connections} connections",
+        f"{refused} refused (RESOURCE_EXHAUSTED, cap 2048 calls; 1000 per connection)",
+        usage,
+        "n/a (calls capped)",
+    ]
+
+
+def _worst_health_latency_ms(server: RunningServer, attack) -> tuple[float, object]:
+    """Run ``attack`` on a thread while a REST client polls /v2/health/live; the slowest answer."""
+    import threading
+    import urllib.request
+
+    result: list[object] = []
+    thread = threading.Thread(target=lambda: result.append(attack()))
+    worst = 0.0
+    thread.start()
+    while thread.is_alive():
+        started = time.monotonic()
+        with urllib.request.urlopen(f"http://{server.http_url}/v2/health/live", timeout=60):
+            pass
+        worst = max(worst, time.monotonic() - started)
+        time.sleep(0.01)
+    thread.join()
+    return worst * 1000, result[0]
+
+
+def _post_status(server: RunningServer, path: str, body: bytes, headers: dict[str, str]) -> int:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(f"http://{server.http_url}{path}", data=body, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=300) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def stalls(server: RunningServer, typed_millions: int) -> list[list[str]]:
+    """Work that used to run on the event loop: others' worst latency while it runs."""
+    import json
+    import zlib
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ferry_client.protocol import grpc_service_pb2 as pb
+
+    rows = []
+    n = 60_000_000
+    head = json.dumps(
+        {"inputs": [{"name": "x", "shape": [1, n], "datatype": "FP32", "parameters": {"binary_data_size": 4 * n}}]}
+    ).encode()
+    compressor = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    body = compressor.compress(head) + b"".join(compressor.compress(bytes(2**20)) for _ in range(4 * n // 2**20))
+    body += compressor.compress(bytes(4 * n % 2**20)) + compressor.flush()
+    headers = {
+        "Content-Type": "application/octet-stream",
+        "Content-Encoding": "gzip",
+        "Inference-Header-Content-Length": str(len(head)),
+    }
+    worst, status = _worst_health_latency_ms(
+        server, lambda: _post_status(server, "/v2/models/wide/infer", body, headers)
+    )
+    rows.append(
+        [f"{len(body) // 1024} KB gzip body asking for [1, 60M] FP32 back as JSON", str(status), "", f"{worst:.0f} ms"]
+    )
+
+    bomb_compressor = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    bomb = b"".join(bomb_compressor.compress(bytes(2**20)) for _ in range(1024)) + bomb_compressor.flush()
+    json_headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+
+    def bombs() -> list[int]:
+        with ThreadPoolExecutor(6) as pool:
+            return list(
+                pool.map(lambda _: _post_status(server, "/v2/models/quick/infer", bomb, json_headers), range(6))
+            )
+
+    worst, statuses = _worst_health_latency_ms(server, bombs)
+    rows.append(
+        [f"6 gzip bombs at once ({len(bomb) // 1024} KB -> 1 GiB)", str(sorted(set(statuses))), "", f"{worst:.0f} ms"]
+    )
+
+    count = typed_millions * 1_000_000
+    request = pb.ModelInferRequest(model_name="wide")
+    tensor = request.inputs.add(name="x", datatype="FP32", shape=[1, count])
+    tensor.contents.fp32_contents.extend(np.zeros(count, np.float32).tolist())
+
+    def typed() -> str:
+        with grpc.insecure_channel(
+            server.grpc_url, options=[("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
+        ) as channel:
+            try:
+                pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=300)
+                return "OK"
+            except grpc.RpcError as exc:
+                return exc.code().name
+
+    worst, outcome = _worst_health_latency_ms(server, typed)
+    rows.append([f"gRPC fp32_contents of {4 * count // 2**20} MiB", str(outcome), _usage(server), f"{worst:.0f} ms"])
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--half-open", type=int, default=3000)
+    parser.add_argument("--header-mb", type=int, default=8)
+    parser.add_argument("--grpc-streams", type=int, default=20000)
+    parser.add_argument("--typed-millions", type=int, default=16, help="millions of elements in the typed gRPC request")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        repo = Path(tmp) / "models"
+        write_mlp_model(repo / "quick", width=WIDTH, layers=1, extra_config="dynamic_batching { }\n")
+        shutil.copytree(ROOT / "model_repo" / "dynamic_shape", repo / "wide")
+        config = repo / "wide" / "config.pbtxt"
+        config.write_text(config.read_text().replace('name: "dynamic_shape"', 'name: "wide"'))
+        server = start_server(repo, Path(tmp) / "server.log")
+        try:
+            rows = [["attack", "answer", "server while it holds", "another client's request (worst)"]]
+            rows.append(["(idle)", "", _usage(server), f"{asyncio.run(_grpc_latency_ms(server)):.0f} ms"])
+            rows.append(asyncio.run(half_open(server, args.half_open)))
+            rows.append(asyncio.run(huge_headers(server, args.header_mb)))
+            rows.append(asyncio.run(grpc_streams(server, args.grpc_streams)))
+            rows.extend(stalls(server, args.typed_millions))
+            rows.append(["(after)", "", _usage(server), f"{asyncio.run(_grpc_latency_ms(server)):.0f} ms"])
+        finally:
+            server.stop()
+    print("| " + " | ".join(rows[0]) + " |")
+    print("|" + "---|" * len(rows[0]))
+    for row in rows[1:]:
+        print("| " + " | ".join(row) + " |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,32 @@
+"""Connection-level limits of the gRPC listener, as gRPC core channel arguments.
+
+gRPC core bounds what it is told to: without these, one client can open thousands of streams per
+connection (each holding buffers until it finishes), ping without limit and keep idle connections
+forever. ``max_concurrent_rpcs`` bounds unfinished calls server-wide, so memory held by streams is
+bounded however many connections a client opens; calls past it get RESOURCE_EXHAUSTED at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class GrpcLimits:
+    """The options (see settings.py)."""
+
+    max_concurrent_streams: int = 1000
+    max_concurrent_rpcs: int = 2048
+    min_ping_interval_secs: float = 10.0
+    max_ping_strikes: int = 2
+    max_metadata_bytes: int = 16 * 1024
+    max_connection_idle_secs: float = 300.0
+
+    def channel_options(self) -> list[tuple[str, int]]:
+        return [
+            ("grpc.max_concurrent_streams", self.max_concurrent_streams),
+            ("grpc.http2.min_ping_interval_without_data_ms", round(self.min_ping_interval_secs * 1000)),
+            ("grpc.http2.max_ping_strikes", self.max_ping_strikes),
+            ("grpc.max_metadata_size", self.max_metadata_bytes),
+            ("grpc.max_connection_idle_ms", round(self.max_connection_idle_secs * 1000)),
+        ]

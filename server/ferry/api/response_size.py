@@ -1,0 +1,41 @@
+"""What a response will cost before it is built: refuse one past ``--max-response-bytes``.
+
+A small request can ask for a huge answer (a [1, 60M] tensor back as JSON is gigabytes of text and
+Python objects). The estimate is taken from the output arrays before any encoding starts, and the
+admitted request reserves it against the in-flight byte cap, so the cap sees the real cost.
+"""
+
+from __future__ import annotations
+
+from ..errors import PayloadTooLarge
+from ..types import InferenceResponse
+from .admission import Ticket
+
+#: A low estimate of one number written as JSON text ("0.12345678," is 11 bytes; "0," is 2).
+JSON_BYTES_PER_ELEMENT = 8
+
+
+def estimated_size(response: InferenceResponse, binary_only: bool) -> int:
+    """Bytes the encoded outputs will take: raw bytes when sent binary, JSON text otherwise."""
+    total = 0
+    for out in response.outputs:
+        if out.shared_memory is not None:  # written to the client's region, not into the response
+            continue
+        if binary_only or out.binary or out.data.dtype == object:
+            total += out.data.nbytes if out.data.dtype != object else sum(len(v) for v in out.data.reshape(-1))
+        else:
+            total += out.data.size * JSON_BYTES_PER_ELEMENT
+    return total
+
+
+def reserve_response(response: InferenceResponse, limit: int, ticket: Ticket | None, binary_only: bool) -> None:
+    """Refuse a response larger than ``limit``; otherwise count it against the in-flight bytes."""
+    size = estimated_size(response, binary_only)
+    if size > limit:
+        advice = "" if binary_only else "; request outputs with binary_data (the binary tensor extension)"
+        raise PayloadTooLarge(
+            f"the response would take about {size} bytes, more than the limit of {limit} bytes "
+            f"(--max-response-bytes); ask for fewer or smaller outputs{advice}"
+        )
+    if ticket is not None:
+        ticket.reserve(size)

@@ -1,0 +1,271 @@
+"""Hostile connections (issue 15): half-sent headers, huge headers, bodies that never arrive, a flood
+of connections, thousands of gRPC streams. Each test first establishes the attack (the server reports
+the connections open, or the refusals counted), then checks the clean answer, that other clients are
+still served within LATENCY_BOUND_S while the attack is in place, and that RSS stays bounded.
+
+The server runs with small limits so every timeout fires within seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+
+import grpc
+import numpy as np
+import psutil
+import pytest
+
+from ferry_client import AsyncGrpcClient, HttpClient
+from ferry_client.protocol import grpc_service_pb2 as pb
+from ferry_client.protocol import grpc_service_pb2_grpc as pb_grpc
+
+from ..conftest import RunningServer, start_server
+from ..models import write_mlp_model
+from ..server_metrics import metric, scrape, wait_for_metric
+
+TOKEN = "hostile-test-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+MAX_CONNECTIONS = 48
+HEADER_TIMEOUT_S = 3
+BODY_GRACE_S = 4
+MIN_BODY_RATE = 1024
+STREAMS_PER_CONNECTION = 16
+MAX_RPCS = 64
+#: Generous: an idle server answers in milliseconds; this only catches a server stalled by the attack.
+LATENCY_BOUND_S = 2.0
+#: RSS growth allowed during one attack (the attacks sent would cost hundreds of MB unbounded).
+RSS_BOUND = 100 * 2**20
+WIDTH = 64
+
+
+@pytest.fixture(scope="module")
+def guarded(tmp_path_factory) -> Iterator[RunningServer]:
+    repo = tmp_path_factory.mktemp("hostile_connections") / "models"
+    write_mlp_model(repo / "quick", width=WIDTH, layers=1, extra_config="dynamic_batching { }\n")
+    running = start_server(
+        repo,
+        repo.parent / "server.log",
+        "--http-max-connections",
+        str(MAX_CONNECTIONS),
+        "--http-header-timeout-secs",
+        str(HEADER_TIMEOUT_S),
+        "--http-min-body-rate",
+        str(MIN_BODY_RATE),
+        "--http-body-grace-secs",
+        str(BODY_GRACE_S),
+        "--grpc-max-concurrent-streams",
+        str(STREAMS_PER_CONNECTION),
+        "--grpc-max-concurrent-rpcs",
+        str(MAX_RPCS),
+        "--auth-metrics",
+        env={"FERRY_AUTH_TOKENS": TOKEN},
+        probe_headers=AUTH,
+    )
+    yield running
+    running.stop()
+
+
+def _rss(server: RunningServer) -> int:
+    return psutil.Process(server.process.pid).memory_info().rss
+
+
+async def _open(server: RunningServer, first_bytes: bytes) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.http_port)
+    writer.write(first_bytes)
+    await writer.drain()
+    return reader, writer
+
+
+async def _answer(reader: asyncio.StreamReader, timeout: float = 60) -> bytes:
+    """Everything the server sends until it closes the connection."""
+    return await asyncio.wait_for(reader.read(), timeout)
+
+
+async def _served_within_bound(server: RunningServer) -> float:
+    """One gRPC inference (another listener) while the attack is in place; returns its latency."""
+    started = time.monotonic()
+    async with AsyncGrpcClient(server.grpc_url, headers=AUTH) as client:
+        result = await client.infer("quick", {"x": np.ones((1, WIDTH), np.float32)})
+    elapsed = time.monotonic() - started
+    assert result["y"].shape == (1, WIDTH)
+    assert elapsed < LATENCY_BOUND_S, elapsed
+    return elapsed
+
+
+def _rest_infer(server: RunningServer) -> float:
+    started = time.monotonic()
+    with HttpClient(server.http_url, headers=AUTH) as client:
+        assert client.infer("quick", {"x": np.ones((1, WIDTH), np.float32)})["y"].shape == (1, WIDTH)
+    return time.monotonic() - started
+
+
+def _open_connections(server: RunningServer) -> float:
+    return metric(scrape(server, AUTH), "ferry_http_open_connections", listener="rest")
+
+
+def test_half_sent_headers_fill_the_connection_cap_cleanly_then_time_out(guarded) -> None:
+    """Many connections that never finish their headers: past the cap new ones get an immediate 503
+    (no descriptor exhaustion), gRPC keeps serving, and the held ones get 408 after the header timeout."""
+    rss_before = _rss(guarded)
+    fds_before = psutil.Process(guarded.process.pid).num_fds()
+
+    async def run() -> None:
+        held = [
+            await _open(guarded, b"POST /v2/models/quick/infer HTTP/1.1\r\nHost: x\r\n") for _ in range(MAX_CONNECTIONS)
+        ]
+        await wait_for_metric(guarded, "ferry_http_open_connections", MAX_CONNECTIONS, headers=AUTH, listener="rest")
+        extra = [await _open(guarded, b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n") for _ in range(200)]
+        refusals = await asyncio.gather(*(_answer(reader) for reader, _ in extra))
+        for answer in refusals:
+            assert answer.startswith(b"HTTP/1.1 503 "), answer[:80]
+            assert b"too many open connections (limit 48, --http-max-connections)" in answer
+        for _, writer in extra:
+            writer.close()
+        # refused connections are freed (not left to exhaust descriptors): only the held ones remain
+        deadline = time.monotonic() + 30
+        while psutil.Process(guarded.process.pid).num_fds() > fds_before + MAX_CONNECTIONS + 10:
+            assert time.monotonic() < deadline, psutil.Process(guarded.process.pid).num_fds()
+            await asyncio.sleep(0.05)
+        print(f"gRPC latency with the REST cap full: {await _served_within_bound(guarded) * 1000:.0f} ms")
+        timeouts = await asyncio.gather(*(_answer(reader) for reader, _ in held))
+        for answer in timeouts:
+            assert answer.startswith(b"HTTP/1.1 408 "), answer[:80]
+            assert b"request headers not received within 3 s (--http-header-timeout-secs)" in answer
+        for _, writer in held:
+            writer.close()
+
+    asyncio.run(run())
+    assert _rest_infer(guarded) < LATENCY_BOUND_S  # the cap freed itself
+    assert _rss(guarded) - rss_before < RSS_BOUND
+
+
+def test_huge_headers_are_refused_before_auth_with_bounded_memory(guarded) -> None:
+    """Ten connections each sending megabytes of header and no token: 431 at 64 KiB each."""
+    rss_before = _rss(guarded)
+    line = b"X-Filler: " + b"a" * 1000 + b"\r\n"
+
+    async def one() -> bytes:
+        reader, writer = await _open(guarded, b"GET /v2/models/quick HTTP/1.1\r\nHost: x\r\n")
+        answer = asyncio.ensure_future(_answer(reader))
+        for _ in range(32):  # up to 2 MB; the server answers after 64 KiB, and the client stops then
+            if answer.done():
+                break
+            writer.write(line * 64)
+            await writer.drain()
+        result = await answer
+        writer.close()
+        return result
+
+    async def run() -> list[bytes]:
+        return await asyncio.gather(*(one() for _ in range(10)))
+
+    for answer in asyncio.run(run()):
+        assert answer.startswith(b"HTTP/1.1 431 "), answer[:80]
+        assert b"request line and headers exceed 65536 bytes (--http-max-header-bytes)" in answer
+    assert _rss(guarded) - rss_before < RSS_BOUND
+    assert _rest_infer(guarded) < LATENCY_BOUND_S
+
+
+def test_bodies_that_never_arrive_hold_no_admission_and_are_cut(guarded) -> None:
+    """Requests announcing 256 MiB bodies and trickling almost nothing: admitted, but holding only the
+    bytes that arrived, so others are served; closed with 408 once behind the minimum rate."""
+    head = (
+        b"POST /v2/models/quick/infer HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+        + TOKEN.encode()
+        + b"\r\nContent-Type: application/json\r\nContent-Length: 268435456\r\n\r\n{"
+    )
+
+    async def run() -> None:
+        before = metric(await asyncio.to_thread(scrape, guarded, AUTH), "ferry_inflight_requests")
+        held = [await _open(guarded, head) for _ in range(8)]
+        await wait_for_metric(guarded, "ferry_inflight_requests", before + 8, headers=AUTH)
+        assert metric(await asyncio.to_thread(scrape, guarded, AUTH), "ferry_inflight_bytes") < 2**20
+        await _served_within_bound(guarded)
+        assert await asyncio.to_thread(_rest_infer, guarded) < LATENCY_BOUND_S
+        for answer in await asyncio.gather(*(_answer(reader) for reader, _ in held)):
+            assert answer.startswith(b"HTTP/1.1 408 "), answer[:80]
+            assert b"request body arrived slower than 1024 bytes/s" in answer
+        for _, writer in held:
+            writer.close()
+        await wait_for_metric(guarded, "ferry_inflight_requests", 0, headers=AUTH, at_most=True)
+
+    asyncio.run(run())
+
+
+def test_idle_connection_before_the_first_request_is_closed(guarded) -> None:
+    async def run() -> bytes:
+        reader, writer = await asyncio.open_connection("127.0.0.1", guarded.http_port)
+        answer = await _answer(reader)
+        writer.close()
+        return answer
+
+    assert asyncio.run(run()).startswith(b"HTTP/1.1 408 ")
+
+
+def test_metrics_port_needs_the_token_on_every_path(guarded) -> None:
+    import urllib.error
+    import urllib.request
+
+    for path in ("/", "/metrics", "/anything"):
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"http://127.0.0.1:{guarded.metrics_port}{path}", timeout=10)
+        assert refused.value.code == 401, path
+    assert "nv_cpu_utilization" in scrape(guarded, AUTH)
+
+
+def test_thousands_of_grpc_streams_are_bounded(guarded) -> None:
+    """20 connections each opening 16 streams that stay open: the server holds at most 64 calls,
+    refuses the rest at once with RESOURCE_EXHAUSTED, memory stays bounded, REST is unaffected, and
+    everything is released when the streams go away."""
+    rss_before = _rss(guarded)
+    connections, per_connection = 20, STREAMS_PER_CONNECTION
+    metadata = (("authorization", AUTH["Authorization"]),)
+    held_count = MAX_RPCS
+    refused_count = connections * per_connection - held_count
+
+    async def run() -> None:
+        # a local subchannel pool: otherwise channels to one address share one TCP connection
+        options = [("grpc.use_local_subchannel_pool", 1)]
+        channels = [grpc.aio.insecure_channel(guarded.grpc_url, options=options) for _ in range(connections)]
+        release = asyncio.Event()
+
+        async def silence():  # a stream that sends nothing until released
+            await release.wait()
+            return
+            yield  # pragma: no cover - makes this an async generator
+
+        async def outcome(call) -> grpc.StatusCode:
+            try:
+                async for _ in call:
+                    pass
+            except grpc.aio.AioRpcError as exc:
+                assert exc.code() != grpc.StatusCode.RESOURCE_EXHAUSTED or "Concurrent RPC limit" in exc.details()
+                return exc.code()
+            return grpc.StatusCode.OK
+
+        calls = [
+            pb_grpc.GRPCInferenceServiceStub(channel).ModelStreamInfer(silence(), metadata=metadata)
+            for channel in channels
+            for _ in range(per_connection)
+        ]
+        waiting = [asyncio.ensure_future(outcome(call)) for call in calls]
+        deadline = time.monotonic() + 60
+        # the attack state: every call past the cap refused (so the other 64 hold the server's slots)
+        while sum(1 for w in waiting if w.done()) < refused_count:
+            assert time.monotonic() < deadline, sum(1 for w in waiting if w.done())
+            await asyncio.sleep(0.05)
+        refused = [w.result() for w in waiting if w.done()]
+        assert refused == [grpc.StatusCode.RESOURCE_EXHAUSTED] * refused_count
+        assert await asyncio.to_thread(_rest_infer, guarded) < LATENCY_BOUND_S
+        assert _rss(guarded) - rss_before < RSS_BOUND
+        release.set()
+        assert sorted(await asyncio.gather(*waiting), key=str).count(grpc.StatusCode.OK) == held_count
+        for channel in channels:
+            await channel.close()
+
+    asyncio.run(run())
+    with grpc.insecure_channel(guarded.grpc_url) as channel:  # calls are free again
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        assert stub.ServerLive(pb.ServerLiveRequest(), metadata=(("authorization", AUTH["Authorization"]),)).live
