@@ -39,12 +39,16 @@ class Step:
 
 @dataclass(frozen=True)
 class EnsemblePlan:
-    """The steps in an order that runs every step after the steps it reads from."""
+    """The steps in waves: each wave's steps read only ensemble inputs and earlier waves' outputs."""
 
     name: str
-    steps: tuple[Step, ...]
+    waves: tuple[tuple[Step, ...], ...]
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
+
+    @property
+    def steps(self) -> tuple[Step, ...]:
+        return tuple(step for wave in self.waves for step in wave)
 
     @property
     def model_names(self) -> tuple[str, ...]:
@@ -84,7 +88,7 @@ def plan_ensemble(config: mc.ModelConfig, source: str) -> EnsemblePlan:
     inputs = tuple(tensor.name for tensor in config.input)
     outputs = tuple(tensor.name for tensor in config.output)
     _check_producers(steps, inputs, where)
-    ordered = _order(steps, set(inputs), where)
+    waves = _waves(steps, set(inputs), where)
     read = {tensor for step in steps for tensor in step.input_map.values()}
     for tensor in inputs:
         if tensor not in read:
@@ -93,7 +97,7 @@ def plan_ensemble(config: mc.ModelConfig, source: str) -> EnsemblePlan:
     for tensor in outputs:
         if tensor not in written:
             raise ModelLoadError(f"{where}: ensemble output '{tensor}' is not written by any step")
-    return EnsemblePlan(name, tuple(ordered), inputs, outputs)
+    return EnsemblePlan(name, waves, inputs, outputs)
 
 
 def _is_set(config: mc.ModelConfig, field: str) -> bool:
@@ -141,8 +145,8 @@ def _check_producers(steps: list[Step], inputs: tuple[str, ...], where: str) -> 
             producer[tensor] = step.label
 
 
-def _order(steps: list[Step], available: set[str], where: str) -> list[Step]:
-    """Steps in dependency order (config order among independent ones); refuses unreadable inputs."""
+def _waves(steps: list[Step], available: set[str], where: str) -> tuple[tuple[Step, ...], ...]:
+    """Steps grouped in dependency order (config order within a wave); refuses unreadable inputs."""
     produced = available | {tensor for step in steps for tensor in step.output_map.values()}
     for step in steps:
         for model_input, tensor in step.input_map.items():
@@ -151,16 +155,16 @@ def _order(steps: list[Step], available: set[str], where: str) -> list[Step]:
                     f"{where}: {step.label}: input '{model_input}' reads ensemble tensor '{tensor}', which is "
                     "neither an ensemble input nor written by any step"
                 )
-    ordered: list[Step] = []
+    waves: list[tuple[Step, ...]] = []
     remaining = list(steps)
     have = set(available)
     while remaining:
-        runnable = [s for s in remaining if set(s.input_map.values()) <= have]
+        runnable = tuple(s for s in remaining if set(s.input_map.values()) <= have)
         if not runnable:
             cycle = ", ".join(s.label for s in remaining)
             raise ModelLoadError(f"{where}: circular dependency: {cycle} each wait for another's output")
+        waves.append(runnable)
         for step in runnable:
-            ordered.append(step)
             have.update(step.output_map.values())
             remaining.remove(step)
-    return ordered
+    return tuple(waves)

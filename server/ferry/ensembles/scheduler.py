@@ -1,6 +1,6 @@
 """Runs ensemble requests: each step through its composing model's scheduler, tensors in memory.
 
-Every step starts as soon as the tensors it reads exist, so independent branches run at once.
+Steps run in waves (see ``plan``): the steps of one wave are independent and run at once.
 A step's request joins the composing model's queue like any client request, so the same step of
 many concurrent ensemble requests shares that model's batches. Arrays go from one step to the
 next as they are (numpy views, no serialisation). A failure names the ensemble and the step.
@@ -155,32 +155,30 @@ class EnsembleScheduler:
         timeout_us: int | None,
         timing: RequestTiming,
     ) -> Outputs:
-        loop = asyncio.get_running_loop()
-        tensors: dict[str, asyncio.Future] = {}
-        for name, array in inputs.items():
-            tensors[name] = loop.create_future()
-            tensors[name].set_result(array)
-        for step in self.plan.steps:
-            for tensor in step.output_map.values():
-                tensors[tensor] = loop.create_future()
+        tensors = dict(inputs)
+        for wave in self.plan.waves:
+            if len(wave) == 1:  # a chain: no task per step, the common case
+                results = [await self._step(wave[0], models, tensors, priority, timeout_us, timing)]
+            else:
+                results = await asyncio.gather(
+                    *(self._step(step, models, tensors, priority, timeout_us, timing) for step in wave)
+                )
+            for step, outputs in zip(wave, results, strict=True):
+                for model_output, tensor in step.output_map.items():
+                    tensors[tensor] = outputs[model_output]
+        return tensors
 
-        async def run(step: Step) -> None:
-            args = {model_input: await tensors[tensor] for model_input, tensor in step.input_map.items()}
-            results = await self._run_step(step, models[step.index], args, priority, timeout_us, timing)
-            for model_output, tensor in step.output_map.items():
-                tensors[tensor].set_result(results[model_output])
-
-        tasks = [asyncio.create_task(run(step)) for step in self.plan.steps]
-        try:
-            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-            for task in tasks:
-                if task.done() and task.exception() is not None:
-                    raise task.exception()  # type: ignore[misc]
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-        return {name: future.result() for name, future in tensors.items() if future.done()}
+    async def _step(
+        self,
+        step: Step,
+        models: dict[int, StepModel],
+        tensors: Outputs,
+        priority: int | None,
+        timeout_us: int | None,
+        timing: RequestTiming,
+    ) -> Outputs:
+        args = {model_input: tensors[tensor] for model_input, tensor in step.input_map.items()}
+        return await self._run_step(step, models[step.index], args, priority, timeout_us, timing)
 
     async def _run_step(
         self,
