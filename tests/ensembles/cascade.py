@@ -43,12 +43,15 @@ def add_cascade(repo: Path) -> None:
     for model in ("digit_detector", "digits"):
         shutil.copytree(MODEL_REPO / model, repo / model)
     d = MAX_DETECTIONS
-    detections = [
-        _tensor("num_detections", "INT32", "1"),
-        _tensor("detection_boxes", "FP32", f"{d}, 4"),
-        _tensor("detection_scores", "FP32", f"{d}"),
-        _tensor("detection_classes", "INT32", f"{d}", labels=True),
-    ]
+
+    def detections(labels: bool) -> list[str]:
+        return [
+            _tensor("num_detections", "INT32", "1"),
+            _tensor("detection_boxes", "FP32", f"{d}, 4"),
+            _tensor("detection_scores", "FP32", f"{d}"),
+            _tensor("detection_classes", "INT32", f"{d}", labels=labels),
+        ]
+
     _vision(
         repo,
         "digit_preprocess",
@@ -64,7 +67,7 @@ def add_cascade(repo: Path) -> None:
         "detection",
         16,
         f"input [ {_tensor('output0', 'FP32', '14, 320')}, {_tensor('TRANSFORM', 'FP64', '8')} ]\n"
-        f"output [ {', '.join(detections)} ]\n",
+        f"output [ {', '.join(detections(False))} ]\n",
         detection=DETECTION,
     )
     _vision(
@@ -88,7 +91,7 @@ def add_cascade(repo: Path) -> None:
     )
     same = {name: name for name in ("num_detections", "detection_boxes", "detection_scores", "detection_classes")}
     outputs = [
-        *detections,
+        *detections(True),
         _tensor("CROP_IMAGE_INDEX", "INT32", "1"),
         _tensor("CLASS_IDS", "INT32", str(TOP_K), labels=True),
         _tensor("SCORES", "FP32", str(TOP_K)),
