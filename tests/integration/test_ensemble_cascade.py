@@ -4,6 +4,7 @@ every digit it found, through vision steps, against a real server and the unmodi
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as tgrpc
 import tritonclient.http as thttp
+from PIL import Image
 
 from ferry.ensembles.steps.crops import cut
 from ferry.pipelines import PreprocessSpec, decode_image, preprocess
@@ -138,3 +140,19 @@ def _text(text: str, message):
     from google.protobuf import text_format
 
     return text_format.Parse(text, message)
+
+
+def test_images_without_detections_flow_through_the_cascade(cascade_server, scenes) -> None:
+    images, _ = scenes
+    buffer = io.BytesIO()
+    Image.new("RGB", (120, 90)).save(buffer, format="PNG")
+    blank = buffer.getvalue()
+    out = _cascade(cascade_server, [blank])
+    assert out["num_detections"].tolist() == [[0]]
+    assert out["CLASS_IDS"].shape == (0, TOP_K) and out["CROP_IMAGE_INDEX"].shape == (0, 1)
+    out = _cascade(cascade_server, [blank, images[0], blank])
+    assert out["num_detections"].reshape(-1).tolist() == [0, 3, 0]
+    assert out["CROP_IMAGE_INDEX"].reshape(-1).tolist() == [1, 1, 1]
+    with httpx.Client(base_url=f"http://{cascade_server.http_url}", timeout=60) as client:
+        response = client.post("/v2/models/digit_cascade/detect", content=blank)
+    assert response.json()["results"] == [{"detections": []}]

@@ -10,6 +10,7 @@ on those ensemble outputs.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,7 +73,7 @@ def _classes(model: ModelVersion, ids: np.ndarray, scores: np.ndarray, output: s
             {"index": int(i), "label": labels[i] if labels and 0 <= i < len(labels) else None, "score": float(s)}
             for i, s in zip(row_ids.tolist(), row_scores.tolist(), strict=True)
         ]
-        for row_ids, row_scores in zip(ids.reshape(len(ids), -1), scores.reshape(len(scores), -1), strict=True)
+        for row_ids, row_scores in zip(_rows(ids), _rows(scores), strict=True)
     ]
 
 
@@ -100,3 +101,8 @@ def _detections(model: ModelVersion, outputs: dict[str, np.ndarray]) -> list[lis
             )
         results.append(found)
     return results
+
+
+def _rows(array: np.ndarray) -> np.ndarray:
+    """One row per item (also for zero items, where reshape(-1) cannot infer the width)."""
+    return array.reshape(array.shape[0], math.prod(array.shape[1:]))

@@ -49,9 +49,7 @@ def tensor_dims(config: mc.ModelConfig, kind: str, name: str) -> tuple[int, ...]
         if tensor.name == name:
             return tuple(tensor.dims)
     declared = ", ".join(t.name for t in getattr(config, kind)) or "none"
-    raise ModelLoadError(
-        f"vision step '{config.parameters[STEP_PARAMETER].string_value}' needs {kind} '{name}' (declared: {declared})"
-    )
+    raise ModelLoadError(f"needs {kind} '{name}' (declared: {declared})")
 
 
 def tensor_datatype(config: mc.ModelConfig, kind: str, name: str) -> str:
@@ -100,8 +98,12 @@ class VisionStepBackend:
     def create_instance(self, model_file: Path, config: mc.ModelConfig, spec: InstanceSpec) -> StepInstance:
         from .registry import step_factory
 
-        if not config.input or not config.output:
-            raise ModelLoadError("a vision step declares its inputs and outputs in config.pbtxt")
         kind = config_parameter(config, STEP_PARAMETER)
         make: Callable[[mc.ModelConfig], StepRun] = step_factory(kind)
-        return StepInstance(spec, _io(config), make(config))
+        if not config.input or not config.output:
+            raise ModelLoadError(f"vision step '{kind}': declare its inputs and outputs in config.pbtxt")
+        try:
+            run = make(config)
+        except ModelLoadError as exc:
+            raise ModelLoadError(f"vision step '{kind}': {exc.message}") from None
+        return StepInstance(spec, _io(config), run)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ferry_client.protocol import model_config_pb2 as mc
@@ -25,7 +27,7 @@ def classification_step(config: mc.ModelConfig) -> StepRun:
 
     def run(inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
         logits = inputs["LOGITS"]
-        rows = logits.reshape(len(logits), -1).astype(np.float32, copy=False)
+        rows = logits.reshape(logits.shape[0], math.prod(logits.shape[1:])).astype(np.float32, copy=False)
         scores = softmax(rows) if options.softmax else rows
         indices, values = top_k(scores, min(k, scores.shape[1]))
         return {"CLASS_IDS": indices.astype(np.int32), "SCORES": values.astype(np.float32)}
