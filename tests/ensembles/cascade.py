@@ -14,11 +14,26 @@ from .repo import add_ensemble, scheduling, step
 
 MAX_DETECTIONS = 20
 TOP_K = 3
-DETECTOR_PREPROCESS = (
-    "color_order: RGB layout: NCHW resize: LETTERBOX interpolation: BILINEAR scale: 0.0039215686 pad_value: 114"
-)
-DIGIT_PREPROCESS = "color_order: GRAY layout: NCHW resize: EXACT interpolation: BILINEAR scale: 0.0039215686"
-DETECTION = "format: YOLOV8 score_threshold: 0.25 iou_threshold: 0.45"
+
+
+def _pipeline_settings(model: str, part: str, **changes: object) -> str:
+    """A bundled model's own ``ferry_image`` settings (with ``changes``) as one line of text format,
+    so the vision steps process exactly as the model's image pipeline does."""
+    from google.protobuf import text_format
+
+    from ferry.repository.config import read_config_file
+
+    config = read_config_file(MODEL_REPO / model)
+    assert config is not None
+    settings = getattr(config.ferry_image, part)
+    for field, value in changes.items():
+        setattr(settings, field, value)
+    return text_format.MessageToString(settings, as_one_line=True)
+
+
+DETECTOR_PREPROCESS = _pipeline_settings("digit_detector", "preprocess")
+DIGIT_PREPROCESS = _pipeline_settings("digits", "preprocess")
+DETECTION = _pipeline_settings("digit_detector", "detection", max_detections=MAX_DETECTIONS)
 
 
 def _vision(repo: Path, name: str, kind: str, max_batch_size: int, io: str, **settings: str) -> None:
