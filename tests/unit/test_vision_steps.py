@@ -84,6 +84,10 @@ BAD_STEPS = {
         "vision step 'crop': parameters 'preprocess': 1:1 : Message type \"inference.FerryPreprocess\" has no "
         'field named "colour".',
     ),
+    "gpu preprocess": (
+        CROP.format(mbs=0, kind="crop", pre=GRAY + " device: GPU"),
+        "vision step 'crop': parameters 'preprocess': device: GPU is not supported in a vision step (CPU only)",
+    ),
     "missing tensor": (
         CROP.format(mbs=0, kind="crop", pre=GRAY).replace('"CROP_IMAGE_INDEX"', '"INDEX"'),
         "vision step 'crop': needs output 'CROP_IMAGE_INDEX' (declared: CROPS, INDEX)",

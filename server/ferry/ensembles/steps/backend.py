@@ -67,6 +67,8 @@ def settings(config: mc.ModelConfig, key: str, message: type[Message]) -> Messag
         text_format.Parse(text, parsed)
     except text_format.ParseError as exc:
         raise ModelLoadError(f"parameters '{key}': {exc}") from None
+    if isinstance(parsed, mc.FerryPreprocess) and parsed.device == mc.FerryPreprocess.GPU:
+        raise ModelLoadError(f"parameters '{key}': device: GPU is not supported in a vision step (CPU only)")
     return parsed
 
 
