@@ -21,6 +21,10 @@ def classification_step(config: mc.ModelConfig) -> StepRun:
     k = tensor_dims(config, "output", "CLASS_IDS")[-1]
     if k < 1:
         raise ModelLoadError("output 'CLASS_IDS' needs a fixed last dim k (how many classes to return)")
+    if options.top_k and options.top_k != k:
+        raise ModelLoadError(f"classification.top_k {options.top_k} differs from k = {k}, the dims of 'CLASS_IDS'")
+    if options.output:
+        raise ModelLoadError("classification.output is not used by the step: it reads 'LOGITS'")
     batched = config.max_batch_size > 0
     require(config, "output", "CLASS_IDS", "INT32", (k,) if batched else (-1, k))
     require(config, "output", "SCORES", "FP32", (k,) if batched else (-1, k))
