@@ -94,10 +94,11 @@ optimization {{ cuda {{ graphs: {"true" if graphs else "false"} }} }}
 
 
 def image_pipeline(device: str) -> str:
-    """ImageNet-style pre-processing of JPEGs: shorter side to 256, centre crop 224, mean/std."""
+    """ImageNet-style pre-processing of JPEGs: shorter side to 256, centre crop 224, mean/std. The
+    Pillow engine on both devices, so the CPU and GPU paths do the same work."""
     return f"""ferry_image {{
   preprocess {{ color_order: RGB layout: NCHW resize: SHORTER_SIDE_CENTER_CROP interpolation: BILINEAR
-               mean: [0.485, 0.456, 0.406] std: [0.229, 0.224, 0.225] device: {device} }}
+               resize_engine: PILLOW mean: [0.485, 0.456, 0.406] std: [0.229, 0.224, 0.225] device: {device} }}
   classification {{ softmax: true top_k: 5 }}
 }}
 """

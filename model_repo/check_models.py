@@ -4,7 +4,8 @@ For each model directory this parses ``config.pbtxt`` (Triton's ModelConfig in
 protobuf text format, using the proto bundled with ``ferry_client``), loads
 every numbered version's ``model.onnx`` with onnxruntime on CPU, and checks:
 
-* file size < 5 MB, ONNX opset 17 and IR version <= 9;
+* file size < 5 MB, ONNX opset 17 and IR version <= 9 (a model taken from a package,
+  with a ``LICENSE.md``, keeps its own opset and IR version and may be up to 10 MB);
 * the ONNX inputs/outputs have the config's names, datatypes and shapes (the
   config's dims with the batch dimension prepended when ``max_batch_size > 0``;
   ``-1`` in the config must be dynamic in the ONNX graph);
@@ -32,6 +33,9 @@ from google.protobuf import text_format
 from ferry_client.protocol import model_config_pb2 as mc
 
 MAX_BYTES = 5 * 1024 * 1024
+#: Models taken from a package (those with a LICENSE.md) keep the file as shipped: their own
+#: opset and IR version, up to this size.
+MAX_PACKAGED_BYTES = 10 * 1024 * 1024
 OPSET = 17
 MAX_IR_VERSION = 9
 TEST_BATCH = 2
@@ -127,17 +131,19 @@ def check_model(model_dir: Path) -> list[str]:
     if not versions:
         problems.append("no numbered version directory")
     rng = np.random.default_rng(0)
+    packaged = (model_dir / "LICENSE.md").is_file()
+    limit = MAX_PACKAGED_BYTES if packaged else MAX_BYTES
     for version in versions:
         path = version / "model.onnx"
         where = f"{version.name}/model.onnx"
         size = path.stat().st_size
-        if size >= MAX_BYTES:
-            problems.append(f"{where}: {size} bytes is not < 5 MB")
+        if size >= limit:
+            problems.append(f"{where}: {size} bytes is not < {limit // 2**20} MB")
         proto = onnx.load(str(path))
         opset = {o.domain: o.version for o in proto.opset_import}.get("")
-        if opset != OPSET:
+        if opset != OPSET and not packaged:
             problems.append(f"{where}: opset {opset}, expected {OPSET}")
-        if proto.ir_version > MAX_IR_VERSION:
+        if proto.ir_version > MAX_IR_VERSION and not packaged:
             problems.append(f"{where}: ir_version {proto.ir_version} > {MAX_IR_VERSION}")
         session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
         for kind, declared, actual in (
@@ -182,12 +188,30 @@ def check_model(model_dir: Path) -> list[str]:
                 problems.append(f"label file {tensor.label_filename} missing")
                 continue
             lines = labels_path.read_text(encoding="utf-8").splitlines()
-            # A YOLOv8-style detection output is [4 + classes, anchors]; a classifier's is [classes].
-            detection = config.HasField("ferry_image") and config.ferry_image.HasField("detection")
-            classes = tensor.dims[0] - 4 if detection else tensor.dims[-1]
+            classes = class_count(config, tensor)
             if len(lines) != classes:
                 problems.append(f"{tensor.label_filename}: {len(lines)} labels for {classes} classes")
     return problems
+
+
+def class_count(config: mc.ModelConfig, tensor: mc.ModelOutput) -> int:
+    """How many classes a labelled output's model predicts: a classifier's last dim, or where the
+    detection format keeps its class scores."""
+    if not (config.HasField("ferry_image") and config.ferry_image.HasField("detection")):
+        return tensor.dims[-1]
+    detection = config.ferry_image.detection
+    dims = {t.name: list(t.dims) for t in config.output}
+    names = list(detection.outputs) or list(dims)
+    fmt = mc.FerryDetection
+    if detection.format == fmt.YOLOV8:
+        return dims[names[0]][-2] - 4  # [4 + classes, anchors]
+    if detection.format in (fmt.YOLOV5, fmt.YOLOX):
+        return dims[names[0]][-1] - 5  # [anchors, 5 + classes]
+    if detection.format in (fmt.SSD, fmt.DETR):
+        return dims[names[1]][-1]  # scores [anchors or queries, classes]
+    if detection.format == fmt.DFL:
+        return dims[names[0]][-1]  # first level's scores [cells, classes]
+    return tensor.dims[-1]
 
 
 def main(argv: list[str]) -> int:

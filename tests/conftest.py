@@ -23,6 +23,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL_REPO = ROOT / "model_repo"
+#: Example models that need an extra (ferry[torch]), kept out of the default repository.
+EXTRAS_REPO = ROOT / "model_repo_extras"
 
 
 def free_port() -> int:

@@ -10,6 +10,17 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from . import __version__
+from .cli_errors import (
+    EXIT_USAGE,
+    OneLineArgumentParser,
+    UserError,
+    check_ports_free,
+    check_repository,
+    fail,
+    missing_extra,
+    settings_error,
+)
+from .cli_help import describe_defaults
 from .errors import FerryError
 from .repository.manager import ControlMode
 from .settings import Settings
@@ -21,7 +32,10 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
         help="serve a model repository over REST and gRPC",
         description="Every option can also be set by the FERRY_<OPTION> environment variable.",
     )
-    p.add_argument("--model-repository", "--model-repo", dest="model_repository", metavar="DIR")
+    p.add_argument(
+        "repository", nargs="?", type=Path, metavar="REPOSITORY", help="model repository (same as --model-repository)"
+    )
+    p.add_argument("--model-repository", "--model-repo", dest="model_repository", type=Path, metavar="DIR")
     p.add_argument("--host")
     p.add_argument("--http-port", type=int)
     p.add_argument("--grpc-port", type=int)
@@ -53,6 +67,9 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-inputs-per-request", type=int, help="input tensors per request")
     p.add_argument("--http-max-json-bytes", type=int, help="JSON part of a REST inference body")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--log-format", choices=["default", "ISO8601", "json"], help="log line format (json: JSON lines)")
+    p.add_argument("--trace-file", metavar="FILE", help="append traced requests' spans to FILE as JSON lines")
+    p.add_argument("--trace-otlp-endpoint", metavar="URL", help="export spans over OTLP/HTTP (needs ferry[otlp])")
     p.add_argument(
         "--cache-size",
         type=int,
@@ -79,6 +96,7 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
     security.add_argument(
         "--tls-client-ca", metavar="PEM", help="require client certificates signed by this CA (mutual TLS)"
     )
+    describe_defaults(p)
 
 
 def _optimize_parser(sub: argparse._SubParsersAction) -> None:
@@ -175,8 +193,40 @@ def _optimize(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve_settings(args: argparse.Namespace) -> Settings:
+    """Settings from flags and environment, checked for what can be checked before anything starts."""
+    options = {k: v for k, v in vars(args).items() if k not in ("command", "repository") and v is not None}
+    if args.repository is not None:
+        if args.model_repository is not None and args.model_repository != args.repository:
+            raise UserError(
+                f"two repositories given: '{args.repository}' and --model-repository '{args.model_repository}'",
+                EXIT_USAGE,
+            )
+        options["model_repository"] = args.repository
+    try:
+        settings = Settings(**options)
+    except ValidationError as exc:
+        raise settings_error(exc) from None
+    check_repository(settings.model_repository)
+    check_ports_free(
+        settings.host,
+        {"--http-port": settings.http_port, "--grpc-port": settings.grpc_port, "--metrics-port": settings.metrics_port},
+    )
+    return settings
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="ferry", description="Ferry inference server")
+    """Run a subcommand; a user mistake is one line on stderr and a non-zero exit, never a traceback."""
+    try:
+        return _main(argv)
+    except UserError as exc:
+        return fail("ferry", exc)
+    except ModuleNotFoundError as exc:
+        return fail("ferry", missing_extra(exc))
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
+    parser = OneLineArgumentParser(prog="ferry", description="Ferry inference server")
     parser.add_argument("--version", action="version", version=f"ferry {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     _serve_parser(sub)
@@ -185,11 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "optimize":
         return _optimize(args)
     if args.command == "serve":
-        options = {k: v for k, v in vars(args).items() if k != "command" and v is not None}
-        try:
-            settings = Settings(**options)
-        except ValidationError as exc:
-            parser.error(str(exc))
+        settings = _serve_settings(args)
         from .server import serve
 
         serve(settings)

@@ -19,14 +19,18 @@ from .api.dataplane import DataPlane
 from .api.grpc import create_grpc_server
 from .api.http import create_http_app
 from .api.limits import Limits
+from .api.logging_ext import LoggingControl
+from .api.trace_ext import RequestTracing, file_exporter, otlp_exporter
 from .caching import ResponseCache
 from .caching.metrics import CacheCollector
 from .dashboard import mount_dashboard
+from .errors import FerryError
 from .metrics import Metrics
 from .repository.manager import ModelManager
 from .repository.model import ModelVersion
 from .security import SecurityConfigError, ServerSecurity
 from .settings import Settings
+from .startup_report import model_table, ready_line
 
 log = logging.getLogger("ferry")
 
@@ -52,6 +56,9 @@ class FerryServer:
             poll_interval=settings.repository_poll_secs,
         )
         self.metrics = Metrics(self.manager.ready_models)
+        exporters = [file_exporter(settings.trace_file)] if settings.trace_file else []
+        if settings.trace_otlp_endpoint:
+            exporters.append(otlp_exporter(settings.trace_otlp_endpoint))
         self.cache = ResponseCache(settings.cache_size) if settings.cache_size else None
         if self.cache is not None:
             self.metrics.registry.register(CacheCollector(self.cache, self.manager.ready_models))
@@ -66,6 +73,8 @@ class FerryServer:
                 settings.http_max_json_bytes,
             ),
             self.cache,
+            tracing=RequestTracing(exporters, trace_file=str(settings.trace_file or "")),
+            logging_control=LoggingControl.from_level(settings.log_level, settings.log_format),
         )
         self._stop = asyncio.Event()
         self._http: _UvicornServer | None = None
@@ -134,12 +143,10 @@ class FerryServer:
                     raise OSError(f"REST server on {s.host}:{s.http_port} stopped at start-up")
                 await asyncio.sleep(0.01)
         self.plane.started = True
+        log.info("models in %s:\n%s", self.manager.repository, model_table(self.manager.index()))
         log.info(
-            "ferry ready: REST %s:%d, gRPC %s:%d, repository %s (%s mode), %s",
-            s.host,
-            s.http_port,
-            s.host,
-            s.grpc_port,
+            "%s; repository %s (%s mode), %s",
+            ready_line(s.host, s.http_port, s.grpc_port, s.metrics_port),
             self.manager.repository,
             s.model_control_mode.value,
             self.security.describe(),
@@ -170,6 +177,7 @@ class FerryServer:
             self._metrics_http.should_exit = True
             await asyncio.gather(self._metrics_task, return_exceptions=True)
         self.metrics.close()
+        self.plane.tracing.shutdown()  # flushes spans still batched for the exporters
         log.info("ferry stopped")
 
 
@@ -184,6 +192,9 @@ def serve(settings: Settings) -> None:
         pass
     try:
         asyncio.run(FerryServer(settings).run())
+    except FerryError as exc:
+        log.error("cannot start: %s", exc.message)
+        raise SystemExit(2) from None
     except SecurityConfigError as exc:
         log.error("cannot start: %s", exc)
         raise SystemExit(2) from None

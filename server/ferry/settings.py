@@ -41,6 +41,9 @@ class Settings(BaseSettings):
     max_inputs_per_request: int = Field(128, gt=0, description="input tensors per request")
     http_max_json_bytes: int = Field(64 * MIB, gt=0, description="JSON part of a REST inference body")
     log_level: str = Field("info", description="debug | info | warning | error")
+    log_format: str = Field("default", description="default | ISO8601 | json (one JSON object per line)")
+    trace_file: Path | None = Field(None, description="file that receives traced requests' spans (JSON lines)")
+    trace_otlp_endpoint: str | None = Field(None, description="OTLP/HTTP endpoint for traced requests' spans")
     cache_size: int = Field(
         0, ge=0, description="response cache bytes, shared by models with response_cache { enable: true } (0 = none)"
     )

@@ -4,7 +4,6 @@ where the server found them, a 401 brings up the token prompt, and everything wo
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 import shutil
@@ -46,14 +45,12 @@ def dashboard(browser, server) -> Iterator[dict]:
 
 
 def bundled_models() -> dict[str, str]:
-    """Name -> platform of every bundled model this environment can load (digits_torch needs torch)."""
+    """Name -> platform of every model in the default repository (all load with the default install)."""
     models = {}
     for path in sorted(MODEL_REPO.iterdir()):
         if path.is_dir() and not path.name.startswith((".", "_")):
             config = parse_config_text((path / "config.pbtxt").read_text(), path.name)
             models[path.name] = normalise_platform(config.platform, config.backend)
-    if importlib.util.find_spec("torch") is None:
-        models = {name: platform for name, platform in models.items() if platform != "pytorch_libtorch"}
     return models
 
 

@@ -186,7 +186,7 @@ def test_cpu_image_builds_wheels_into_a_venv() -> None:
     df = parse_dockerfile(VARIANTS["cpu"])
     assert _expand(df.stages[0].base, df.global_args).startswith("python:3.11-slim")
     run = _run_text(df)
-    assert "pip wheel" in run and "./clients/python ." in run
+    assert "pip wheel" in run and "--wheel-dir /wheels ." in run and "ferry_client-" not in run
     assert "python -m venv /opt/ferry" in run
 
 
@@ -197,7 +197,7 @@ def test_cuda_image_stack_is_cuda12() -> None:
     run = _run_text(df)
     assert "-c deploy/docker/constraints-cuda12.txt" in run
     assert "-r deploy/docker/requirements-cuda12.txt" in run
-    assert "--exclude onnxruntime " in run and "--exclude ferry-client" in run
+    assert "--exclude onnxruntime " in run and "ferry_client-" not in run
     assert "--no-deps /wheels/ferry-*.whl" in run
     assert "tensorrt_libs" in run and "ldconfig" in run
     assert "--no-dist onnxruntime" in run and "--provider TensorrtExecutionProvider" in run
@@ -344,7 +344,7 @@ def test_build_context_is_small(build_context: list[str]) -> None:
 
 
 def test_wheels_build_from_the_build_context(build_context: list[str], tmp_path: Path) -> None:
-    """What the builder stages do first: wheels of ./clients/python and . from the filtered context."""
+    """What the builder stages do first: the wheel of . from the filtered context, client package included."""
     context = tmp_path / "context"
     for rel in build_context:
         target = context / rel
@@ -363,7 +363,6 @@ def test_wheels_build_from_the_build_context(build_context: list[str], tmp_path:
             "--no-cache-dir",
             "--wheel-dir",
             str(wheels),
-            "./clients/python",
             ".",
         ],
         cwd=context,
@@ -373,10 +372,13 @@ def test_wheels_build_from_the_build_context(build_context: list[str], tmp_path:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     built = sorted(p.name for p in wheels.glob("*.whl"))
-    assert len(built) == 2 and built[0].startswith("ferry-") and built[1].startswith("ferry_client-"), built
+    assert len(built) == 1 and built[0].startswith("ferry-"), built
     ferry_wheel = next(wheels.glob("ferry-*.whl"))
     with zipfile.ZipFile(ferry_wheel) as archive:
         assert "ferry/gpu/tegrastats.py" in archive.namelist()
+        assert "ferry_client/protocol/grpc_service_pb2.py" in archive.namelist()
+        metadata = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        assert "Requires-Dist: ferry-client" not in archive.read(metadata).decode()
 
     # The CUDA image's dependency list for this wheel: no CPU onnxruntime, no ferry-client lookup.
     result = subprocess.run(
@@ -388,8 +390,6 @@ def test_wheels_build_from_the_build_context(build_context: list[str], tmp_path:
             "gpu",
             "--exclude",
             "onnxruntime",
-            "--exclude",
-            "ferry-client",
         ],
         capture_output=True,
         text=True,

@@ -56,9 +56,16 @@ def simple_json(**changes) -> dict:
 
 
 def test_unknown_model_and_version(triton: Triton) -> None:
-    triton.expect_error("not_found", "unknown model 'nope'", triton.infer, "nope", simple_inputs())
     triton.expect_error(
-        "not_found", "model 'simple' has no version 9", triton.infer, "simple", simple_inputs(), model_version="9"
+        "not_found", "Request for unknown model: 'nope' is not found", triton.infer, "nope", simple_inputs()
+    )
+    triton.expect_error(
+        "not_found",
+        "Request for unknown model: 'simple' version 9 is not found",
+        triton.infer,
+        "simple",
+        simple_inputs(),
+        model_version="9",
     )
     triton.expect_error("not_found", "unknown model", triton.client.get_model_metadata, "nope")
     triton.expect_error("not_found", "unknown model", triton.client.get_model_config, "nope")

@@ -61,7 +61,7 @@ def test_requested_outputs_and_id(client) -> None:
 
 
 def test_errors_are_typed(client) -> None:
-    with pytest.raises(NotFoundError, match="unknown model 'nope'"):
+    with pytest.raises(NotFoundError, match="Request for unknown model: 'nope' is not found"):
         client.infer("nope", simple_inputs())
     with pytest.raises(InvalidArgumentError, match="missing input 'INPUT1'"):
         client.infer("simple", {"INPUT0": simple_inputs()["INPUT0"]})
@@ -69,7 +69,7 @@ def test_errors_are_typed(client) -> None:
         client.infer("simple", simple_inputs(batch=9))
     client.unload_model("fixed_nobatch")
     try:
-        with pytest.raises(UnavailableError, match="not ready"):
+        with pytest.raises(UnavailableError, match="has no available versions"):
             client.infer("fixed_nobatch", {"x": np.zeros((2, 3), np.float32)})
     finally:
         client.load_model("fixed_nobatch")

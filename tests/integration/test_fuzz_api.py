@@ -103,16 +103,20 @@ def case_strategies(api_schema) -> Iterator[tuple[str, st.SearchStrategy]]:
 
 
 def check_answer(case, response: requests.Response) -> None:
-    """No 5xx except the documented ones: 503 for readiness probes saying "no" (empty body, as the V2
-    protocol has it) and a model that is not ready (after the fuzzer unloaded it), 501 for CUDA shared
-    memory (not implemented); every error body is {"error": ...}."""
+    """No 5xx except the documented ones: 503 for readiness probes saying "no" (``{"ready": false}``,
+    as the KServe spec has it) and a model that is not ready (after the fuzzer unloaded it), 501 for
+    CUDA shared memory (not implemented); every other error body is {"error": ...}."""
     status = response.status_code
+    probe = case.path.endswith("/ready")
     if status >= 500:
-        documented = (status == 503 and (case.path.endswith("/ready") or "not ready" in response.text)) or (
+        not_ready = "has no available versions" in response.text or "is not at ready state" in response.text
+        documented = (status == 503 and (probe or not_ready)) or (
             status == 501 and case.path.startswith("/v2/cudasharedmemory")
         )
         assert documented, (status, response.text, case.as_curl_command())
-    if status >= 400 and response.content:
+    if probe and status == 503:
+        assert response.json().get("ready") is False, (response.text, case.as_curl_command())
+    elif status >= 400 and response.content:
         assert isinstance(response.json().get("error"), str), (status, response.text, case.as_curl_command())
 
 

@@ -22,7 +22,10 @@ from ..models import write_mlp_model
 
 WIDTH = 256
 # what a caller may be told while the model is between versions, and nothing else
-ALLOWED = re.compile(r"unknown model 'mlp'|model 'mlp' .*(not ready|unloaded|unloading|UNAVAILABLE)|is unloading")
+ALLOWED = re.compile(
+    r"Request for unknown model: 'mlp' (is not found|has no available versions|version \d+ is not at ready state)"
+    r"|model 'mlp' .*(unloaded|unloading|UNAVAILABLE)|is unloading"
+)
 
 
 class Load:

@@ -20,7 +20,7 @@ import tritonclient.http as thttp
 from PIL import Image
 from tritonclient.utils import InferenceServerException
 
-from ..conftest import MODEL_REPO, RunningServer, start_server
+from ..conftest import EXTRAS_REPO, MODEL_REPO, RunningServer, start_server
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0)")
 CUDA = torch.cuda.is_available()
@@ -44,9 +44,9 @@ REQUESTS_PER_CLIENT = 8
 def torch_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     repo = tmp_path_factory.mktemp("torch_repo") / "models"
     shutil.copytree(MODEL_REPO / "digits", repo / "digits")
-    shutil.copytree(MODEL_REPO / "digits_torch", repo / "digits_torch")
+    shutil.copytree(EXTRAS_REPO / "digits_torch", repo / "digits_torch")
     fp16 = repo / "digits_torch_fp16"
-    shutil.copytree(MODEL_REPO / "digits_torch", fp16)
+    shutil.copytree(EXTRAS_REPO / "digits_torch", fp16)
     config = (fp16 / "config.pbtxt").read_text().replace('name: "digits_torch"', 'name: "digits_torch_fp16"')
     (fp16 / "config.pbtxt").write_text(config + FP16)
     converted = repo / "digits_converted"
@@ -55,7 +55,7 @@ def torch_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSe
     (converted / "config.pbtxt").write_text(CONVERTED)
     if CUDA:  # the image pipeline's GPU pre-processing, next to the CPU one of digits_torch
         gpu_pre = repo / "digits_torch_gpu_preprocess"
-        shutil.copytree(MODEL_REPO / "digits_torch", gpu_pre)
+        shutil.copytree(EXTRAS_REPO / "digits_torch", gpu_pre)
         config = (
             (gpu_pre / "config.pbtxt")
             .read_text()

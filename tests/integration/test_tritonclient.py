@@ -199,7 +199,7 @@ def test_stream_infer_over_grpc(server) -> None:
     good = [r for r, e in answers if e is None]
     bad = [e for r, e in answers if e is not None]
     assert len(good) == 3 and len(bad) == 1
-    assert "unknown model 'no_such_model'" in str(bad[0])
+    assert "Request for unknown model: 'no_such_model' is not found" in str(bad[0])
     for result in good:
         np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), arrays["INPUT0"] + arrays["INPUT1"])
 
@@ -219,7 +219,13 @@ def test_repository_index_load_unload(triton: Triton) -> None:
     triton.client.unload_model("simple_fp32")
     assert not triton.client.is_model_ready("simple_fp32")
     arrays = {"INPUT0": np.ones((1, 16), np.float32), "INPUT1": np.ones((1, 16), np.float32)}
-    triton.expect_error("unavailable", "not ready", triton.infer, "simple_fp32", arrays)
+    triton.expect_error(
+        "unavailable",
+        "Request for unknown model: 'simple_fp32' has no available versions",
+        triton.infer,
+        "simple_fp32",
+        arrays,
+    )
     triton.client.load_model("simple_fp32")
     assert triton.client.is_model_ready("simple_fp32")
     result = triton.infer("simple_fp32", arrays, ["OUTPUT0"])
@@ -244,7 +250,7 @@ def test_load_with_config_override(triton: Triton) -> None:
 
 
 def test_load_unknown_model_fails_clearly(triton: Triton) -> None:
-    triton.expect_error("not_found", "not in the repository", triton.client.load_model, "no_such_model")
+    triton.expect_error("not_found", "failed to load 'no_such_model'", triton.client.load_model, "no_such_model")
     triton.expect_error("invalid", "invalid model name", triton.client.load_model, "..")
 
 

@@ -80,7 +80,7 @@ def test_syntax_errors_name_file_line_and_field(text: str, expected: str) -> Non
         ),
         (
             'input [{name: "x" dims: [1]}] output [{name: "y" data_type: TYPE_FP32 dims: [1]}]',
-            "input[0] 'x': 'data_type' is required",
+            "input[0]: model input 'x' must specify 'data_type'",
         ),
         (
             'input [{name: "x" data_type: TYPE_FP32 dims: [0]}] output [{name: "y" data_type: TYPE_FP32 dims: [1]}]',

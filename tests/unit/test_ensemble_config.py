@@ -21,7 +21,6 @@ SUMS = {"OUTPUT0": "SUM", "OUTPUT1": "DIFF"}
 IO = "max_batch_size: 8\n" + tensors("input", "A", "B") + tensors("output", "SUM", "DIFF")
 
 CASES: dict[str, tuple[str, str]] = {
-    "no_scheduling": (IO, "platform 'ensemble' needs 'ensemble_scheduling { step [ ... ] }'"),
     "no_step": (IO + "ensemble_scheduling { }\n", "ensemble_scheduling has no step"),
     "no_model_name": (
         IO + 'ensemble_scheduling { step [ { input_map { key: "INPUT0" value: "A" } } ] }\n',
@@ -83,7 +82,7 @@ CASES: dict[str, tuple[str, str]] = {
     ),
     "missing_version": (
         IO + scheduling(step("simple", AB, SUMS, version=3)),
-        "step 0 (model 'simple'): model 'simple' has no version 3",
+        "step 0 (model 'simple'): Request for unknown model: 'simple' version 3 is not found",
     ),
     "not_an_input": (
         IO + scheduling(step("simple", {**AB, "X": "A"}, SUMS)),
@@ -125,10 +124,6 @@ CASES: dict[str, tuple[str, str]] = {
         IO + "instance_group [ { kind: KIND_CPU } ]\n" + scheduling(step("simple", AB, SUMS)),
         "'instance_group' is not supported on an ensemble (each step runs on its own model's instances)",
     ),
-    "decoupled": (
-        IO + "model_transaction_policy { decoupled: true }\n" + scheduling(step("simple", AB, SUMS)),
-        "decoupled ensembles ('model_transaction_policy.decoupled') are not supported",
-    ),
     "max_inflight": (
         IO + f"ensemble_scheduling {{ max_inflight_requests: 4 step [ {step('simple', AB, SUMS)} ] }}\n",
         "'ensemble_scheduling.max_inflight_requests' is not supported",
@@ -157,25 +152,41 @@ def test_bad_ensemble_fails_to_load_with_its_message(tmp_path: Path, case: str) 
     body, message = CASES[case]
     add_simple(tmp_path)
     add_ensemble(tmp_path, "bad", body)
-    source = tmp_path.resolve() / "bad" / "config.pbtxt"
-    assert _load_reason(tmp_path, "bad") == f"{source}: ensemble 'bad': {message}"
+    assert _load_reason(tmp_path, "bad") == f"bad/config.pbtxt: ensemble 'bad': {message}"
+
+
+# Refused by the Triton config checks every model goes through, in Triton's words.
+TRITON_CASES = {
+    "no_scheduling": (IO, "ensemble scheduling must be set for ensemble bad whose platform is ensemble"),
+    "decoupled": (
+        IO + "model_transaction_policy { decoupled: true }\n" + scheduling(step("simple", AB, SUMS)),
+        "decoupled models are not supported for bad: remove 'model_transaction_policy { decoupled: true }'",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TRITON_CASES))
+def test_bad_ensemble_fails_triton_checks(tmp_path: Path, case: str) -> None:
+    body, message = TRITON_CASES[case]
+    add_simple(tmp_path)
+    add_ensemble(tmp_path, "bad", body)
+    assert _load_reason(tmp_path, "bad") == message
 
 
 def test_ensembles_that_contain_each_other_are_refused(tmp_path: Path) -> None:
     add_simple(tmp_path)
     add_ensemble(tmp_path, "bad", IO + scheduling(step("loop", AB, SUMS)))
     add_ensemble(tmp_path, "loop", IO + scheduling(step("bad", AB, SUMS)))
-    root = tmp_path.resolve()
-    inner = f"{root}/loop/config.pbtxt: ensemble 'loop': step 0 (model 'bad'): circular dependency: bad -> loop -> bad"
+    inner = "loop/config.pbtxt: ensemble 'loop': step 0 (model 'bad'): circular dependency: bad -> loop -> bad"
     assert _load_reason(tmp_path, "bad") == (
-        f"{root}/bad/config.pbtxt: ensemble 'bad': step 0 (model 'loop'): failed to load 'loop': version 1: {inner}"
+        f"bad/config.pbtxt: ensemble 'bad': step 0 (model 'loop'): failed to load 'loop': version 1: {inner}"
     )
 
 
 def test_a_decoupled_step_is_refused(tmp_path: Path) -> None:
     add_simple(tmp_path, extra_config="model_transaction_policy { decoupled: true }\n")
     add_ensemble(tmp_path, "bad", IO + scheduling(step("simple", AB, SUMS)))
-    source = tmp_path.resolve() / "bad" / "config.pbtxt"
     assert _load_reason(tmp_path, "bad") == (
-        f"{source}: ensemble 'bad': step 0 (model 'simple'): decoupled models are not supported as ensemble steps"
+        "bad/config.pbtxt: ensemble 'bad': step 0 (model 'simple'): failed to load 'simple': decoupled models "
+        "are not supported for simple: remove 'model_transaction_policy { decoupled: true }'"
     )

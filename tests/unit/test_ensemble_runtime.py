@@ -48,9 +48,13 @@ async def _until(condition: Callable[[], bool], what: str) -> None:
     raise AssertionError(f"never reached: {what}")
 
 
+_GATES: list[threading.Event] = []  # opened when a test ends, so a failed test cannot hang its shutdown
+
+
 def _hold(model: ModelVersion) -> threading.Event:
     """Make the model's only instance wait for the returned gate before each execution."""
     gate = threading.Event()
+    _GATES.append(gate)
     instance = model.instances[0]
     run = instance.run
 
@@ -69,6 +73,9 @@ def _serve(repo: Path, test: Callable[[ModelManager, DataPlane], Awaitable[None]
         try:
             await test(manager, DataPlane(manager))
         finally:
+            for gate in _GATES:
+                gate.set()
+            _GATES.clear()
             await manager.stop()
 
     asyncio.run(run())
@@ -147,7 +154,7 @@ def test_unloading_a_composing_model_under_load_gives_right_answers_or_clear_err
             await _answer(plane, rng)
         assert refused.value.message == (
             "model 'twice' is not ready: ensemble 'twice' step 1 (model 'second') is not ready: "
-            "model 'second' is not ready: version 1 UNLOADING (unloaded)"
+            "Request for unknown model: 'second' has no available versions (version 1 UNLOADING (unloaded))"
         )
         assert ("twice", "UNAVAILABLE") in _states(manager)
 
@@ -156,7 +163,7 @@ def test_unloading_a_composing_model_under_load_gives_right_answers_or_clear_err
         await unloading
         with pytest.raises(Unavailable) as refused:
             await _answer(plane, rng)
-        assert refused.value.message.endswith("model 'second' is not ready: version 1 UNAVAILABLE (unloaded)")
+        assert refused.value.message.endswith("'second' has no available versions (version 1 UNAVAILABLE (unloaded))")
 
         await manager.load("second")
         assert ("twice", "READY") in _states(manager)

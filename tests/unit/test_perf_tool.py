@@ -202,3 +202,51 @@ def test_reports_table_csv_json(tmp_path) -> None:
     write_json(tmp_path / "r.json", [step, empty], {"model": "m"})
     document = json.loads((tmp_path / "r.json").read_text())
     assert document["steps"][1]["p50_us"] is None and document["steps"][0]["server"]["requests"] == 2
+
+
+def _perf(argv: list[str], capsys) -> tuple[int, str]:
+    from ferry_client.cli import main
+
+    code = main(["perf", *argv])
+    return code, capsys.readouterr().err
+
+
+def test_plot_without_matplotlib_fails_before_any_request(capsys, monkeypatch, tmp_path) -> None:
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real_find_spec(name, *a)
+    )
+    # Nothing listens on port 9: had the tool tried to measure first, it would fail on the connection.
+    code, err = _perf(["-m", "simple", "-u", "127.0.0.1:9", "--plot", str(tmp_path / "out.png")], capsys)
+    assert code == 2
+    assert err.strip() == (
+        "ferry-client perf: --plot needs matplotlib, which is not installed (pip install 'ferry-client[perf]')"
+    )
+
+
+def test_output_folders_are_checked_before_measuring(capsys, tmp_path) -> None:
+    code, err = _perf(["-m", "simple", "-u", "127.0.0.1:9", "--csv", str(tmp_path / "no" / "out.csv")], capsys)
+    assert code == 2 and "--csv" in err and "does not exist" in err
+
+
+def test_unreachable_server_is_one_line(capsys) -> None:
+    code, err = _perf(["-m", "simple", "-u", "127.0.0.1:9"], capsys)
+    assert code == 1
+    assert len(err.strip().splitlines()) == 1 and err.startswith("ferry-client perf: 127.0.0.1:9:"), err
+
+
+def test_default_sweep_is_short() -> None:
+    """Three agreeing windows per step by default: a 3-step sweep on a steady server is about 15 s, and
+    at most about 30 s when windows never agree (perf_analyzer's defaults took over a minute)."""
+    import argparse
+
+    from ferry_client.perf.cli import add_perf_arguments
+
+    parser = argparse.ArgumentParser()
+    add_perf_arguments(parser)
+    args = parser.parse_args(["-m", "simple"])
+    per_step_steady = args.warmup + 3 * args.measurement_interval / 1000
+    per_step_worst = args.warmup + args.max_trials * args.measurement_interval / 1000
+    assert 3 * per_step_steady <= 16 and 3 * per_step_worst <= 30

@@ -149,3 +149,21 @@ def test_gpu_device_without_cuda_fails_to_load() -> None:
 
     with pytest.raises(ModelLoadError, match="device: GPU, but torch .* sees no CUDA device"):
         _gpu_preprocessor(make_spec(device=P.GPU), 0)
+
+
+def test_options_the_device_cannot_reproduce_are_refused() -> None:
+    """The torch path resizes like Pillow: the OpenCV engine, AREA and pad-then-resize fail at load,
+    naming the field; the default engine on the device is PILLOW, so existing configs keep working."""
+    with pytest.raises(ModelLoadError, match="preprocess.resize_engine: OPENCV is not available with device: GPU"):
+        make_spec(device=P.GPU, resize_engine=P.OPENCV)
+    with pytest.raises(ModelLoadError, match="preprocess.interpolation: AREA is not available with device: GPU"):
+        make_spec(device=P.GPU, interpolation=P.AREA, resize_engine=P.ENGINE_DEFAULT)
+    with pytest.raises(ModelLoadError, match="preprocess.pad_then_resize: not available with device: GPU"):
+        make_spec(device=P.GPU, resize=P.LETTERBOX, pad_then_resize=True)
+    assert make_spec(device=P.GPU, resize_engine=P.ENGINE_DEFAULT).engine == P.PILLOW
+
+
+def test_device_preprocessor_rejects_an_opencv_spec() -> None:
+    """Guard for specs built without the config check: an OpenCV-engine spec is not silently approximated."""
+    with pytest.raises(ValueError, match="reproduces resize_engine: PILLOW"):
+        DevicePreprocessor(make_spec(resize_engine=P.OPENCV), "cpu")

@@ -211,13 +211,14 @@ def test_yolov8_batch_uses_each_images_transform() -> None:
 
 
 def test_yolov5_multiplies_objectness_by_class_probability() -> None:
-    tensor = np.zeros((1, 4, 5 + 3), dtype=np.float32)
+    tensor = np.zeros((1, 3 * (16 + 4 + 1), 5 + 3), dtype=np.float32)  # 3 anchors per cell of a 32x32 input
     tensor[0, 0] = [50, 50, 20, 20, 0.9, 0.1, 0.8, 0.1]  # 0.72, class 1
     tensor[0, 1] = [52, 50, 20, 20, 0.5, 0.0, 0.0, 1.0]  # 0.5, class 2
     tensor[0, 2] = [200, 200, 10, 10, 0.3, 0.9, 0.0, 0.0]  # 0.27, below 0.3
     tensor[0, 3] = [400, 400, 10, 10, 0.0, 1.0, 1.0, 1.0]  # no object
     spec = detection_spec(format=D.YOLOV5, score_threshold=0.3, iou_threshold=0.5)
-    [found] = decode_detections({"p": tensor}, spec, ["p"], [IDENTITY], None)
+    small = ImageTransform(1.0, 1.0, 0.0, 0.0, 640, 640, 32, 32)
+    [found] = decode_detections({"p": tensor}, spec, ["p"], [small], None)
     assert [(d.class_id, round(d.score, 4)) for d in found] == [(1, 0.72), (2, 0.5)]
     assert boxes_of(found) == [(40, 40, 60, 60), (42, 40, 62, 60)]
 
@@ -264,16 +265,16 @@ def test_max_detections_defaults_when_unset() -> None:
             detection_spec(),
             {"a": np.zeros((2, 84, 10))},
             ["a"],
-            r"must have shape \[batch, 4 \+ classes, anchors\] with batch 1, got \[2, 84, 10\]",
+            r"output 'a' has batch 2, expected 1, shape \[2, 84, 10\]",
         ),
         (detection_spec(format=D.YOLOV5), {"a": np.zeros((1, 10, 5))}, ["a"], r"\[batch, anchors, 5 \+ classes\]"),
         (
             detection_spec(format=D.BOXES_SCORES_CLASSES),
             {"b": np.zeros((1, 5, 4)), "s": np.zeros((1, 5)), "c": np.zeros((1, 6))},
             ["b", "s", "c"],
-            r"output 'c' must have shape \[1, 5\] to match boxes 'b', got \[1, 6\]",
+            r"needs output 'c' \(classes \[batch, K\]\) of shape \[\*, 5\], the model's is \[1, 6\]",
         ),
-        (detection_spec(format=D.BOXES_SCORES_CLASSES), {"b": np.zeros((1, 5, 4))}, ["b"], "reads 2 output"),
+        (detection_spec(format=D.BOXES_SCORES_CLASSES), {"b": np.zeros((1, 5, 4))}, ["b"], "reads 3 output"),
     ],
 )
 def test_model_output_mismatches_are_server_errors(

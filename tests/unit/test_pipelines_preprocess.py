@@ -31,6 +31,9 @@ def make_spec(
 ) -> PreprocessSpec:
     channels = 1 if color == P.GRAY else 3
     dims = [channels, height, width] if layout == P.NCHW else [height, width, channels]
+    fields.setdefault(
+        "resize_engine", P.PILLOW
+    )  # the references here are Pillow's; OpenCV's are in test_pipelines_engines
     pre = P(resize=resize, layout=layout, color_order=color, **fields)
     return PreprocessSpec.from_config(pre, dims, datatype)
 

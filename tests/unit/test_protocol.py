@@ -35,6 +35,8 @@ PROTOCOL_DIR = REPO_ROOT / "clients" / "python" / "ferry_client" / "protocol"
 
 # Field numbers from this value upwards in inference.ModelConfig are Ferry's.
 FERRY_FIELD_RANGE_START = 1000
+#: Triton messages Ferry extends, only with fields numbered from FERRY_FIELD_RANGE_START.
+FERRY_EXTENDED_MESSAGES = frozenset({"inference.ModelConfig", "inference.ModelMetadataResponse"})
 
 # Messages that exist only in Ferry (no Triton counterpart).
 FERRY_ONLY_MESSAGES = {
@@ -42,6 +44,8 @@ FERRY_ONLY_MESSAGES = {
     "inference.FerryPreprocess",
     "inference.FerryClassification",
     "inference.FerryDetection",
+    # the map entry of ModelMetadataResponse.parameters (field 1000)
+    "inference.ModelMetadataResponse.ParametersEntry",
 }
 
 
@@ -184,7 +188,7 @@ def test_messages_match_triton(which: str) -> None:
         for number, our_field in our_fields.items():
             if number in their_fields:
                 continue
-            if full_name == "inference.ModelConfig" and number >= FERRY_FIELD_RANGE_START:
+            if full_name in FERRY_EXTENDED_MESSAGES and number >= FERRY_FIELD_RANGE_START:
                 continue
             problems.append(f"{full_name}: extra field {our_field.name} = {number} outside Ferry's reserved range")
         their_oneofs = sorted(o.name for o in their_msg.oneofs)
@@ -264,6 +268,12 @@ def test_ferry_additions_are_in_reserved_range() -> None:
         "resize_shorter": 11,
         "max_pixels": 12,
         "device": 13,
+        "resize_engine": 14,
+        "crop_rounding": 15,
+        "resize_shorter_rounding": 16,
+        "pad_then_resize": 17,
+        "draft_decode": 18,
+        "resize_alignment": 19,
     }
     assert preprocess.fields_by_name["data_type"].enum_type.full_name == "inference.DataType"
     assert {f.name: f.number for f in model_config_pb2.FerryClassification.DESCRIPTOR.fields} == {
@@ -279,6 +289,14 @@ def test_ferry_additions_are_in_reserved_range() -> None:
         "max_detections": 5,
         "outputs": 6,
         "box_format": 7,
+        "strides": 8,
+        "anchors": 9,
+        "box_coder": 10,
+        "num_keypoints": 11,
+        "score_activation": 12,
+        "suppression": 13,
+        "top_k_per_level": 14,
+        "multi_label": 15,
     }
 
     def values(enum: descriptor.EnumDescriptor) -> dict[str, int]:
@@ -288,9 +306,21 @@ def test_ferry_additions_are_in_reserved_range() -> None:
     assert values(enums["ColorOrder"]) == {"RGB": 0, "BGR": 1, "GRAY": 2}
     assert values(enums["Layout"]) == {"NCHW": 0, "NHWC": 1}
     assert values(enums["ResizeMode"]) == {"EXACT": 0, "SHORTER_SIDE_CENTER_CROP": 1, "LETTERBOX": 2}
-    assert values(enums["Interpolation"]) == {"BILINEAR": 0, "NEAREST": 1, "BICUBIC": 2, "LANCZOS": 3}
+    assert values(enums["Interpolation"]) == {"BILINEAR": 0, "NEAREST": 1, "BICUBIC": 2, "LANCZOS": 3, "AREA": 4}
+    assert values(enums["ResizeEngine"]) == {"ENGINE_DEFAULT": 0, "OPENCV": 1, "PILLOW": 2}
+    assert values(enums["CropRounding"]) == {"CROP_ROUND": 0, "CROP_FLOOR": 1}
+    assert values(enums["SideRounding"]) == {"SIDE_INT": 0, "SIDE_ROUND": 1}
     det_enums = model_config_pb2.FerryDetection.DESCRIPTOR.enum_types_by_name
-    assert values(det_enums["DetectionFormat"]) == {"YOLOV8": 0, "YOLOV5": 1, "BOXES_SCORES_CLASSES": 2}
+    assert values(det_enums["DetectionFormat"]) == {
+        "YOLOV8": 0,
+        "YOLOV5": 1,
+        "BOXES_SCORES_CLASSES": 2,
+        "YOLOX": 3,
+        "SSD": 4,
+        "DFL": 5,
+        "DETR": 6,
+        "END_TO_END": 7,
+    }
     assert values(det_enums["BoxFormat"]) == {"XYWH_CENTER": 0, "XYXY": 1}
 
 

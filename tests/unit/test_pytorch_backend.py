@@ -29,6 +29,7 @@ from ferry.backends.pytorch import PyTorchBackend, PyTorchInstance  # noqa: E402
 # TorchScript is what Triton's PyTorch backend serves; torch 2.13 marks its API deprecated.
 pytestmark = pytest.mark.filterwarnings(r"ignore:`torch\.jit\.\w+` is deprecated:DeprecationWarning")
 REPO = Path(__file__).resolve().parents[2] / "model_repo"
+EXTRAS = REPO.parent / "model_repo_extras"  # digits_torch needs torch, so it is not in the default repository
 CUDA = torch.cuda.is_available()
 #: FP32 on a GPU: torch runs cuDNN convolutions in TF32 by default.
 GPU_FP32_TOLERANCE = 2e-2
@@ -46,7 +47,7 @@ def onnx_logits(x: np.ndarray) -> np.ndarray:
 
 def digits_torch(tmp_path: Path, extra: str = "", kind: str = "KIND_AUTO") -> tuple[Path, mc.ModelConfig]:
     model_dir = tmp_path / "digits_torch"
-    shutil.copytree(REPO / "digits_torch", model_dir)
+    shutil.copytree(EXTRAS / "digits_torch", model_dir)
     text = (model_dir / "config.pbtxt").read_text().replace("KIND_AUTO", kind) + extra
     (model_dir / "config.pbtxt").write_text(text)
     config = read_config_file(model_dir)
@@ -252,7 +253,7 @@ def onnx_digits(tmp_path: Path, extra: str = "") -> tuple[Path, mc.ModelConfig]:
 def digits_network_converter(model: onnx.ModelProto) -> torch.nn.Module:
     """Stands in for onnx2torch.convert: rebuilds the digits network from the ModelProto it is given."""
     assert isinstance(model, onnx.ModelProto)
-    spec = importlib.util.spec_from_file_location("digits_torch_build", REPO / "digits_torch" / "build.py")
+    spec = importlib.util.spec_from_file_location("digits_torch_build", EXTRAS / "digits_torch" / "build.py")
     build = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(build)
     return build.network_from_onnx(model)

@@ -259,7 +259,9 @@ class _HttpBase:
         self.backoff = backoff
         self.max_backoff = max_backoff
         self._rng = random.Random()
-        all_headers = dict(headers or {})
+        # httpx asks for gzip by default; the server would then compress every response (CPU on both
+        # ends for tensors that rarely shrink). Callers who want compression pass Accept-Encoding.
+        all_headers = {"Accept-Encoding": "identity", **(headers or {})}
         if bearer_token:
             all_headers["Authorization"] = f"Bearer {bearer_token}"
         self._client_options: dict[str, Any] = {

@@ -28,12 +28,14 @@ class Classification:
 
 @dataclass(frozen=True)
 class Detection:
-    """One detected object; ``box`` is (x1, y1, x2, y2) in the original image's pixels."""
+    """One detected object; ``box`` is (x1, y1, x2, y2) and ``keypoints`` (x, y) pairs (models that
+    predict them, such as face detectors), both in the original image's pixels."""
 
     box: tuple[float, float, float, float]
     score: float
     class_id: int
     label: str | None = None
+    keypoints: list[tuple[float, float]] | None = None
 
 
 def image_bytes(image: ImageLike) -> bytes:
@@ -90,6 +92,7 @@ def parse_detections(document: Any) -> list[list[Detection]]:
                 float(d["score"]),
                 int(d["class_id"]),  # type: ignore[arg-type]
                 d.get("label"),
+                [(float(x), float(y)) for x, y in d["keypoints"]] if "keypoints" in d else None,
             )
             for d in image
         ]

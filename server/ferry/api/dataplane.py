@@ -7,6 +7,7 @@ every check and every error message exists once and both protocols behave the sa
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import time
 from collections.abc import Awaitable, Callable
@@ -30,7 +31,9 @@ from ..repository.model import ModelVersion
 from ..types import InferenceRequest, InferenceResponse, OutputTensor
 from .admission import Admission
 from .limits import Limits
+from .logging_ext import LoggingControl
 from .shared_memory import SharedMemoryRegistry, ref_parameters
+from .trace_ext import RequestTracing
 
 T = TypeVar("T")
 
@@ -43,6 +46,8 @@ EXTENSIONS = [
     "statistics",
     "schedule_policy",
     "system_shared_memory",
+    "logging",
+    "trace",
 ]
 
 
@@ -55,9 +60,13 @@ class DataPlane:
         admission: Admission | None = None,
         limits: Limits | None = None,
         cache: ResponseCache | None = None,
+        tracing: RequestTracing | None = None,
+        logging_control: LoggingControl | None = None,
     ) -> None:
         self.manager = manager
         self.cache = cache
+        self.tracing = tracing or RequestTracing()
+        self.logging = logging_control  # None: the logging extension answers UNIMPLEMENTED
         self.admission = admission or Admission()
         self.limits = limits or Limits()
         self.shared_memory = SharedMemoryRegistry()
@@ -87,13 +96,16 @@ class DataPlane:
         model = self.manager.get(name, version)
         versions = [row["version"] for row in self.manager.index(ready_only=True) if row["name"] == name]
         batched = model.max_batch_size > 0
-        return {
+        metadata: dict[str, Any] = {
             "name": model.name,
             "versions": versions,
             "platform": model.platform,
             "inputs": [_tensor_metadata(s, batched) for s in model.inputs.values()],
             "outputs": [_tensor_metadata(s, batched) for s in model.outputs.values()],
         }
+        if model.pipeline is not None:
+            metadata["parameters"] = _image_input_metadata(model)
+        return metadata
 
     def model_config(self, name: str, version: str = "") -> mc.ModelConfig:
         return self.manager.get(name, version).config
@@ -123,15 +135,14 @@ class DataPlane:
         classify = {o.name: o.classification for o in requested or () if o.classification}
         shared = {o.name: o.shared_memory for o in requested or () if o.shared_memory is not None}
         outputs = []
+        has_image_axis = model.max_batch_size > 0 or batch_size > 1  # see _execute
         for name in names:
             spec = model.outputs[name]
             array = results[name]
-            if spec.reshape is not None:
-                array = array.reshape((batch_size, *spec.dims) if model.max_batch_size > 0 else spec.dims)
             flag = binary.get(name)
             datatype = spec.datatype
             if name in classify:
-                array = classification_tensor(array, classify[name], model.labels.get(name), model.max_batch_size > 0)
+                array = classification_tensor(array, classify[name], model.labels.get(name), has_image_axis)
                 datatype = "BYTES"
             output = OutputTensor(name, datatype, array, binary_default if flag is None else flag)
             if name in shared:
@@ -143,9 +154,36 @@ class DataPlane:
     async def _execute(
         self, model: ModelVersion, request: InferenceRequest, names: list[str]
     ) -> tuple[dict[str, np.ndarray], int]:
-        """Decode images, validate and run the request through the model's scheduler."""
+        """Decode images, validate and run the request through the model's scheduler.
+
+        Outputs come back in the config's dims (``reshape`` undone), with the batch size. A model that
+        cannot batch runs one execution per encoded image: then the outputs are stacked along a
+        leading image axis and the batch size is the number of images (only then above 1).
+        """
         if model.pipeline is not None:
-            await self._decode_image_input(model, request)
+            executions = await self._decode_image_input(model, request)
+            if len(executions) > 1:
+                return await self._execute_each_image(model, request, names, executions)
+        return await self._execute_tensors(model, request, names)
+
+    async def _execute_each_image(
+        self, model: ModelVersion, request: InferenceRequest, names: list[str], executions: list[np.ndarray]
+    ) -> tuple[dict[str, np.ndarray], int]:
+        """Several images for a model that cannot batch: one execution each, outputs joined along a
+        leading image axis (a declared leading 1 is that axis)."""
+        assert model.pipeline is not None
+        name = model.pipeline.input_name
+        parts: dict[str, list[np.ndarray]] = {output: [] for output in names}
+        for tensor in executions:
+            one = dataclasses.replace(request, inputs={**request.inputs, name: tensor})
+            results, _ = await self._execute_tensors(model, one, names)
+            for output, array in results.items():
+                parts[output].append(_as_batch_of_one(array))
+        return {output: np.concatenate(arrays) for output, arrays in parts.items()}, len(executions)
+
+    async def _execute_tensors(
+        self, model: ModelVersion, request: InferenceRequest, names: list[str]
+    ) -> tuple[dict[str, np.ndarray], int]:
         requested = request.outputs if request.outputs else None
         try:
             inputs, batch_size = validate_inputs(model, request)
@@ -160,14 +198,24 @@ class DataPlane:
                 model.stats.record_failure(0, "OTHER")
             raise
         assert model.scheduler is not None
-        results = await model.scheduler.submit(
-            inputs,
-            names,
-            batch_size,
-            priority=_int_parameter(request, "priority"),
-            timeout_us=_int_parameter(request, "timeout"),
-        )
-        return results, batch_size
+        trace = self.tracing.start(model.name, request.id)
+        try:
+            results = await model.scheduler.submit(
+                inputs,
+                names,
+                batch_size,
+                priority=_int_parameter(request, "priority"),
+                timeout_us=_int_parameter(request, "timeout"),
+                timeline=trace.timeline if trace else None,
+            )
+        except Exception as exc:
+            if trace:
+                self.tracing.finish(trace, str(model.version), error=str(exc) or type(exc).__name__)
+            raise
+        if trace:
+            self.tracing.finish(trace, str(model.version))
+        batched = model.max_batch_size > 0
+        return {k: engine_output(model.outputs[k], v, batch_size, batched) for k, v in results.items()}, batch_size
 
     def _cache_for(self, model: ModelVersion) -> ResponseCache | None:
         return self.cache if self.cache is not None and model.config.response_cache.enable else None
@@ -201,21 +249,31 @@ class DataPlane:
                 raise InvalidArgument(f"{exc} (from shared memory region '{shared.ref.region}')") from None
             request.input_datatypes[name] = shared.datatype
 
-    async def _decode_image_input(self, model: ModelVersion, request: InferenceRequest) -> None:
-        """Encoded images sent as BYTES to an image model's input become its pre-processed tensor."""
+    async def _decode_image_input(self, model: ModelVersion, request: InferenceRequest) -> list[np.ndarray]:
+        """Encoded images sent as BYTES to an image model's input become its pre-processed tensor.
+
+        Returns the input tensor of each execution the images need: one for a model that batches
+        (or for a single image), one per image for a model that cannot batch. The first is put in
+        the request; none when the input is not encoded images.
+        """
         pipeline = model.pipeline
         assert pipeline is not None
         name = pipeline.input_name
         if request.input_datatypes.get(name) != "BYTES" or model.inputs[name].datatype == "BYTES":
-            return
+            return []
         encoded = request.inputs[name]
         if encoded.ndim not in (1, 2) or (encoded.ndim == 2 and encoded.shape[1] != 1):
             raise InvalidArgument(
                 f"input '{name}': encoded images must have shape [N] or [N, 1], got {list(encoded.shape)}"
             )
         prepared = await self.prepare_images(model, list(encoded.reshape(-1)))
-        request.inputs[name] = prepared.batch
+        if model.max_batch_size > 0:
+            executions = [prepared.batch]  # validate_inputs checks it against max_batch_size
+        else:
+            executions = [tensor for _, tensor in pipeline.executions(prepared.batch)]
+        request.inputs[name] = executions[0]
         request.input_datatypes[name] = pipeline.spec.datatype
+        return executions
 
     async def prepare_images(self, model: ModelVersion, images: list[bytes]) -> Prepared:
         """Decode and pre-process images in the worker pool, off the event loop."""
@@ -260,24 +318,28 @@ class DataPlane:
         assert pipeline is not None
         prepared = await self.prepare_images(model, images)
         assert model.scheduler is not None
-        chunk = model.max_batch_size or 1
+        batched = model.max_batch_size > 0
+        spec = model.inputs[pipeline.input_name]
         results: list[Any] = []
-        for start in range(0, len(images), chunk):
-            batch = prepared.batch[start : start + chunk]
-            if model.max_batch_size == 0:
-                batch = batch[0]
+        for images_slice, tensor in pipeline.executions(prepared.batch):
             outputs = await model.scheduler.submit(
-                {pipeline.input_name: batch}, pipeline.output_names, len(batch) if model.max_batch_size else 1
+                {pipeline.input_name: engine_input(spec, tensor, batched)},
+                pipeline.output_names,
+                len(tensor) if batched else 1,
             )
-            if model.max_batch_size == 0:
-                outputs = {k: v[np.newaxis] for k, v in outputs.items()}
+            outputs = {
+                k: engine_output(model.outputs[k], v, len(tensor) if batched else 1, batched)
+                for k, v in outputs.items()
+            }
+            if not batched:
+                outputs = {k: _as_batch_of_one(v) for k, v in outputs.items()}
             if task == "classify":
                 results.extend(pipeline.classify(outputs, options.get("top_k")))
             else:
                 results.extend(
                     pipeline.detect(
                         outputs,
-                        prepared.transforms[start : start + chunk],
+                        prepared.transforms[images_slice],
                         options.get("score_threshold"),
                         options.get("iou_threshold"),
                         options.get("max_detections"),
@@ -348,6 +410,38 @@ def _int_parameter(request: InferenceRequest, key: str) -> int | None:
     return value
 
 
+def engine_input(spec: TensorSpec, array: np.ndarray, batched: bool) -> np.ndarray:
+    """An input as the engine takes it: Triton's ``reshape`` applied (the batch dim kept)."""
+    if spec.reshape is None:
+        return array
+    return array.reshape((array.shape[0], *spec.reshape) if batched else spec.reshape)
+
+
+def engine_output(spec: TensorSpec, array: np.ndarray, batch_size: int, batched: bool) -> np.ndarray:
+    """An output as the config declares it: the engine's shape undone when ``reshape`` is set."""
+    if spec.reshape is None:
+        return array
+    return array.reshape((batch_size, *spec.dims) if batched else spec.dims)
+
+
+def _as_batch_of_one(array: np.ndarray) -> np.ndarray:
+    """One execution's output of a model that cannot batch, with a leading image axis of 1: a
+    declared leading 1 (output ``[1, K]``) already is that axis."""
+    return array if array.ndim > 1 and array.shape[0] == 1 else array[np.newaxis]
+
+
+def _image_input_metadata(model: ModelVersion) -> dict[str, Any]:
+    """The encoded-image input an image model accepts besides its tensor input (metadata parameters)."""
+    pipeline = model.pipeline
+    assert pipeline is not None
+    return {
+        "image_input": pipeline.input_name,
+        "image_datatype": "BYTES",
+        "image_shape": "[-1]",
+        "image_task": pipeline.task,
+    }
+
+
 def _tensor_metadata(spec: TensorSpec, batched: bool) -> dict[str, Any]:
     return {"name": spec.name, "datatype": spec.datatype, "shape": list(spec.full_shape(batched))}
 
@@ -397,9 +491,7 @@ def validate_inputs(model: ModelVersion, request: InferenceRequest) -> tuple[dic
             raise InvalidArgument(
                 f"input '{name}' of model '{model.name}': expected shape {list(spec.dims)}, got {list(shape)}"
             )
-        if spec.reshape is not None:
-            array = array.reshape((shape[0], *spec.reshape) if batched else spec.reshape)
-        prepared[name] = array
+        prepared[name] = engine_input(spec, array, batched)
     if batch_sizes:
         sizes = set(batch_sizes.values())
         if len(sizes) > 1:

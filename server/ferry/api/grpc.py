@@ -14,15 +14,18 @@ from typing import Any, TypeVar
 import grpc
 from google.protobuf import json_format
 
+from ferry_client.codec.parameters import set_parameter
 from ferry_client.protocol import grpc_service_pb2 as pb
 from ferry_client.protocol import grpc_service_pb2_grpc as pb_grpc
 
-from ..errors import FerryError, InvalidArgument
+from ..errors import FerryError, InvalidArgument, Unimplemented
 from .dataplane import DataPlane
 from .grpc_codec import decode_infer_request, encode_infer_response
 from .grpc_decode import DecodeErrorInterceptor
+from .logging_ext import grpc_log_settings
 from .shared_memory import cuda_unsupported
 from .shared_memory_grpc import register, status_response
+from .trace_ext import grpc_trace_setting
 
 log = logging.getLogger(__name__)
 
@@ -72,9 +75,12 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     @_rpc
     async def ModelMetadata(self, request: pb.ModelMetadataRequest, context) -> pb.ModelMetadataResponse:
-        return json_format.ParseDict(
-            self.plane.model_metadata(request.name, request.version), pb.ModelMetadataResponse()
-        )
+        metadata = self.plane.model_metadata(request.name, request.version)
+        parameters = metadata.pop("parameters", {})
+        response = json_format.ParseDict(metadata, pb.ModelMetadataResponse())
+        for key, value in parameters.items():
+            set_parameter(response.parameters[key], key, value)
+        return response
 
     @_rpc
     async def ModelConfig(self, request: pb.ModelConfigRequest, context) -> pb.ModelConfigResponse:
@@ -123,6 +129,16 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         return pb.RepositoryModelUnloadResponse()
 
     @_rpc
+    async def TraceSetting(self, request: pb.TraceSettingRequest, context) -> pb.TraceSettingResponse:
+        return grpc_trace_setting(self.plane.tracing, self.plane.model, request)
+
+    @_rpc
+    async def LogSettings(self, request: pb.LogSettingsRequest, context) -> pb.LogSettingsResponse:
+        if self.plane.logging is None:
+            raise Unimplemented("the logging extension is not enabled on this server")
+        return grpc_log_settings(self.plane.logging, request)
+
+    @_rpc
     async def ModelInfer(self, request: pb.ModelInferRequest, context) -> pb.ModelInferResponse:
         with self.plane.admission.admit(_payload_bytes(request)):
             response = await self.plane.infer(decode_infer_request(request, self.plane.limits))
@@ -131,12 +147,21 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
-        """Answer each streamed request in order; an error answers that request, not the stream."""
+        """Answer each streamed request in order; an error answers that request, not the stream.
+
+        Every response carries Triton's ``triton_final_response`` flag. A request that sets
+        ``triton_enable_empty_final_response`` gets its response flagged not-final, then an empty
+        final response, as Triton streams decoupled models, so clients that wait for it finish."""
         async for request in request_iterator:
             try:
                 with self.plane.admission.admit(_payload_bytes(request)):
                     response = await self.plane.infer(decode_infer_request(request, self.plane.limits))
-                yield pb.ModelStreamInferResponse(infer_response=encode_infer_response(response))
+                empty_final = _wants_empty_final(request)
+                message = encode_infer_response(response)
+                message.parameters[FINAL_FLAG].bool_param = not empty_final
+                yield pb.ModelStreamInferResponse(infer_response=message)
+                if empty_final:
+                    yield pb.ModelStreamInferResponse(infer_response=_empty_final(message))
             except FerryError as exc:
                 yield pb.ModelStreamInferResponse(error_message=exc.message)
             except Exception as exc:
@@ -170,6 +195,22 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     @_rpc
     async def CudaSharedMemoryUnregister(self, request, context) -> pb.CudaSharedMemoryUnregisterResponse:
         raise cuda_unsupported()
+
+
+FINAL_FLAG = "triton_final_response"
+EMPTY_FINAL_REQUEST = "triton_enable_empty_final_response"
+
+
+def _wants_empty_final(request: pb.ModelInferRequest) -> bool:
+    parameter = request.parameters.get(EMPTY_FINAL_REQUEST)
+    return parameter is not None and parameter.bool_param
+
+
+def _empty_final(response: pb.ModelInferResponse) -> pb.ModelInferResponse:
+    """The final response of a stream request: no outputs, only who it answers and the flag."""
+    final = pb.ModelInferResponse(model_name=response.model_name, model_version=response.model_version, id=response.id)
+    final.parameters[FINAL_FLAG].bool_param = True
+    return final
 
 
 def _payload_bytes(request: pb.ModelInferRequest) -> int:

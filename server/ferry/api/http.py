@@ -16,14 +16,19 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from ferry_client.codec import HEADER_LENGTH, CodecError, dumps, loads_json
+from ferry_client.codec import HEADER_LENGTH, dumps
 
 from ..errors import FerryError, InvalidArgument, PayloadTooLarge
+from ..pipelines.detection import Detection
 from ..repository.config import config_to_dict
 from .dataplane import DataPlane
-from .http_codec import decode_infer_request, decompress, encode_infer_response
+from .docs import mount_docs
+from .http_codec import compress_response, decode_infer_request, decompress, encode_infer_response
+from .json_body import parse_json_object
+from .logging_ext import log_router
 from .openapi import INDEX_BODY, INFER_BODY, LOAD_BODY, UNLOAD_BODY
 from .shared_memory_http import add_shared_memory_routes
+from .trace_ext import trace_router
 
 log = logging.getLogger(__name__)
 
@@ -35,12 +40,29 @@ def json_response(content: Any, status: int = 200) -> Response:
     return Response(dumps(content), status_code=status, media_type=JSON)
 
 
+def detection_json(detection: Detection) -> dict[str, Any]:
+    """One detection as /detect returns it; ``keypoints`` only for models that predict them."""
+    result: dict[str, Any] = {
+        "box": [round(v, 2) for v in detection.box],
+        "score": detection.score,
+        "class_id": detection.class_id,
+        "label": detection.label,
+    }
+    if detection.keypoints is not None:
+        result["keypoints"] = [[round(x, 2), round(y, 2)] for x, y in detection.keypoints]
+    classes = getattr(detection, "classes", None)  # a cascade ensemble: the second model's classes
+    if classes:
+        result["classes"] = classes
+    return result
+
+
 def error_response(message: str, status: int) -> Response:
     return json_response({"error": message}, status)
 
 
-def _status_response(ok: bool) -> Response:
-    return Response(status_code=200 if ok else 503)
+def _status_response(ok: bool, body: dict[str, Any]) -> Response:
+    """A health answer: the status code says it (as Triton), the JSON body too (as the KServe spec)."""
+    return json_response(body, 200 if ok else 503)
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
@@ -65,16 +87,7 @@ def _declared_length(request: Request) -> int:
 
 
 async def _json_body(request: Request, limit: int) -> dict[str, Any]:
-    body = await _read_body(request, limit)
-    if not body.strip():
-        return {}
-    try:
-        parsed = loads_json(body)
-    except CodecError as exc:
-        raise InvalidArgument(str(exc)) from None
-    if not isinstance(parsed, dict):
-        raise InvalidArgument("request body must be a JSON object")
-    return parsed
+    return parse_json_object(await _read_body(request, limit))
 
 
 async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T | None:
@@ -106,7 +119,10 @@ def create_http_app(plane: DataPlane, max_body_bytes: int = 256 * 1024 * 1024) -
         title="Ferry",
         version=plane.server_metadata()["version"],
         description="KServe V2 / Open Inference Protocol REST API",
+        docs_url=None,  # docs.mount_docs serves Swagger UI from a package instead of a CDN
+        redoc_url=None,  # ReDoc would load from a CDN too
     )
+    mount_docs(app)
 
     @app.exception_handler(FerryError)
     async def _ferry_error(_: Request, exc: FerryError) -> Response:
@@ -129,15 +145,23 @@ def create_http_app(plane: DataPlane, max_body_bytes: int = 256 * 1024 * 1024) -
         log.exception("unexpected error")
         return error_response(f"internal error: {exc}", 500)
 
+    # --- protocol extensions: trace settings, logging ------------------------------------------
+
+    app.include_router(trace_router(plane.tracing, plane.model))
+    if plane.logging is not None:
+        app.include_router(log_router(plane.logging))
+
     # --- health and metadata ----------------------------------------------------------------
 
     @app.get("/v2/health/live")
     async def server_live() -> Response:
-        return _status_response(plane.live())
+        live = plane.live()
+        return _status_response(live, {"live": live})
 
     @app.get("/v2/health/ready")
     async def server_ready() -> Response:
-        return _status_response(plane.ready())
+        ready = plane.ready()
+        return _status_response(ready, {"ready": ready})
 
     @app.get("/v2")
     async def server_metadata() -> Response:
@@ -146,7 +170,8 @@ def create_http_app(plane: DataPlane, max_body_bytes: int = 256 * 1024 * 1024) -
     @app.get("/v2/models/{model}/ready")
     @app.get("/v2/models/{model}/versions/{version}/ready")
     async def model_ready(model: str, version: str = "") -> Response:
-        return _status_response(plane.model_ready(model, version))
+        ready = plane.model_ready(model, version)
+        return _status_response(ready, {"name": model, "ready": ready})
 
     @app.get("/v2/models/stats")
     async def all_statistics() -> Response:
@@ -180,9 +205,12 @@ def create_http_app(plane: DataPlane, max_body_bytes: int = 256 * 1024 * 1024) -
             if response is None:
                 return Response(status_code=499)  # the caller is gone; nobody reads this
             payload, header_length = encode_infer_response(response)
-        if header_length is None:
-            return Response(payload, media_type=JSON)
-        return Response(payload, media_type="application/octet-stream", headers={HEADER_LENGTH: str(header_length)})
+        headers = {} if header_length is None else {HEADER_LENGTH: str(header_length)}
+        payload, encoding = compress_response(payload, request.headers.get("accept-encoding"))
+        if encoding:
+            headers["Content-Encoding"] = encoding
+        media_type = JSON if header_length is None else "application/octet-stream"
+        return Response(payload, media_type=media_type, headers=headers)
 
     # --- image endpoints ----------------------------------------------------------------------
 
@@ -255,22 +283,7 @@ def create_http_app(plane: DataPlane, max_body_bytes: int = 256 * 1024 * 1024) -
             {
                 "model_name": served.name,
                 "model_version": str(served.version),
-                "results": [
-                    {
-                        "detections": [
-                            {
-                                "box": [round(v, 2) for v in d.box],
-                                "score": d.score,
-                                "class_id": d.class_id,
-                                "label": d.label,
-                                # a cascade ensemble: the second model's classes of this detection
-                                **({"classes": d.classes} if getattr(d, "classes", None) else {}),
-                            }
-                            for d in image
-                        ]
-                    }
-                    for image in results
-                ],
+                "results": [{"detections": [detection_json(d) for d in image]} for image in results],
             }
         )
 

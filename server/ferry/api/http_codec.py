@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import zlib
 from typing import Any
 
@@ -32,6 +33,32 @@ def decompress(body: bytes, encoding: str | None, limit: int) -> bytes:
     if not decompressor.eof:
         raise InvalidArgument(f"request body is truncated {encoding} data")
     return out
+
+
+def compress_response(payload: bytes, accept_encoding: str | None) -> tuple[bytes, str | None]:
+    """Compress an inference response as the client's Accept-Encoding allows (gzip preferred, then
+    deflate in its zlib form, as tritonclient's ``response_compression_algorithm`` expects)."""
+    accepted = _accepted_encodings(accept_encoding)
+    if "gzip" in accepted:
+        return gzip.compress(payload, compresslevel=6), "gzip"
+    if "deflate" in accepted:
+        return zlib.compress(payload, 6), "deflate"
+    return payload, None
+
+
+def _accepted_encodings(header: str | None) -> set[str]:
+    """Codings named in Accept-Encoding without ``q=0``."""
+    accepted = set()
+    for item in (header or "").split(","):
+        name, _, params = item.strip().partition(";")
+        quality = params.strip().removeprefix("q=") if params.strip().startswith("q=") else "1"
+        try:
+            wanted = float(quality) > 0
+        except ValueError:
+            wanted = False
+        if name and wanted:
+            accepted.add(name.strip().lower())
+    return accepted
 
 
 def decode_infer_request(

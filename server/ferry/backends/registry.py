@@ -30,7 +30,10 @@ def platform_for_file(version_dir: Path) -> str | None:
 
 
 def normalise_platform(platform: str, backend: str) -> str:
-    """Triton accepts either ``platform`` or ``backend``; reduce both to one platform name."""
+    """Triton accepts either ``platform`` or ``backend``; reduce both to one platform name (when
+    both are given they must name the same engine, as Triton requires)."""
+    if platform and backend and _PLATFORM_BY_BACKEND.get(backend) != platform:
+        raise ModelLoadError(f"unexpected 'platform' and 'backend' pair, got: {platform}, {backend}")
     if platform:
         return platform
     if backend:

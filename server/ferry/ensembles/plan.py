@@ -59,8 +59,6 @@ _REFUSED_FIELDS = {
     "instance_group": "each step runs on its own model's instances",
     "model_warmup": "warm up the composing models instead",
     "optimization": "set it on the composing models",
-    "batch_input": "batch inputs belong to the composing models",
-    "batch_output": "batch outputs belong to the composing models",
 }
 
 

@@ -21,6 +21,7 @@ from ferry_client.codec import numpy_dtype
 from ..errors import FerryError, ModelLoadError, Unavailable
 from ..repository.config import TensorSpec
 from ..scheduling.scheduler import RequestTiming
+from ..scheduling.timeline import Timeline
 from ..statistics import ModelStats
 from .compose import check_composition
 from .plan import EnsemblePlan, Step
@@ -117,9 +118,13 @@ class EnsembleScheduler:
         batch_size: int = 1,
         priority: int | None = None,
         timeout_us: int | None = None,
+        timeline: Timeline | None = None,
         timing: RequestTiming | None = None,
     ) -> Outputs:
-        """Run one request through every step and return the asked ensemble outputs."""
+        """Run one request through every step and return the asked ensemble outputs.
+
+        A traced request's ``timeline`` spans all steps as one compute stage (each step's own
+        queue and compute times are in the composing models' statistics)."""
         if self._closing:
             raise Unavailable(f"model '{self.plan.name}' is unloading")
         started = time.perf_counter_ns()
@@ -140,6 +145,9 @@ class EnsembleScheduler:
             self._in_flight -= 1
             if self._in_flight == 0:
                 self._idle.set()
+        if timeline is not None:
+            timeline.queue_start = timeline.compute_start = timeline.compute_input_end = started
+            timeline.compute_output_start = timeline.compute_end = time.perf_counter_ns()
         # Triton reports an ensemble's queue and compute times as the sums over its steps.
         self.stats.record_success(time.perf_counter_ns() - started, spent.queue_ns)
         self.stats.record_execution(
@@ -163,10 +171,10 @@ class EnsembleScheduler:
         tensors = dict(inputs)
         for wave in self.plan.waves:
             if len(wave) == 1:  # a chain: no task per step, the common case
-                results = [await self._step(wave[0], models, tensors, priority, timeout_us, timing)]
+                results = [await self._step(wave[0], models, tensors, priority, timeout_us, timing=timing)]
             else:
                 results = await asyncio.gather(
-                    *(self._step(step, models, tensors, priority, timeout_us, timing) for step in wave)
+                    *(self._step(step, models, tensors, priority, timeout_us, timing=timing) for step in wave)
                 )
             for step, outputs in zip(wave, results, strict=True):
                 for model_output, tensor in step.output_map.items():
@@ -183,7 +191,7 @@ class EnsembleScheduler:
         timing: RequestTiming,
     ) -> Outputs:
         args = {model_input: tensors[tensor] for model_input, tensor in step.input_map.items()}
-        return await self._run_step(step, models[step.index], args, priority, timeout_us, timing)
+        return await self._run_step(step, models[step.index], args, priority, timeout_us, timing=timing)
 
     async def _run_step(
         self,
@@ -201,13 +209,13 @@ class EnsembleScheduler:
             if scheduler is None:
                 raise Unavailable(f"model '{model.name}' has no scheduler")
             if model.max_batch_size <= 0:
-                return await scheduler.submit(args, names, 1, priority, timeout_us, timing)
+                return await scheduler.submit(args, names, 1, priority, timeout_us, timing=timing)
             items = _batch_items(args)
             if items == 0:
                 return {name: _empty(model.outputs[name]) for name in names}
             chunk = model.max_batch_size
             if items <= chunk:
-                return await scheduler.submit(args, names, items, priority, timeout_us, timing)
+                return await scheduler.submit(args, names, items, priority, timeout_us, timing=timing)
             parts = await asyncio.gather(
                 *(
                     scheduler.submit(
@@ -216,7 +224,7 @@ class EnsembleScheduler:
                         min(chunk, items - start),
                         priority,
                         timeout_us,
-                        timing,
+                        timing=timing,
                     )
                     for start in range(0, items, chunk)
                 )

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..repository.config import TensorSpec
 from ..scheduling.scheduler import RequestTiming
+from ..scheduling.timeline import Timeline
 
 
 class StepScheduler(Protocol):
@@ -25,6 +26,7 @@ class StepScheduler(Protocol):
         batch_size: int = 1,
         priority: int | None = None,
         timeout_us: int | None = None,
+        timeline: Timeline | None = None,
         timing: RequestTiming | None = None,
     ) -> dict[str, np.ndarray]:
         """Run one request (``batch_size`` items when batched) and return the asked outputs.

@@ -4,6 +4,10 @@ Everything a client can send is untrusted: the pixel limit is checked from the h
 pixel data is decoded, and every decoder failure becomes an ``InvalidArgument`` naming the image.
 Truncated files must fail rather than come back half grey, so this module relies on Pillow's
 ``ImageFile.LOAD_TRUNCATED_IMAGES`` staying False (it never sets it).
+
+Pillow decodes for both resize engines: on real JPEGs its pixels equal ``cv2.imread``'s (both wheels
+bundle libjpeg-turbo; ``tests/unit/test_pipelines_engines.py`` checks it), so OpenCV pipelines are
+reproduced while keeping the header-first safety checks above.
 """
 
 from __future__ import annotations

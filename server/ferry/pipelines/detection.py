@@ -1,8 +1,9 @@
-"""Raw detector outputs (YOLOv8, YOLOv5, boxes/scores/classes) to detections in original pixels.
+"""Raw detector outputs to detections in original pixels: the family's decoder (``decoders/``)
+finds candidates, then thresholds, suppression and the mapping back are the same for all.
 
 Model outputs that do not have the configured shape are a model/config mismatch, not the
-caller's fault, so they raise a plain ``FerryError`` (internal); bad per-request overrides raise
-``InvalidArgument``.
+caller's fault, so they raise a plain ``FerryError`` (internal) when served, and fail the load
+when the config declares the shapes; bad per-request overrides raise ``InvalidArgument``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ferry.errors import FerryError, InvalidArgument
-from ferry.pipelines.nms import nms
+from ferry.pipelines.decoders import Candidates, Decoder, InputSize, decoder_for
+from ferry.pipelines.nms import nms, weighted_nms
 from ferry.pipelines.preprocess import ImageTransform
 from ferry_client.protocol import model_config_pb2 as mc
 
@@ -30,19 +32,32 @@ MAX_NMS_CANDIDATES = 30000
 
 @dataclass
 class Detection:
-    """One detected object; ``box`` is x1, y1, x2, y2 in the original image's pixels."""
+    """One detected object; ``box`` is x1, y1, x2, y2 and ``keypoints`` (x, y) pairs, both in
+    the original image's pixels."""
 
     box: tuple[float, float, float, float]
     score: float
     class_id: int
     label: str | None
+    keypoints: list[tuple[float, float]] | None = None
 
 
 @dataclass(frozen=True)
 class _Thresholds:
     score: float
-    iou: float | None  # None: no NMS
+    suppression: int  # GREEDY_NMS, WEIGHTED_NMS or NO_NMS
+    iou: float
     max_detections: int
+
+
+def load_decoder(
+    spec: mc.FerryDetection, names: Sequence[str], shapes: Sequence[tuple[int, ...]], size: InputSize
+) -> Decoder:
+    """The decoder for a model, its declared output shapes checked (batch dimension included,
+    -1 where dynamic). Raises ``FerryError`` naming the mismatch."""
+    decoder = decoder_for(spec, size)
+    decoder.check(shapes, names)
+    return decoder
 
 
 def decode_detections(
@@ -54,33 +69,37 @@ def decode_detections(
     score_threshold: float | None = None,
     iou_threshold: float | None = None,
     max_detections: int | None = None,
+    decoder: Decoder | None = None,
 ) -> list[list[Detection]]:
     """Detections for each image of the batch (one list per transform), best score first.
 
     ``output_names`` are the outputs to read, in the order the format expects (the resolved
-    ``spec.outputs``).  The keyword overrides come from the request and win over the spec.
+    ``spec.outputs``). ``decoder`` is the one built at load; without it one is built for the
+    transforms' input size. The keyword overrides come from the request and win over the spec.
     Detections need a score at or above the threshold and above zero (zero-score rows are
     padding in fixed-size outputs).
     """
-    thresholds = _thresholds(spec, score_threshold, iou_threshold, max_detections)
+    if decoder is None:
+        decoder = decoder_for(spec, InputSize(transforms[0].input_width, transforms[0].input_height))
+    thresholds = _thresholds(spec, decoder, score_threshold, iou_threshold, max_detections)
+    tensors = [_output(outputs, output_names, i, decoder) for i in range(len(decoder.outputs))]
     batch = len(transforms)
-    if spec.format == _DET.YOLOV8:
-        per_image = _yolov8(_output(outputs, output_names, 0, spec), batch)
-    elif spec.format == _DET.YOLOV5:
-        per_image = _yolov5(_output(outputs, output_names, 0, spec), batch)
-    elif spec.format == _DET.BOXES_SCORES_CLASSES:
-        tensors = [_output(outputs, output_names, i, spec) for i in range(3)]
-        per_image = _boxes_scores_classes(tensors, [output_names[i] for i in range(3)], batch)
-    else:
-        raise FerryError(f"ferry_image.detection.format: unknown value {spec.format}")
+    decoder.check([t.shape for t in tensors], output_names)
+    for tensor, name in zip(tensors, output_names, strict=False):
+        if tensor.shape[0] != batch:
+            raise FerryError(
+                f"ferry_image.detection: output '{name}' has batch {tensor.shape[0]}, expected {batch}, "
+                f"shape {list(tensor.shape)}"
+            )
+    per_image = decoder.decode(tensors, thresholds.score)
     return [
-        _finish(boxes, scores, classes, spec, transform, labels, thresholds)
-        for (boxes, scores, classes), transform in zip(per_image, transforms, strict=True)
+        _finish(candidates, transform, labels, thresholds, spec.class_agnostic_nms)
+        for candidates, transform in zip(per_image, transforms, strict=True)
     ]
 
 
 def _thresholds(
-    spec: mc.FerryDetection, score: float | None, iou: float | None, max_detections: int | None
+    spec: mc.FerryDetection, decoder: Decoder, score: float | None, iou: float | None, max_detections: int | None
 ) -> _Thresholds:
     """Merge request overrides with the spec, validating what the caller sent."""
     if score is not None and not np.isfinite(score):
@@ -89,131 +108,77 @@ def _thresholds(
         raise InvalidArgument(f"iou_threshold must be between 0 and 1, got {iou}")
     if max_detections is not None and max_detections < 1:
         raise InvalidArgument(f"max_detections must be at least 1, got {max_detections}")
-    resolved_iou: float | None = iou
-    if resolved_iou is None and (spec.iou_threshold > 0 or spec.format != _DET.BOXES_SCORES_CLASSES):
-        # Already-decoded outputs usually come out of the model's own NMS: only suppress again
-        # when an IoU threshold was configured or requested.
-        resolved_iou = float(spec.iou_threshold) if spec.iou_threshold > 0 else DEFAULT_IOU_THRESHOLD
+    suppression = spec.suppression or decoder.default_suppression
+    asked = iou is not None or spec.iou_threshold > 0
+    if suppression == _DET.NO_NMS and spec.suppression == _DET.SUPPRESSION_DEFAULT and asked:
+        # Already-final outputs (the model's own NMS, set predictors): only suppress again when
+        # an IoU threshold was configured or requested.
+        suppression = _DET.GREEDY_NMS
+    resolved_iou = iou if iou is not None else float(spec.iou_threshold) or DEFAULT_IOU_THRESHOLD
     return _Thresholds(
         score=float(spec.score_threshold) if score is None else float(score),
+        suppression=suppression,
         iou=resolved_iou,
         max_detections=max_detections or int(spec.max_detections) or DEFAULT_MAX_DETECTIONS,
     )
 
 
-def _output(outputs: dict[str, np.ndarray], names: list[str], position: int, spec: mc.FerryDetection) -> np.ndarray:
-    fmt = _DET.DetectionFormat.Name(spec.format)
+def _output(outputs: dict[str, np.ndarray], names: list[str], position: int, decoder: Decoder) -> np.ndarray:
     if position >= len(names):
-        raise FerryError(f"ferry_image.detection: format {fmt} reads {position + 1} output(s), only {len(names)} named")
+        raise FerryError(
+            f"ferry_image.detection: format {decoder.name} reads {len(decoder.outputs)} output(s), "
+            f"only {len(names)} named"
+        )
     name = names[position]
     if name not in outputs:
         raise FerryError(f"ferry_image.detection: the model produced no output '{name}'")
     return np.asarray(outputs[name])
 
 
-# Each format reader yields, per image, (boxes (A, 4) in the model's box format, scores (A,), classes (A,)).
-_Candidates = tuple[np.ndarray, np.ndarray, np.ndarray]
-
-
-def _yolov8(tensor: np.ndarray, batch: int) -> list[_Candidates]:
-    """[batch, 4 + classes, anchors]: box, then one score per class; the best class wins."""
-    _check_shape(tensor, batch, "[batch, 4 + classes, anchors]", ndim=3, axis=1, minimum=5)
-    result = []
-    for image in tensor[:batch]:
-        class_scores = image[4:]
-        classes = class_scores.argmax(axis=0)
-        scores = np.take_along_axis(class_scores, classes[None, :], axis=0)[0]
-        result.append((image[:4].T, scores, classes))
-    return result
-
-
-def _yolov5(tensor: np.ndarray, batch: int) -> list[_Candidates]:
-    """[batch, anchors, 5 + classes]: box, objectness, class probabilities; score = obj * prob."""
-    _check_shape(tensor, batch, "[batch, anchors, 5 + classes]", ndim=3, axis=2, minimum=6)
-    result = []
-    for image in tensor[:batch]:
-        class_scores = image[:, 5:].astype(np.float32) * image[:, 4:5].astype(np.float32)
-        classes = class_scores.argmax(axis=1)
-        scores = np.take_along_axis(class_scores, classes[:, None], axis=1)[:, 0]
-        result.append((image[:, :4], scores, classes))
-    return result
-
-
-def _boxes_scores_classes(tensors: list[np.ndarray], names: Sequence[str], batch: int) -> list[_Candidates]:
-    """boxes [batch, K, 4], scores [batch, K], classes [batch, K] (integer or float class ids)."""
-    boxes, scores, classes = tensors
-    _check_shape(boxes, batch, "[batch, K, 4]", ndim=3, axis=2, minimum=4, name=names[0], exact=True)
-    for tensor, name in ((scores, names[1]), (classes, names[2])):
-        if tensor.ndim != 2 or tensor.shape != boxes.shape[:2]:
-            raise FerryError(
-                f"ferry_image.detection: output '{name}' must have shape {list(boxes.shape[:2])} to match "
-                f"boxes '{names[0]}', got {list(tensor.shape)}"
-            )
-    return [(boxes[i], scores[i], classes[i]) for i in range(batch)]
-
-
-def _check_shape(
-    tensor: np.ndarray,
-    batch: int,
-    expected: str,
-    *,
-    ndim: int,
-    axis: int,
-    minimum: int,
-    name: str = "",
-    exact: bool = False,
-) -> None:
-    label = f"output '{name}'" if name else "the detection output"
-    size_ok = tensor.ndim == ndim and (tensor.shape[axis] == minimum if exact else tensor.shape[axis] >= minimum)
-    if not size_ok or tensor.shape[0] != batch:
-        raise FerryError(
-            f"ferry_image.detection: {label} must have shape {expected} with batch {batch}, got {list(tensor.shape)}"
-        )
-
-
 def _finish(
-    boxes: np.ndarray,
-    scores: np.ndarray,
-    classes: np.ndarray,
-    spec: mc.FerryDetection,
+    found: Candidates,
     transform: ImageTransform,
     labels: list[str] | None,
     thresholds: _Thresholds,
+    class_agnostic: bool,
 ) -> list[Detection]:
     """Threshold, suppress and map one image's candidates back to its original pixels."""
-    scores = scores.astype(np.float64)
+    scores = np.asarray(found.scores, dtype=np.float64)
+    classes = np.asarray(found.classes)
     class_ids = np.rint(classes).astype(np.int64) if classes.dtype.kind == "f" else classes.astype(np.int64)
-    boxes = boxes.astype(np.float64)
+    boxes = np.asarray(found.boxes, dtype=np.float64).reshape(-1, 4)
+    keypoints = None if found.keypoints is None else np.asarray(found.keypoints, dtype=np.float64)
     keep = (scores >= thresholds.score) & (scores > 0) & (class_ids >= 0) & np.isfinite(boxes).all(axis=1)
     candidates = np.flatnonzero(keep)
     if candidates.size > MAX_NMS_CANDIDATES:
         best = np.argpartition(-scores[candidates], MAX_NMS_CANDIDATES - 1)[:MAX_NMS_CANDIDATES]
         candidates = np.sort(candidates[best])
-    boxes = _to_xyxy(boxes[candidates], spec.box_format)
-    scores, class_ids = scores[candidates], class_ids[candidates]
-    if thresholds.iou is None:
+    boxes, scores, class_ids = boxes[candidates], scores[candidates], class_ids[candidates]
+    keypoints = None if keypoints is None else keypoints[candidates]
+    if thresholds.suppression == _DET.NO_NMS:
         chosen = np.argsort(-scores, kind="stable")[: thresholds.max_detections]
+    elif thresholds.suppression == _DET.WEIGHTED_NMS:
+        chosen, boxes, keypoints = weighted_nms(boxes, scores, keypoints, thresholds.iou, thresholds.max_detections)
     else:
-        chosen = nms(boxes, scores, class_ids, thresholds.iou, spec.class_agnostic_nms, thresholds.max_detections)
+        chosen = nms(boxes, scores, class_ids, thresholds.iou, class_agnostic, thresholds.max_detections)
     original = transform.to_original(boxes[chosen])
+    points = None if keypoints is None else _points_to_original(keypoints[chosen], transform)
     return [
         Detection(
             box=(float(x1), float(y1), float(x2), float(y2)),
-            score=float(score),
-            class_id=int(class_id),
-            label=_label(labels, int(class_id)),
+            score=float(scores[index]),
+            class_id=int(class_ids[index]),
+            label=_label(labels, int(class_ids[index])),
+            keypoints=None if points is None else [(float(x), float(y)) for x, y in points[row]],
         )
-        for (x1, y1, x2, y2), score, class_id in zip(original.tolist(), scores[chosen], class_ids[chosen], strict=True)
+        for row, ((x1, y1, x2, y2), index) in enumerate(zip(original.tolist(), chosen, strict=True))
     ]
 
 
-def _to_xyxy(boxes: np.ndarray, box_format: int) -> np.ndarray:
-    if box_format == _DET.XYXY:
-        return boxes
-    if box_format != _DET.XYWH_CENTER:
-        raise FerryError(f"ferry_image.detection.box_format: unknown value {box_format}")
-    half = boxes[:, 2:4] / 2.0
-    return np.concatenate([boxes[:, 0:2] - half, boxes[:, 0:2] + half], axis=1)
+def _points_to_original(points: np.ndarray, transform: ImageTransform) -> np.ndarray:
+    """(N, K, 2) model-input points to original pixels (not clipped: a landmark may lie outside)."""
+    offset = np.array([transform.offset_x, transform.offset_y])
+    return (points - offset) / np.array([transform.scale_x, transform.scale_y])
 
 
 def _label(labels: list[str] | None, class_id: int) -> str | None:

@@ -10,6 +10,8 @@ Resizing uses ``torch.nn.functional.interpolate`` with antialiasing for BILINEAR
 to Pillow's filters when shrinking) and ``nearest-exact`` for NEAREST, then rounds to whole pixel
 values as Pillow's 8-bit resize does. Results agree with the CPU path to within a pixel level or
 two where resampling happens, and exactly elsewhere. Works on any torch device, CPU included.
+It reproduces ``resize_engine: PILLOW`` only: the OpenCV engine, LANCZOS, AREA, ``pad_then_resize``
+and ``resize_alignment: CORNERS`` are refused at load with device: GPU (``PreprocessSpec.from_config``).
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-from PIL import Image
 from torch.nn import functional
 
 from ferry_client.protocol import model_config_pb2 as mc
@@ -27,11 +28,11 @@ from ferry_client.protocol import model_config_pb2 as mc
 from .preprocess import Placement, PreprocessSpec
 
 _PRE = mc.FerryPreprocess
-#: Pillow filter -> (interpolate mode, antialias)
+#: FerryPreprocess.Interpolation -> (interpolate mode, antialias), following Pillow's filters
 _MODES = {
-    Image.Resampling.BILINEAR: ("bilinear", True),
-    Image.Resampling.BICUBIC: ("bicubic", True),
-    Image.Resampling.NEAREST: ("nearest-exact", False),
+    _PRE.BILINEAR: ("bilinear", True),
+    _PRE.BICUBIC: ("bicubic", True),
+    _PRE.NEAREST: ("nearest-exact", False),
 }
 _TORCH_DTYPES = {"FP32": torch.float32, "FP16": torch.float16, "UINT8": torch.uint8}
 
@@ -40,11 +41,17 @@ class DevicePreprocessor:
     """Resizes and normalises a batch of decoded images on one torch device."""
 
     def __init__(self, spec: PreprocessSpec, device: str | torch.device) -> None:
-        if spec.resample not in _MODES:
-            raise ValueError(f"interpolation {spec.resample.name} is not available on a torch device")
+        if spec.interpolation not in _MODES:
+            name = _PRE.Interpolation.Name(spec.interpolation)
+            raise ValueError(f"interpolation {name} is not available on a torch device")
+        if spec.engine != _PRE.PILLOW or spec.pad_then_resize or spec.resize_alignment != _PRE.PIXEL_CENTERS:
+            raise ValueError(
+                "the torch device path reproduces resize_engine: PILLOW with resize-then-pad and pixel-centre "
+                "alignment only"
+            )
         self.spec = spec
         self.device = torch.device(device)
-        self._mode, self._antialias = _MODES[spec.resample]
+        self._mode, self._antialias = _MODES[spec.interpolation]
         std = torch.tensor(spec.std, dtype=torch.float32)
         self._gain = (spec.scale / std).view(-1, 1, 1).to(self.device)
         self._bias = (-torch.tensor(spec.mean, dtype=torch.float32) / std).view(-1, 1, 1).to(self.device)

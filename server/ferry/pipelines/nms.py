@@ -55,3 +55,45 @@ def _separate_classes(boxes: np.ndarray, classes: np.ndarray) -> np.ndarray:
     shifted = boxes - boxes.min()
     stride = shifted.max() + 1.0
     return shifted + (class_rank.reshape(-1).astype(np.float64) * stride)[:, None]
+
+
+def weighted_nms(
+    boxes_xyxy: np.ndarray,
+    scores: np.ndarray,
+    keypoints: np.ndarray | None,
+    iou_threshold: float,
+    max_detections: int | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """MediaPipe's weighted (blended) NMS, class-agnostic: the best remaining box absorbs every
+    remaining box overlapping it by more than ``iou_threshold`` (itself included) and becomes
+    their score-weighted mean, keypoints too; it keeps its own score.
+
+    Returns (indices of the leading boxes, best first; boxes with the blended rows written at
+    those indices; keypoints likewise).
+    """
+    boxes = np.array(boxes_xyxy, dtype=np.float64).reshape(-1, 4)
+    score_values = np.asarray(scores, dtype=np.float64).reshape(-1)
+    points = None if keypoints is None else np.array(keypoints, dtype=np.float64)
+    blended, blended_points = boxes.copy(), None if points is None else points.copy()
+    limit = score_values.size if max_detections is None or max_detections < 1 else int(max_detections)
+    order = np.argsort(-score_values, kind="stable")
+    x1, y1, x2, y2 = boxes[:, 0], boxes[:, 1], boxes[:, 2], boxes[:, 3]
+    areas = np.clip(x2 - x1, 0.0, None) * np.clip(y2 - y1, 0.0, None)
+    keep: list[int] = []
+    while order.size and len(keep) < limit:
+        best = order[0]
+        inter = np.clip(np.minimum(x2[best], x2[order]) - np.maximum(x1[best], x1[order]), 0.0, None)
+        inter *= np.clip(np.minimum(y2[best], y2[order]) - np.maximum(y1[best], y1[order]), 0.0, None)
+        union = areas[best] + areas[order] - inter
+        iou = np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
+        group = order[iou > iou_threshold]
+        if group.size:
+            weights = score_values[group] / score_values[group].sum()
+            blended[best] = weights @ boxes[group]
+            if points is not None and blended_points is not None:
+                blended_points[best] = np.tensordot(weights, points[group], axes=1)
+        keep.append(int(best))
+        order = order[iou <= iou_threshold]
+        if best in order:  # a degenerate (zero-area) box never overlaps itself
+            order = order[order != best]
+    return np.asarray(keep, dtype=np.int64), blended, blended_points

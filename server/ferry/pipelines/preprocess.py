@@ -1,9 +1,9 @@
 """One decoded image to one model-input tensor, as a ``FerryPreprocess`` config describes.
 
-The image is resized once by Pillow (in C); colour reordering, normalisation, padding and layout
-are then a few vectorised numpy operations writing straight into the output array.  The
-``ImageTransform`` returned alongside records the geometry so detections can be mapped back to
-the caller's pixels.
+``PreprocessSpec`` validates the config against the input it feeds; ``preprocess`` runs the stages,
+each in its own module: ``geometry`` (where the image lands), ``resize`` (the engine: OpenCV or
+Pillow) and ``normalise`` (colour order, scale, mean/std, layout, type). The ``ImageTransform``
+returned alongside records the geometry so detections can be mapped back to the caller's pixels.
 """
 
 from __future__ import annotations
@@ -17,48 +17,16 @@ from PIL import Image
 from ferry.errors import ModelLoadError
 from ferry_client.protocol import model_config_pb2 as mc
 
+from .geometry import ImageTransform, Placement, place
+from .normalise import to_tensor
+from .resize import ENGINE_FILTERS, pixels_of, resize
+
+__all__ = ["ImageTransform", "Placement", "PreprocessSpec", "pixels_of", "place", "preprocess", "to_model_mode"]
+
 _PRE = mc.FerryPreprocess
 _FIELD = "ferry_image.preprocess"
-
-_RESAMPLE = {
-    _PRE.BILINEAR: Image.Resampling.BILINEAR,
-    _PRE.NEAREST: Image.Resampling.NEAREST,
-    _PRE.BICUBIC: Image.Resampling.BICUBIC,
-    _PRE.LANCZOS: Image.Resampling.LANCZOS,
-}
 # V2 datatype name -> numpy dtype of the tensors this step can produce.
 _DTYPES = {"FP32": np.dtype(np.float32), "FP16": np.dtype(np.float16), "UINT8": np.dtype(np.uint8)}
-
-
-@dataclass(frozen=True)
-class ImageTransform:
-    """How original pixel coordinates map to model-input coordinates: ``input = original * scale + offset``.
-
-    Coordinates are continuous (pixel edges), so a box (0, 0, w, h) covers the whole image.
-    """
-
-    scale_x: float
-    scale_y: float
-    offset_x: float
-    offset_y: float
-    original_width: int
-    original_height: int
-    input_width: int
-    input_height: int
-
-    def to_input(self, boxes_xyxy: np.ndarray) -> np.ndarray:
-        """Map (..., 4) x1, y1, x2, y2 boxes from original pixels to model-input pixels."""
-        boxes = np.array(boxes_xyxy, dtype=np.float64)
-        boxes[..., 0::2] = boxes[..., 0::2] * self.scale_x + self.offset_x
-        boxes[..., 1::2] = boxes[..., 1::2] * self.scale_y + self.offset_y
-        return boxes
-
-    def to_original(self, boxes_xyxy: np.ndarray) -> np.ndarray:
-        """Map (..., 4) model-input boxes back to original pixels, clipped to the original image."""
-        boxes = np.array(boxes_xyxy, dtype=np.float64)
-        boxes[..., 0::2] = np.clip((boxes[..., 0::2] - self.offset_x) / self.scale_x, 0.0, self.original_width)
-        boxes[..., 1::2] = np.clip((boxes[..., 1::2] - self.offset_y) / self.scale_y, 0.0, self.original_height)
-        return boxes
 
 
 @dataclass(frozen=True)
@@ -71,7 +39,7 @@ class PreprocessSpec:
     channels_first: bool  # NCHW when True, NHWC otherwise
     color_order: int  # FerryPreprocess.ColorOrder
     resize: int  # FerryPreprocess.ResizeMode
-    resample: Image.Resampling
+    interpolation: int  # FerryPreprocess.Interpolation, one the engine implements
     datatype: str  # V2 name of the produced tensor: FP32, FP16 or UINT8
     scale: float
     mean: tuple[float, ...]  # one per channel
@@ -81,6 +49,12 @@ class PreprocessSpec:
     resize_shorter: int  # resolved: never zero for SHORTER_SIDE_CENTER_CROP
     max_pixels: int  # as configured; zero means the server-wide default
     device: int = _PRE.CPU  # FerryPreprocess.Device: where resizing and normalisation run
+    engine: int = _PRE.OPENCV  # FerryPreprocess.ResizeEngine, resolved: OPENCV or PILLOW
+    crop_rounding: int = _PRE.CROP_ROUND  # FerryPreprocess.CropRounding
+    resize_shorter_rounding: int = _PRE.SIDE_INT  # FerryPreprocess.SideRounding
+    pad_then_resize: bool = False
+    draft_decode: bool = False
+    resize_alignment: int = _PRE.PIXEL_CENTERS  # FerryPreprocess.ResizeAlignment
 
     @property
     def dtype(self) -> np.dtype:
@@ -95,13 +69,15 @@ class PreprocessSpec:
 
     @property
     def decode_size(self) -> tuple[int, int]:
-        """Smallest (width, height) the decoder may reduce an image to without losing resolution.
-
-        Pass it as ``decode_image(target_size=...)``.
-        """
+        """Smallest (width, height) the decoder may reduce an image to without losing resolution."""
         if self.resize == _PRE.SHORTER_SIDE_CENTER_CROP:
             return (self.resize_shorter, self.resize_shorter)
         return (self.width, self.height)
+
+    @property
+    def draft_size(self) -> tuple[int, int] | None:
+        """``decode_image(target_size=...)``: ``decode_size`` with ``draft_decode``, else None (full decode)."""
+        return self.decode_size if self.draft_decode else None
 
     @classmethod
     def from_config(cls, pre: mc.FerryPreprocess, input_dims: Sequence[int], input_datatype: str) -> PreprocessSpec:
@@ -119,15 +95,21 @@ class PreprocessSpec:
             )
         if pre.resize not in _PRE.ResizeMode.values():
             raise ModelLoadError(f"{_FIELD}.resize: unknown value {pre.resize}")
-        if pre.interpolation not in _RESAMPLE:
-            raise ModelLoadError(f"{_FIELD}.interpolation: unknown value {pre.interpolation}")
         if pre.device not in _PRE.Device.values():
             raise ModelLoadError(f"{_FIELD}.device: unknown value {pre.device}")
-        if pre.device == _PRE.GPU and pre.interpolation == _PRE.LANCZOS:
+        engine = _engine(pre)
+        if pre.interpolation not in _PRE.Interpolation.values():
+            raise ModelLoadError(f"{_FIELD}.interpolation: unknown value {pre.interpolation}")
+        if pre.device == _PRE.GPU:
+            _check_device_options(pre)
+        if pre.interpolation not in ENGINE_FILTERS[engine]:
+            name, engine_name = _PRE.Interpolation.Name(pre.interpolation), _PRE.ResizeEngine.Name(engine)
             raise ModelLoadError(
-                f"{_FIELD}.interpolation: LANCZOS is not available with device: GPU "
-                "(torch has no Lanczos resize); use BILINEAR, BICUBIC or NEAREST"
+                f"{_FIELD}.interpolation: {name} is not available with resize_engine: {engine_name}; "
+                f"use one of {', '.join(_PRE.Interpolation.Name(i) for i in ENGINE_FILTERS[engine])}"
             )
+        _check_geometry_options(pre)
+        _check_alignment(pre, engine)
         datatype = _datatype(pre.data_type, input_datatype)
         scale = _scale(pre, datatype)
         mean = _per_channel("mean", list(pre.mean), expected_channels, 0.0, datatype)
@@ -143,7 +125,7 @@ class PreprocessSpec:
             channels_first=channels_first,
             color_order=pre.color_order,
             resize=pre.resize,
-            resample=_RESAMPLE[pre.interpolation],
+            interpolation=pre.interpolation,
             datatype=datatype,
             scale=scale,
             mean=mean,
@@ -153,56 +135,13 @@ class PreprocessSpec:
             resize_shorter=_resize_shorter(pre, width, height),
             max_pixels=int(pre.max_pixels),
             device=pre.device,
+            engine=engine,
+            crop_rounding=pre.crop_rounding,
+            resize_shorter_rounding=pre.resize_shorter_rounding,
+            pad_then_resize=pre.pad_then_resize,
+            draft_decode=pre.draft_decode,
+            resize_alignment=pre.resize_alignment,
         )
-
-
-@dataclass(frozen=True)
-class Placement:
-    """Where one image lands in the tensor: resized to ``resized`` (width, height), the region
-    ``rows`` x ``cols`` cut at (``crop_top``, ``crop_left``) of the resized image, written at
-    (``top``, ``left``) of the tensor. The CPU and the GPU pre-processing both follow it."""
-
-    resized: tuple[int, int]
-    crop_top: int
-    crop_left: int
-    rows: int
-    cols: int
-    top: int
-    left: int
-    transform: ImageTransform
-
-
-def place(width: int, height: int, spec: PreprocessSpec) -> Placement:
-    """The geometry of ``spec.resize`` for an image of ``width`` x ``height``.
-
-    EXACT stretches to the input size ignoring the aspect ratio. SHORTER_SIDE_CENTER_CROP resizes the
-    shorter side to ``resize_shorter`` (truncating the longer one, as torchvision's Resize does), then
-    cuts the centre crop with torchvision CenterCrop's rounding. LETTERBOX fits the image inside the
-    input keeping the aspect ratio; the border gets ``pad_value``.
-    """
-    w, h = width, height
-    if spec.resize == _PRE.SHORTER_SIDE_CENTER_CROP:
-        shorter = spec.resize_shorter
-        if w <= h:
-            new_w, new_h = shorter, max(1, int(shorter * h / w))
-        else:
-            new_w, new_h = max(1, int(shorter * w / h)), shorter
-        left = int(round((new_w - spec.width) / 2.0))
-        top = int(round((new_h - spec.height) / 2.0))
-        transform = ImageTransform(new_w / w, new_h / h, float(-left), float(-top), w, h, spec.width, spec.height)
-        return Placement((new_w, new_h), top, left, spec.height, spec.width, 0, 0, transform)
-    if spec.resize == _PRE.LETTERBOX:
-        ratio = min(spec.width / w, spec.height / h)
-        new_w = min(spec.width, max(1, round(w * ratio)))
-        new_h = min(spec.height, max(1, round(h * ratio)))
-        if spec.letterbox_corner:
-            left = top = 0
-        else:
-            left, top = (spec.width - new_w) // 2, (spec.height - new_h) // 2
-        transform = ImageTransform(new_w / w, new_h / h, float(left), float(top), w, h, spec.width, spec.height)
-        return Placement((new_w, new_h), 0, 0, new_h, new_w, top, left, transform)
-    transform = ImageTransform(spec.width / w, spec.height / h, 0.0, 0.0, w, h, spec.width, spec.height)
-    return Placement((spec.width, spec.height), 0, 0, spec.height, spec.width, 0, 0, transform)
 
 
 def to_model_mode(image: Image.Image, spec: PreprocessSpec) -> Image.Image:
@@ -216,61 +155,9 @@ def preprocess(image: Image.Image, spec: PreprocessSpec) -> tuple[np.ndarray, Im
     """Turn one decoded image into a contiguous tensor of ``spec.tensor_shape`` and ``spec.dtype``."""
     image = to_model_mode(image, spec)
     where = place(*image.size, spec)
-    pixels = pixels_of(_resize(image, where.resized, spec))
+    pixels = resize(image, where, spec.engine, spec.interpolation, int(round(spec.pad_value)))
     pixels = pixels[where.crop_top : where.crop_top + where.rows, where.crop_left : where.crop_left + where.cols]
-    return _to_tensor(pixels, spec, top=where.top, left=where.left), where.transform
-
-
-def _resize(image: Image.Image, size: tuple[int, int], spec: PreprocessSpec) -> Image.Image:
-    return image if image.size == size else image.resize(size, spec.resample)
-
-
-def pixels_of(image: Image.Image) -> np.ndarray:
-    """The image's uint8 pixels as (H, W, C), C being 3 (RGB) or 1 (L)."""
-    pixels = np.asarray(image)
-    return pixels[:, :, None] if pixels.ndim == 2 else pixels
-
-
-def _to_tensor(pixels: np.ndarray, spec: PreprocessSpec, *, top: int, left: int) -> np.ndarray:
-    """Write (H', W', C) uint8 pixels at (top, left) into a padded tensor in the spec's layout and type.
-
-    Normalisation is folded into one multiply-add per channel: (p * scale - mean) / std == p * a + b.
-    """
-    if spec.color_order == _PRE.BGR:
-        pixels = pixels[:, :, ::-1]
-    rows, cols = pixels.shape[0], pixels.shape[1]
-    padded = rows != spec.height or cols != spec.width
-    if spec.datatype == "UINT8":
-        out = np.empty(spec.tensor_shape, dtype=np.uint8)
-        if padded:
-            out.fill(int(round(spec.pad_value)))
-        _region(out, spec, top, left, rows, cols)[...] = pixels.transpose(2, 0, 1) if spec.channels_first else pixels
-        return out
-    std = np.asarray(spec.std, dtype=np.float32)
-    gain = np.float32(spec.scale) / std
-    bias = -np.asarray(spec.mean, dtype=np.float32) / std
-    out = np.empty(spec.tensor_shape, dtype=np.float32)
-    if spec.channels_first:
-        if padded:
-            out[...] = (np.float32(spec.pad_value) * gain + bias)[:, None, None]
-        region = _region(out, spec, top, left, rows, cols)
-        for c in range(spec.channels):
-            np.multiply(pixels[:, :, c], gain[c], out=region[c])
-            region[c] += bias[c]
-    else:
-        if padded:
-            out[...] = np.float32(spec.pad_value) * gain + bias
-        region = _region(out, spec, top, left, rows, cols)
-        np.multiply(pixels, gain, out=region)
-        region += bias
-    return out if spec.datatype == "FP32" else out.astype(spec.dtype)
-
-
-def _region(out: np.ndarray, spec: PreprocessSpec, top: int, left: int, rows: int, cols: int) -> np.ndarray:
-    """The view of ``out`` that the resized image occupies."""
-    if spec.channels_first:
-        return out[:, top : top + rows, left : left + cols]
-    return out[top : top + rows, left : left + cols, :]
+    return to_tensor(pixels, spec, top=where.top, left=where.left), where.transform
 
 
 def _layout(layout: int) -> bool:
@@ -285,7 +172,8 @@ def _image_dims(dims: Sequence[int], channels_first: bool) -> tuple[int, int, in
     """(channels, height, width) from the input's dims; height and width must be fixed."""
     if len(dims) != 3:
         raise ModelLoadError(
-            f"{_FIELD}: the image input must have 3 dims besides the batch dim (C, H, W or H, W, C), got {list(dims)}"
+            f"{_FIELD}: the image input must have 3 dims besides the batch dim (C, H, W or H, W, C; with "
+            f"max_batch_size: 0 also 1, C, H, W or a reshape), got {list(dims)}"
         )
     channels, height, width = dims if channels_first else (dims[2], dims[0], dims[1])
     if height <= 0 or width <= 0:
@@ -347,3 +235,66 @@ def _resize_shorter(pre: mc.FerryPreprocess, width: int, height: int) -> int:
     if pre.resize_shorter < crop:
         raise ModelLoadError(f"{_FIELD}.resize_shorter: {pre.resize_shorter} is smaller than the {width}x{height} crop")
     return int(pre.resize_shorter)
+
+
+def _engine(pre: mc.FerryPreprocess) -> int:
+    """The resize engine ENGINE_DEFAULT stands for: OpenCV on the CPU; on a device, the torch path,
+    which follows Pillow's antialiased filters."""
+    if pre.resize_engine not in _PRE.ResizeEngine.values():
+        raise ModelLoadError(f"{_FIELD}.resize_engine: unknown value {pre.resize_engine}")
+    if pre.resize_engine != _PRE.ENGINE_DEFAULT:
+        return pre.resize_engine
+    return _PRE.PILLOW if pre.device == _PRE.GPU else _PRE.OPENCV
+
+
+def _check_device_options(pre: mc.FerryPreprocess) -> None:
+    """Refuse what the torch device path cannot reproduce, naming the field."""
+    if pre.resize_engine == _PRE.OPENCV:
+        raise ModelLoadError(
+            f"{_FIELD}.resize_engine: OPENCV is not available with device: GPU (the device path resizes like "
+            "Pillow, antialiased); use resize_engine: PILLOW or device: CPU"
+        )
+    if pre.interpolation in (_PRE.LANCZOS, _PRE.AREA):
+        raise ModelLoadError(
+            f"{_FIELD}.interpolation: {_PRE.Interpolation.Name(pre.interpolation)} is not available with "
+            "device: GPU (torch has no such resize); use BILINEAR, BICUBIC or NEAREST"
+        )
+    if pre.pad_then_resize:
+        raise ModelLoadError(f"{_FIELD}.pad_then_resize: not available with device: GPU; use device: CPU")
+    if pre.resize_alignment == _PRE.CORNERS:
+        raise ModelLoadError(f"{_FIELD}.resize_alignment: CORNERS is not available with device: GPU; use device: CPU")
+
+
+def _check_geometry_options(pre: mc.FerryPreprocess) -> None:
+    """Options that belong to one resize mode are refused elsewhere, so a typo'd mode does not go unnoticed."""
+    for field, values in (("crop_rounding", _PRE.CropRounding), ("resize_shorter_rounding", _PRE.SideRounding)):
+        value = getattr(pre, field)
+        if value not in values.values():
+            raise ModelLoadError(f"{_FIELD}.{field}: unknown value {value}")
+        if value and pre.resize != _PRE.SHORTER_SIDE_CENTER_CROP:
+            raise ModelLoadError(f"{_FIELD}.{field}: only applies to resize: SHORTER_SIDE_CENTER_CROP")
+    if pre.pad_then_resize and pre.resize != _PRE.LETTERBOX:
+        raise ModelLoadError(f"{_FIELD}.pad_then_resize: only applies to resize: LETTERBOX")
+
+
+def _check_alignment(pre: mc.FerryPreprocess, engine: int) -> None:
+    """CORNERS is an OpenCV warp of the whole image or of its letterbox rectangle: refuse it elsewhere."""
+    if pre.resize_alignment not in _PRE.ResizeAlignment.values():
+        raise ModelLoadError(f"{_FIELD}.resize_alignment: unknown value {pre.resize_alignment}")
+    if pre.resize_alignment != _PRE.CORNERS:
+        return
+    if engine != _PRE.OPENCV:
+        raise ModelLoadError(
+            f"{_FIELD}.resize_alignment: CORNERS needs resize_engine: OPENCV (an OpenCV warp), "
+            f"not {_PRE.ResizeEngine.Name(engine)}"
+        )
+    if pre.interpolation == _PRE.AREA:
+        raise ModelLoadError(
+            f"{_FIELD}.resize_alignment: CORNERS is not available with interpolation: AREA (OpenCV warps "
+            "have no area filter); use BILINEAR, NEAREST, BICUBIC or LANCZOS"
+        )
+    if not (pre.resize == _PRE.EXACT or (pre.resize == _PRE.LETTERBOX and pre.pad_then_resize)):
+        raise ModelLoadError(
+            f"{_FIELD}.resize_alignment: CORNERS only applies to resize: EXACT or to resize: LETTERBOX "
+            "with pad_then_resize: true"
+        )

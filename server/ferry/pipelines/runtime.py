@@ -2,8 +2,10 @@
 model's outputs turned into classes or detections in the caller's pixels.
 
 Built once per model version from its ``ferry_image`` config; decoding and pre-processing run in
-a worker thread (Pillow releases the GIL), each image written straight into one batch buffer, or,
-with ``preprocess { device: GPU }``, the decoded batch resized and normalised on the GPU by torch.
+a worker thread (Pillow and OpenCV release the GIL), each image written straight into one batch
+buffer, or, with ``preprocess { device: GPU }``, the decoded batch resized and normalised on the GPU
+by torch. A model that cannot batch (``max_batch_size: 0``, input ``[1, 3, H, W]`` or ``reshape``)
+gets one image per execution (``ImagePipeline.executions``).
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ import numpy as np
 
 from ferry_client.protocol import model_config_pb2 as mc
 
-from ..errors import InvalidArgument, ModelLoadError
+from ..errors import FerryError, InvalidArgument, ModelLoadError
 from ..repository.config import TensorSpec
 from .classification import softmax, top_k
 from .decode import decode_image
-from .detection import Detection, decode_detections
+from .decoders import Decoder, InputSize
+from .detection import Detection, decode_detections, load_decoder
 from .preprocess import ImageTransform, Placement, PreprocessSpec, pixels_of, place, preprocess, to_model_mode
 
 DEFAULT_MAX_PIXELS = 40_000_000
@@ -47,6 +50,13 @@ class ImagePipeline:
     max_pixels: int
     #: Resizes and normalises a decoded batch on a device (device: GPU); None: per image on the CPU.
     batch_preprocessor: Callable[[Sequence[np.ndarray], Sequence[Placement]], np.ndarray] | None = None
+    #: The image input's dims as the config declares them (batch dim excluded), e.g. [1, 3, H, W]
+    #: for a model that takes exactly one image and cannot batch.
+    input_dims: tuple[int, ...] = ()
+    #: The model's max_batch_size: 0 means one image per execution.
+    max_batch_size: int = 0
+    #: The detector family's decoder, its output shapes checked at load (detection only).
+    decoder: Decoder | None = None
 
     @classmethod
     def from_config(
@@ -68,7 +78,10 @@ class ImagePipeline:
         input_name = image.input or next(iter(inputs))
         if input_name not in inputs:
             raise ModelLoadError(f"ferry_image.input '{input_name}' is not an input of the model")
-        spec = PreprocessSpec.from_config(image.preprocess, inputs[input_name].dims, inputs[input_name].datatype)
+        input_dims = inputs[input_name].dims
+        spec = PreprocessSpec.from_config(
+            image.preprocess, image_dims(input_dims, config.max_batch_size), inputs[input_name].datatype
+        )
         classification = image.classification if image.HasField("classification") else None
         detection = image.detection if image.HasField("detection") else None
         if classification and detection:
@@ -81,6 +94,13 @@ class ImagePipeline:
             if name not in outputs:
                 raise ModelLoadError(f"ferry_image: output '{name}' is not an output of the model")
         batch_preprocessor = _gpu_preprocessor(spec, gpu) if spec.device == mc.FerryPreprocess.GPU else None
+        decoder = None
+        if detection is not None:
+            shapes = [_batched_shape(outputs[name].dims, config.max_batch_size > 0) for name in names]
+            try:
+                decoder = load_decoder(detection, names, shapes, InputSize(spec.width, spec.height))
+            except FerryError as exc:
+                raise ModelLoadError(str(exc)) from None
         return cls(
             input_name,
             spec,
@@ -90,6 +110,9 @@ class ImagePipeline:
             labels.get(names[0]),
             spec.max_pixels or max_pixels,
             batch_preprocessor,
+            tuple(input_dims),
+            config.max_batch_size,
+            decoder,
         )
 
     @property
@@ -107,9 +130,7 @@ class ImagePipeline:
         decode_ns = preprocess_ns = 0
         for index, data in enumerate(images):
             t0 = time.perf_counter_ns()
-            image = decode_image(
-                bytes(data), max_pixels=self.max_pixels, target_size=self.spec.decode_size, index=index
-            )
+            image = decode_image(bytes(data), max_pixels=self.max_pixels, target_size=self.spec.draft_size, index=index)
             t1 = time.perf_counter_ns()
             batch[index], transform = preprocess(image, self.spec)
             preprocess_ns += time.perf_counter_ns() - t1
@@ -122,15 +143,24 @@ class ImagePipeline:
         pixels, placements = [], []
         t0 = time.perf_counter_ns()
         for index, data in enumerate(images):
-            image = decode_image(
-                bytes(data), max_pixels=self.max_pixels, target_size=self.spec.decode_size, index=index
-            )
+            image = decode_image(bytes(data), max_pixels=self.max_pixels, target_size=self.spec.draft_size, index=index)
             image = to_model_mode(image, self.spec)
             placements.append(place(*image.size, self.spec))
             pixels.append(pixels_of(image))
         t1 = time.perf_counter_ns()
         batch = preprocessor(pixels, placements)
         return Prepared(batch, [where.transform for where in placements], t1 - t0, time.perf_counter_ns() - t1)
+
+    def executions(self, batch: np.ndarray) -> list[tuple[slice, np.ndarray]]:
+        """Split a prepared batch into model executions: which images, and the input tensor as the
+        config declares it (with the batch dim when the model batches; Triton's reshape is the data
+        plane's to apply). A model that cannot batch gets one image per execution."""
+        if self.max_batch_size > 0:
+            return [
+                (slice(start, start + self.max_batch_size), batch[start : start + self.max_batch_size])
+                for start in range(0, len(batch), self.max_batch_size)
+            ]
+        return [(slice(index, index + 1), batch[index].reshape(self.input_dims)) for index in range(len(batch))]
 
     def classify(self, outputs: dict[str, np.ndarray], k: int | None = None) -> list[list[dict]]:
         """Top-k classes per image as {index, label, score} (softmax applied when configured)."""
@@ -166,12 +196,21 @@ class ImagePipeline:
             score_threshold,
             iou_threshold,
             max_detections,
+            self.decoder,
         )
 
     def _label(self, index: int) -> str | None:
         if self.labels and index < len(self.labels):
             return self.labels[index]
         return None
+
+
+def _batched_shape(dims: Sequence[int], batched: bool) -> tuple[int, ...]:
+    """An output's shape as the decoder sees it, batch first: a model that cannot batch either
+    declares its fixed batch of one (``[1, ...]``) or gets one added per image."""
+    if not batched and len(dims) > 1 and dims[0] == 1:
+        return tuple(dims)
+    return (-1, *dims)
 
 
 def _gpu_preprocessor(spec: PreprocessSpec, gpu: int) -> Callable[..., np.ndarray]:
@@ -190,3 +229,11 @@ def _gpu_preprocessor(spec: PreprocessSpec, gpu: int) -> Callable[..., np.ndarra
     if gpu >= torch.cuda.device_count():
         raise ModelLoadError(f"{field}: GPU {gpu} does not exist (torch sees {torch.cuda.device_count()})")
     return DevicePreprocessor(spec, f"cuda:{gpu}")
+
+
+def image_dims(dims: Sequence[int], max_batch_size: int) -> tuple[int, ...]:
+    """The dims of one image's tensor: a model that cannot batch may declare a leading 1 (input
+    ``[1, 3, H, W]`` with ``max_batch_size: 0``), which is its batch of one, not part of the image."""
+    if max_batch_size == 0 and len(dims) == 4 and dims[0] == 1:
+        return tuple(dims[1:])
+    return tuple(dims)

@@ -93,7 +93,7 @@ def tensor_specs(tensors, kind: str, source: str) -> list[TensorSpec]:
         seen.add(tensor.name)
         type_name = mc.DataType.Name(tensor.data_type)
         if tensor.data_type == mc.TYPE_INVALID:
-            raise ModelLoadError(f"{where} '{tensor.name}': 'data_type' is required")
+            raise ModelLoadError(f"{where}: model {kind} '{tensor.name}' must specify 'data_type'")
         try:
             datatype = datatype_from_config(type_name)
         except ValueError as exc:

@@ -27,6 +27,7 @@ from .config import CONFIG_FILENAME, parse_config_json, read_config_file
 from .memory import release_free_memory
 from .model import ModelVersion, load_version
 from .paths import check_model_name, model_directory
+from .validation import validate_model_config
 from .versions import select_versions, versions_on_disk
 
 log = logging.getLogger(__name__)
@@ -174,7 +175,7 @@ class ModelManager:
         """The READY version that serves a request (the highest one when no version is given)."""
         record = self._records.get(name)
         if record is None:
-            raise NotFound(f"unknown model '{name}'")
+            raise NotFound(f"Request for unknown model: '{name}' is not found")
         if version:
             try:
                 number = int(version)
@@ -182,16 +183,18 @@ class ModelManager:
                 raise InvalidArgument(f"model version must be an integer, got '{version}'") from None
             status = record.versions.get(number)
             if status is None:
-                raise NotFound(f"model '{name}' has no version {number}")
+                raise NotFound(f"Request for unknown model: '{name}' version {number} is not found")
             if status.state != ModelState.READY or status.model is None:
                 raise Unavailable(
-                    f"model '{name}' version {number} is not ready ({status.state.value}"
-                    + (f": {status.reason})" if status.reason else ")")
+                    f"Request for unknown model: '{name}' version {number} is not at ready state "
+                    f"({status.state.value}" + (f": {status.reason})" if status.reason else ")")
                 )
             return self._serving(status.model)
         ready = [v for v, s in record.versions.items() if s.state == ModelState.READY and s.model is not None]
         if not ready:
-            raise Unavailable(f"model '{name}' is not ready: {self._why_not_ready(record)}")
+            raise Unavailable(
+                f"Request for unknown model: '{name}' has no available versions ({self._why_not_ready(record)})"
+            )
         return self._serving(record.versions[max(ready)].model)  # type: ignore[arg-type]
 
     @staticmethod
@@ -240,7 +243,7 @@ class ModelManager:
         """Load (or reload) a model through the repository API; raises with the reason on failure."""
         self._require_explicit("load")
         if not model_directory(self.repository, name).is_dir():
-            raise NotFound(f"model '{name}' is not in the repository {self.repository}")
+            raise NotFound(f"failed to load '{name}': no model directory '{name}' in the model repository")
         await self._load(name, config_json)
 
     async def unload(self, name: str, unload_dependents: bool = False) -> None:
@@ -250,7 +253,7 @@ class ModelManager:
         record = self._records.get(name)
         if record is None or not record.versions:
             if not (self.repository / name).is_dir():
-                raise NotFound(f"unknown model '{name}'")
+                raise NotFound(f"Request for unknown model: '{name}' is not found")
             return
         if unload_dependents:
             for dependent in self._dependents(name):
@@ -294,24 +297,25 @@ class ModelManager:
         try:
             await self._load(name, None)
         except FerryError as exc:
-            log.error("model '%s' failed to load: %s", name, exc.message)
+            log.error("%s", exc.message)  # already "failed to load 'NAME': why"
 
     async def _load(self, name: str, config_json: str | None) -> None:
         record = self._records.setdefault(name, ModelRecord(name))
         async with record.lock:
             model_dir = self.repository / name
-            source = str(model_dir / CONFIG_FILENAME)
+            source = f"{name}/{CONFIG_FILENAME}"  # repository-relative: messages never show server paths
             fingerprint = _fingerprint(model_dir)
             try:
                 model_directory(self.repository, name)  # a symlink must not lead out of the repository
                 config = await asyncio.to_thread(self._read_config, model_dir, config_json, source)
+                validate_model_config(config, name)
                 wanted = select_versions(config.version_policy, versions_on_disk(model_dir))
                 if not wanted:
                     raise ModelLoadError(f"model '{name}' has no version directory that its version policy serves")
             except FerryError as exc:
-                record.error = exc.message
+                record.error = self._without_paths(exc.message)
                 record.fingerprint = fingerprint
-                raise ModelLoadError(f"failed to load '{name}': {exc.message}") from None
+                raise ModelLoadError(f"failed to load '{name}': {record.error}") from None
             record.error = ""
             record.fingerprint = fingerprint
             failures = await asyncio.gather(*(self._load_version(record, model_dir, v, config, source) for v in wanted))
@@ -322,6 +326,13 @@ class ModelManager:
             errors = [f for f in failures if f]
             if errors:
                 raise ModelLoadError(f"failed to load '{name}': {'; '.join(errors)}")
+
+    def _without_paths(self, message: str) -> str:
+        """A load error as callers see it: repository paths become repository-relative, so no
+        message reveals where the server keeps its files."""
+        for root in {str(self.repository.resolve()), str(self.repository.absolute())}:
+            message = message.replace(root + "/", "").replace(root, "<repository>")
+        return message
 
     @staticmethod
     def _read_config(model_dir: Path, config_json: str | None, source: str) -> mc.ModelConfig:
@@ -346,10 +357,10 @@ class ModelManager:
             else:
                 model = await asyncio.to_thread(load_version, model_dir, version, config, source)
         except FerryError as exc:
-            reason = exc.message
+            reason = self._without_paths(exc.message)
         except Exception as exc:  # an engine's unexpected failure must not take the server down
             log.exception("model '%s' version %d: unexpected load failure", record.name, version)
-            reason = f"unexpected error: {exc}"
+            reason = self._without_paths(f"unexpected error: {exc}")
         else:
             if model.stats is None:
                 model.stats = ModelStats(model.name, str(version))

@@ -29,7 +29,7 @@ def inside(root: Path, relative: str | Path, what: str) -> Path:
         raise ModelLoadError(f"{what} '{relative}' must be a path relative to {root.name}, not an absolute path")
     path = (base / relative).resolve()
     if path != base and base not in path.parents:
-        raise ModelLoadError(f"{what} '{relative}' resolves to {path}, outside {base}")
+        raise ModelLoadError(f"{what} '{relative}' resolves outside '{root.name}' (symlinks must stay inside it)")
     return path
 
 

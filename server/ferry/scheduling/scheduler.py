@@ -25,6 +25,7 @@ from ..backends.base import Instance
 from ..errors import FerryError, Unavailable
 from ..statistics import ModelStats
 from .policy import SchedulingPolicy
+from .timeline import Timeline
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,7 @@ class Pending:
     timer: asyncio.TimerHandle | None = field(default=None, repr=False)
     failure: str = "BACKEND"  # the failure reason reported if this request fails
     compute_ns: tuple[int, int, int] = (0, 0, 0)  # input, infer, output of the batch it ran in
+    timeline: Timeline | None = field(default=None, repr=False)  # filled only for traced requests
 
 
 def batch_signature(inputs: dict[str, np.ndarray], batched: bool) -> tuple:
@@ -166,6 +168,7 @@ class Scheduler:
         batch_size: int = 1,
         priority: int | None = None,
         timeout_us: int | None = None,
+        timeline: Timeline | None = None,
         timing: RequestTiming | None = None,
     ) -> Outputs:
         """Queue one request and wait for its outputs.
@@ -193,7 +196,10 @@ class Scheduler:
             batch_signature(inputs, self._batched),
             level,
             loop.create_future(),
+            timeline=timeline,
         )
+        if timeline is not None:
+            timeline.queue_start = pending.enqueued_ns
         timeout_ns = queue_policy.timeout_ns(timeout_us)
         if timeout_ns:
             pending.timer = loop.call_later(timeout_ns / 1e9, self._expire, pending, queue_policy.delay_on_timeout)
@@ -318,6 +324,8 @@ class Scheduler:
             started = time.perf_counter_ns()
             for pending in batch:
                 pending.started_ns = started
+                if pending.timeline is not None:
+                    pending.timeline.compute_start = started
             try:
                 results = await loop.run_in_executor(self._executor, self._run_batch, instance, batch)
             except Exception as exc:  # the whole batch failed: find out which request caused it
@@ -377,6 +385,10 @@ class Scheduler:
         for pending in batch:
             pending.compute_ns = (t1 - t0, t2 - t1, t3 - t2)
         self.stats.record_execution(total, len(batch), t1 - t0, t2 - t1, t3 - t2)
+        for pending in batch:
+            if pending.timeline is not None:
+                pending.timeline.compute_input_end, pending.timeline.compute_output_start = t1, t2
+                pending.timeline.compute_end = t3
         return split
 
     # --- shutdown ---------------------------------------------------------------------------------

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..errors import FerryClientError
 from .inputs import (
     datatype_overrides,
     file_samples,
@@ -21,6 +23,12 @@ from .report import table, write_csv, write_json, write_plot
 from .runner import StepPlan, StepResult, WorkerPool, default_processes, progress_printer, run_step
 from .wire import Security, encode_requests, fast_http_available
 from .worker import WorkerConfig
+
+# Defaults sized so a 3-step sweep on an idle server takes about 15 s (three 1.5 s windows per step
+# when they agree) and about 25 s when they never do; perf_analyzer's 5 s windows took over a minute.
+DEFAULT_WINDOW_MS = 1500
+DEFAULT_MAX_TRIALS = 5
+DEFAULT_WARMUP_S = 0.5
 
 
 def add_perf_arguments(p: argparse.ArgumentParser) -> None:
@@ -48,7 +56,14 @@ def add_perf_arguments(p: argparse.ArgumentParser) -> None:
         default="poisson",
         help="arrivals in open loop (default poisson)",
     )
-    p.add_argument("--measurement-interval", "-p", type=int, default=5000, metavar="MS", help="window length")
+    p.add_argument(
+        "--measurement-interval",
+        "-p",
+        type=int,
+        default=DEFAULT_WINDOW_MS,
+        metavar="MS",
+        help=f"length of one measurement window (default {DEFAULT_WINDOW_MS})",
+    )
     p.add_argument(
         "--stability-percentage",
         "-s",
@@ -56,9 +71,23 @@ def add_perf_arguments(p: argparse.ArgumentParser) -> None:
         default=10.0,
         help="last 3 windows within this %% of their mean ends a step (default 10)",
     )
-    p.add_argument("--max-trials", "-r", type=int, default=10, help="windows at most per step")
-    p.add_argument("--time-limit", type=float, default=120.0, metavar="S", help="seconds at most per step")
-    p.add_argument("--warmup", type=float, default=1.0, metavar="S", help="seconds of load before measuring")
+    p.add_argument(
+        "--max-trials",
+        "-r",
+        type=int,
+        default=DEFAULT_MAX_TRIALS,
+        help=f"windows at most per step (default {DEFAULT_MAX_TRIALS})",
+    )
+    p.add_argument(
+        "--time-limit", type=float, default=120.0, metavar="S", help="seconds at most per step (default 120)"
+    )
+    p.add_argument(
+        "--warmup",
+        type=float,
+        default=DEFAULT_WARMUP_S,
+        metavar="S",
+        help=f"seconds of load before measuring (default {DEFAULT_WARMUP_S})",
+    )
     p.add_argument(
         "--input-data",
         default="random",
@@ -110,6 +139,22 @@ def _security(args: argparse.Namespace) -> Security:
     )
 
 
+def check_before_measuring(args: argparse.Namespace) -> None:
+    """Everything that would fail only after the measurement (a missing extra, an output folder that does
+    not exist, impossible numbers) fails now, before any load is sent."""
+    if args.plot and importlib.util.find_spec("matplotlib") is None:
+        raise ValueError("--plot needs matplotlib, which is not installed (pip install 'ferry-client[perf]')")
+    for flag, path in (("--csv", args.csv), ("--json", args.json), ("--plot", args.plot)):
+        if path is not None and not path.parent.is_dir():
+            raise ValueError(f"{flag} {path}: folder '{path.parent}' does not exist")
+    if args.measurement_interval <= 0:
+        raise ValueError("--measurement-interval must be > 0 ms")
+    if args.max_trials < 1:
+        raise ValueError("--max-trials must be >= 1")
+    if args.warmup < 0 or args.time_limit <= 0:
+        raise ValueError("--warmup must be >= 0 s and --time-limit > 0 s")
+
+
 def _admin_client(protocol: str, url: str, security: Security) -> Any:
     """A plain SDK client for metadata, config and statistics."""
     if protocol == "grpc":
@@ -128,8 +173,22 @@ def _admin_client(protocol: str, url: str, security: Security) -> Any:
     return HttpClient(url, headers=security.headers, ssl_context=security.ssl_context())
 
 
+def _url(args: argparse.Namespace) -> str:
+    return args.url or ("127.0.0.1:8001" if args.protocol == "grpc" else "127.0.0.1:8000")
+
+
 def run_perf(args: argparse.Namespace) -> int:
-    """Measure, print the table, write the requested files; 0 when every step had no failures."""
+    """Measure, print the table, write the requested files; 0 when every step had no failures.
+
+    A server that cannot be reached or does not know the model is one line and exit code 1."""
+    try:
+        return _run_perf(args)
+    except FerryClientError as exc:
+        print(f"ferry-client perf: {_url(args)}: {exc}", file=sys.stderr)
+        return 1
+
+
+def _run_perf(args: argparse.Namespace) -> int:
     show = progress_printer() if not args.quiet else (lambda line: None)
     try:
         security = _security(args)
@@ -142,10 +201,11 @@ def run_perf(args: argparse.Namespace) -> int:
         shapes = parse_shapes(args.shape)
         if args.batch_size < 1:
             raise ValueError("--batch-size must be >= 1")
+        check_before_measuring(args)
     except ValueError as exc:
         print(f"ferry-client perf: {exc}", file=sys.stderr)
         return 2
-    url = args.url or ("127.0.0.1:8001" if args.protocol == "grpc" else "127.0.0.1:8000")
+    url = _url(args)
     with _admin_client(args.protocol, url, security) as admin:
         metadata = admin.model_metadata(args.model, args.model_version)
         config = admin.model_config(args.model, args.model_version)

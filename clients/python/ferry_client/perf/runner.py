@@ -253,7 +253,10 @@ def run_step(
         result.server = server_stats.breakdown(before, statistics())
     if not stable:
         progress(
-            f"  {label}: not stable within {plan.stability:.0%} after {len(windows)} windows; reporting the last three"
+            f"  {label}: results still varied by more than {plan.stability:.0%} from window to window when the "
+            f"step ended ({len(windows)} window(s) of {plan.window_s:g} s); the figures below average the last "
+            f"{len(last)}. A busy machine or server does this: use a longer --measurement-interval or more "
+            "--max-trials for steadier numbers"
         )
     return result
 

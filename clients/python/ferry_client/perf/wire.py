@@ -115,7 +115,7 @@ class AiohttpSender:
         import aiohttp
 
         self._url = url.rstrip("/") + path
-        self._headers = dict(security.headers)
+        self._headers = {"Accept-Encoding": "identity", **security.headers}  # aiohttp asks for gzip otherwise
         context = security.ssl_context()
         connector = aiohttp.TCPConnector(limit=connections, ssl=context if context is not None else False)
         self._session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None))
@@ -146,7 +146,7 @@ class HttpxSender:
         self._path = path
         self._client = httpx.AsyncClient(
             base_url=url,
-            headers=dict(security.headers),
+            headers={"Accept-Encoding": "identity", **security.headers},  # httpx asks for gzip otherwise
             timeout=None,
             verify=context if context is not None else True,
             limits=httpx.Limits(max_connections=connections),

@@ -682,7 +682,7 @@ class FerryImagePipeline(_message.Message):
     def __init__(self, preprocess: _Optional[_Union[FerryPreprocess, _Mapping]] = ..., classification: _Optional[_Union[FerryClassification, _Mapping]] = ..., detection: _Optional[_Union[FerryDetection, _Mapping]] = ..., input: _Optional[str] = ...) -> None: ...
 
 class FerryPreprocess(_message.Message):
-    __slots__ = ("color_order", "layout", "data_type", "resize", "interpolation", "scale", "mean", "std", "pad_value", "letterbox_corner", "resize_shorter", "max_pixels", "device")
+    __slots__ = ("color_order", "layout", "data_type", "resize", "interpolation", "scale", "mean", "std", "pad_value", "letterbox_corner", "resize_shorter", "max_pixels", "device", "resize_engine", "crop_rounding", "resize_shorter_rounding", "pad_then_resize", "draft_decode", "resize_alignment")
     class ColorOrder(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         RGB: _ClassVar[FerryPreprocess.ColorOrder]
@@ -711,10 +711,38 @@ class FerryPreprocess(_message.Message):
         NEAREST: _ClassVar[FerryPreprocess.Interpolation]
         BICUBIC: _ClassVar[FerryPreprocess.Interpolation]
         LANCZOS: _ClassVar[FerryPreprocess.Interpolation]
+        AREA: _ClassVar[FerryPreprocess.Interpolation]
     BILINEAR: FerryPreprocess.Interpolation
     NEAREST: FerryPreprocess.Interpolation
     BICUBIC: FerryPreprocess.Interpolation
     LANCZOS: FerryPreprocess.Interpolation
+    AREA: FerryPreprocess.Interpolation
+    class ResizeEngine(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        ENGINE_DEFAULT: _ClassVar[FerryPreprocess.ResizeEngine]
+        OPENCV: _ClassVar[FerryPreprocess.ResizeEngine]
+        PILLOW: _ClassVar[FerryPreprocess.ResizeEngine]
+    ENGINE_DEFAULT: FerryPreprocess.ResizeEngine
+    OPENCV: FerryPreprocess.ResizeEngine
+    PILLOW: FerryPreprocess.ResizeEngine
+    class CropRounding(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        CROP_ROUND: _ClassVar[FerryPreprocess.CropRounding]
+        CROP_FLOOR: _ClassVar[FerryPreprocess.CropRounding]
+    CROP_ROUND: FerryPreprocess.CropRounding
+    CROP_FLOOR: FerryPreprocess.CropRounding
+    class SideRounding(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        SIDE_INT: _ClassVar[FerryPreprocess.SideRounding]
+        SIDE_ROUND: _ClassVar[FerryPreprocess.SideRounding]
+    SIDE_INT: FerryPreprocess.SideRounding
+    SIDE_ROUND: FerryPreprocess.SideRounding
+    class ResizeAlignment(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        PIXEL_CENTERS: _ClassVar[FerryPreprocess.ResizeAlignment]
+        CORNERS: _ClassVar[FerryPreprocess.ResizeAlignment]
+    PIXEL_CENTERS: FerryPreprocess.ResizeAlignment
+    CORNERS: FerryPreprocess.ResizeAlignment
     class Device(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         CPU: _ClassVar[FerryPreprocess.Device]
@@ -734,6 +762,12 @@ class FerryPreprocess(_message.Message):
     RESIZE_SHORTER_FIELD_NUMBER: _ClassVar[int]
     MAX_PIXELS_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
+    RESIZE_ENGINE_FIELD_NUMBER: _ClassVar[int]
+    CROP_ROUNDING_FIELD_NUMBER: _ClassVar[int]
+    RESIZE_SHORTER_ROUNDING_FIELD_NUMBER: _ClassVar[int]
+    PAD_THEN_RESIZE_FIELD_NUMBER: _ClassVar[int]
+    DRAFT_DECODE_FIELD_NUMBER: _ClassVar[int]
+    RESIZE_ALIGNMENT_FIELD_NUMBER: _ClassVar[int]
     color_order: FerryPreprocess.ColorOrder
     layout: FerryPreprocess.Layout
     data_type: DataType
@@ -747,7 +781,13 @@ class FerryPreprocess(_message.Message):
     resize_shorter: int
     max_pixels: int
     device: FerryPreprocess.Device
-    def __init__(self, color_order: _Optional[_Union[FerryPreprocess.ColorOrder, str]] = ..., layout: _Optional[_Union[FerryPreprocess.Layout, str]] = ..., data_type: _Optional[_Union[DataType, str]] = ..., resize: _Optional[_Union[FerryPreprocess.ResizeMode, str]] = ..., interpolation: _Optional[_Union[FerryPreprocess.Interpolation, str]] = ..., scale: _Optional[float] = ..., mean: _Optional[_Iterable[float]] = ..., std: _Optional[_Iterable[float]] = ..., pad_value: _Optional[float] = ..., letterbox_corner: bool = ..., resize_shorter: _Optional[int] = ..., max_pixels: _Optional[int] = ..., device: _Optional[_Union[FerryPreprocess.Device, str]] = ...) -> None: ...
+    resize_engine: FerryPreprocess.ResizeEngine
+    crop_rounding: FerryPreprocess.CropRounding
+    resize_shorter_rounding: FerryPreprocess.SideRounding
+    pad_then_resize: bool
+    draft_decode: bool
+    resize_alignment: FerryPreprocess.ResizeAlignment
+    def __init__(self, color_order: _Optional[_Union[FerryPreprocess.ColorOrder, str]] = ..., layout: _Optional[_Union[FerryPreprocess.Layout, str]] = ..., data_type: _Optional[_Union[DataType, str]] = ..., resize: _Optional[_Union[FerryPreprocess.ResizeMode, str]] = ..., interpolation: _Optional[_Union[FerryPreprocess.Interpolation, str]] = ..., scale: _Optional[float] = ..., mean: _Optional[_Iterable[float]] = ..., std: _Optional[_Iterable[float]] = ..., pad_value: _Optional[float] = ..., letterbox_corner: bool = ..., resize_shorter: _Optional[int] = ..., max_pixels: _Optional[int] = ..., device: _Optional[_Union[FerryPreprocess.Device, str]] = ..., resize_engine: _Optional[_Union[FerryPreprocess.ResizeEngine, str]] = ..., crop_rounding: _Optional[_Union[FerryPreprocess.CropRounding, str]] = ..., resize_shorter_rounding: _Optional[_Union[FerryPreprocess.SideRounding, str]] = ..., pad_then_resize: bool = ..., draft_decode: bool = ..., resize_alignment: _Optional[_Union[FerryPreprocess.ResizeAlignment, str]] = ...) -> None: ...
 
 class FerryClassification(_message.Message):
     __slots__ = ("softmax", "top_k", "output")
@@ -760,21 +800,87 @@ class FerryClassification(_message.Message):
     def __init__(self, softmax: bool = ..., top_k: _Optional[int] = ..., output: _Optional[str] = ...) -> None: ...
 
 class FerryDetection(_message.Message):
-    __slots__ = ("format", "score_threshold", "iou_threshold", "class_agnostic_nms", "max_detections", "outputs", "box_format")
+    __slots__ = ("format", "score_threshold", "iou_threshold", "class_agnostic_nms", "max_detections", "outputs", "box_format", "strides", "anchors", "box_coder", "num_keypoints", "score_activation", "suppression", "top_k_per_level", "multi_label")
     class DetectionFormat(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         YOLOV8: _ClassVar[FerryDetection.DetectionFormat]
         YOLOV5: _ClassVar[FerryDetection.DetectionFormat]
         BOXES_SCORES_CLASSES: _ClassVar[FerryDetection.DetectionFormat]
+        YOLOX: _ClassVar[FerryDetection.DetectionFormat]
+        SSD: _ClassVar[FerryDetection.DetectionFormat]
+        DFL: _ClassVar[FerryDetection.DetectionFormat]
+        DETR: _ClassVar[FerryDetection.DetectionFormat]
+        END_TO_END: _ClassVar[FerryDetection.DetectionFormat]
     YOLOV8: FerryDetection.DetectionFormat
     YOLOV5: FerryDetection.DetectionFormat
     BOXES_SCORES_CLASSES: FerryDetection.DetectionFormat
+    YOLOX: FerryDetection.DetectionFormat
+    SSD: FerryDetection.DetectionFormat
+    DFL: FerryDetection.DetectionFormat
+    DETR: FerryDetection.DetectionFormat
+    END_TO_END: FerryDetection.DetectionFormat
+    class ScoreActivation(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        SCORE_AS_IS: _ClassVar[FerryDetection.ScoreActivation]
+        SIGMOID: _ClassVar[FerryDetection.ScoreActivation]
+        SOFTMAX: _ClassVar[FerryDetection.ScoreActivation]
+    SCORE_AS_IS: FerryDetection.ScoreActivation
+    SIGMOID: FerryDetection.ScoreActivation
+    SOFTMAX: FerryDetection.ScoreActivation
+    class Suppression(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        SUPPRESSION_DEFAULT: _ClassVar[FerryDetection.Suppression]
+        GREEDY_NMS: _ClassVar[FerryDetection.Suppression]
+        WEIGHTED_NMS: _ClassVar[FerryDetection.Suppression]
+        NO_NMS: _ClassVar[FerryDetection.Suppression]
+    SUPPRESSION_DEFAULT: FerryDetection.Suppression
+    GREEDY_NMS: FerryDetection.Suppression
+    WEIGHTED_NMS: FerryDetection.Suppression
+    NO_NMS: FerryDetection.Suppression
     class BoxFormat(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         XYWH_CENTER: _ClassVar[FerryDetection.BoxFormat]
         XYXY: _ClassVar[FerryDetection.BoxFormat]
     XYWH_CENTER: FerryDetection.BoxFormat
     XYXY: FerryDetection.BoxFormat
+    class SsdAnchors(_message.Message):
+        __slots__ = ("num_layers", "min_scale", "max_scale", "anchor_offset_x", "anchor_offset_y", "strides", "aspect_ratios", "fixed_anchor_size", "interpolated_scale_aspect_ratio", "reduce_boxes_in_lowest_layer")
+        NUM_LAYERS_FIELD_NUMBER: _ClassVar[int]
+        MIN_SCALE_FIELD_NUMBER: _ClassVar[int]
+        MAX_SCALE_FIELD_NUMBER: _ClassVar[int]
+        ANCHOR_OFFSET_X_FIELD_NUMBER: _ClassVar[int]
+        ANCHOR_OFFSET_Y_FIELD_NUMBER: _ClassVar[int]
+        STRIDES_FIELD_NUMBER: _ClassVar[int]
+        ASPECT_RATIOS_FIELD_NUMBER: _ClassVar[int]
+        FIXED_ANCHOR_SIZE_FIELD_NUMBER: _ClassVar[int]
+        INTERPOLATED_SCALE_ASPECT_RATIO_FIELD_NUMBER: _ClassVar[int]
+        REDUCE_BOXES_IN_LOWEST_LAYER_FIELD_NUMBER: _ClassVar[int]
+        num_layers: int
+        min_scale: float
+        max_scale: float
+        anchor_offset_x: float
+        anchor_offset_y: float
+        strides: _containers.RepeatedScalarFieldContainer[int]
+        aspect_ratios: _containers.RepeatedScalarFieldContainer[float]
+        fixed_anchor_size: bool
+        interpolated_scale_aspect_ratio: float
+        reduce_boxes_in_lowest_layer: bool
+        def __init__(self, num_layers: _Optional[int] = ..., min_scale: _Optional[float] = ..., max_scale: _Optional[float] = ..., anchor_offset_x: _Optional[float] = ..., anchor_offset_y: _Optional[float] = ..., strides: _Optional[_Iterable[int]] = ..., aspect_ratios: _Optional[_Iterable[float]] = ..., fixed_anchor_size: bool = ..., interpolated_scale_aspect_ratio: _Optional[float] = ..., reduce_boxes_in_lowest_layer: bool = ...) -> None: ...
+    class BoxCoder(_message.Message):
+        __slots__ = ("x_scale", "y_scale", "w_scale", "h_scale", "exp_size", "yx_order")
+        X_SCALE_FIELD_NUMBER: _ClassVar[int]
+        Y_SCALE_FIELD_NUMBER: _ClassVar[int]
+        W_SCALE_FIELD_NUMBER: _ClassVar[int]
+        H_SCALE_FIELD_NUMBER: _ClassVar[int]
+        EXP_SIZE_FIELD_NUMBER: _ClassVar[int]
+        YX_ORDER_FIELD_NUMBER: _ClassVar[int]
+        x_scale: float
+        y_scale: float
+        w_scale: float
+        h_scale: float
+        exp_size: bool
+        yx_order: bool
+        def __init__(self, x_scale: _Optional[float] = ..., y_scale: _Optional[float] = ..., w_scale: _Optional[float] = ..., h_scale: _Optional[float] = ..., exp_size: bool = ..., yx_order: bool = ...) -> None: ...
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     SCORE_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
     IOU_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
@@ -782,6 +888,14 @@ class FerryDetection(_message.Message):
     MAX_DETECTIONS_FIELD_NUMBER: _ClassVar[int]
     OUTPUTS_FIELD_NUMBER: _ClassVar[int]
     BOX_FORMAT_FIELD_NUMBER: _ClassVar[int]
+    STRIDES_FIELD_NUMBER: _ClassVar[int]
+    ANCHORS_FIELD_NUMBER: _ClassVar[int]
+    BOX_CODER_FIELD_NUMBER: _ClassVar[int]
+    NUM_KEYPOINTS_FIELD_NUMBER: _ClassVar[int]
+    SCORE_ACTIVATION_FIELD_NUMBER: _ClassVar[int]
+    SUPPRESSION_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_PER_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    MULTI_LABEL_FIELD_NUMBER: _ClassVar[int]
     format: FerryDetection.DetectionFormat
     score_threshold: float
     iou_threshold: float
@@ -789,4 +903,12 @@ class FerryDetection(_message.Message):
     max_detections: int
     outputs: _containers.RepeatedScalarFieldContainer[str]
     box_format: FerryDetection.BoxFormat
-    def __init__(self, format: _Optional[_Union[FerryDetection.DetectionFormat, str]] = ..., score_threshold: _Optional[float] = ..., iou_threshold: _Optional[float] = ..., class_agnostic_nms: bool = ..., max_detections: _Optional[int] = ..., outputs: _Optional[_Iterable[str]] = ..., box_format: _Optional[_Union[FerryDetection.BoxFormat, str]] = ...) -> None: ...
+    strides: _containers.RepeatedScalarFieldContainer[int]
+    anchors: FerryDetection.SsdAnchors
+    box_coder: FerryDetection.BoxCoder
+    num_keypoints: int
+    score_activation: FerryDetection.ScoreActivation
+    suppression: FerryDetection.Suppression
+    top_k_per_level: int
+    multi_label: bool
+    def __init__(self, format: _Optional[_Union[FerryDetection.DetectionFormat, str]] = ..., score_threshold: _Optional[float] = ..., iou_threshold: _Optional[float] = ..., class_agnostic_nms: bool = ..., max_detections: _Optional[int] = ..., outputs: _Optional[_Iterable[str]] = ..., box_format: _Optional[_Union[FerryDetection.BoxFormat, str]] = ..., strides: _Optional[_Iterable[int]] = ..., anchors: _Optional[_Union[FerryDetection.SsdAnchors, _Mapping]] = ..., box_coder: _Optional[_Union[FerryDetection.BoxCoder, _Mapping]] = ..., num_keypoints: _Optional[int] = ..., score_activation: _Optional[_Union[FerryDetection.ScoreActivation, str]] = ..., suppression: _Optional[_Union[FerryDetection.Suppression, str]] = ..., top_k_per_level: _Optional[int] = ..., multi_label: bool = ...) -> None: ...

@@ -8,7 +8,7 @@ with ``torch.jit.save`` and checked against onnxruntime on the held-out test set
 
 Run from the repository root (needs torch; ``pip install torch==2.13.0``)::
 
-    python model_repo/digits_torch/build.py
+    python model_repo_extras/digits_torch/build.py
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import torch
 from onnx import numpy_helper
 
 HERE = Path(__file__).resolve().parent
-DIGITS = HERE.parent / "digits"
+DIGITS = HERE.parents[1] / "model_repo" / "digits"
 TOLERANCE = 1e-4  # max |torch - onnxruntime| logit difference accepted
 
 

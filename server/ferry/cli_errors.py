@@ -1,0 +1,113 @@
+"""User mistakes on the command line become one clear line on stderr and a non-zero exit code.
+
+A traceback tells a user nothing they can act on; a line naming the flag (or environment variable),
+the value and what would work does. Checks that can run before anything starts (repository, ports)
+run here, so a mistake never costs a model load first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+from pydantic import ValidationError
+
+#: Python packages that only an optional extra of ``ferry`` installs, and that extra's name.
+EXTRA_OF_MODULE = {
+    "torch": "torch",
+    "torchvision": "torch",
+    "onnx2torch": "torch",
+    "tensorrt": "tensorrt",
+    "cuda": "tensorrt",
+    "pynvml": "gpu",
+}
+
+EXIT_USAGE = 2  # argparse's code for a bad command line
+EXIT_FAILURE = 1
+
+
+class UserError(Exception):
+    """A mistake the user can fix; its message is the whole story (one line, no traceback)."""
+
+    def __init__(self, message: str, code: int = EXIT_FAILURE) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class OneLineArgumentParser(argparse.ArgumentParser):
+    """argparse, but a bad flag is one line (the usage block is what ``--help`` is for)."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: {message} (see '{self.prog} --help')", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
+
+
+def settings_error(exc: ValidationError) -> UserError:
+    """A pydantic validation error of ``Settings`` as one line naming the flag and its variable."""
+    problems = []
+    for error in exc.errors():
+        field = str(error["loc"][0]) if error["loc"] else "?"
+        flag = "--" + field.replace("_", "-")
+        value = error.get("input")
+        shown = f" (got {value!r})" if not isinstance(value, dict) else ""
+        message = error["msg"][0].lower() + error["msg"][1:]
+        problems.append(f"{flag} / FERRY_{field.upper()}: {message}{shown}")
+    return UserError("; ".join(problems), EXIT_USAGE)
+
+
+def check_repository(path: Path) -> None:
+    """The model repository must be a directory this process can list."""
+    if not path.exists():
+        raise UserError(f"model repository '{path}' does not exist (give a directory of models, e.g. model_repo)")
+    if not path.is_dir():
+        raise UserError(f"model repository '{path}' is not a directory")
+    if not os.access(path, os.R_OK | os.X_OK):
+        raise UserError(f"model repository '{path}' is not readable by this user")
+
+
+def check_ports_free(host: str, ports: dict[str, int]) -> None:
+    """Each enabled port (non-zero) must be free to bind, checked before any model loads."""
+    for flag, port in ports.items():
+        if not port:
+            continue
+        try:
+            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except socket.gaierror as exc:
+            raise UserError(f"--host {host!r}: cannot resolve it ({exc.strerror})", EXIT_USAGE) from None
+        family, kind, proto, _, address = infos[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    raise UserError(
+                        f"{flag} {port}: port already in use on {host} (stop the other server or choose "
+                        f"another port; 0 disables it)"
+                    ) from None
+                if exc.errno == errno.EACCES:
+                    raise UserError(
+                        f"{flag} {port}: not allowed to bind it (ports below 1024 need privileges)"
+                    ) from None
+                if exc.errno == errno.EADDRNOTAVAIL:
+                    raise UserError(f"--host {host}: not an address of this machine", EXIT_USAGE) from None
+                raise UserError(f"{flag} {port} on {host}: {exc.strerror}") from None
+
+
+def missing_extra(exc: ModuleNotFoundError) -> UserError:
+    """An optional package that is not installed, with the install command that brings it."""
+    module = (exc.name or "").split(".")[0]
+    extra = EXTRA_OF_MODULE.get(module)
+    hint = f"pip install 'ferry[{extra}]'" if extra else f"pip install {module}"
+    return UserError(f"this needs the Python package '{module}', which is not installed ({hint})")
+
+
+def fail(prog: str, error: UserError) -> int:
+    """Print the error's one line and return its exit code."""
+    print(f"{prog}: {error}", file=sys.stderr)
+    return error.code
