@@ -19,6 +19,7 @@ from .api.dataplane import DataPlane
 from .api.grpc import create_grpc_server
 from .api.http import create_http_app
 from .api.limits import Limits
+from .backends.python_backend import host as python_models
 from .dashboard import mount_dashboard
 from .metrics import Metrics
 from .repository.manager import ModelManager
@@ -111,6 +112,7 @@ class FerryServer:
                 self.security.grpc_credentials(),
             )
             await self._grpc.start()
+        python_models.configure(s.allow_python_models, self.plane.infer, asyncio.get_running_loop())
         await self.manager.start()
         if self._http is not None:
             while not self._http.started:
