@@ -46,6 +46,7 @@ def build_repository(root: Path) -> Path:
         "decoupled": "model_transaction_policy { decoupled: true }\n",
         "env_path": 'parameters { key: "EXECUTION_ENV_PATH" value { string_value: "env.tar.gz" } }\n',
         "bad_isolation": 'parameters { key: "FERRY_ISOLATION" value { string_value: "thread" } }\n',
+        "gpu_inputs": 'parameters { key: "FORCE_CPU_ONLY_INPUT_TENSORS" value { string_value: "no" } }\n',
     }
     for name, extra in refused.items():
         shutil.copytree(repo / "add_sub", repo / name)
@@ -246,6 +247,7 @@ def test_unsupported_python_model_features_are_refused_at_load(server: RunningSe
         "env_path": "parameter EXECUTION_ENV_PATH is not supported",
         "bad_isolation": "parameter FERRY_ISOLATION is 'thread'; expected one of: none, process",
         "broken_init": "initialize failed: RuntimeError: no weights here",
+        "gpu_inputs": "parameter FORCE_CPU_ONLY_INPUT_TENSORS: 'no' is not supported",
     }
     for name, reason in expected.items():
         assert rows[name]["state"] == "UNAVAILABLE" and reason in rows[name]["reason"], rows[name]

@@ -28,8 +28,8 @@ ISOLATION_MODES = ("none", "process")
 #: Triton parameters of the Python backend that Ferry does not honour: refused, never ignored.
 UNSUPPORTED_PARAMETERS = {
     "EXECUTION_ENV_PATH": "custom Python environments (Ferry runs models with the server's own interpreter)",
-    "FORCE_CPU_ONLY_INPUT_TENSORS": "GPU tensors (inputs are always numpy arrays on the CPU)",
 }
+CPU_ONLY_PARAMETER = "FORCE_CPU_ONLY_INPUT_TENSORS"  # "no" asks for GPU inputs, which Ferry never gives
 
 
 class PythonBackend:
@@ -102,6 +102,10 @@ def _refuse_unsupported(config: mc.ModelConfig) -> None:
     for key, what in UNSUPPORTED_PARAMETERS.items():
         if key in config.parameters:
             raise ModelLoadError(f"parameter {key} is not supported: {what}")
+    if (config_parameter(config, CPU_ONLY_PARAMETER) or "yes").lower() in ("no", "false", "off", "0"):
+        raise ModelLoadError(
+            f"parameter {CPU_ONLY_PARAMETER}: 'no' is not supported: inputs are always numpy arrays on the CPU"
+        )
 
 
 def io_from_config(config: mc.ModelConfig) -> ModelIO:

@@ -13,7 +13,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from . import triton_python_backend_utils as pb_utils
-from .runner import ModelLoadFailure, ModelRunner
+from .runner import Failure, ModelLoadFailure, ModelRunner
 
 
 def _parent_caller(conn: Connection) -> pb_utils.Caller:
@@ -22,7 +22,8 @@ def _parent_caller(conn: Connection) -> pb_utils.Caller:
     def call(request: pb_utils.InferenceRequest) -> pb_utils.InferenceResponse:
         with lock:
             conn.send(("call", request))
-            return conn.recv()
+            reply = conn.recv()
+        return reply[1]
 
     return call
 
@@ -43,7 +44,12 @@ def serve(conn: Connection) -> int:
         except EOFError:  # the server is gone
             return 0
         if message[0] == "execute":
-            conn.send(("result", runner.execute(message[1], message[2])))
+            results = runner.execute(message[1], message[2])
+            try:
+                conn.send(("result", results))
+            except Exception as exc:  # pickling failed before anything was written: say why
+                failure = Failure(f"python model '{runner.name}' returned outputs that cannot be sent: {exc}")
+                conn.send(("result", [failure] * len(results)))
         elif message[0] == "close":
             runner.finalize()
             conn.send(("closed",))

@@ -47,9 +47,9 @@ class _Child:
         finally:
             theirs.close()
         self.conn = Connection(ours.detach())
-        self.conn.send(("load", model_file, config, args))
         try:
-            reply = self.receive()
+            self.send(("load", model_file, config, args))
+            reply = self.answer()
         except ChildDied as died:
             raise ModelLoadError(f"the python model's child process died while loading ({died})") from None
         if reply[0] != "ready":
@@ -57,14 +57,30 @@ class _Child:
             raise ModelLoadError(reply[1])
         self.config: dict[str, Any] = reply[1]
 
-    def receive(self) -> tuple[Any, ...]:
+    def send(self, message: tuple[Any, ...]) -> None:
         try:
-            return self.conn.recv()
-        except (EOFError, OSError):
+            self.conn.send(message)
+        except OSError:
             raise ChildDied(self.exit_status()) from None
 
+    def answer(self) -> tuple[Any, ...]:
+        """The child's next reply; its calls to other models (from initialize or execute) are
+        served here in the meantime, and their responses sent back."""
+        while True:
+            try:
+                reply = self.conn.recv()
+            except (EOFError, OSError):
+                raise ChildDied(self.exit_status()) from None
+            if reply[0] != "call":
+                return reply
+            self.send(("called", call_model(reply[1])))
+
     def exit_status(self) -> str:
-        code = self.process.wait()
+        try:
+            code = self.process.wait(10)
+        except subprocess.TimeoutExpired:  # the connection broke but the child lives on: end it
+            self.process.kill()
+            code = self.process.wait()
         if code < 0:
             return f"signal {signal.Signals(-code).name}"
         return f"exit code {code}"
@@ -118,13 +134,8 @@ class IsolatedInstance(PythonInstance):
                 return [Failure(message)] * len(inputs)
 
     def _exchange(self, inputs: list[dict[str, np.ndarray]], outputs: list[list[str]]) -> list[Outputs | Failure]:
-        self._child.conn.send(("execute", inputs, outputs))
-        while True:
-            reply = self._child.receive()
-            if reply[0] == "result":
-                return reply[1]
-            if reply[0] == "call":  # the model calls another model: run it here, send the answer back
-                self._child.conn.send(call_model(reply[1]))
+        self._child.send(("execute", inputs, outputs))
+        return self._child.answer()[1]
 
     def _restart(self, why: str) -> None:
         log.error("%s; starting a new child", why)
