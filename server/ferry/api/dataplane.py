@@ -206,8 +206,8 @@ class DataPlane:
     async def load_model(self, name: str, config_json: str | None = None) -> None:
         await self.manager.load(name, config_json)
 
-    async def unload_model(self, name: str) -> None:
-        await self.manager.unload(name)
+    async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
+        await self.manager.unload(name, unload_dependents)
 
     def statistics(self, name: str = "", version: str = "") -> list[dict[str, Any]]:
         """Statistics of every ready version, or of one model (all its ready versions or one)."""

@@ -297,8 +297,14 @@ def create_http_app(plane: DataPlane, max_body_bytes: int = 256 * 1024 * 1024) -
 
     @app.post("/v2/repository/models/{model}/unload", openapi_extra=UNLOAD_BODY)
     async def unload_model(model: str, request: Request) -> Response:
-        await _json_body(request, max_body_bytes)
-        await plane.unload_model(model)
+        body = await _json_body(request, max_body_bytes)
+        parameters = body.get("parameters") or {}
+        if not isinstance(parameters, dict):
+            raise InvalidArgument("'parameters' must be a JSON object")
+        dependents = parameters.get("unload_dependents", False)
+        if not isinstance(dependents, bool):
+            raise InvalidArgument("parameter 'unload_dependents' must be true or false")
+        await plane.unload_model(model, dependents)
         return Response(status_code=200)
 
     return app

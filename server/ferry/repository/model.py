@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,6 +44,9 @@ class ModelVersion:
     scheduler: Scheduler | None = field(default=None, repr=False)
     stats: ModelStats | None = field(default=None, repr=False)
     pipeline: ImagePipeline | None = field(default=None, repr=False)
+    # Ensembles: the models the version runs, and why it cannot serve now ("" when it can).
+    composing_models: tuple[str, ...] = ()
+    unready_reason: Callable[[], str] | None = field(default=None, repr=False)
 
     @property
     def max_batch_size(self) -> int:

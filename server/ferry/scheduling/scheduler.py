@@ -34,6 +34,16 @@ SCAN_LIMIT = 1024
 Outputs = dict[str, np.ndarray]
 
 
+@dataclass
+class RequestTiming:
+    """Where one request's time went (filled on success when the caller asks, e.g. an ensemble)."""
+
+    queue_ns: int = 0
+    compute_input_ns: int = 0
+    compute_infer_ns: int = 0
+    compute_output_ns: int = 0
+
+
 @dataclass(eq=False)
 class Pending:
     """One queued request."""
@@ -50,6 +60,7 @@ class Pending:
     delayed: bool = False
     timer: asyncio.TimerHandle | None = field(default=None, repr=False)
     failure: str = "BACKEND"  # the failure reason reported if this request fails
+    compute_ns: tuple[int, int, int] = (0, 0, 0)  # input, infer, output of the batch it ran in
 
 
 def batch_signature(inputs: dict[str, np.ndarray], batched: bool) -> tuple:
@@ -155,11 +166,13 @@ class Scheduler:
         batch_size: int = 1,
         priority: int | None = None,
         timeout_us: int | None = None,
+        timing: RequestTiming | None = None,
     ) -> Outputs:
         """Queue one request and wait for its outputs.
 
         Raises Unavailable at once when the queue of its priority level is full; a cancelled
-        caller removes the request from the queue.
+        caller removes the request from the queue. ``timing``, when given, receives the request's
+        queue and compute durations.
         """
         if self._closing:
             raise Unavailable(f"model '{self.name}' is unloading")
@@ -203,6 +216,11 @@ class Scheduler:
         else:
             done = time.perf_counter_ns()
             self.stats.record_success(done - pending.enqueued_ns, pending.started_ns - pending.enqueued_ns)
+            if timing is not None:
+                timing.queue_ns += pending.started_ns - pending.enqueued_ns
+                timing.compute_input_ns += pending.compute_ns[0]
+                timing.compute_infer_ns += pending.compute_ns[1]
+                timing.compute_output_ns += pending.compute_ns[2]
             return result
         finally:
             self._in_flight -= 1
@@ -360,6 +378,8 @@ class Scheduler:
                         f"start with the batch size {total}"
                     )
         t3 = time.perf_counter_ns()
+        for pending in batch:
+            pending.compute_ns = (t1 - t0, t2 - t1, t3 - t2)
         self.stats.record_execution(total, len(batch), t1 - t0, t2 - t1, t3 - t2)
         return split
 
