@@ -7,6 +7,7 @@ hold busy (batching) and one that fails on demand (exceptions and crashes of an 
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import signal
@@ -23,6 +24,7 @@ import tritonclient.http as thttp
 from tritonclient.utils import InferenceServerException
 
 from ..conftest import MODEL_REPO, RunningServer, start_server
+from ..ensembles.repo import add_ensemble, add_sub_twice, scheduling, step, tensors
 
 MODELS = Path(__file__).parent / "python_models"
 ISOLATED = 'parameters { key: "FERRY_ISOLATION" value { string_value: "process" } }\n'
@@ -52,6 +54,11 @@ def build_repository(root: Path) -> Path:
         shutil.copytree(repo / "add_sub", repo / name)
         with open(repo / name / "config.pbtxt", "a") as config:
             config.write(extra)
+    # Python models as ensemble steps: before an ONNX step, alone, and gated (for batching).
+    add_ensemble(repo, "python_then_onnx", add_sub_twice(first="simple_python", second="simple"))
+    for name, model, output in (("faulty_ensemble", "faulty", "Y"), ("gated_ensemble", "gated", "BATCH")):
+        body = tensors("input", "X", dims="1") + tensors("output", output, dims="1")
+        add_ensemble(repo, name, "max_batch_size: 8\n" + body + scheduling(step(model, {"X": "X"}, {output: output})))
     shutil.copytree(repo / "add_sub", repo / "broken_init")
     (repo / "broken_init" / "1" / "model.py").write_text(
         "class TritonPythonModel:\n    def initialize(self, args):\n        raise RuntimeError('no weights here')\n"
@@ -174,13 +181,25 @@ def _wait_for(condition, what: str, timeout: float = 30) -> None:
         time.sleep(0.02)
 
 
-def test_execute_receives_the_batch_the_dynamic_batcher_formed(server: RunningServer, repository: Path) -> None:
-    """Hold the only instance busy, queue 8 requests behind it, release: they run as one batch."""
+def _gated_stats(server: RunningServer) -> tuple[int, int]:
+    stats = httpx.get(f"http://{server.http_url}/v2/models/gated/stats", timeout=10).json()["model_stats"][0]
+    return stats["inference_count"], stats["execution_count"]
+
+
+@pytest.mark.parametrize("model", ["gated", "gated_ensemble"])
+def test_execute_receives_the_batch_the_dynamic_batcher_formed(
+    server: RunningServer, repository: Path, model: str
+) -> None:
+    """Hold the only instance busy, queue 8 requests behind it, release: they run as one batch,
+    whether they reach the Python model directly or as a step of an ensemble."""
     gate = repository.parent / "gate"
+    for name in ("entered", "release"):
+        (gate / name).unlink(missing_ok=True)
+    before = _gated_stats(server)
     results: dict[int, np.ndarray] = {}
 
     def send(value: int) -> None:
-        results[value] = infer(server, "gated", x_input(value))["BATCH"]
+        results[value] = infer(server, model, x_input(value))["BATCH"]
 
     holder = threading.Thread(target=send, args=(-1,))
     holder.start()
@@ -194,8 +213,20 @@ def test_execute_receives_the_batch_the_dynamic_batcher_formed(server: RunningSe
         thread.join(60)
     assert results[-1].tolist() == [[1]]
     assert [results[v].tolist() for v in range(8)] == [[[8]]] * 8
-    stats = httpx.get(f"http://{server.http_url}/v2/models/gated/stats", timeout=10).json()["model_stats"][0]
-    assert (stats["inference_count"], stats["execution_count"]) == (9, 2)
+    after = _gated_stats(server)
+    assert (after[0] - before[0], after[1] - before[1]) == (9, 2)
+
+
+def test_ensemble_with_python_steps(server: RunningServer) -> None:
+    a, b = _simple_inputs()
+    out = infer(server, "python_then_onnx", {"A": a, "B": b})  # (a+b, a-b) in Python, then ONNX: (2a, 2b)
+    np.testing.assert_array_equal(out["TWICE_A"], 2 * a)
+    np.testing.assert_array_equal(out["TWICE_B"], 2 * b)
+    assert infer(server, "faulty_ensemble", x_input(7))["Y"].tolist() == [[7]]
+    step_error = "ensemble 'faulty_ensemble' step 0 (model 'faulty'): two"
+    assert http_error(server, "faulty_ensemble", 2) == (400, step_error)  # a Python step's error keeps its status
+    status, message = http_error(server, "faulty_ensemble", 1)
+    assert status == 500 and "X = 1 is not allowed" in message
 
 
 def test_errors_in_user_code_fail_the_request_with_its_message(server: RunningServer) -> None:
@@ -227,14 +258,15 @@ def test_crash_of_an_isolated_child_fails_its_request_and_a_new_child_serves(ser
 
 
 def signal_and_wait_dead(pid: int) -> None:
-    import os
-
     os.kill(pid, signal.SIGKILL)
 
     def dead() -> bool:
+        """A zombie with no thread left (the leader turns Z before its other threads have exited,
+        and only then can the server's waitpid see the exit)."""
         try:
-            return Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z")
-        except (FileNotFoundError, IndexError):
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0]
+            return state == "Z" and os.listdir(f"/proc/{pid}/task") == [str(pid)]
+        except FileNotFoundError:
             return True
 
     _wait_for(dead, f"process {pid} to die")
@@ -251,7 +283,8 @@ def test_unsupported_python_model_features_are_refused_at_load(server: RunningSe
     }
     for name, reason in expected.items():
         assert rows[name]["state"] == "UNAVAILABLE" and reason in rows[name]["reason"], rows[name]
-    for name in ("add_sub", "identity_bytes", "bls_simple", "bls_async", "gated", "faulty", "faulty_isolated"):
+    ready = ("add_sub", "identity_bytes", "bls_simple", "bls_async", "gated", "faulty", "faulty_isolated")
+    for name in (*ready, "simple_python", "python_then_onnx", "faulty_ensemble", "gated_ensemble"):
         assert rows[name]["state"] == "READY", rows[name]
 
 

@@ -349,7 +349,10 @@ class Scheduler:
         t0 = time.perf_counter_ns()
         if hasattr(instance, "run_requests"):  # see backends.base.RequestBatches
             results = instance.run_requests([p.inputs for p in batch], [p.outputs for p in batch])
-            self.stats.record_execution(sum(p.batch_size for p in batch), len(batch), 0, time.perf_counter_ns() - t0, 0)
+            infer_ns = time.perf_counter_ns() - t0
+            for pending in batch:
+                pending.compute_ns = (0, infer_ns, 0)
+            self.stats.record_execution(sum(p.batch_size for p in batch), len(batch), 0, infer_ns, 0)
             return results
         if len(batch) == 1:
             inputs = batch[0].inputs
