@@ -272,6 +272,19 @@ def signal_and_wait_dead(pid: int) -> None:
     _wait_for(dead, f"process {pid} to die")
 
 
+def test_loading_and_unloading_an_isolated_model_starts_and_ends_its_child(
+    server: RunningServer, repository: Path
+) -> None:
+    shutil.copytree(repository / "faulty_isolated", repository / "loaded_later")
+    url = f"http://{server.http_url}/v2/repository/models/loaded_later"
+    assert httpx.post(f"{url}/load", timeout=60).status_code == 200
+    pid = int(infer(server, "loaded_later", x_input(5))["PID"][0, 0])
+    assert pid != server.process.pid and Path(f"/proc/{pid}").exists()
+    assert httpx.post(f"{url}/unload", timeout=60).status_code == 200
+    assert not Path(f"/proc/{pid}").exists()  # unload returns once the child has exited and been reaped
+    assert index(server)["loaded_later"]["state"] == "UNAVAILABLE"
+
+
 def test_unsupported_python_model_features_are_refused_at_load(server: RunningServer) -> None:
     rows = index(server)
     expected = {

@@ -7,6 +7,7 @@ server), which runs them and sends the response back. When the parent goes away,
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
 from multiprocessing.connection import Connection
@@ -57,4 +58,7 @@ def serve(conn: Connection) -> int:
 
 
 if __name__ == "__main__":
+    logging.basicConfig(  # into the server's log (stderr is inherited), marked as the child's
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s [python child %(process)d]: %(message)s"
+    )
     sys.exit(serve(Connection(int(sys.argv[1]))))

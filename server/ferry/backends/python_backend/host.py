@@ -8,6 +8,7 @@ request, and the tensors pass as numpy arrays without serialisation.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -106,7 +107,7 @@ def server_request(request: pb_utils.InferenceRequest) -> InferenceRequest:
 
 
 def _parameters(request: pb_utils.InferenceRequest) -> dict:
-    parameters = dict(request._parameters)
+    parameters = json.loads(request.parameters())
     if request.timeout():
         parameters.setdefault("timeout", request.timeout())
     return parameters

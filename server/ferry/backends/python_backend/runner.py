@@ -64,12 +64,17 @@ def import_model_file(model_file: Path) -> ModuleType:
     if spec is None or spec.loader is None:
         raise ModelLoadFailure(f"cannot import {model_file}")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # registered, as imports are: dataclasses and pickle look modules up
     try:
         spec.loader.exec_module(module)
+        if not inspect.isclass(getattr(module, "TritonPythonModel", None)):
+            raise ModelLoadFailure(f"{model_file.name} defines no class TritonPythonModel")
+    except ModelLoadFailure:
+        del sys.modules[name]
+        raise
     except BaseException as exc:
+        del sys.modules[name]
         raise ModelLoadFailure(f"importing {model_file.name} failed: {_describe(exc)}") from None
-    if not inspect.isclass(getattr(module, "TritonPythonModel", None)):
-        raise ModelLoadFailure(f"{model_file.name} defines no class TritonPythonModel")
     return module
 
 
@@ -92,12 +97,18 @@ class ModelRunner:
 
     def __init__(self, model_file: Path, config: dict[str, Any], args: dict[str, str]) -> None:
         module = import_model_file(model_file)
+        self.module_name = module.__name__
+        try:
+            self._load(module, config, args)
+        except ModelLoadFailure:
+            sys.modules.pop(self.module_name, None)
+            raise
+
+    def _load(self, module: ModuleType, config: dict[str, Any], args: dict[str, str]) -> None:
         self.config = auto_complete(module.TritonPythonModel, config)
         self.name = args["model_name"]
         self.batched = int(self.config.get("max_batch_size", 0)) > 0
-        self.output_dtypes = {
-            t["name"]: numpy_dtype(datatype_from_config(t["data_type"])) for t in self.config.get("output", [])
-        }
+        self.output_dtypes = _output_dtypes(self.config)
         try:
             self.model = module.TritonPythonModel()
             initialize = getattr(self.model, "initialize", None)
@@ -182,6 +193,18 @@ class ModelRunner:
         finally:
             if self._loop is not None:
                 self._loop.close()
+            sys.modules.pop(self.module_name, None)
+
+
+def _output_dtypes(config: dict[str, Any]) -> dict[str, np.dtype]:
+    """The numpy dtype of each declared output (one without a valid type is refused at load later)."""
+    dtypes = {}
+    for tensor in config.get("output", []):
+        try:
+            dtypes[tensor["name"]] = numpy_dtype(datatype_from_config(tensor.get("data_type", "")))
+        except (KeyError, ValueError):
+            continue
+    return dtypes
 
 
 def _describe(exc: BaseException) -> str:
