@@ -16,7 +16,7 @@ from ferry_client.protocol import model_config_pb2 as mc
 
 from ...errors import ModelLoadError, Unavailable
 from ...repository.config import config_to_dict
-from ..base import InstanceSpec, ModelIO, TensorInfo, config_parameter
+from ..base import Backend, InstanceSpec, ModelIO, TensorInfo, config_parameter
 from .host import ALLOW_OPTION, HOST
 from .inprocess import InProcessInstance
 from .instance import PythonInstance
@@ -32,13 +32,10 @@ UNSUPPORTED_PARAMETERS = {
 CPU_ONLY_PARAMETER = "FORCE_CPU_ONLY_INPUT_TENSORS"  # "no" asks for GPU inputs, which Ferry never gives
 
 
-class PythonBackend:
+class PythonBackend(Backend):
     platform = "python"
     name = "python"
     default_filename = "model.py"
-
-    def model_filename(self, config: mc.ModelConfig) -> str:
-        return config.default_model_filename or self.default_filename
 
     def gpu_available(self) -> bool:
         return False  # KIND_AUTO means CPU; a KIND_GPU group still loads (the model decides what it does)

@@ -54,15 +54,15 @@ def triton_to_numpy_type(data_type: int) -> type | None:
     return _NUMPY_BY_TRITON_TYPE.get(data_type)
 
 
+_TRITON_TYPE_BY_DTYPE: dict[np.dtype, int] = {np.dtype(t): n for n, t in _NUMPY_BY_TRITON_TYPE.items()}
+
+
 def numpy_to_triton_type(data_type: Any) -> int | None:
     """The Triton config data type number of a numpy type; bytes and objects are TYPE_STRING (13)."""
-    dtype = np.dtype(data_type)
-    if dtype.kind in ("O", "S"):
+    dtype = data_type if isinstance(data_type, np.dtype) else np.dtype(data_type)
+    if dtype.kind == "S":
         return 13
-    for number, numpy_type in _NUMPY_BY_TRITON_TYPE.items():
-        if dtype == np.dtype(numpy_type):
-            return number
-    return None
+    return _TRITON_TYPE_BY_DTYPE.get(dtype)
 
 
 def triton_string_to_numpy(triton_type_string: str) -> type:
