@@ -2,7 +2,9 @@
 
 The models under ``python_models/`` re-create Triton's documented examples (add/sub, a BYTES
 identity, calls to an ONNX model through ``InferenceRequest.exec``) plus a model the test can
-hold busy (batching) and one that fails on demand (exceptions and crashes of an isolated child).
+hold busy (batching) and one that fails on demand (exceptions and crashes of an isolated child);
+ensembles use them as steps. A second server on the same repository, started without the option,
+refuses every one of them.
 """
 
 from __future__ import annotations
