@@ -125,6 +125,10 @@ CASES: dict[str, tuple[str, str]] = {
         IO + "instance_group [ { kind: KIND_CPU } ]\n" + scheduling(step("simple", AB, SUMS)),
         "'instance_group' is not supported on an ensemble (each step runs on its own model's instances)",
     ),
+    "decoupled": (
+        IO + "model_transaction_policy { decoupled: true }\n" + scheduling(step("simple", AB, SUMS)),
+        "decoupled ensembles ('model_transaction_policy.decoupled') are not supported",
+    ),
     "max_inflight": (
         IO + f"ensemble_scheduling {{ max_inflight_requests: 4 step [ {step('simple', AB, SUMS)} ] }}\n",
         "'ensemble_scheduling.max_inflight_requests' is not supported",
@@ -165,4 +169,13 @@ def test_ensembles_that_contain_each_other_are_refused(tmp_path: Path) -> None:
     inner = f"{root}/loop/config.pbtxt: ensemble 'loop': step 0 (model 'bad'): circular dependency: bad -> loop -> bad"
     assert _load_reason(tmp_path, "bad") == (
         f"{root}/bad/config.pbtxt: ensemble 'bad': step 0 (model 'loop'): failed to load 'loop': version 1: {inner}"
+    )
+
+
+def test_a_decoupled_step_is_refused(tmp_path: Path) -> None:
+    add_simple(tmp_path, extra_config="model_transaction_policy { decoupled: true }\n")
+    add_ensemble(tmp_path, "bad", IO + scheduling(step("simple", AB, SUMS)))
+    source = tmp_path.resolve() / "bad" / "config.pbtxt"
+    assert _load_reason(tmp_path, "bad") == (
+        f"{source}: ensemble 'bad': step 0 (model 'simple'): decoupled models are not supported as ensemble steps"
     )

@@ -208,3 +208,22 @@ def test_loading_an_ensemble_loads_its_composing_models(tmp_path: Path) -> None:
 
 def _states(manager: ModelManager) -> list[tuple[str, str]]:
     return [(row["name"], row.get("state", "")) for row in manager.index()]
+
+
+def test_a_composing_model_reloaded_with_a_config_that_no_longer_fits(repo: Path) -> None:
+    async def test(manager: ModelManager, plane: DataPlane) -> None:
+        config = repo / "second" / "config.pbtxt"
+        original = config.read_text()
+        config.write_text(original.replace("max_batch_size: 8", "max_batch_size: 4"))
+        await manager.load("second")
+        with pytest.raises(Unavailable) as refused:
+            await _answer(plane, np.random.default_rng(5))
+        assert refused.value.message == (
+            "model 'twice' is not ready: ensemble 'twice' no longer fits its composing models: ensemble 'twice' "
+            "has max_batch_size 8 but step 1 (model 'second') allows only 4"
+        )
+        config.write_text(original)
+        await manager.load("second")
+        await _answer(plane, np.random.default_rng(6), 8)
+
+    _serve(repo, test)

@@ -17,6 +17,7 @@ import numpy as np
 from ferry_client.protocol import model_config_pb2 as mc
 
 from .. import __version__
+from ..ensembles.images import run_image_ensemble
 from ..errors import InvalidArgument
 from ..pipelines.postprocess import classification_strings
 from ..pipelines.runtime import Prepared
@@ -166,6 +167,8 @@ class DataPlane:
         More images than max_batch_size are split into several requests, so callers need not know it.
         """
         model = self.manager.get(name, version)
+        if model.composing_models:  # an ensemble of vision steps
+            return model, await run_image_ensemble(model, images, task, options)
         pipeline = model.pipeline
         if pipeline is None:
             raise InvalidArgument(f"model '{model.name}' has no image pipeline (ferry_image in its config)")

@@ -262,6 +262,8 @@ def create_http_app(plane: DataPlane, max_body_bytes: int = 256 * 1024 * 1024) -
                                 "score": d.score,
                                 "class_id": d.class_id,
                                 "label": d.label,
+                                # a cascade ensemble: the second model's classes of this detection
+                                **({"classes": d.classes} if getattr(d, "classes", None) else {}),
                             }
                             for d in image
                         ]

@@ -16,9 +16,10 @@ _PLATFORM_BY_BACKEND = {
     "onnxruntime": "onnxruntime_onnx",
     "tensorrt": "tensorrt_plan",
     "pytorch": "pytorch_libtorch",
+    "ferry_vision": "ferry_vision",
     "python": "python",  # model.py files: never guessed from a file name, only when the config asks
 }
-_SUPPORTED = ("onnxruntime_onnx", "tensorrt_plan", "pytorch_libtorch", "python")
+_SUPPORTED = ("onnxruntime_onnx", "tensorrt_plan", "pytorch_libtorch", "ensemble", "ferry_vision", "python")
 
 
 def platform_for_file(version_dir: Path) -> str | None:
@@ -62,6 +63,10 @@ def backend_for(platform: str) -> Backend:
                 "install the extra: pip install 'ferry[torch]'"
             ) from None
         return PyTorchBackend()
+    if platform == "ferry_vision":
+        from ..ensembles.steps.backend import VisionStepBackend
+
+        return VisionStepBackend()
     if platform == "python":
         from .python_backend import PythonBackend  # refuses every model unless the server allows them
 
