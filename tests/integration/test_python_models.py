@@ -32,6 +32,24 @@ MODELS = Path(__file__).parent / "python_models"
 ISOLATED = 'parameters { key: "FERRY_ISOLATION" value { string_value: "process" } }\n'
 
 
+ONE_LIFE = """
+
+_execute = TritonPythonModel.execute
+
+
+class TritonPythonModel(TritonPythonModel):  # noqa: F811 - the faulty model, started once only
+    def initialize(self, args):
+        import pathlib
+
+        started = pathlib.Path({!r}) / "one_life_started"
+        if started.exists():
+            raise RuntimeError("started before")
+        started.write_text("1")
+
+    execute = _execute
+"""
+
+
 def build_repository(root: Path) -> Path:
     """The example models, the ONNX "simple" model they call, and models that must be refused."""
     repo = root / "models"
@@ -61,6 +79,11 @@ def build_repository(root: Path) -> Path:
     for name, model, output in (("faulty_ensemble", "faulty", "Y"), ("gated_ensemble", "gated", "BATCH")):
         body = tensors("input", "X", dims="1") + tensors("output", output, dims="1")
         add_ensemble(repo, name, "max_batch_size: 8\n" + body + scheduling(step(model, {"X": "X"}, {output: output})))
+    one_life = repo / "one_life"  # isolated; its second initialize fails, so a crash cannot be repaired
+    shutil.copytree(repo / "faulty_isolated", one_life)
+    (one_life / "1" / "model.py").write_text(
+        (MODELS / "faulty" / "1" / "model.py").read_text() + ONE_LIFE.format(str(root))
+    )
     shutil.copytree(repo / "add_sub", repo / "broken_init")
     (repo / "broken_init" / "1" / "model.py").write_text(
         "class TritonPythonModel:\n    def initialize(self, args):\n        raise RuntimeError('no weights here')\n"
@@ -259,6 +282,16 @@ def test_crash_of_an_isolated_child_fails_its_request_and_a_new_child_serves(ser
     assert server.process.poll() is None
 
 
+def test_an_isolated_instance_whose_child_cannot_restart_answers_unavailable(server: RunningServer) -> None:
+    assert infer(server, "one_life", x_input(5))["Y"].tolist() == [[5]]
+    status, message = http_error(server, "one_life", 3)
+    assert status == 500 and "died with signal SIGKILL while executing this batch" in message
+    status, message = http_error(server, "one_life", 5)
+    assert status == 503, message
+    assert "its child process could not be restarted" in message and "RuntimeError: started before" in message
+    assert server.process.poll() is None
+
+
 def signal_and_wait_dead(pid: int) -> None:
     os.kill(pid, signal.SIGKILL)
 
@@ -298,7 +331,7 @@ def test_unsupported_python_model_features_are_refused_at_load(server: RunningSe
     }
     for name, reason in expected.items():
         assert rows[name]["state"] == "UNAVAILABLE" and reason in rows[name]["reason"], rows[name]
-    ready = ("add_sub", "identity_bytes", "bls_simple", "bls_async", "gated", "faulty", "faulty_isolated")
+    ready = ("add_sub", "identity_bytes", "bls_simple", "bls_async", "gated", "faulty", "faulty_isolated", "one_life")
     for name in (*ready, "simple_python", "python_then_onnx", "faulty_ensemble", "gated_ensemble"):
         assert rows[name]["state"] == "READY", rows[name]
 
