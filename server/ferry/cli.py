@@ -53,6 +53,12 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-inputs-per-request", type=int, help="input tensors per request")
     p.add_argument("--http-max-json-bytes", type=int, help="JSON part of a REST inference body")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    p.add_argument(
+        "--cache-size",
+        type=int,
+        metavar="BYTES",
+        help="response cache size (Triton's --cache-config local,size=); used by models with response_cache enabled",
+    )
     security = p.add_argument_group("security", "bearer tokens may also come from FERRY_AUTH_TOKENS (comma separated)")
     security.add_argument(
         "--auth-token-file",

@@ -20,9 +20,12 @@ from .api.grpc import create_grpc_server
 from .api.http import create_http_app
 from .api.limits import Limits
 from .backends.python_backend import host as python_models
+from .caching import ResponseCache
+from .caching.metrics import CacheCollector
 from .dashboard import mount_dashboard
 from .metrics import Metrics
 from .repository.manager import ModelManager
+from .repository.model import ModelVersion
 from .security import SecurityConfigError, ServerSecurity
 from .settings import Settings
 
@@ -50,7 +53,10 @@ class FerryServer:
             poll_interval=settings.repository_poll_secs,
         )
         self.metrics = Metrics(self.manager.ready_models)
-        self.manager.on_loaded = self.metrics.attach
+        self.cache = ResponseCache(settings.cache_size) if settings.cache_size else None
+        if self.cache is not None:
+            self.metrics.registry.register(CacheCollector(self.cache, self.manager.ready_models))
+        self.manager.on_loaded = self._on_loaded
         self.plane = DataPlane(
             self.manager,
             Admission(settings.max_inflight_requests, settings.max_inflight_bytes),
@@ -60,6 +66,7 @@ class FerryServer:
                 settings.max_inputs_per_request,
                 settings.http_max_json_bytes,
             ),
+            self.cache,
         )
         self._stop = asyncio.Event()
         self._http: _UvicornServer | None = None
@@ -67,6 +74,15 @@ class FerryServer:
         self._metrics_http: _UvicornServer | None = None
         self._metrics_task: asyncio.Task | None = None
         self._grpc = None
+
+    def _on_loaded(self, model: ModelVersion) -> None:
+        self.metrics.attach(model)
+        if model.config.response_cache.enable and self.cache is None:
+            log.warning(
+                "model '%s' enables response_cache but the server has no cache (--cache-size 0): "
+                "its responses are not cached",
+                model.name,
+            )
 
     def request_stop(self) -> None:
         self._stop.set()

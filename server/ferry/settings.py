@@ -41,6 +41,9 @@ class Settings(BaseSettings):
     max_inputs_per_request: int = Field(128, gt=0, description="input tensors per request")
     http_max_json_bytes: int = Field(64 * MIB, gt=0, description="JSON part of a REST inference body")
     log_level: str = Field("info", description="debug | info | warning | error")
+    cache_size: int = Field(
+        0, ge=0, description="response cache bytes, shared by models with response_cache { enable: true } (0 = none)"
+    )
 
     # --- security (see README "Security") ---------------------------------------------------------
     auth_token_file: Path | None = Field(None, description="file of accepted bearer tokens (one per line, # comments)")

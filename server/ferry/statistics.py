@@ -79,6 +79,20 @@ class ModelStats:
             self.histograms.request_us.observe(request_ns / 1000)
             self.histograms.queue_us.observe(queue_ns / 1000)
 
+    def record_cache_hit(self, request_ns: int, lookup_ns: int) -> None:
+        """A request answered from the response cache: a success that never queued or executed."""
+        with self._lock:
+            self.infer["success"].add(request_ns)
+            self.infer["cache_hit"].add(lookup_ns)
+            self.last_inference_ms = int(time.time() * 1000)
+        if self.histograms is not None:
+            self.histograms.request_us.observe(request_ns / 1000)
+
+    def record_cache_miss(self, ns: int) -> None:
+        """A request the cache could not answer; ``ns`` is the lookup plus the insertion of its result."""
+        with self._lock:
+            self.infer["cache_miss"].add(ns)
+
     def record_images(self, count: int, decode_ns: int, preprocess_ns: int) -> None:
         """Decoding and pre-processing time of ``count`` images sent to the image pipeline."""
         with self._lock:
@@ -120,6 +134,7 @@ class ModelStats:
                 "inference_count": self.inference_count,
                 "execution_count": self.execution_count,
                 "images": {k: d.as_dict() for k, d in self.images.items()},
+                "cache": {k: self.infer[k].as_dict() for k in ("cache_hit", "cache_miss")},
                 "durations_ns": {
                     k: self.infer[k].ns
                     for k in ("success", "queue", "compute_input", "compute_infer", "compute_output")

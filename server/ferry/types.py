@@ -8,6 +8,24 @@ from typing import Any
 import numpy as np
 
 
+@dataclass(frozen=True)
+class SharedMemoryRef:
+    """Where a tensor lives in a registered shared memory region (offset is within the region)."""
+
+    region: str
+    offset: int
+    byte_size: int
+
+
+@dataclass(frozen=True)
+class SharedMemoryInput:
+    """An input the client left in shared memory: its declared type and shape, and where it is."""
+
+    datatype: str
+    shape: tuple[int, ...]
+    ref: SharedMemoryRef
+
+
 @dataclass
 class RequestedOutput:
     """An output the caller asked for, with how it wants it back."""
@@ -15,6 +33,7 @@ class RequestedOutput:
     name: str
     binary: bool | None = None  # None: the request-wide default
     classification: int = 0  # Triton's classification extension: top-k as "score:index:label"
+    shared_memory: SharedMemoryRef | None = None  # write the output there instead of into the response
 
 
 @dataclass
@@ -28,6 +47,7 @@ class InferenceRequest:
     input_datatypes: dict[str, str] = field(default_factory=dict)
     outputs: list[RequestedOutput] | None = None
     parameters: dict[str, Any] = field(default_factory=dict)
+    shared_memory_inputs: dict[str, SharedMemoryInput] = field(default_factory=dict)
 
     @property
     def binary_output_default(self) -> bool:
@@ -40,6 +60,7 @@ class OutputTensor:
     datatype: str
     data: np.ndarray
     binary: bool = False
+    shared_memory: dict[str, Any] | None = None  # the output went to shared memory: these parameters say where
 
 
 @dataclass

@@ -9,14 +9,17 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
+from ferry_client.codec import CodecError, tensor_from_bytes, tensor_to_bytes
 from ferry_client.protocol import model_config_pb2 as mc
 
 from .. import __version__
+from ..caching import ResponseCache, images_key, request_key
 from ..ensembles.images import run_image_ensemble
 from ..errors import InvalidArgument
 from ..pipelines.postprocess import classification_strings
@@ -27,6 +30,9 @@ from ..repository.model import ModelVersion
 from ..types import InferenceRequest, InferenceResponse, OutputTensor
 from .admission import Admission
 from .limits import Limits
+from .shared_memory import SharedMemoryRegistry, ref_parameters
+
+T = TypeVar("T")
 
 EXTENSIONS = [
     "binary_tensor_data",
@@ -36,16 +42,25 @@ EXTENSIONS = [
     "model_configuration",
     "statistics",
     "schedule_policy",
+    "system_shared_memory",
 ]
 
 
 class DataPlane:
     """What the server does, independent of how the request arrived."""
 
-    def __init__(self, manager: ModelManager, admission: Admission | None = None, limits: Limits | None = None) -> None:
+    def __init__(
+        self,
+        manager: ModelManager,
+        admission: Admission | None = None,
+        limits: Limits | None = None,
+        cache: ResponseCache | None = None,
+    ) -> None:
         self.manager = manager
+        self.cache = cache
         self.admission = admission or Admission()
         self.limits = limits or Limits()
+        self.shared_memory = SharedMemoryRegistry()
         self.started = False
         self.draining = False
         self.start_time = time.time()
@@ -87,6 +102,48 @@ class DataPlane:
 
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
         model = self.manager.get(request.model_name, request.model_version)
+        if request.shared_memory_inputs:
+            self._read_shared_memory(request)
+        requested = request.outputs if request.outputs else None
+        names = [o.name for o in requested] if requested is not None else list(model.outputs)
+        cache = self._cache_for(model)
+        if cache is None:
+            results, batch_size = await self._execute(model, request, names)
+        else:
+            for key in ("priority", "timeout"):  # not part of the key, but a hit must not accept bad values
+                _int_parameter(request, key)
+            results, batch_size = await self._cached(
+                model,
+                cache,
+                request_key(model.name, model.version, request),
+                lambda: self._execute(model, request, names),
+            )
+        binary_default = request.binary_output_default
+        binary = {o.name: o.binary for o in requested} if requested is not None else {}
+        classify = {o.name: o.classification for o in requested or () if o.classification}
+        shared = {o.name: o.shared_memory for o in requested or () if o.shared_memory is not None}
+        outputs = []
+        for name in names:
+            spec = model.outputs[name]
+            array = results[name]
+            if spec.reshape is not None:
+                array = array.reshape((batch_size, *spec.dims) if model.max_batch_size > 0 else spec.dims)
+            flag = binary.get(name)
+            datatype = spec.datatype
+            if name in classify:
+                array = classification_tensor(array, classify[name], model.labels.get(name), model.max_batch_size > 0)
+                datatype = "BYTES"
+            output = OutputTensor(name, datatype, array, binary_default if flag is None else flag)
+            if name in shared:
+                written = self.shared_memory.write(shared[name], name, tensor_to_bytes(array, datatype))
+                output.shared_memory = ref_parameters(shared[name], written)
+            outputs.append(output)
+        return InferenceResponse(model.name, str(model.version), request.id, outputs)
+
+    async def _execute(
+        self, model: ModelVersion, request: InferenceRequest, names: list[str]
+    ) -> tuple[dict[str, np.ndarray], int]:
+        """Decode images, validate and run the request through the model's scheduler."""
         if model.pipeline is not None:
             await self._decode_image_input(model, request)
         requested = request.outputs if request.outputs else None
@@ -102,7 +159,6 @@ class DataPlane:
             if model.stats is not None:
                 model.stats.record_failure(0, "OTHER")
             raise
-        names = [o.name for o in requested] if requested is not None else list(model.outputs)
         assert model.scheduler is not None
         results = await model.scheduler.submit(
             inputs,
@@ -111,22 +167,39 @@ class DataPlane:
             priority=_int_parameter(request, "priority"),
             timeout_us=_int_parameter(request, "timeout"),
         )
-        binary_default = request.binary_output_default
-        binary = {o.name: o.binary for o in requested} if requested is not None else {}
-        classify = {o.name: o.classification for o in requested or () if o.classification}
-        outputs = []
-        for name in names:
-            spec = model.outputs[name]
-            array = results[name]
-            if spec.reshape is not None:
-                array = array.reshape((batch_size, *spec.dims) if model.max_batch_size > 0 else spec.dims)
-            flag = binary.get(name)
-            datatype = spec.datatype
-            if name in classify:
-                array = classification_tensor(array, classify[name], model.labels.get(name), model.max_batch_size > 0)
-                datatype = "BYTES"
-            outputs.append(OutputTensor(name, datatype, array, binary_default if flag is None else flag))
-        return InferenceResponse(model.name, str(model.version), request.id, outputs)
+        return results, batch_size
+
+    def _cache_for(self, model: ModelVersion) -> ResponseCache | None:
+        return self.cache if self.cache is not None and model.config.response_cache.enable else None
+
+    async def _cached(
+        self, model: ModelVersion, cache: ResponseCache, key: bytes, compute: Callable[[], Awaitable[T]]
+    ) -> T:
+        """The cached answer for ``key``, or ``compute``'s, stored for next time (a hit skips the scheduler)."""
+        started = time.perf_counter_ns()
+        value = cache.get(key)
+        lookup_ns = time.perf_counter_ns() - started
+        if value is not None:
+            if model.stats is not None:
+                model.stats.record_cache_hit(lookup_ns, lookup_ns)
+            return value
+        value = await compute()
+        inserted = time.perf_counter_ns()
+        stored = _owned(value)
+        cache.put(key, stored, _size_of(stored))
+        if model.stats is not None:
+            model.stats.record_cache_miss(lookup_ns + time.perf_counter_ns() - inserted)
+        return stored
+
+    def _read_shared_memory(self, request: InferenceRequest) -> None:
+        """Inputs left in registered shared memory become arrays viewing it (no copy)."""
+        for name, shared in request.shared_memory_inputs.items():
+            view = self.shared_memory.view(shared.ref, name)
+            try:
+                request.inputs[name] = tensor_from_bytes(name, shared.datatype, list(shared.shape), view)
+            except CodecError as exc:
+                raise InvalidArgument(f"{exc} (from shared memory region '{shared.ref.region}')") from None
+            request.input_datatypes[name] = shared.datatype
 
     async def _decode_image_input(self, model: ModelVersion, request: InferenceRequest) -> None:
         """Encoded images sent as BYTES to an image model's input become its pre-processed tensor."""
@@ -174,6 +247,17 @@ class DataPlane:
             raise InvalidArgument(f"model '{model.name}' has no image pipeline (ferry_image in its config)")
         if pipeline.task != task:
             raise InvalidArgument(f"model '{model.name}' is a {pipeline.task} model; use /{pipeline.task}")
+        cache = self._cache_for(model)
+        if cache is None:
+            return model, await self._run_images(model, images, task, options)
+        key = images_key(model.name, model.version, task, images, options)
+        return model, await self._cached(model, cache, key, lambda: self._run_images(model, images, task, options))
+
+    async def _run_images(
+        self, model: ModelVersion, images: list[bytes], task: str, options: dict[str, Any]
+    ) -> list[Any]:
+        pipeline = model.pipeline
+        assert pipeline is not None
         prepared = await self.prepare_images(model, images)
         assert model.scheduler is not None
         chunk = model.max_batch_size or 1
@@ -199,7 +283,7 @@ class DataPlane:
                         options.get("max_detections"),
                     )
                 )
-        return model, results
+        return results
 
     # --- repository and statistics -----------------------------------------------------------
 
@@ -234,6 +318,25 @@ def classification_tensor(array: np.ndarray, k: int, labels: list[str] | None, b
     for index, row in enumerate(rows):
         out[index, :] = classification_strings(row, k, labels)
     return out if batched else out.reshape(k)
+
+
+def _owned(value: Any) -> Any:
+    """A value safe to keep: output arrays are copied out of their batch (a slice would pin all of it)."""
+    if isinstance(value, tuple):
+        results, batch_size = value
+        return {name: np.array(array) for name, array in results.items()}, batch_size
+    return value
+
+
+def _size_of(value: Any) -> int:
+    """Bytes a cached value holds: tensor bytes for outputs (BYTES elements by length); image results,
+    small records, by the length of their text."""
+    if isinstance(value, tuple):
+        return sum(
+            sum(len(item) for item in array.reshape(-1)) if array.dtype == object else array.nbytes
+            for array in value[0].values()
+        )
+    return len(repr(value))
 
 
 def _int_parameter(request: InferenceRequest, key: str) -> int | None:

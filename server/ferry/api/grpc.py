@@ -21,6 +21,8 @@ from ..errors import FerryError, InvalidArgument
 from .dataplane import DataPlane
 from .grpc_codec import decode_infer_request, encode_infer_response
 from .grpc_decode import DecodeErrorInterceptor
+from .shared_memory import cuda_unsupported
+from .shared_memory_grpc import register, status_response
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +142,34 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             except Exception as exc:
                 log.exception("unexpected error in ModelStreamInfer")
                 yield pb.ModelStreamInferResponse(error_message=f"internal error: {exc}")
+
+    # --- shared memory extensions (api/shared_memory.py) ---------------------------------------
+
+    @_rpc
+    async def SystemSharedMemoryStatus(self, request, context) -> pb.SystemSharedMemoryStatusResponse:
+        return status_response(self.plane.shared_memory, request.name)
+
+    @_rpc
+    async def SystemSharedMemoryRegister(self, request, context) -> pb.SystemSharedMemoryRegisterResponse:
+        register(self.plane.shared_memory, request)
+        return pb.SystemSharedMemoryRegisterResponse()
+
+    @_rpc
+    async def SystemSharedMemoryUnregister(self, request, context) -> pb.SystemSharedMemoryUnregisterResponse:
+        self.plane.shared_memory.unregister(request.name)
+        return pb.SystemSharedMemoryUnregisterResponse()
+
+    @_rpc
+    async def CudaSharedMemoryStatus(self, request, context) -> pb.CudaSharedMemoryStatusResponse:
+        raise cuda_unsupported()
+
+    @_rpc
+    async def CudaSharedMemoryRegister(self, request, context) -> pb.CudaSharedMemoryRegisterResponse:
+        raise cuda_unsupported()
+
+    @_rpc
+    async def CudaSharedMemoryUnregister(self, request, context) -> pb.CudaSharedMemoryUnregisterResponse:
+        raise cuda_unsupported()
 
 
 def _payload_bytes(request: pb.ModelInferRequest) -> int:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ferry_client.codec import CodecError, tensor_from_proto, tensor_to_bytes
 from ferry_client.codec.parameters import parameter_value, set_parameter
 from ferry_client.protocol import grpc_service_pb2 as pb
 
 from ..errors import InvalidArgument
-from ..types import InferenceRequest, InferenceResponse, RequestedOutput
+from ..types import InferenceRequest, InferenceResponse, RequestedOutput, SharedMemoryInput
 from .limits import Limits
+from .shared_memory import tensor_ref
 
 DEFAULT_LIMITS = Limits()
 
@@ -16,20 +19,28 @@ DEFAULT_LIMITS = Limits()
 def decode_infer_request(message: pb.ModelInferRequest, limits: Limits = DEFAULT_LIMITS) -> InferenceRequest:
     """Decode inputs from raw_input_contents (zero-copy) or typed contents, within ``limits``."""
     limits.check_input_count(len(message.inputs))
+    refs = [tensor_ref(tensor.name, _parameters(tensor)) for tensor in message.inputs]
     raw = message.raw_input_contents
-    if raw and len(raw) != len(message.inputs):
+    in_memory = sum(1 for ref in refs if ref is None)
+    if raw and len(raw) != in_memory:
         raise InvalidArgument(
-            f"raw_input_contents holds {len(raw)} entries but the request has {len(message.inputs)} inputs"
+            f"raw_input_contents holds {len(raw)} entries but the request has {in_memory} inputs outside shared memory"
         )
     inputs = {}
     datatypes = {}
+    shared: dict[str, SharedMemoryInput] = {}
+    raw_index = 0
     try:
-        for index, tensor in enumerate(message.inputs):
-            if tensor.name in inputs:
+        for tensor, ref in zip(message.inputs, refs, strict=True):
+            if tensor.name in inputs or tensor.name in shared:
                 raise InvalidArgument(f"input '{tensor.name}' appears more than once")
             limits.check_tensor(tensor.name, tensor.datatype, list(tensor.shape))
-            inputs[tensor.name] = tensor_from_proto(tensor, raw, index)
+            if ref is not None:
+                shared[tensor.name] = SharedMemoryInput(tensor.datatype, tuple(tensor.shape), ref)
+                continue
+            inputs[tensor.name] = tensor_from_proto(tensor, raw, raw_index)
             datatypes[tensor.name] = tensor.datatype
+            raw_index += 1
     except CodecError as exc:
         raise InvalidArgument(str(exc)) from None
     outputs = None
@@ -37,7 +48,8 @@ def decode_infer_request(message: pb.ModelInferRequest, limits: Limits = DEFAULT
         outputs = []
         for out in message.outputs:
             classification = out.parameters["classification"].int64_param if "classification" in out.parameters else 0
-            outputs.append(RequestedOutput(out.name, True, int(classification)))
+            ref = tensor_ref(out.name, _parameters(out))
+            outputs.append(RequestedOutput(out.name, True, int(classification), ref))
     return InferenceRequest(
         model_name=message.model_name,
         model_version=message.model_version,
@@ -45,8 +57,13 @@ def decode_infer_request(message: pb.ModelInferRequest, limits: Limits = DEFAULT
         inputs=inputs,
         input_datatypes=datatypes,
         outputs=outputs,
-        parameters={key: parameter_value(value) for key, value in message.parameters.items()},
+        parameters=_parameters(message),
+        shared_memory_inputs=shared,
     )
+
+
+def _parameters(message: Any) -> dict[str, Any]:
+    return {key: parameter_value(value) for key, value in message.parameters.items()}
 
 
 def encode_infer_response(response: InferenceResponse) -> pb.ModelInferResponse:
@@ -59,5 +76,10 @@ def encode_infer_response(response: InferenceResponse) -> pb.ModelInferResponse:
     for out in response.outputs:
         tensor = message.outputs.add(name=out.name, datatype=out.datatype)
         tensor.shape.extend(out.data.shape)
+        if out.shared_memory is not None:
+            for key, value in out.shared_memory.items():
+                set_parameter(tensor.parameters[key], key, value)
+            message.raw_output_contents.append(b"")  # keeps raw_output_contents aligned with outputs
+            continue
         message.raw_output_contents.append(bytes(tensor_to_bytes(out.data, out.datatype)))
     return message

@@ -23,6 +23,7 @@ from ..repository.config import config_to_dict
 from .dataplane import DataPlane
 from .http_codec import decode_infer_request, decompress, encode_infer_response
 from .openapi import INDEX_BODY, INFER_BODY, LOAD_BODY, UNLOAD_BODY
+from .shared_memory_http import add_shared_memory_routes
 
 log = logging.getLogger(__name__)
 
@@ -309,4 +310,7 @@ def create_http_app(plane: DataPlane, max_body_bytes: int = 256 * 1024 * 1024) -
         await plane.unload_model(model, dependents)
         return Response(status_code=200)
 
+    add_shared_memory_routes(
+        app, plane.shared_memory, lambda request: _json_body(request, max_body_bytes), json_response
+    )
     return app

@@ -8,8 +8,9 @@ from typing import Any
 from ferry_client.codec import CodecError, join_body, read_tensors, split_body, write_tensor
 
 from ..errors import InvalidArgument, PayloadTooLarge
-from ..types import InferenceRequest, InferenceResponse, RequestedOutput
+from ..types import InferenceRequest, InferenceResponse, RequestedOutput, SharedMemoryInput
 from .limits import Limits
+from .shared_memory import tensor_ref
 
 DEFAULT_LIMITS = Limits()
 
@@ -47,13 +48,14 @@ def decode_infer_request(
         if "inputs" not in header:
             raise CodecError("request has no 'inputs'")
         _check_entries(header["inputs"], limits)
-        decoded = read_tensors(header["inputs"], blob, "inputs")
+        in_memory, shared = _split_shared_memory(header["inputs"])
+        decoded = read_tensors(in_memory, blob, "inputs")
     except CodecError as exc:
         raise InvalidArgument(str(exc)) from None
     inputs = {}
     datatypes = {}
     for entry, array in decoded:
-        if entry["name"] in inputs:
+        if entry["name"] in inputs or entry["name"] in shared:
             raise InvalidArgument(f"input '{entry['name']}' appears more than once")
         inputs[entry["name"]] = array
         datatypes[entry["name"]] = entry["datatype"]
@@ -68,7 +70,33 @@ def decode_infer_request(
         input_datatypes=datatypes,
         outputs=_requested_outputs(header.get("outputs")),
         parameters=parameters,
+        shared_memory_inputs=shared,
     )
+
+
+def _split_shared_memory(entries: Any) -> tuple[Any, dict[str, SharedMemoryInput]]:
+    """Separate the inputs that live in shared memory (they take no bytes of the body) from the rest."""
+    if not isinstance(entries, list):
+        return entries, {}
+    in_memory = []
+    shared: dict[str, SharedMemoryInput] = {}
+    for entry in entries:
+        params = entry.get("parameters") if isinstance(entry, dict) else None
+        ref = tensor_ref(str(entry.get("name")), params) if isinstance(params, dict) else None
+        if ref is None:
+            in_memory.append(entry)
+            continue
+        name, datatype, shape = entry.get("name"), entry.get("datatype"), entry.get("shape")
+        if not isinstance(name, str) or not isinstance(datatype, str) or not _is_shape(shape):
+            raise CodecError(f"shared memory input {name!r} needs a name, a datatype and a shape")
+        if name in shared:
+            raise CodecError(f"input '{name}' appears more than once")
+        shared[name] = SharedMemoryInput(datatype, tuple(shape), ref)
+    return in_memory, shared
+
+
+def _is_shape(shape: Any) -> bool:
+    return isinstance(shape, list) and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)
 
 
 def _check_entries(entries: Any, limits: Limits) -> None:
@@ -99,7 +127,7 @@ def _requested_outputs(entries: Any) -> list[RequestedOutput] | None:
         classification = params.get("classification", 0)
         if isinstance(classification, bool) or not isinstance(classification, int) or classification < 0:
             raise InvalidArgument(f"output '{entry['name']}': classification must be a non-negative integer")
-        outputs.append(RequestedOutput(entry["name"], binary, classification))
+        outputs.append(RequestedOutput(entry["name"], binary, classification, tensor_ref(entry["name"], params)))
     return outputs
 
 
@@ -112,8 +140,13 @@ def encode_infer_response(response: InferenceResponse) -> tuple[bytes, int | Non
     if response.parameters:
         header["parameters"] = response.parameters
     try:
+        # An output written to shared memory is only described: Triton's C++ HTTP client (perf_analyzer)
+        # expects binary_data_size in any output that has parameters, so it gets none.
         header["outputs"] = [
-            write_tensor(out.name, out.data, out.datatype, out.binary, blobs) for out in response.outputs
+            write_tensor(out.name, out.data, out.datatype, out.binary, blobs)
+            if out.shared_memory is None
+            else {"name": out.name, "datatype": out.datatype, "shape": list(out.data.shape)}
+            for out in response.outputs
         ]
     except CodecError as exc:
         raise InvalidArgument(str(exc)) from None

@@ -1,0 +1,49 @@
+"""REST routes of the shared memory extensions (Triton's ``/v2/systemsharedmemory`` and
+``/v2/cudasharedmemory`` paths): JSON in and out, every rule lives in the registry."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from fastapi import FastAPI, Request
+from starlette.responses import Response
+
+from .shared_memory import SharedMemoryRegistry, cuda_unsupported
+
+JsonBody = Callable[[Request], Awaitable[dict[str, Any]]]
+JsonResponse = Callable[[Any], Response]
+
+
+def add_shared_memory_routes(
+    app: FastAPI, registry: SharedMemoryRegistry, json_body: JsonBody, json_response: JsonResponse
+) -> None:
+    """Register, unregister and status for system shared memory; CUDA shared memory answers 501."""
+
+    @app.get("/v2/systemsharedmemory/status")
+    @app.get("/v2/systemsharedmemory/region/{name}/status")
+    async def system_status(name: str = "") -> Response:
+        return json_response(registry.status(name))
+
+    @app.post("/v2/systemsharedmemory/region/{name}/register")
+    async def system_register(name: str, request: Request) -> Response:
+        body = await json_body(request)
+        key = body.get("key")
+        if not isinstance(key, str):
+            key = ""  # the registry names the bad key
+        registry.register(name, key, body.get("offset", 0), body.get("byte_size", 0))
+        return Response(status_code=200)
+
+    @app.post("/v2/systemsharedmemory/unregister")
+    @app.post("/v2/systemsharedmemory/region/{name}/unregister")
+    async def system_unregister(name: str = "") -> Response:
+        registry.unregister(name)
+        return Response(status_code=200)
+
+    @app.get("/v2/cudasharedmemory/status")
+    @app.get("/v2/cudasharedmemory/region/{name}/status")
+    @app.post("/v2/cudasharedmemory/region/{name}/register")
+    @app.post("/v2/cudasharedmemory/unregister")
+    @app.post("/v2/cudasharedmemory/region/{name}/unregister")
+    async def cuda_shared_memory(name: str = "") -> Response:
+        raise cuda_unsupported()
