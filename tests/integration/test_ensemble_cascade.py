@@ -21,6 +21,7 @@ from ferry_client.protocol import model_config_pb2 as mc
 
 from ..conftest import RunningServer, start_server
 from ..ensembles.cascade import DIGIT_PREPROCESS, TOP_K, add_cascade, add_classify_ensemble, digit_scenes
+from .triton_helpers import connect
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -156,3 +157,19 @@ def test_images_without_detections_flow_through_the_cascade(cascade_server, scen
     with httpx.Client(base_url=f"http://{cascade_server.http_url}", timeout=60) as client:
         response = client.post("/v2/models/digit_cascade/detect", content=blank)
     assert response.json()["results"] == [{"detections": []}]
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_bad_image_fails_naming_the_step(cascade_server, scenes, protocol: str) -> None:
+    images, _ = scenes
+    triton = connect(protocol, cascade_server)
+    broken = np.array([images[0], images[1][:100]], dtype=object).reshape(-1, 1)
+    message = triton.expect_error(
+        "invalid",
+        "ensemble 'digit_cascade' step 0 (model 'digit_preprocess'): image 1: ",
+        triton.infer,
+        "digit_cascade",
+        {"IMAGE": broken},
+        datatypes={"IMAGE": "BYTES"},
+    )
+    assert "truncated or corrupt PNG data" in message

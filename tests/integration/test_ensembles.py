@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as tgrpc
@@ -149,6 +150,16 @@ def test_unload_dependents_over_both_protocols(ensemble_server: RunningServer) -
         triton.client.load_model("twice")  # loads 'simple' again too
         assert triton.client.is_model_ready("simple")
         np.testing.assert_array_equal(triton.infer("twice", _ab(2, 2)).as_numpy("TWICE_A"), 2 * _ab(2, 2)["A"])
+
+
+def test_unload_dependents_must_be_a_bool(ensemble_server: RunningServer) -> None:
+    response = httpx.post(
+        f"http://{ensemble_server.http_url}/v2/repository/models/simple/unload",
+        json={"parameters": {"unload_dependents": "yes"}},
+    )
+    assert response.status_code == 400
+    assert response.json() == {"error": "parameter 'unload_dependents' must be true or false"}
+    assert thttp.InferenceServerClient(ensemble_server.http_url).is_model_ready("twice")
 
 
 def _index(server: RunningServer) -> list[dict]:

@@ -227,3 +227,22 @@ def test_a_composing_model_reloaded_with_a_config_that_no_longer_fits(repo: Path
         await _answer(plane, np.random.default_rng(6), 8)
 
     _serve(repo, test)
+
+
+def test_shutdown_drains_an_ensemble_request_through_its_later_steps(repo: Path) -> None:
+    async def run() -> None:
+        manager = ModelManager(repo, ControlMode.EXPLICIT, ["*"])
+        await manager.start()
+        plane = DataPlane(manager)
+        adder, ensemble = manager.get("adder"), manager.get("twice")
+        gate = _hold(adder)
+        request = asyncio.create_task(_answer(plane, np.random.default_rng(7)))
+        await _until(lambda: adder.scheduler.in_flight == 1, "the request inside step 0")
+        stopping = asyncio.create_task(manager.stop())
+        scheduler = ensemble.scheduler
+        await _until(lambda: scheduler.in_flight == 1 and scheduler.closing, "the ensemble draining")
+        gate.set()
+        await request  # step 1 still took it: the composing models close after the ensembles
+        await stopping
+
+    asyncio.run(run())

@@ -240,12 +240,10 @@ class DataPlane:
         More images than max_batch_size are split into several requests, so callers need not know it.
         """
         model = self.manager.get(name, version)
-        if model.composing_models:  # an ensemble of vision steps
-            return model, await run_image_ensemble(model, images, task, options)
         pipeline = model.pipeline
-        if pipeline is None:
+        if pipeline is None and not model.composing_models:  # an ensemble checks its own outputs
             raise InvalidArgument(f"model '{model.name}' has no image pipeline (ferry_image in its config)")
-        if pipeline.task != task:
+        if pipeline is not None and pipeline.task != task:
             raise InvalidArgument(f"model '{model.name}' is a {pipeline.task} model; use /{pipeline.task}")
         cache = self._cache_for(model)
         if cache is None:
@@ -256,6 +254,8 @@ class DataPlane:
     async def _run_images(
         self, model: ModelVersion, images: list[bytes], task: str, options: dict[str, Any]
     ) -> list[Any]:
+        if model.composing_models:  # an ensemble of vision steps
+            return await run_image_ensemble(model, images, task, options)
         pipeline = model.pipeline
         assert pipeline is not None
         prepared = await self.prepare_images(model, images)

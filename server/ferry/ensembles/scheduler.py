@@ -62,6 +62,11 @@ class EnsembleScheduler:
     def in_flight(self) -> int:
         return self._in_flight
 
+    @property
+    def closing(self) -> bool:
+        """Whether the ensemble refuses new requests (it is being unloaded or the server stops)."""
+        return self._closing
+
     def start(self) -> None:
         """Nothing to start: the composing models' schedulers do the work."""
 

@@ -115,18 +115,17 @@ class ModelManager:
             self._poll_task = asyncio.create_task(self._poll_forever(), name="repository-poll")
 
     async def stop(self, timeout: float | None = None) -> None:
-        """Stop polling, drain every scheduler and close every instance."""
+        """Stop polling, drain every scheduler and close every instance.
+
+        Ensembles drain first, so a request inside one still finds its later steps' models open."""
         self._closing = True
         if self._poll_task:
             self._poll_task.cancel()
-        await asyncio.gather(
-            *(
-                self._retire(status, timeout)
-                for record in self._records.values()
-                for status in record.versions.values()
-                if status.model is not None
+        loaded = [s for record in self._records.values() for s in record.versions.values() if s.model is not None]
+        for ensembles in (True, False):
+            await asyncio.gather(
+                *(self._retire(s, timeout) for s in loaded if bool(s.model and s.model.composing_models) == ensembles)
             )
-        )
 
     def _names_ensemble(self, name: str) -> bool:
         try:
