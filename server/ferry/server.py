@@ -24,6 +24,7 @@ from .api.http import create_http_app
 from .api.limits import Limits
 from .api.logging_ext import LoggingControl
 from .api.trace_ext import RequestTracing, file_exporter, otlp_exporter
+from .backends.python_backend import host as python_models
 from .caching import ResponseCache
 from .caching.metrics import CacheCollector
 from .dashboard import mount_dashboard
@@ -159,6 +160,7 @@ class FerryServer:
                 s.max_response_bytes,
             )
             await self._grpc.start()
+        python_models.configure(s.allow_python_models, self.plane.infer, asyncio.get_running_loop())
         await self.manager.start()
         if self._http is not None:
             while not self._http.started:

@@ -17,8 +17,9 @@ _PLATFORM_BY_BACKEND = {
     "tensorrt": "tensorrt_plan",
     "pytorch": "pytorch_libtorch",
     "ferry_vision": "ferry_vision",
+    "python": "python",  # model.py files: never guessed from a file name, only when the config asks
 }
-_SUPPORTED = ("onnxruntime_onnx", "tensorrt_plan", "pytorch_libtorch", "ensemble", "ferry_vision")
+_SUPPORTED = ("onnxruntime_onnx", "tensorrt_plan", "pytorch_libtorch", "ensemble", "ferry_vision", "python")
 
 
 def platform_for_file(version_dir: Path) -> str | None:
@@ -69,4 +70,8 @@ def backend_for(platform: str) -> Backend:
         from ..ensembles.steps.backend import VisionStepBackend
 
         return VisionStepBackend()
+    if platform == "python":
+        from .python_backend import PythonBackend  # refuses every model unless the server allows them
+
+        return PythonBackend()
     raise ModelLoadError(f"platform '{platform}' is not supported by this server; supported: {', '.join(_SUPPORTED)}")
