@@ -201,6 +201,7 @@ class FerryServer:
         timeout = self.settings.exit_timeout_secs
         log.info("shutting down: draining for up to %.0fs", timeout)
         self.plane.draining = True
+        self.manager.hurry()  # queued requests run now instead of waiting for batch-mates that won't come
         stops = []
         if self._grpc is not None:
             stops.append(self._grpc.stop(grace=timeout))

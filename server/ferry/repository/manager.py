@@ -131,6 +131,14 @@ class ModelManager:
                 *(self._retire(s, timeout) for s in loaded if bool(s.model and s.model.composing_models) == ensembles)
             )
 
+    def hurry(self) -> None:
+        """Tell every loaded model's batcher that the server is draining (see ``Scheduler.hurry``)."""
+        for record in self._records.values():
+            for status in record.versions.values():
+                scheduler = status.model.scheduler if status.model is not None else None
+                if isinstance(scheduler, Scheduler):
+                    scheduler.hurry()
+
     def _names_ensemble(self, name: str) -> bool:
         try:
             config = read_config_file(model_directory(self.repository, name))

@@ -143,6 +143,7 @@ class Scheduler:
         self._form_lock = asyncio.Lock()
         self._arrived = asyncio.Event()
         self._closing = False
+        self._hurried = False  # draining: requests still join, but nobody waits for more
         self._stopping = False
         self._in_flight = 0
         self._idle = asyncio.Event()
@@ -304,7 +305,7 @@ class Scheduler:
                 await self._arrived.wait()
                 continue
             waited = time.perf_counter_ns() - head.enqueued_ns
-            if self._closing:  # nothing new can join a batch now: waiting for more only delays
+            if self._closing or self._hurried:  # no more are coming: waiting for them only delays
                 waited = max(waited, self.policy.max_queue_delay_ns)
             count = choose_batch([p.batch_size for p in group], self.policy, waited)
             if count is not None:
@@ -405,6 +406,12 @@ class Scheduler:
         return split
 
     # --- shutdown ---------------------------------------------------------------------------------
+
+    def hurry(self) -> None:
+        """Stop waiting out ``max_queue_delay`` (the server is draining: no new clients will come),
+        while still accepting the requests already on their way in."""
+        self._hurried = True
+        self._arrived.set()
 
     async def stop(self, timeout: float | None = None) -> None:
         """Refuse new requests, finish queued and running ones (within ``timeout``), stop workers."""
