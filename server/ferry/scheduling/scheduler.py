@@ -31,6 +31,14 @@ log = logging.getLogger(__name__)
 
 #: How far past the head of the queue the batcher looks for shape-compatible requests.
 SCAN_LIMIT = 1024
+#: A batch of a model whose recent executions all took less than this runs on the event loop's
+#: thread instead of the worker pool: for a tiny model the hand-off (waking a pool thread, resolving
+#: a future across threads, waking the loop) costs more CPU than the execution itself. Only
+#: instances that declare ``inline_when_fast`` (their ``run`` waits on nothing but compute) qualify.
+INLINE_BELOW_NS = 50_000
+#: Consecutive fast executions (measured on the pool) before a model runs inline; one slow
+#: execution sends it back to the pool for as many again.
+INLINE_AFTER_RUNS = 8
 
 Outputs = dict[str, np.ndarray]
 
@@ -129,6 +137,8 @@ class Scheduler:
         self._queued = 0
         self._executor = ThreadPoolExecutor(max_workers=max(1, len(self.instances)), thread_name_prefix=f"ferry-{name}")
         self._workers: list[asyncio.Task] = []
+        self._may_inline = all(getattr(i, "inline_when_fast", False) for i in self.instances)
+        self._fast_runs = 0  # consecutive executions under INLINE_BELOW_NS
         self._form_lock = asyncio.Lock()
         self._arrived = asyncio.Event()
         self._closing = False
@@ -315,7 +325,10 @@ class Scheduler:
                 if pending.timeline is not None:
                     pending.timeline.compute_start = started
             try:
-                results = await loop.run_in_executor(self._executor, self._run_batch, instance, batch)
+                if self.runs_inline:
+                    results = self._run_batch(instance, batch)
+                else:
+                    results = await loop.run_in_executor(self._executor, self._run_batch, instance, batch)
             except Exception as exc:  # the whole batch failed: find out which request caused it
                 results = await self._isolate(loop, instance, batch, exc)
             for pending, result in zip(batch, results, strict=True):
@@ -325,6 +338,11 @@ class Scheduler:
                     pending.future.set_exception(result)
                 else:
                     pending.future.set_result(result)
+
+    @property
+    def runs_inline(self) -> bool:
+        """Whether the next batch runs on the event loop's thread (see INLINE_BELOW_NS)."""
+        return self._may_inline and self._fast_runs >= INLINE_AFTER_RUNS
 
     async def _isolate(
         self, loop: asyncio.AbstractEventLoop, instance: Instance, batch: list[Pending], exc: Exception
@@ -341,7 +359,7 @@ class Scheduler:
         return results
 
     def _run_batch(self, instance: Instance, batch: list[Pending]) -> list[Outputs]:
-        """Concatenate, execute and split one batch (runs in a worker thread)."""
+        """Concatenate, execute and split one batch (in a worker thread, or inline when fast)."""
         t0 = time.perf_counter_ns()
         if len(batch) == 1:
             inputs = batch[0].inputs
@@ -370,6 +388,7 @@ class Scheduler:
                         f"start with the batch size {total}"
                     )
         t3 = time.perf_counter_ns()
+        self._fast_runs = self._fast_runs + 1 if t3 - t0 < INLINE_BELOW_NS else 0
         self.stats.record_execution(total, len(batch), t1 - t0, t2 - t1, t3 - t2)
         for pending in batch:
             if pending.timeline is not None:
