@@ -31,10 +31,12 @@ log = logging.getLogger(__name__)
 
 #: How far past the head of the queue the batcher looks for shape-compatible requests.
 SCAN_LIMIT = 1024
-#: A batch of a model whose recent executions all took less than this runs on the event loop's
-#: thread instead of the worker pool: for a tiny model the hand-off (waking a pool thread, resolving
-#: a future across threads, waking the loop) costs more CPU than the execution itself. Only
-#: instances that declare ``inline_when_fast`` (their ``run`` waits on nothing but compute) qualify.
+#: A batch of a model whose recent executions each took less than this much CPU time (of the thread
+#: that ran it: waiting for the GIL behind a busy event loop does not count) runs on the event
+#: loop's thread instead of the worker pool: for a tiny model the hand-off (waking a pool thread,
+#: resolving a future across threads, waking the loop) costs more CPU than the execution itself.
+#: Only instances that declare ``inline_when_fast`` (their ``run`` waits on nothing but compute)
+#: qualify, so a backend that sleeps or does I/O in ``run`` never blocks the loop.
 INLINE_BELOW_NS = 50_000
 #: Consecutive fast executions (measured on the pool) before a model runs inline; one slow
 #: execution sends it back to the pool for as many again.
@@ -138,7 +140,7 @@ class Scheduler:
         self._executor = ThreadPoolExecutor(max_workers=max(1, len(self.instances)), thread_name_prefix=f"ferry-{name}")
         self._workers: list[asyncio.Task] = []
         self._may_inline = all(getattr(i, "inline_when_fast", False) for i in self.instances)
-        self._fast_runs = 0  # consecutive executions under INLINE_BELOW_NS
+        self._fast_runs = 0  # consecutive executions under INLINE_BELOW_NS of CPU time
         self._form_lock = asyncio.Lock()
         self._arrived = asyncio.Event()
         self._closing = False
@@ -360,6 +362,7 @@ class Scheduler:
 
     def _run_batch(self, instance: Instance, batch: list[Pending]) -> list[Outputs]:
         """Concatenate, execute and split one batch (in a worker thread, or inline when fast)."""
+        cpu0 = time.thread_time_ns()
         t0 = time.perf_counter_ns()
         if len(batch) == 1:
             inputs = batch[0].inputs
@@ -388,7 +391,7 @@ class Scheduler:
                         f"start with the batch size {total}"
                     )
         t3 = time.perf_counter_ns()
-        self._fast_runs = self._fast_runs + 1 if t3 - t0 < INLINE_BELOW_NS else 0
+        self._fast_runs = self._fast_runs + 1 if time.thread_time_ns() - cpu0 < INLINE_BELOW_NS else 0
         self.stats.record_execution(total, len(batch), t1 - t0, t2 - t1, t3 - t2)
         for pending in batch:
             if pending.timeline is not None:
