@@ -1,11 +1,12 @@
 """Batches of a model whose executions take microseconds run on the event loop's thread.
 
-The threshold is patched per phase so each test causes "fast" or "slow" instead of relying on how
-long a run takes on a busy machine."""
+Each test causes "fast" or "slow": the threshold is patched per phase, and a slow execution burns
+a fixed amount of its thread's CPU time, which a busy machine cannot shrink."""
 
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -26,9 +27,14 @@ class ThreadRecordingInstance:
         self.device = "cpu"
         self.inline_when_fast = inline_when_fast
         self.threads: list[int] = []
+        self.burn_cpu_ns = 0  # CPU time the next execution spends
 
     def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
         self.threads.append(threading.get_ident())
+        started = time.thread_time_ns()
+        while time.thread_time_ns() - started < self.burn_cpu_ns:
+            pass
+        self.burn_cpu_ns = 0
         if np.isnan(inputs["x"]).any():
             raise ValueError("NaN in input")
         return {"y": inputs["x"] * 2}
@@ -62,7 +68,8 @@ async def test_fast_model_moves_to_the_loop_thread_and_back_when_slow(monkeypatc
         np.testing.assert_array_equal(await _one(s), np.full((1, 3), 2.0))
         assert instance.threads[-1] == loop_thread
 
-        monkeypatch.setattr(scheduling, "INLINE_BELOW_NS", 0)  # the next execution counts as slow
+        monkeypatch.setattr(scheduling, "INLINE_BELOW_NS", 10_000_000)  # 10 ms
+        instance.burn_cpu_ns = 100_000_000  # one execution of 100 ms lifts the average above 10 ms
         await _one(s)
         assert instance.threads[-1] == loop_thread and not s.runs_inline
         await _one(s)

@@ -31,15 +31,15 @@ log = logging.getLogger(__name__)
 
 #: How far past the head of the queue the batcher looks for shape-compatible requests.
 SCAN_LIMIT = 1024
-#: A batch of a model whose recent executions each took less than this much CPU time (of the thread
-#: that ran it: waiting for the GIL behind a busy event loop does not count) runs on the event
+#: A batch of a model whose executions take on average (a moving average over about the last
+#: ``INLINE_AFTER_RUNS``) less than this much CPU time of the thread that ran them (waiting for the
+#: GIL behind a busy event loop does not count, unlike wall time) runs on the event
 #: loop's thread instead of the worker pool: for a tiny model the hand-off (waking a pool thread,
 #: resolving a future across threads, waking the loop) costs more CPU than the execution itself.
 #: Only instances that declare ``inline_when_fast`` (their ``run`` waits on nothing but compute)
 #: qualify, so a backend that sleeps or does I/O in ``run`` never blocks the loop.
 INLINE_BELOW_NS = 50_000
-#: Consecutive fast executions (measured on the pool) before a model runs inline; one slow
-#: execution sends it back to the pool for as many again.
+#: Executions measured (on the pool) before a model may run inline; also the span of the average.
 INLINE_AFTER_RUNS = 8
 
 Outputs = dict[str, np.ndarray]
@@ -140,7 +140,8 @@ class Scheduler:
         self._executor = ThreadPoolExecutor(max_workers=max(1, len(self.instances)), thread_name_prefix=f"ferry-{name}")
         self._workers: list[asyncio.Task] = []
         self._may_inline = all(getattr(i, "inline_when_fast", False) for i in self.instances)
-        self._fast_runs = 0  # consecutive executions under INLINE_BELOW_NS of CPU time
+        self._runs = 0
+        self._cpu_ns = 0.0  # moving average of an execution's CPU time
         self._form_lock = asyncio.Lock()
         self._arrived = asyncio.Event()
         self._closing = False
@@ -344,7 +345,7 @@ class Scheduler:
     @property
     def runs_inline(self) -> bool:
         """Whether the next batch runs on the event loop's thread (see INLINE_BELOW_NS)."""
-        return self._may_inline and self._fast_runs >= INLINE_AFTER_RUNS
+        return self._may_inline and self._runs >= INLINE_AFTER_RUNS and self._cpu_ns < INLINE_BELOW_NS
 
     async def _isolate(
         self, loop: asyncio.AbstractEventLoop, instance: Instance, batch: list[Pending], exc: Exception
@@ -391,7 +392,8 @@ class Scheduler:
                         f"start with the batch size {total}"
                     )
         t3 = time.perf_counter_ns()
-        self._fast_runs = self._fast_runs + 1 if time.thread_time_ns() - cpu0 < INLINE_BELOW_NS else 0
+        self._runs += 1
+        self._cpu_ns += (time.thread_time_ns() - cpu0 - self._cpu_ns) / min(self._runs, INLINE_AFTER_RUNS)
         self.stats.record_execution(total, len(batch), t1 - t0, t2 - t1, t3 - t2)
         for pending in batch:
             if pending.timeline is not None:
