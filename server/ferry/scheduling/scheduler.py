@@ -38,7 +38,7 @@ SCAN_LIMIT = 1024
 #: resolving a future across threads, waking the loop) costs more CPU than the execution itself.
 #: Only instances that declare ``inline_when_fast`` (their ``run`` waits on nothing but compute)
 #: qualify, so a backend that sleeps or does I/O in ``run`` never blocks the loop.
-INLINE_BELOW_NS = 50_000
+INLINE_BELOW_NS = 200_000  # the tiny model: ~40 us idle on 2 cores (ORT run + split), ~2x under load
 #: Executions measured (on the pool) before a model may run inline; also the span of the average.
 INLINE_AFTER_RUNS = 8
 
