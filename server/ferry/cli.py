@@ -92,6 +92,12 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
     security.add_argument(
         "--auth-metrics", action="store_true", default=None, help="require a token on the metrics port too"
     )
+    security.add_argument(
+        "--allow-python-models",
+        action="store_true",
+        default=None,
+        help="load Triton Python models (model.py): the repository's code runs in the server (default: refused)",
+    )
     security.add_argument("--tls-cert", metavar="PEM", help="serve REST and gRPC over TLS with this certificate")
     security.add_argument("--tls-key", metavar="PEM", help="private key of --tls-cert")
     security.add_argument(

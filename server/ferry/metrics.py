@@ -7,6 +7,7 @@ so p50/p95/p99 can be aggregated across replicas with ``histogram_quantile``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Iterable
 
@@ -247,6 +248,10 @@ class Metrics:
         if model.stats is None:
             return
         labels = (model.name, str(model.version))
+        for family in (self._request, self._queue, self._input, self._infer, self._output, self._batch):
+            # A reloaded version starts from zero, as its counters (its new statistics) do.
+            with contextlib.suppress(KeyError):
+                family.remove(*labels)
         model.stats.histograms = Histograms(
             request_us=self._request.labels(*labels),
             queue_us=self._queue.labels(*labels),

@@ -25,6 +25,7 @@ from .api.http_fast import InferFastPath
 from .api.limits import Limits
 from .api.logging_ext import LoggingControl
 from .api.trace_ext import RequestTracing, file_exporter, otlp_exporter
+from .backends.python_backend import host as python_models
 from .caching import ResponseCache
 from .caching.metrics import CacheCollector
 from .dashboard import mount_dashboard
@@ -160,6 +161,7 @@ class FerryServer:
                 s.max_response_bytes,
             )
             await self._grpc.start()
+        python_models.configure(s.allow_python_models, self.plane.infer, asyncio.get_running_loop())
         await self.manager.start()
         if self._http is not None:
             while not self._http.started:
@@ -200,6 +202,7 @@ class FerryServer:
         timeout = self.settings.exit_timeout_secs
         log.info("shutting down: draining for up to %.0fs", timeout)
         self.plane.draining = True
+        self.manager.hurry()  # queued requests run now instead of waiting for batch-mates that won't come
         stops = []
         if self._grpc is not None:
             stops.append(self._grpc.stop(grace=timeout))

@@ -73,6 +73,9 @@ class Settings(BaseSettings):
     auth_tokens: SecretStr | None = Field(None, description="accepted bearer tokens")
     auth_public_health: bool = Field(False, description="health and readiness checks need no token")
     auth_metrics: bool = Field(False, description="the metrics port needs a bearer token too")
+    allow_python_models: bool = Field(
+        False, description="load Triton Python models (model.py): code from the repository runs in the server"
+    )
     tls_cert: Path | None = Field(None, description="PEM server certificate (chain) for REST and gRPC")
     tls_key: Path | None = Field(None, description="PEM private key of --tls-cert")
     tls_client_ca: Path | None = Field(None, description="PEM CA bundle; clients must present a certificate it signed")

@@ -3,8 +3,8 @@ request (in flight and queued) before exiting 0."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -17,6 +17,7 @@ from ferry_client import GrpcClient, HttpClient
 
 from ..conftest import start_server
 from ..models import write_mlp_model
+from ..server_metrics import wait_for_metric
 
 WIDTH = 1024
 
@@ -34,32 +35,37 @@ def _ready_status(server) -> str:
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_sigterm_finishes_every_accepted_request(tmp_path, protocol) -> None:
     repo = tmp_path / "models"
-    # one instance, batches of at most 2: 24 requests take several executions, so most are queued
-    write_mlp_model(repo / "slow", width=WIDTH, layers=24, max_batch_size=2, extra_config="dynamic_batching { }\n")
+    # The batcher waits (ten minutes) for a batch of 32 that never comes, so the 24 requests are
+    # provably accepted and queued when the signal lands; draining must run them at once.
+    write_mlp_model(
+        repo / "slow",
+        width=WIDTH,
+        layers=4,
+        max_batch_size=32,
+        extra_config="dynamic_batching { preferred_batch_size: [ 32 ] max_queue_delay_microseconds: 600000000 }\n",
+    )
     server = start_server(repo, tmp_path / "server.log", "--exit-timeout-secs", "60")
     x = np.arange(WIDTH, dtype=np.float32)[None] / WIDTH
-    started = threading.Barrier(25)
 
     def call(index: int) -> np.ndarray:
         client = (
             HttpClient(server.http_url, timeout=120) if protocol == "http" else GrpcClient(server.grpc_url, timeout=120)
         )
         with client:
-            assert client.is_server_ready()
-            started.wait()
             return client.infer("slow", {"x": x + index})["y"]
 
     try:
         with ThreadPoolExecutor(24) as pool:
             futures = [pool.submit(call, i) for i in range(24)]
-            started.wait()
-            time.sleep(0.3)  # the requests are now queued or running
+            asyncio.run(wait_for_metric(server, "nv_inference_pending_request_count", 24, model="slow", version="1"))
             server.process.send_signal(signal.SIGTERM)
-            seen = []
-            deadline = time.monotonic() + 2
-            while time.monotonic() < deadline and len(seen) < 40:
+            seen = [_ready_status(server)]
+            deadline = time.monotonic() + 60
+            while seen[-1] == "200" and time.monotonic() < deadline:  # until the signal has landed
                 seen.append(_ready_status(server))
+            for _ in range(10):  # and it stays off
                 time.sleep(0.02)
+                seen.append(_ready_status(server))
             results = [f.result(timeout=120) for f in futures]
         for index, y in enumerate(results):
             np.testing.assert_allclose(y, x + index, rtol=1e-5)  # every accepted request answered, correctly

@@ -20,6 +20,7 @@ from ferry_client.protocol import model_config_pb2 as mc
 
 from .. import __version__
 from ..caching import ResponseCache, images_key, request_key
+from ..ensembles.images import run_image_ensemble
 from ..errors import InvalidArgument
 from ..pipelines.postprocess import classification_strings
 from ..pipelines.runtime import Prepared
@@ -329,9 +330,9 @@ class DataPlane:
         """
         model = self.manager.get(name, version)
         pipeline = model.pipeline
-        if pipeline is None:
+        if pipeline is None and not model.composing_models:  # an ensemble checks its own outputs
             raise InvalidArgument(f"model '{model.name}' has no image pipeline (ferry_image in its config)")
-        if pipeline.task != task:
+        if pipeline is not None and pipeline.task != task:
             raise InvalidArgument(f"model '{model.name}' is a {pipeline.task} model; use /{pipeline.task}")
         cache = self._cache_for(model)
         if cache is None:
@@ -342,6 +343,8 @@ class DataPlane:
     async def _run_images(
         self, model: ModelVersion, images: list[bytes], task: str, options: dict[str, Any]
     ) -> list[Any]:
+        if model.composing_models:  # an ensemble of vision steps
+            return await run_image_ensemble(model, images, task, options)
         pipeline = model.pipeline
         assert pipeline is not None
         prepared = await self.prepare_images(model, images)
@@ -384,8 +387,8 @@ class DataPlane:
     async def load_model(self, name: str, config_json: str | None = None) -> None:
         await self.manager.load(name, config_json)
 
-    async def unload_model(self, name: str) -> None:
-        await self.manager.unload(name)
+    async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
+        await self.manager.unload(name, unload_dependents)
 
     def statistics(self, name: str = "", version: str = "") -> list[dict[str, Any]]:
         """Statistics of every ready version, or of one model (all its ready versions or one)."""

@@ -124,7 +124,13 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def RepositoryModelUnload(
         self, request: pb.RepositoryModelUnloadRequest, context
     ) -> pb.RepositoryModelUnloadResponse:
-        await self.plane.unload_model(request.model_name)
+        dependents = False
+        if "unload_dependents" in request.parameters:
+            value = request.parameters["unload_dependents"]
+            if value.WhichOneof("parameter_choice") != "bool_param":
+                raise InvalidArgument("parameter 'unload_dependents' must be a bool")
+            dependents = value.bool_param
+        await self.plane.unload_model(request.model_name, dependents)
         return pb.RepositoryModelUnloadResponse()
 
     @_rpc

@@ -57,6 +57,9 @@ def detection_json(detection: Detection) -> dict[str, Any]:
     }
     if detection.keypoints is not None:
         result["keypoints"] = [[round(x, 2), round(y, 2)] for x, y in detection.keypoints]
+    classes = getattr(detection, "classes", None)  # a cascade ensemble: the second model's classes
+    if classes:
+        result["classes"] = classes
     return result
 
 
@@ -391,8 +394,14 @@ def create_http_app(
 
     @app.post("/v2/repository/models/{model}/unload", openapi_extra=UNLOAD_BODY)
     async def unload_model(model: str, request: Request) -> Response:
-        await _json_body(request, max_body_bytes)
-        await plane.unload_model(model)
+        body = await _json_body(request, max_body_bytes)
+        parameters = body.get("parameters") or {}
+        if not isinstance(parameters, dict):
+            raise InvalidArgument("'parameters' must be a JSON object")
+        dependents = parameters.get("unload_dependents", False)
+        if not isinstance(dependents, bool):
+            raise InvalidArgument("parameter 'unload_dependents' must be true or false")
+        await plane.unload_model(model, dependents)
         return Response(status_code=200)
 
     add_shared_memory_routes(

@@ -67,6 +67,19 @@ class InputBuffers(Protocol):
     def input_buffer(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray | None: ...
 
 
+class RequestBatches(Protocol):
+    """Optional for an instance: runs a batch as its separate requests instead of one tensor batch.
+
+    Python models answer each request of a batch on its own (Triton's ``execute(requests)``), so the
+    scheduler hands them the requests unconcatenated and gets one result per request back: outputs,
+    or the error that fails that request alone.
+    """
+
+    def run_requests(
+        self, inputs: list[dict[str, np.ndarray]], outputs: list[list[str]]
+    ) -> list[dict[str, np.ndarray] | Exception]: ...
+
+
 class Backend(Protocol):
     """Creates instances of one platform's models."""
 

@@ -12,8 +12,14 @@ _PLATFORM_BY_FILENAME = {
     "model.plan": "tensorrt_plan",
     "model.pt": "pytorch_libtorch",
 }
-_PLATFORM_BY_BACKEND = {"onnxruntime": "onnxruntime_onnx", "tensorrt": "tensorrt_plan", "pytorch": "pytorch_libtorch"}
-_SUPPORTED = ("onnxruntime_onnx", "tensorrt_plan", "pytorch_libtorch")
+_PLATFORM_BY_BACKEND = {
+    "onnxruntime": "onnxruntime_onnx",
+    "tensorrt": "tensorrt_plan",
+    "pytorch": "pytorch_libtorch",
+    "ferry_vision": "ferry_vision",
+    "python": "python",  # model.py files: never guessed from a file name, only when the config asks
+}
+_SUPPORTED = ("onnxruntime_onnx", "tensorrt_plan", "pytorch_libtorch", "ensemble", "ferry_vision", "python")
 
 
 def platform_for_file(version_dir: Path) -> str | None:
@@ -60,4 +66,12 @@ def backend_for(platform: str) -> Backend:
                 "install the extra: pip install 'ferry[torch]'"
             ) from None
         return PyTorchBackend()
+    if platform == "ferry_vision":
+        from ..ensembles.steps.backend import VisionStepBackend
+
+        return VisionStepBackend()
+    if platform == "python":
+        from .python_backend import PythonBackend  # refuses every model unless the server allows them
+
+        return PythonBackend()
     raise ModelLoadError(f"platform '{platform}' is not supported by this server; supported: {', '.join(_SUPPORTED)}")

@@ -8,6 +8,7 @@ drop requests. A model that fails to load is recorded with its reason and harms 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import enum
 import hashlib
 import logging
@@ -17,6 +18,8 @@ from pathlib import Path
 
 from ferry_client.protocol import model_config_pb2 as mc
 
+from ..ensembles.loader import load_ensemble
+from ..ensembles.plan import is_ensemble
 from ..errors import FerryError, InvalidArgument, ModelLoadError, NotFound, Unavailable
 from ..scheduling import Scheduler, SchedulingPolicy
 from ..statistics import ModelStats
@@ -28,6 +31,9 @@ from .validation import validate_model_config
 from .versions import select_versions, versions_on_disk
 
 log = logging.getLogger(__name__)
+
+#: The models whose loads led to the current one (an ensemble loading its steps), to refuse cycles.
+_LOAD_CHAIN: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("ferry_load_chain", default=())
 
 
 class ControlMode(str, enum.Enum):
@@ -106,23 +112,39 @@ class ModelManager:
             names = self.startup_models
         else:
             names = self.scan()
-        await asyncio.gather(*(self._load_logged(name) for name in names))
+        ensembles = [name for name in names if self._names_ensemble(name)]
+        await asyncio.gather(*(self._load_logged(name) for name in names if name not in ensembles))
+        await asyncio.gather(*(self._load_logged(name) for name in ensembles))  # their steps are loaded now
         if self.control_mode == ControlMode.POLL:
             self._poll_task = asyncio.create_task(self._poll_forever(), name="repository-poll")
 
     async def stop(self, timeout: float | None = None) -> None:
-        """Stop polling, drain every scheduler and close every instance."""
+        """Stop polling, drain every scheduler and close every instance.
+
+        Ensembles drain first, so a request inside one still finds its later steps' models open."""
         self._closing = True
         if self._poll_task:
             self._poll_task.cancel()
-        await asyncio.gather(
-            *(
-                self._retire(status, timeout)
-                for record in self._records.values()
-                for status in record.versions.values()
-                if status.model is not None
+        loaded = [s for record in self._records.values() for s in record.versions.values() if s.model is not None]
+        for ensembles in (True, False):
+            await asyncio.gather(
+                *(self._retire(s, timeout) for s in loaded if bool(s.model and s.model.composing_models) == ensembles)
             )
-        )
+
+    def hurry(self) -> None:
+        """Tell every loaded model's batcher that the server is draining (see ``Scheduler.hurry``)."""
+        for record in self._records.values():
+            for status in record.versions.values():
+                scheduler = status.model.scheduler if status.model is not None else None
+                if isinstance(scheduler, Scheduler):
+                    scheduler.hurry()
+
+    def _names_ensemble(self, name: str) -> bool:
+        try:
+            config = read_config_file(model_directory(self.repository, name))
+        except (FerryError, OSError):  # OSError: an unreadable directory or file
+            return False  # the load reports the error
+        return config is not None and is_ensemble(config)
 
     def scan(self) -> list[str]:
         """Model directories in the repository (hidden and ``_``-prefixed ones are skipped)."""
@@ -151,11 +173,13 @@ class ModelManager:
                     )
                 continue
             for version, status in sorted(record.versions.items()):
-                if ready_only and status.state != ModelState.READY:
+                state, reason = status.state, status.reason
+                if state == ModelState.READY and status.model is not None and status.model.unready_reason:
+                    reason = status.model.unready_reason()
+                    state = ModelState.UNAVAILABLE if reason else state
+                if ready_only and state != ModelState.READY:
                     continue
-                rows.append(
-                    {"name": name, "version": str(version), "state": status.state.value, "reason": status.reason}
-                )
+                rows.append({"name": name, "version": str(version), "state": state.value, "reason": reason})
         return rows
 
     def get(self, name: str, version: str = "") -> ModelVersion:
@@ -176,13 +200,21 @@ class ModelManager:
                     f"Request for unknown model: '{name}' version {number} is not at ready state "
                     f"({status.state.value}" + (f": {status.reason})" if status.reason else ")")
                 )
-            return status.model
+            return self._serving(status.model)
         ready = [v for v, s in record.versions.items() if s.state == ModelState.READY and s.model is not None]
         if not ready:
             raise Unavailable(
                 f"Request for unknown model: '{name}' has no available versions ({self._why_not_ready(record)})"
             )
-        return record.versions[max(ready)].model  # type: ignore[return-value]
+        return self._serving(record.versions[max(ready)].model)  # type: ignore[arg-type]
+
+    @staticmethod
+    def _serving(model: ModelVersion) -> ModelVersion:
+        """A loaded version that can serve now (an ensemble needs its composing models READY)."""
+        reason = model.unready_reason() if model.unready_reason else ""
+        if reason:
+            raise Unavailable(f"model '{model.name}' is not ready: {reason}")
+        return model
 
     @staticmethod
     def _why_not_ready(record: ModelRecord) -> str:
@@ -225,7 +257,8 @@ class ModelManager:
             raise NotFound(f"failed to load '{name}': no model directory '{name}' in the model repository")
         await self._load(name, config_json)
 
-    async def unload(self, name: str) -> None:
+    async def unload(self, name: str, unload_dependents: bool = False) -> None:
+        """Unload a model; with ``unload_dependents`` also the ensembles that use it (as Triton)."""
         self._require_explicit("unload")
         check_model_name(name)
         record = self._records.get(name)
@@ -233,7 +266,41 @@ class ModelManager:
             if not (self.repository / name).is_dir():
                 raise NotFound(f"Request for unknown model: '{name}' is not found")
             return
+        if unload_dependents:
+            for dependent in self._dependents(name):
+                await self._unload(self._records[dependent], f"unloaded with '{name}' (unload_dependents)")
         await self._unload(record, "unloaded")
+
+    def _dependents(self, name: str) -> list[str]:
+        """Loaded ensembles that run ``name``, directly or through another ensemble (outermost first)."""
+        found: list[str] = []
+        frontier = [name]
+        while frontier:
+            current = frontier.pop()
+            for record in self._records.values():
+                users = any(
+                    s.model is not None and current in s.model.composing_models for s in record.versions.values()
+                )
+                if users and record.name not in found and record.name != name:
+                    found.append(record.name)
+                    frontier.append(record.name)
+        return found[::-1]
+
+    async def ensure_loaded(self, name: str) -> None:
+        """Load a model an ensemble needs, unless it is READY (a load in progress finishes first)."""
+        chain = _LOAD_CHAIN.get()
+        if name in chain:
+            raise ModelLoadError(f"circular dependency: {' -> '.join((*chain, name))}")
+        check_model_name(name)
+        record = self._records.get(name)
+        if record is not None:
+            async with record.lock:
+                pass
+            if self.is_ready(name):
+                return
+        if not model_directory(self.repository, name).is_dir():
+            raise NotFound(f"model '{name}' is not in the repository")
+        await self._load(name, None)
 
     # --- loading and unloading ----------------------------------------------------------------
 
@@ -293,17 +360,26 @@ class ModelManager:
         if old is None or old.model is None:
             record.versions[version] = VersionStatus(ModelState.LOADING)
         try:
-            model = await asyncio.to_thread(load_version, model_dir, version, config, source)
+            if is_ensemble(config):
+                chain = _LOAD_CHAIN.set((*_LOAD_CHAIN.get(), record.name))  # this load task's context only
+                try:
+                    model = await load_ensemble(model_dir, version, config, source, self)
+                finally:
+                    _LOAD_CHAIN.reset(chain)
+            else:
+                model = await asyncio.to_thread(load_version, model_dir, version, config, source)
         except FerryError as exc:
             reason = self._without_paths(exc.message)
         except Exception as exc:  # an engine's unexpected failure must not take the server down
             log.exception("model '%s' version %d: unexpected load failure", record.name, version)
             reason = self._without_paths(f"unexpected error: {exc}")
         else:
-            model.stats = ModelStats(model.name, str(version))
-            model.scheduler = Scheduler(
-                f"{model.name}:{version}", model.instances, model.stats, SchedulingPolicy.from_config(model.config)
-            )
+            if model.stats is None:
+                model.stats = ModelStats(model.name, str(version))
+            if model.scheduler is None:
+                model.scheduler = Scheduler(
+                    f"{model.name}:{version}", model.instances, model.stats, SchedulingPolicy.from_config(model.config)
+                )
             model.scheduler.start()
             if self.on_loaded:
                 self.on_loaded(model)

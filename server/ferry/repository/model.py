@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,6 +44,9 @@ class ModelVersion:
     scheduler: Scheduler | None = field(default=None, repr=False)
     stats: ModelStats | None = field(default=None, repr=False)
     pipeline: ImagePipeline | None = field(default=None, repr=False)
+    # Ensembles: the models the version runs, and why it cannot serve now ("" when it can).
+    composing_models: tuple[str, ...] = ()
+    unready_reason: Callable[[], str] | None = field(default=None, repr=False)
 
     @property
     def max_batch_size(self) -> int:
@@ -89,7 +93,10 @@ def instance_specs(config: mc.ModelConfig, gpu_available: bool) -> list[Instance
 
 def _model_file(model_dir: Path, version: int, config: mc.ModelConfig, filename: str) -> Path:
     """The version's model file (the backend's choice); with ``cc_model_filenames`` the backend picks
-    the file for its GPU, so that file may be absent as long as one of those exists."""
+    the file for its GPU, so that file may be absent as long as one of those exists. A backend that
+    needs no file (an empty name: Ferry's vision steps) gets the version directory."""
+    if not filename:
+        return inside(model_dir, Path(str(version)), "version directory")
     path = inside(model_dir, Path(str(version)) / filename, "default_model_filename")
     per_capability = [
         inside(model_dir, Path(str(version)) / name, "cc_model_filenames")

@@ -74,9 +74,9 @@ def validate_model_config(config: mc.ModelConfig, model_name: str) -> None:
 
 
 def _check_unsupported(config: mc.ModelConfig, model_name: str) -> None:
-    if config.platform == ENSEMBLE_PLATFORM:
-        _fail(f"platform 'ensemble' is not supported for {model_name}")
-    if config.HasField("ensemble_scheduling"):
+    if config.platform == ENSEMBLE_PLATFORM and not config.HasField("ensemble_scheduling"):
+        _fail(f"ensemble scheduling must be set for ensemble {model_name} whose platform is ensemble")
+    if config.HasField("ensemble_scheduling") and config.platform != ENSEMBLE_PLATFORM:
         _fail(f"ensemble scheduling can not be set for model {model_name} whose platform is not ensemble")
     for field, why in _UNSUPPORTED_FIELDS.items():
         if _is_set(config, field):

@@ -49,6 +49,16 @@ class Unloading(Unavailable):
     """This version no longer takes requests; a version that replaced it may (see DataPlane.infer)."""
 
 
+@dataclass
+class RequestTiming:
+    """Where one request's time went (filled on success when the caller asks, e.g. an ensemble)."""
+
+    queue_ns: int = 0
+    compute_input_ns: int = 0
+    compute_infer_ns: int = 0
+    compute_output_ns: int = 0
+
+
 @dataclass(eq=False)
 class Pending:
     """One queued request."""
@@ -65,6 +75,7 @@ class Pending:
     delayed: bool = False
     timer: asyncio.TimerHandle | None = field(default=None, repr=False)
     failure: str = "BACKEND"  # the failure reason reported if this request fails
+    compute_ns: tuple[int, int, int] = (0, 0, 0)  # input, infer, output of the batch it ran in
     timeline: Timeline | None = field(default=None, repr=False)  # filled only for traced requests
 
 
@@ -145,6 +156,7 @@ class Scheduler:
         self._form_lock = asyncio.Lock()
         self._arrived = asyncio.Event()
         self._closing = False
+        self._hurried = False  # draining: requests still join, but nobody waits for more
         self._stopping = False
         self._in_flight = 0
         self._idle = asyncio.Event()
@@ -175,11 +187,13 @@ class Scheduler:
         priority: int | None = None,
         timeout_us: int | None = None,
         timeline: Timeline | None = None,
+        timing: RequestTiming | None = None,
     ) -> Outputs:
         """Queue one request and wait for its outputs.
 
         Raises Unavailable at once when the queue of its priority level is full; a cancelled
-        caller removes the request from the queue.
+        caller removes the request from the queue. ``timing``, when given, receives the request's
+        queue and compute durations.
         """
         if self._closing:
             raise Unloading(f"model '{self.name}' is unloading")
@@ -226,6 +240,11 @@ class Scheduler:
         else:
             done = time.perf_counter_ns()
             self.stats.record_success(done - pending.enqueued_ns, pending.started_ns - pending.enqueued_ns)
+            if timing is not None:
+                timing.queue_ns += pending.started_ns - pending.enqueued_ns
+                timing.compute_input_ns += pending.compute_ns[0]
+                timing.compute_infer_ns += pending.compute_ns[1]
+                timing.compute_output_ns += pending.compute_ns[2]
             return result
         finally:
             self._in_flight -= 1
@@ -299,7 +318,7 @@ class Scheduler:
                 await self._arrived.wait()
                 continue
             waited = time.perf_counter_ns() - head.enqueued_ns
-            if self._closing:  # nothing new can join a batch now: waiting for more only delays
+            if self._closing or self._hurried:  # no more are coming: waiting for them only delays
                 waited = max(waited, self.policy.max_queue_delay_ns)
             count = choose_batch([p.batch_size for p in group], self.policy, waited)
             if count is not None:
@@ -361,10 +380,17 @@ class Scheduler:
                 results.append(_as_request_error(self.name, single))
         return results
 
-    def _run_batch(self, instance: Instance, batch: list[Pending]) -> list[Outputs]:
+    def _run_batch(self, instance: Instance, batch: list[Pending]) -> list[Outputs | BaseException]:
         """Concatenate, execute and split one batch (in a worker thread, or inline when fast)."""
         cpu0 = time.thread_time_ns()
         t0 = time.perf_counter_ns()
+        if hasattr(instance, "run_requests"):  # see backends.base.RequestBatches
+            results = instance.run_requests([p.inputs for p in batch], [p.outputs for p in batch])
+            infer_ns = time.perf_counter_ns() - t0
+            for pending in batch:
+                pending.compute_ns = (0, infer_ns, 0)
+            self.stats.record_execution(sum(p.batch_size for p in batch), len(batch), 0, infer_ns, 0)
+            return results
         if len(batch) == 1:
             inputs = batch[0].inputs
             names = batch[0].outputs
@@ -394,6 +420,8 @@ class Scheduler:
         t3 = time.perf_counter_ns()
         self._runs += 1
         self._cpu_ns += (time.thread_time_ns() - cpu0 - self._cpu_ns) / min(self._runs, INLINE_AFTER_RUNS)
+        for pending in batch:
+            pending.compute_ns = (t1 - t0, t2 - t1, t3 - t2)
         self.stats.record_execution(total, len(batch), t1 - t0, t2 - t1, t3 - t2)
         for pending in batch:
             if pending.timeline is not None:
@@ -402,6 +430,12 @@ class Scheduler:
         return split
 
     # --- shutdown ---------------------------------------------------------------------------------
+
+    def hurry(self) -> None:
+        """Stop waiting out ``max_queue_delay`` (the server is draining: no new clients will come),
+        while still accepting the requests already on their way in."""
+        self._hurried = True
+        self._arrived.set()
 
     async def stop(self, timeout: float | None = None) -> None:
         """Refuse new requests, finish queued and running ones (within ``timeout``), stop workers."""

@@ -1,0 +1,40 @@
+"""What every Python-model instance shares: the scheduler hands it the requests of a batch one by one
+(``run_requests``), because ``execute`` answers each request separately, and failures come back per
+request as Ferry errors. ``run`` (one request) serves warm-up and direct callers."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import ErrorKind, FerryError
+from ..base import InstanceSpec, ModelIO
+from .runner import Failure, Outputs
+
+
+class PythonInstance:
+    """Base of the in-process and isolated instances; subclasses implement ``execute`` and ``close``."""
+
+    def __init__(self, spec: InstanceSpec, io: ModelIO, device: str) -> None:
+        self.spec = spec
+        self.io = io
+        self.device = device
+
+    def execute(self, inputs: list[dict[str, np.ndarray]], outputs: list[list[str]]) -> list[Outputs | Failure]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def run_requests(self, inputs: list[dict[str, np.ndarray]], outputs: list[list[str]]) -> list[Outputs | FerryError]:
+        """One batch as the scheduler formed it: one result per request, an error fails only its request."""
+        return [as_error(r) if isinstance(r, Failure) else r for r in self.execute(inputs, outputs)]
+
+    def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+        (result,) = self.run_requests([inputs], [outputs])
+        if isinstance(result, FerryError):
+            raise result
+        return result
+
+
+def as_error(failure: Failure) -> FerryError:
+    return FerryError(failure.message, ErrorKind[failure.kind])

@@ -1,0 +1,212 @@
+"""Loads one ``model.py`` and runs the batches the scheduler forms through its ``execute``.
+
+Used the same way in the server process and in an isolated child, so both behave alike: the model
+gets Triton's ``args``, ``execute`` gets one ``InferenceRequest`` per queued request, and every
+response is checked (count, names, datatypes, batch size) and turned into numpy outputs or a
+``Failure`` that fails that request alone. Nothing here raises past ``execute``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import inspect
+import itertools
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from ferry_client.codec import datatype_from_config, numpy_dtype
+
+from . import triton_python_backend_utils as pb_utils
+
+UTILS_MODULE = "triton_python_backend_utils"
+_module_ids = itertools.count()
+
+#: pb_utils.TritonError codes -> the names of Ferry's error kinds (see ferry.errors.ErrorKind).
+ERROR_KIND_BY_CODE = {
+    pb_utils.TritonError.UNKNOWN: "INTERNAL",
+    pb_utils.TritonError.INTERNAL: "INTERNAL",
+    pb_utils.TritonError.NOT_FOUND: "NOT_FOUND",
+    pb_utils.TritonError.INVALID_ARG: "INVALID_ARGUMENT",
+    pb_utils.TritonError.UNAVAILABLE: "UNAVAILABLE",
+    pb_utils.TritonError.UNSUPPORTED: "UNIMPLEMENTED",
+    pb_utils.TritonError.ALREADY_EXISTS: "ALREADY_EXISTS",
+    pb_utils.TritonError.CANCELLED: "CANCELLED",
+}
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One request's failure, picklable so an isolated child can send it back."""
+
+    message: str
+    kind: str = "INTERNAL"
+
+
+Outputs = dict[str, np.ndarray]
+
+
+class ModelLoadFailure(Exception):
+    """``model.py`` could not be imported, completed or initialised; the message says why."""
+
+
+def import_model_file(model_file: Path) -> ModuleType:
+    """Import ``model.py`` under a name of its own, with ``triton_python_backend_utils`` importable."""
+    sys.modules.setdefault(UTILS_MODULE, pb_utils)
+    name = f"ferry_python_model_{next(_module_ids)}"
+    spec = importlib.util.spec_from_file_location(name, model_file)
+    if spec is None or spec.loader is None:
+        raise ModelLoadFailure(f"cannot import {model_file.name}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # registered, as imports are: dataclasses and pickle look modules up
+    try:
+        spec.loader.exec_module(module)
+        if not inspect.isclass(getattr(module, "TritonPythonModel", None)):
+            raise ModelLoadFailure(f"{model_file.name} defines no class TritonPythonModel")
+    except ModelLoadFailure:
+        del sys.modules[name]
+        raise
+    except BaseException as exc:
+        del sys.modules[name]
+        raise ModelLoadFailure(f"importing {model_file.name} failed: {_describe(exc)}") from None
+    return module
+
+
+def auto_complete(model_class: type, config: dict[str, Any]) -> dict[str, Any]:
+    """Run the optional ``auto_complete_config`` hook on the config dict; returns the completed dict."""
+    hook = getattr(model_class, "auto_complete_config", None)
+    if hook is None:
+        return config
+    try:
+        completed = hook(pb_utils.ModelConfig(config))
+    except BaseException as exc:
+        raise ModelLoadFailure(f"auto_complete_config failed: {_describe(exc)}") from None
+    if not isinstance(completed, pb_utils.ModelConfig):
+        raise ModelLoadFailure("auto_complete_config must return the ModelConfig it was given")
+    return completed.as_dict()
+
+
+class ModelRunner:
+    """One instance of a Python model: the user's object, plus what checking its answers needs."""
+
+    def __init__(self, model_file: Path, config: dict[str, Any], args: dict[str, str]) -> None:
+        module = import_model_file(model_file)
+        self.module_name = module.__name__
+        try:
+            self._load(module, config, args)
+        except ModelLoadFailure:
+            sys.modules.pop(self.module_name, None)
+            raise
+
+    def _load(self, module: ModuleType, config: dict[str, Any], args: dict[str, str]) -> None:
+        self.config = auto_complete(module.TritonPythonModel, config)
+        self.name = args["model_name"]
+        self.batched = int(self.config.get("max_batch_size", 0)) > 0
+        self.output_dtypes = _output_dtypes(self.config)
+        try:
+            self.model = module.TritonPythonModel()
+            initialize = getattr(self.model, "initialize", None)
+            if initialize is not None:
+                initialize({**args, "model_config": json.dumps(self.config)})
+        except BaseException as exc:
+            raise ModelLoadFailure(f"initialize failed: {_describe(exc)}") from None
+        self._async = inspect.iscoroutinefunction(self.model.execute)
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def execute(self, inputs: list[dict[str, np.ndarray]], outputs: list[list[str]]) -> list[Outputs | Failure]:
+        """Run one batch (one entry per request); a failure fails only the requests it concerns."""
+        requests = [
+            pb_utils.InferenceRequest(
+                model_name=self.name,
+                inputs=[pb_utils.Tensor(name, array) for name, array in request.items()],
+                requested_output_names=names,
+            )
+            for request, names in zip(inputs, outputs, strict=True)
+        ]
+        try:
+            responses = self._call_execute(requests)
+        except BaseException as exc:
+            failure = Failure(f"python model '{self.name}' execute() raised {_describe(exc)}")
+            return [failure] * len(requests)
+        if not isinstance(responses, (list, tuple)) or len(responses) != len(requests):
+            count = len(responses) if isinstance(responses, (list, tuple)) else type(responses).__name__
+            failure = Failure(
+                f"python model '{self.name}' execute() returned {count} responses for {len(requests)} requests"
+            )
+            return [failure] * len(requests)
+        return [
+            self._check(response, request, names)
+            for response, request, names in zip(responses, inputs, outputs, strict=True)
+        ]
+
+    def _call_execute(self, requests: list[pb_utils.InferenceRequest]) -> Any:
+        if not self._async:
+            return self.model.execute(requests)
+        if self._loop is None:  # one loop per instance, reused by every batch
+            self._loop = asyncio.new_event_loop()
+        return self._loop.run_until_complete(self.model.execute(requests))
+
+    def _check(self, response: Any, inputs: dict[str, np.ndarray], names: list[str]) -> Outputs | Failure:
+        if not isinstance(response, pb_utils.InferenceResponse):
+            return Failure(
+                f"python model '{self.name}' execute() returned {type(response).__name__}, not InferenceResponse"
+            )
+        error = response.error()
+        if error is not None:
+            return Failure(error.message(), ERROR_KIND_BY_CODE.get(error.code(), "INTERNAL"))
+        given = {tensor.name(): tensor.as_numpy() for tensor in response.output_tensors()}
+        batch = next(iter(inputs.values())).shape[0] if self.batched and inputs else None
+        result: Outputs = {}
+        for name in names:
+            if name not in given:
+                return Failure(
+                    f"python model '{self.name}' gave no output '{name}' (it gave: {', '.join(given) or 'none'})"
+                )
+            array = given[name]
+            expected = self.output_dtypes.get(name)
+            if expected is not None and expected.kind == "O" and array.dtype.kind in ("S", "O"):
+                array = array.astype(object, copy=False)
+            elif expected is not None and array.dtype != expected:
+                return Failure(
+                    f"python model '{self.name}' output '{name}' has numpy dtype {array.dtype}, "
+                    f"but the config declares {expected}"
+                )
+            if batch is not None and array.shape[:1] != (batch,):
+                return Failure(
+                    f"python model '{self.name}' output '{name}' has shape {list(array.shape)}; "
+                    f"its first dimension must be the request's batch size {batch}"
+                )
+            result[name] = array
+        return result
+
+    def finalize(self) -> None:
+        finalize = getattr(self.model, "finalize", None)
+        try:
+            if finalize is not None:
+                finalize()
+        finally:
+            if self._loop is not None:
+                self._loop.close()
+            sys.modules.pop(self.module_name, None)
+
+
+def _output_dtypes(config: dict[str, Any]) -> dict[str, np.dtype]:
+    """The numpy dtype of each declared output (one without a valid type is refused at load later)."""
+    dtypes = {}
+    for tensor in config.get("output", []):
+        try:
+            dtypes[tensor["name"]] = numpy_dtype(datatype_from_config(tensor.get("data_type", "")))
+        except (KeyError, ValueError):
+            continue
+    return dtypes
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -1,0 +1,71 @@
+"""Building an ensemble's model version: plan the steps, load and check the composing models.
+
+As in Triton, loading an ensemble loads the composing models it needs that are not loaded yet,
+and fails (naming the step) when one cannot be loaded or does not fit.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Protocol
+
+from ferry_client.protocol import model_config_pb2 as mc
+
+from ..errors import FerryError, ModelLoadError
+from ..repository.config import read_labels, tensor_specs, validate_config
+from ..repository.model import ModelVersion
+from ..statistics import ModelStats
+from .compose import check_composition
+from .plan import plan_ensemble
+from .scheduler import EnsembleScheduler
+from .step import StepModel
+
+
+class ComposingModels(Protocol):
+    """What the loader needs from the model manager."""
+
+    async def ensure_loaded(self, name: str) -> None: ...
+
+    def get(self, name: str, version: str = "") -> StepModel: ...
+
+
+async def load_ensemble(
+    model_dir: Path, version: int, config: mc.ModelConfig, source: str, models: ComposingModels
+) -> ModelVersion:
+    """The READY-to-serve version of an ensemble (its scheduler runs the steps)."""
+    started = time.perf_counter()
+    config = mc.ModelConfig.FromString(config.SerializeToString())  # each version owns its copy
+    if not config.name:
+        config.name = model_dir.name
+    validate_config(config, source)
+    plan = plan_ensemble(config, source)
+    inputs = {s.name: s for s in tensor_specs(config.input, "input", source)}
+    outputs = {s.name: s for s in tensor_specs(config.output, "output", source)}
+    where = f"{source}: ensemble '{config.name}'"
+    resolved: dict[int, StepModel] = {}
+    for step in plan.steps:
+        try:
+            await models.ensure_loaded(step.model_name)
+            resolved[step.index] = models.get(step.model_name, step.version)
+        except FerryError as exc:
+            raise ModelLoadError(f"{where}: {step.label}: {exc.message}") from None
+    check_composition(plan, inputs, outputs, config.max_batch_size, resolved, where)
+    labels = {s.name: read_labels(model_dir, s.label_filename) for s in outputs.values() if s.label_filename}
+    stats = ModelStats(config.name, str(version))
+    scheduler = EnsembleScheduler(plan, inputs, outputs, config.max_batch_size, models.get, stats)
+    return ModelVersion(
+        name=config.name,
+        version=version,
+        config=config,
+        inputs=inputs,
+        outputs=outputs,
+        labels=labels,
+        instances=[],
+        load_seconds=time.perf_counter() - started,
+        model_dir=model_dir,
+        scheduler=scheduler,  # type: ignore[arg-type]  # same submit/stop/in_flight as Scheduler
+        stats=stats,
+        composing_models=plan.model_names,
+        unready_reason=scheduler.unready_reason,
+    )

@@ -1,0 +1,252 @@
+"""Runs ensemble requests: each step through its composing model's scheduler, tensors in memory.
+
+Steps run in waves (see ``plan``): the steps of one wave are independent and run at once.
+A step's request joins the composing model's queue like any client request, so the same step of
+many concurrent ensemble requests shares that model's batches. Arrays go from one step to the
+next as they are (numpy views, no serialisation). A failure names the ensemble and the step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import weakref
+from collections.abc import Callable
+
+import numpy as np
+
+from ferry_client.codec import numpy_dtype
+
+from ..errors import FerryError, ModelLoadError, Unavailable
+from ..repository.config import TensorSpec
+from ..scheduling.scheduler import RequestTiming
+from ..scheduling.timeline import Timeline
+from ..statistics import ModelStats
+from .compose import check_composition
+from .plan import EnsemblePlan, Step
+from .step import StepModel
+
+Outputs = dict[str, np.ndarray]
+Resolve = Callable[[str, str], StepModel]  # (model name, version or "") -> the READY version
+
+
+class EnsembleScheduler:
+    """The scheduler of an ensemble's model version (same ``submit`` as a model's Scheduler)."""
+
+    def __init__(
+        self,
+        plan: EnsemblePlan,
+        inputs: dict[str, TensorSpec],
+        outputs: dict[str, TensorSpec],
+        max_batch_size: int,
+        resolve: Resolve,
+        stats: ModelStats,
+    ) -> None:
+        self.plan = plan
+        self.inputs = inputs
+        self.outputs = outputs
+        self.max_batch_size = max_batch_size
+        self.stats = stats
+        self._resolve = resolve
+        self._checked: list[weakref.ref] = []
+        self._closing = False
+        self._in_flight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    @property
+    def queue_size(self) -> int:
+        return 0  # requests wait in the composing models' queues, not here
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    @property
+    def closing(self) -> bool:
+        """Whether the ensemble refuses new requests (it is being unloaded or the server stops)."""
+        return self._closing
+
+    def start(self) -> None:
+        """Nothing to start: the composing models' schedulers do the work."""
+
+    async def stop(self, timeout: float | None = None) -> None:
+        """Refuse new requests and wait (up to ``timeout``) for those running to finish."""
+        self._closing = True
+        # Past the timeout, the composing models' own schedulers fail what they cannot finish.
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), timeout)
+
+    # --- composing models ---------------------------------------------------------------------
+
+    def resolve_steps(self) -> dict[int, StepModel]:
+        """The READY composing model of every step, checked to fit (again when one was replaced)."""
+        models: dict[int, StepModel] = {}
+        for step in self.plan.steps:
+            try:
+                models[step.index] = self._resolve(step.model_name, step.version)
+            except FerryError as exc:
+                raise Unavailable(f"ensemble '{self.plan.name}' {step.label} is not ready: {exc.message}") from None
+        current = list(models.values())
+        if len(current) != len(self._checked) or any(
+            ref() is not m for ref, m in zip(self._checked, current, strict=True)
+        ):
+            try:
+                check_composition(self.plan, self.inputs, self.outputs, self.max_batch_size, models, "")
+            except ModelLoadError as exc:
+                raise Unavailable(
+                    f"ensemble '{self.plan.name}' no longer fits its composing models{exc.message}"
+                ) from None
+            self._checked = [weakref.ref(m) for m in current]
+        return models
+
+    def unready_reason(self) -> str:
+        """Why the ensemble cannot serve now ("" when every composing model is ready and fits)."""
+        try:
+            self.resolve_steps()
+        except FerryError as exc:
+            return exc.message
+        return ""
+
+    # --- requests ---------------------------------------------------------------------------------
+
+    async def submit(
+        self,
+        inputs: Outputs,
+        outputs: list[str],
+        batch_size: int = 1,
+        priority: int | None = None,
+        timeout_us: int | None = None,
+        timeline: Timeline | None = None,
+        timing: RequestTiming | None = None,
+    ) -> Outputs:
+        """Run one request through every step and return the asked ensemble outputs.
+
+        A traced request's ``timeline`` spans all steps as one compute stage (each step's own
+        queue and compute times are in the composing models' statistics)."""
+        if self._closing:
+            raise Unavailable(f"model '{self.plan.name}' is unloading")
+        started = time.perf_counter_ns()
+        spent = RequestTiming()
+        self._in_flight += 1
+        self._idle.clear()
+        try:
+            models = self.resolve_steps()
+            tensors = await self._run(models, inputs, priority, timeout_us, spent)
+        except asyncio.CancelledError:
+            self.stats.record_failure(time.perf_counter_ns() - started, "CANCELED")
+            raise
+        except FerryError as exc:
+            reason = "REJECTED" if isinstance(exc, Unavailable) else "BACKEND"
+            self.stats.record_failure(time.perf_counter_ns() - started, reason)
+            raise
+        finally:
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self._idle.set()
+        if timeline is not None:
+            timeline.queue_start = timeline.compute_start = timeline.compute_input_end = started
+            timeline.compute_output_start = timeline.compute_end = time.perf_counter_ns()
+        # Triton reports an ensemble's queue and compute times as the sums over its steps.
+        self.stats.record_success(time.perf_counter_ns() - started, spent.queue_ns)
+        self.stats.record_execution(
+            batch_size, 1, spent.compute_input_ns, spent.compute_infer_ns, spent.compute_output_ns
+        )
+        if timing is not None:
+            timing.queue_ns += spent.queue_ns
+            timing.compute_input_ns += spent.compute_input_ns
+            timing.compute_infer_ns += spent.compute_infer_ns
+            timing.compute_output_ns += spent.compute_output_ns
+        return {name: tensors[name] for name in outputs}
+
+    async def _run(
+        self,
+        models: dict[int, StepModel],
+        inputs: Outputs,
+        priority: int | None,
+        timeout_us: int | None,
+        timing: RequestTiming,
+    ) -> Outputs:
+        tensors = dict(inputs)
+        for wave in self.plan.waves:
+            if len(wave) == 1:  # a chain: no task per step, the common case
+                results = [await self._step(wave[0], models, tensors, priority, timeout_us, timing=timing)]
+            else:
+                results = await asyncio.gather(
+                    *(self._step(step, models, tensors, priority, timeout_us, timing=timing) for step in wave)
+                )
+            for step, outputs in zip(wave, results, strict=True):
+                for model_output, tensor in step.output_map.items():
+                    tensors[tensor] = outputs[model_output]
+        return tensors
+
+    async def _step(
+        self,
+        step: Step,
+        models: dict[int, StepModel],
+        tensors: Outputs,
+        priority: int | None,
+        timeout_us: int | None,
+        timing: RequestTiming,
+    ) -> Outputs:
+        args = {model_input: tensors[tensor] for model_input, tensor in step.input_map.items()}
+        return await self._run_step(step, models[step.index], args, priority, timeout_us, timing=timing)
+
+    async def _run_step(
+        self,
+        step: Step,
+        model: StepModel,
+        args: Outputs,
+        priority: int | None,
+        timeout_us: int | None,
+        timing: RequestTiming,
+    ) -> Outputs:
+        """One step's request through the composing model's scheduler, split to its max_batch_size."""
+        names = list(step.output_map)
+        try:
+            scheduler = model.scheduler
+            if scheduler is None:
+                raise Unavailable(f"model '{model.name}' has no scheduler")
+            if model.max_batch_size <= 0:
+                return await scheduler.submit(args, names, 1, priority, timeout_us, timing=timing)
+            items = _batch_items(args)
+            if items == 0:
+                return {name: _empty(model.outputs[name]) for name in names}
+            chunk = model.max_batch_size
+            if items <= chunk:
+                return await scheduler.submit(args, names, items, priority, timeout_us, timing=timing)
+            parts = await asyncio.gather(
+                *(
+                    scheduler.submit(
+                        {k: v[start : start + chunk] for k, v in args.items()},
+                        names,
+                        min(chunk, items - start),
+                        priority,
+                        timeout_us,
+                        timing=timing,
+                    )
+                    for start in range(0, items, chunk)
+                )
+            )
+            return {name: np.concatenate([part[name] for part in parts]) for name in names}
+        except FerryError as exc:
+            message = f"ensemble '{self.plan.name}' {step.label}: {exc.message}"
+            if isinstance(exc, Unavailable):
+                raise Unavailable(message, retry_after=exc.retry_after) from None
+            raise FerryError(message, exc.kind) from None
+        except Exception as exc:  # an engine's own error: still say which step it came from
+            raise FerryError(f"ensemble '{self.plan.name}' {step.label} failed: {exc}") from exc
+
+
+def _batch_items(args: Outputs) -> int:
+    """The batch size the step's inputs agree on (their first dimension)."""
+    sizes = {name: array.shape[0] if array.ndim else -1 for name, array in args.items()}
+    if len(set(sizes.values())) != 1 or -1 in sizes.values():
+        raise FerryError("step inputs disagree on the batch size: " + ", ".join(f"{n}={s}" for n, s in sizes.items()))
+    return next(iter(sizes.values()))
+
+
+def _empty(spec: TensorSpec) -> np.ndarray:
+    """An output with no items (a batch of zero detections), typed as the config declares."""
+    return np.empty((0, *(max(d, 0) for d in spec.dims)), dtype=numpy_dtype(spec.datatype))

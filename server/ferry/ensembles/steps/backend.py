@@ -1,0 +1,111 @@
+"""The ``ferry_vision`` backend: a vision step's instance, built from its config.
+
+A step needs no model file: the version directory only marks which versions exist. Its inputs
+and outputs must be declared in the config (there is no file to complete them from); each step
+kind checks the tensor names it needs at load.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+from google.protobuf import text_format
+from google.protobuf.message import Message
+
+from ferry_client.codec import datatype_from_config
+from ferry_client.protocol import model_config_pb2 as mc
+
+from ...backends.base import InstanceSpec, ModelIO, TensorInfo, config_parameter
+from ...errors import ModelLoadError
+from . import STEP_PARAMETER
+
+PLATFORM = "ferry_vision"
+
+
+class StepRun(Protocol):
+    def __call__(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]: ...
+
+
+@dataclass
+class StepInstance:
+    """One instance of a vision step (the Instance protocol of ``backends.base``)."""
+
+    spec: InstanceSpec
+    io: ModelIO
+    run: StepRun
+    device: str = "cpu"
+
+    def close(self) -> None:
+        """Nothing to free: a step holds no engine."""
+
+
+def tensor_dims(config: mc.ModelConfig, kind: str, name: str) -> tuple[int, ...]:
+    """The declared dims (without the batch dimension) of a tensor the step needs."""
+    for tensor in getattr(config, kind):
+        if tensor.name == name:
+            return tuple(tensor.dims)
+    declared = ", ".join(t.name for t in getattr(config, kind)) or "none"
+    raise ModelLoadError(f"needs {kind} '{name}' (declared: {declared})")
+
+
+def tensor_datatype(config: mc.ModelConfig, kind: str, name: str) -> str:
+    tensor = next(t for t in getattr(config, kind) if t.name == name)
+    return datatype_from_config(mc.DataType.Name(tensor.data_type))
+
+
+def settings(config: mc.ModelConfig, key: str, message: type[Message]) -> Message:
+    """A ``parameters`` entry holding a Ferry pipeline message in text format (e.g. FerryPreprocess)."""
+    text = config_parameter(config, key)
+    parsed = message()
+    if text is None:
+        return parsed
+    try:
+        text_format.Parse(text, parsed)
+    except text_format.ParseError as exc:
+        raise ModelLoadError(f"parameters '{key}': {exc}") from None
+    if isinstance(parsed, mc.FerryPreprocess) and parsed.device == mc.FerryPreprocess.GPU:
+        raise ModelLoadError(f"parameters '{key}': device: GPU is not supported in a vision step (CPU only)")
+    return parsed
+
+
+def _io(config: mc.ModelConfig) -> ModelIO:
+    batched = config.max_batch_size > 0
+
+    def info(tensor) -> TensorInfo:
+        dims = tuple(None if d == -1 else d for d in tensor.dims)
+        return TensorInfo(
+            tensor.name, datatype_from_config(mc.DataType.Name(tensor.data_type)), (None, *dims) if batched else dims
+        )
+
+    return ModelIO([info(t) for t in config.input], [info(t) for t in config.output])
+
+
+class VisionStepBackend:
+    """Creates vision step instances (``backend: "ferry_vision"``)."""
+
+    platform = PLATFORM
+    name = PLATFORM
+    default_filename = ""
+
+    def model_filename(self, config: mc.ModelConfig) -> str:
+        return ""
+
+    def gpu_available(self) -> bool:
+        return False
+
+    def create_instance(self, model_file: Path, config: mc.ModelConfig, spec: InstanceSpec) -> StepInstance:
+        from .registry import step_factory
+
+        kind = config_parameter(config, STEP_PARAMETER)
+        make: Callable[[mc.ModelConfig], StepRun] = step_factory(kind)
+        if not config.input or not config.output:
+            raise ModelLoadError(f"vision step '{kind}': declare its inputs and outputs in config.pbtxt")
+        try:
+            run = make(config)
+        except ModelLoadError as exc:
+            raise ModelLoadError(f"vision step '{kind}': {exc.message}") from None
+        return StepInstance(spec, _io(config), run)

@@ -1,0 +1,60 @@
+"""``detection``: a detector's raw outputs -> boxes in original pixels after NMS, padded per image.
+
+The outputs follow the common fixed-size convention (as TensorRT's EfficientNMS): ``num_detections``
+[1], ``detection_boxes`` [D, 4] (x1, y1, x2, y2), ``detection_scores`` [D], ``detection_classes`` [D]
+(-1 past the count), where D, the dims of ``detection_boxes``, caps the detections per image.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ferry_client.protocol import model_config_pb2 as mc
+
+from ...errors import ModelLoadError
+from ...pipelines.detection import decode_detections
+from .backend import StepRun, settings, tensor_dims
+from .images import require
+from .transforms import TRANSFORM_WIDTH, unpack
+
+
+def detection_step(config: mc.ModelConfig) -> StepRun:
+    spec = settings(config, "detection", mc.FerryDetection)
+    raw = list(spec.outputs) or [t.name for t in config.input if t.name != "TRANSFORM"]
+    for name in raw:
+        tensor_dims(config, "input", name)
+    require(config, "input", "TRANSFORM", "FP64", (TRANSFORM_WIDTH,))
+    limit = tensor_dims(config, "output", "detection_boxes")[0]
+    if limit < 1:
+        raise ModelLoadError("output 'detection_boxes' needs fixed dims [D, 4] (D: detections per image)")
+    require(config, "output", "detection_boxes", "FP32", (limit, 4))
+    require(config, "output", "detection_scores", "FP32", (limit,))
+    require(config, "output", "detection_classes", "INT32", (limit,))
+    require(config, "output", "num_detections", "INT32", (1,))
+    if spec.max_detections > limit:
+        raise ModelLoadError(
+            f"detection.max_detections {spec.max_detections} exceeds the {limit} rows of detection_boxes"
+        )
+
+    def run(inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+        transforms = unpack(inputs["TRANSFORM"])
+        found = decode_detections(inputs, spec, raw, transforms, None, max_detections=spec.max_detections or limit)
+        count = len(found)
+        boxes = np.zeros((count, limit, 4), np.float32)
+        scores = np.zeros((count, limit), np.float32)
+        classes = np.full((count, limit), -1, np.int32)
+        numbers = np.zeros((count, 1), np.int32)
+        for image, detections in enumerate(found):
+            numbers[image, 0] = len(detections)
+            for row, detection in enumerate(detections):
+                boxes[image, row] = detection.box
+                scores[image, row] = detection.score
+                classes[image, row] = detection.class_id
+        return {
+            "num_detections": numbers,
+            "detection_boxes": boxes,
+            "detection_scores": scores,
+            "detection_classes": classes,
+        }
+
+    return run
