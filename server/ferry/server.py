@@ -21,6 +21,7 @@ from .api.dataplane import DataPlane
 from .api.grpc import create_grpc_server
 from .api.grpc_limits import GrpcLimits
 from .api.http import create_http_app
+from .api.http_fast import InferFastPath
 from .api.limits import Limits
 from .api.logging_ext import LoggingControl
 from .api.trace_ext import RequestTracing, file_exporter, otlp_exporter
@@ -108,7 +109,7 @@ class FerryServer:
             app = create_http_app(self.plane, s.http_max_body_bytes, s.max_response_bytes)
             if s.dashboard:
                 mount_dashboard(app, self.plane, self.metrics.registry)
-            app = self.security.http_app(app)
+            app = self.security.http_app(InferFastPath(app, self.plane, s.http_max_body_bytes, s.max_response_bytes))
             config = uvicorn.Config(
                 app,
                 host=s.host,

@@ -12,7 +12,7 @@ from ferry_client.perf import inputs as perf_inputs
 from ferry_client.perf import server_stats
 from ferry_client.perf.measure import WindowStats, is_stable, split_windows, window_stats
 from ferry_client.perf.ranges import parse_range
-from ferry_client.perf.report import table, write_csv, write_json
+from ferry_client.perf.report import client_limit_note, table, write_csv, write_json
 from ferry_client.perf.runner import StepPlan, StepResult, split_load
 from ferry_client.perf.wire import encode_requests
 
@@ -202,6 +202,23 @@ def test_reports_table_csv_json(tmp_path) -> None:
     write_json(tmp_path / "r.json", [step, empty], {"model": "m"})
     document = json.loads((tmp_path / "r.json").read_text())
     assert document["steps"][1]["p50_us"] is None and document["steps"][0]["server"]["requests"] == 2
+
+
+def test_steps_the_client_limited_are_named_under_the_table(tmp_path) -> None:
+    window = window_stats(np.array([1000.0, 2000.0]), 0, 1.0)
+
+    def step(value: int, busiest: float) -> StepResult:
+        return StepResult("concurrency", value, window, [window], True, 2, 0, 0, {}, busiest, client_cores=busiest * 2)
+
+    free, saturated = step(4, 0.5), step(16, 0.95)
+    assert client_limit_note([free]) is None
+    note = client_limit_note([free, saturated])
+    assert note is not None and "concurrency 16 " in note and " 4" not in note
+    header, *rows = table([free, saturated]).splitlines()
+    assert header.split()[-2:] == ["client_cores", "client_limited"]
+    assert rows[0].split()[-1] == "False" and rows[1].split()[-2:] == ["1.90", "True"]
+    write_json(tmp_path / "r.json", [saturated], {"model": "m"})
+    assert json.loads((tmp_path / "r.json").read_text())["steps"][0]["client_limited"] is True
 
 
 def _perf(argv: list[str], capsys) -> tuple[int, str]:

@@ -141,6 +141,79 @@ async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T | None
         watcher.cancel()
 
 
+def ferry_error_response(request: Request, exc: FerryError) -> Response:
+    """A Ferry error as its status code and ``{"error": ...}``, with Retry-After when it has one."""
+    response = error_response(exc.message, exc.http_status)
+    retry_after = getattr(exc, "retry_after", None)
+    if retry_after is not None:
+        response.headers["Retry-After"] = str(max(1, round(retry_after)))
+    return response
+
+
+def _http_error_response(_: Request, exc: StarletteHTTPException) -> Response:
+    return error_response(str(exc.detail), exc.status_code)
+
+
+def _validation_error_response(_: Request, exc: RequestValidationError) -> Response:
+    return error_response(f"invalid request: {exc.errors()}", 400)
+
+
+def client_gone_response(request: Request, _: ClientDisconnect) -> Response:
+    log.info("%s %s: the client disconnected before sending the whole body", request.method, request.url.path)
+    return Response(status_code=499)  # nobody reads it
+
+
+def unexpected_error_response(_: Request, exc: Exception) -> Response:
+    log.exception("unexpected error", exc_info=exc)
+    response = error_response(f"internal error: {exc}", 500)
+    response.headers["Connection"] = "close"  # the server is in an unknown state for this connection
+    return response
+
+
+def error_to_response(request: Request, exc: Exception) -> Response:
+    """The response the REST app's exception handlers give ``exc``, for routes served outside it."""
+    if isinstance(exc, FerryError):
+        return ferry_error_response(request, exc)
+    if isinstance(exc, ClientDisconnect):
+        return client_gone_response(request, exc)
+    return unexpected_error_response(request, exc)
+
+
+def _as_handler(function: Callable[[Request, Any], Response]) -> Callable[[Request, Any], Awaitable[Response]]:
+    async def handler(request: Request, exc: Any) -> Response:
+        return function(request, exc)
+
+    return handler
+
+
+async def infer_response(
+    plane: DataPlane, model: str, version: str, request: Request, max_body_bytes: int, max_response_bytes: int
+) -> Response:
+    """``POST .../infer``: admit, read and decode the body, run the model, encode and compress."""
+    plane.admission.check_room(_declared_length(request))
+    with plane.admission.admit() as ticket:
+        body = await _read_body(request, max_body_bytes, ticket)
+        infer_request = await _off_loop_if_large(
+            len(body), decode_infer_request, model, version, body, request.headers.get(HEADER_LENGTH), plane.limits
+        )
+        del body  # the tensors are views of it where possible; drop the name early
+        response = await _unless_disconnected(request, plane.infer(infer_request))
+        if response is None:
+            return Response(status_code=499)  # the caller is gone; nobody reads this
+        reserve_response(response, max_response_bytes, ticket, binary_only=False)
+        payload, header_length = await _off_loop_if_large(
+            estimated_size(response, binary_only=False), encode_infer_response, response
+        )
+    headers = {} if header_length is None else {HEADER_LENGTH: str(header_length)}
+    payload, encoding = await _off_loop_if_large(
+        len(payload), compress_response, payload, request.headers.get("accept-encoding")
+    )
+    if encoding:
+        headers["Content-Encoding"] = encoding
+    media_type = JSON if header_length is None else "application/octet-stream"
+    return Response(payload, media_type=media_type, headers=headers)
+
+
 def create_http_app(
     plane: DataPlane, max_body_bytes: int = 256 * 1024 * 1024, max_response_bytes: int = 256 * 1024 * 1024
 ) -> FastAPI:
@@ -154,33 +227,11 @@ def create_http_app(
     )
     mount_docs(app)
 
-    @app.exception_handler(FerryError)
-    async def _ferry_error(_: Request, exc: FerryError) -> Response:
-        response = error_response(exc.message, exc.http_status)
-        retry_after = getattr(exc, "retry_after", None)
-        if retry_after is not None:
-            response.headers["Retry-After"] = str(max(1, round(retry_after)))
-        return response
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http_error(_: Request, exc: StarletteHTTPException) -> Response:
-        return error_response(str(exc.detail), exc.status_code)
-
-    @app.exception_handler(RequestValidationError)
-    async def _validation_error(_: Request, exc: RequestValidationError) -> Response:
-        return error_response(f"invalid request: {exc.errors()}", 400)
-
-    @app.exception_handler(ClientDisconnect)
-    async def _client_gone(request: Request, _: ClientDisconnect) -> Response:
-        log.info("%s %s: the client disconnected before sending the whole body", request.method, request.url.path)
-        return Response(status_code=499)  # nobody reads it
-
-    @app.exception_handler(Exception)
-    async def _unexpected(_: Request, exc: Exception) -> Response:
-        log.exception("unexpected error")
-        response = error_response(f"internal error: {exc}", 500)
-        response.headers["Connection"] = "close"  # the server is in an unknown state for this connection
-        return response
+    app.add_exception_handler(FerryError, _as_handler(ferry_error_response))
+    app.add_exception_handler(StarletteHTTPException, _as_handler(_http_error_response))
+    app.add_exception_handler(RequestValidationError, _as_handler(_validation_error_response))
+    app.add_exception_handler(ClientDisconnect, _as_handler(client_gone_response))
+    app.add_exception_handler(Exception, _as_handler(unexpected_error_response))
 
     # --- protocol extensions: trace settings, logging ------------------------------------------
 
@@ -234,28 +285,7 @@ def create_http_app(
     @app.post("/v2/models/{model}/infer", openapi_extra=INFER_BODY)
     @app.post("/v2/models/{model}/versions/{version}/infer", openapi_extra=INFER_BODY)
     async def infer(model: str, request: Request, version: str = "") -> Response:
-        plane.admission.check_room(_declared_length(request))
-        with plane.admission.admit() as ticket:
-            body = await _read_body(request, max_body_bytes, ticket)
-            infer_request = await _off_loop_if_large(
-                len(body), decode_infer_request, model, version, body, request.headers.get(HEADER_LENGTH), plane.limits
-            )
-            del body  # the tensors are views of it where possible; drop the name early
-            response = await _unless_disconnected(request, plane.infer(infer_request))
-            if response is None:
-                return Response(status_code=499)  # the caller is gone; nobody reads this
-            reserve_response(response, max_response_bytes, ticket, binary_only=False)
-            payload, header_length = await _off_loop_if_large(
-                estimated_size(response, binary_only=False), encode_infer_response, response
-            )
-        headers = {} if header_length is None else {HEADER_LENGTH: str(header_length)}
-        payload, encoding = await _off_loop_if_large(
-            len(payload), compress_response, payload, request.headers.get("accept-encoding")
-        )
-        if encoding:
-            headers["Content-Encoding"] = encoding
-        media_type = JSON if header_length is None else "application/octet-stream"
-        return Response(payload, media_type=media_type, headers=headers)
+        return await infer_response(plane, model, version, request, max_body_bytes, max_response_bytes)
 
     # --- image endpoints ----------------------------------------------------------------------
 

@@ -271,6 +271,8 @@ def _numpy_type(ort_type: str) -> type:
 class OnnxRuntimeInstance:
     """One ORT session. ``run`` releases the GIL inside ORT, so instances run in parallel threads."""
 
+    inline_when_fast = True  # run waits on nothing but compute: see scheduling.scheduler.INLINE_BELOW_NS
+
     def __init__(self, model_file: Path, config: mc.ModelConfig, spec: InstanceSpec) -> None:
         self.spec = spec
         options = ort.SessionOptions()

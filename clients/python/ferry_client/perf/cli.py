@@ -19,7 +19,7 @@ from .inputs import (
     random_samples,
 )
 from .ranges import parse_range
-from .report import table, write_csv, write_json, write_plot
+from .report import client_limit_note, table, write_csv, write_json, write_plot
 from .runner import StepPlan, StepResult, WorkerPool, default_processes, progress_printer, run_step
 from .wire import Security, encode_requests, fast_http_available
 from .worker import WorkerConfig
@@ -269,17 +269,17 @@ def _run_perf(args: argparse.Namespace) -> int:
             for seed, value in enumerate(values):
                 steps.append(run_step(pool, mode, value, plan, seed, statistics, show))
                 last = steps[-1]
-                if last.client_cpu > 0.9:
-                    show(
-                        f"  warning: a worker used {last.client_cpu:.0%} of a core; the tool may be the "
-                        "bottleneck (raise --processes)"
-                    )
+                if last.client_limited:
+                    show(f"  warning: a worker used {last.client_cpu:.0%} of a core; the tool was the limit")
                 if last.server is not None and last.server.requests != last.client_requests:
                     show(
                         f"  note: the server counted {last.server.requests} successful requests, the tool "
                         f"{last.client_requests} (other clients active?)"
                     )
     print(table(steps))
+    note = client_limit_note(steps)
+    if note is not None:
+        print(note)
     meta = {
         "model": args.model,
         "version": args.model_version,

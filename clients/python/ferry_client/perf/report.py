@@ -27,6 +27,8 @@ _COLUMNS = (
     ("client_requests", "{:d}"),
     ("server_requests", "{:d}"),
     ("client_cpu", "{:.0%}"),
+    ("client_cores", "{:.2f}"),
+    ("client_limited", "{}"),
 )
 
 
@@ -54,6 +56,8 @@ def row(step: StepResult) -> dict[str, Any]:
         "client_requests": step.client_requests,
         "server_requests": server.requests if server else -1,
         "client_cpu": step.client_cpu,
+        "client_cores": step.client_cores,
+        "client_limited": step.client_limited,
         "delayed": step.delayed,
     }
 
@@ -75,6 +79,18 @@ def table(steps: Sequence[StepResult]) -> str:
     out = ["  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True))]
     out += ["  ".join(c.rjust(w) for c, w in zip(line, widths, strict=True)) for line in lines]
     return "\n".join(out)
+
+
+def client_limit_note(steps: Sequence[StepResult]) -> str | None:
+    """A line under the table naming the steps whose pace the tool itself set, or None."""
+    limited = [f"{step.value:g}" for step in steps if step.client_limited]
+    if not limited:
+        return None
+    return (
+        f"note: the client was the limit at {steps[0].mode} {', '.join(limited)} (a worker process used "
+        "more than 90% of a core): these figures understate the server; raise --processes or run the tool "
+        "on another machine"
+    )
 
 
 def write_csv(path: Path, steps: Sequence[StepResult]) -> None:

@@ -40,6 +40,10 @@ class StepPlan:
     max_outstanding: int = 1024
 
 
+#: A worker process using this much of one core is saturated (one interpreter cannot use more).
+CLIENT_LIMIT_CPU = 0.9
+
+
 @dataclass
 class StepResult:
     mode: str  # "concurrency" or "rate"
@@ -54,6 +58,12 @@ class StepResult:
     client_cpu: float  # busiest worker's CPU use, as a fraction of one core
     server: server_stats.ServerBreakdown | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    client_cores: float = 0.0  # all workers' CPU use together, in cores (taken from a server on the same host)
+
+    @property
+    def client_limited(self) -> bool:
+        """A worker ran near a full core: the tool, not the server, set the pace of this step."""
+        return self.client_cpu >= CLIENT_LIMIT_CPU
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -66,6 +76,8 @@ class StepResult:
             "delayed": self.delayed,
             "failures": self.failures,
             "client_cpu": self.client_cpu,
+            "client_cores": self.client_cores,
+            "client_limited": self.client_limited,
             "windows": [w.as_dict() for w in self.windows],
             "server": self.server.as_dict() if self.server else None,
         }
@@ -248,6 +260,7 @@ def run_step(
         delayed=sum(t["delayed"] for t in totals),
         failures=failures,
         client_cpu=max((t["cpu_s"] for t in totals), default=0.0) / elapsed,
+        client_cores=sum(t["cpu_s"] for t in totals) / elapsed,
     )
     if statistics is not None and before is not None:
         result.server = server_stats.breakdown(before, statistics())

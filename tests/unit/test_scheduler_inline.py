@@ -1,0 +1,106 @@
+"""Batches of a model whose executions take microseconds run on the event loop's thread.
+
+Each test causes "fast" or "slow": the threshold is patched per phase, and a slow execution burns
+a fixed amount of its thread's CPU time, which a busy machine cannot shrink."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from ferry.backends.base import InstanceSpec, ModelIO
+from ferry.scheduling import scheduler as scheduling
+from ferry.scheduling.policy import SchedulingPolicy
+from ferry.scheduling.scheduler import INLINE_AFTER_RUNS, Scheduler
+from ferry.statistics import ModelStats
+
+
+class ThreadRecordingInstance:
+    """Doubles its input and records which thread ran each execution."""
+
+    def __init__(self, inline_when_fast: bool) -> None:
+        self.spec = InstanceSpec(name="i0", kind="CPU")
+        self.io = ModelIO([], [])
+        self.device = "cpu"
+        self.inline_when_fast = inline_when_fast
+        self.threads: list[int] = []
+        self.burn_cpu_ns = 0  # CPU time the next execution spends
+
+    def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+        self.threads.append(threading.get_ident())
+        started = time.thread_time_ns()
+        while time.thread_time_ns() - started < self.burn_cpu_ns:
+            pass
+        self.burn_cpu_ns = 0
+        if np.isnan(inputs["x"]).any():
+            raise ValueError("NaN in input")
+        return {"y": inputs["x"] * 2}
+
+    def close(self) -> None:
+        pass
+
+
+async def _one(s: Scheduler, value: float = 1.0) -> np.ndarray:
+    outputs = await s.submit({"x": np.full((1, 3), value, np.float32)}, ["y"], 1)
+    return outputs["y"]
+
+
+async def _scheduler(instance: ThreadRecordingInstance) -> Scheduler:
+    s = Scheduler("m", [instance], ModelStats("m", "1"), SchedulingPolicy(max_batch_size=8))
+    s.start()
+    return s
+
+
+async def test_fast_model_moves_to_the_loop_thread_and_back_when_slow(monkeypatch: pytest.MonkeyPatch) -> None:
+    loop_thread = threading.get_ident()
+    instance = ThreadRecordingInstance(inline_when_fast=True)
+    s = await _scheduler(instance)
+    try:
+        monkeypatch.setattr(scheduling, "INLINE_BELOW_NS", 10**12)  # every execution counts as fast
+        for _ in range(INLINE_AFTER_RUNS):
+            assert not s.runs_inline
+            np.testing.assert_array_equal(await _one(s), np.full((1, 3), 2.0))
+        assert loop_thread not in instance.threads  # measured on the pool first
+        assert s.runs_inline
+        np.testing.assert_array_equal(await _one(s), np.full((1, 3), 2.0))
+        assert instance.threads[-1] == loop_thread
+
+        monkeypatch.setattr(scheduling, "INLINE_BELOW_NS", 10_000_000)  # 10 ms
+        instance.burn_cpu_ns = 100_000_000  # one execution of 100 ms lifts the average above 10 ms
+        await _one(s)
+        assert instance.threads[-1] == loop_thread and not s.runs_inline
+        await _one(s)
+        assert instance.threads[-1] != loop_thread  # back on the pool
+    finally:
+        await s.stop()
+
+
+async def test_an_inline_failure_fails_only_its_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    instance = ThreadRecordingInstance(inline_when_fast=True)
+    s = await _scheduler(instance)
+    try:
+        monkeypatch.setattr(scheduling, "INLINE_BELOW_NS", 10**12)
+        for _ in range(INLINE_AFTER_RUNS):
+            await _one(s)
+        assert s.runs_inline
+        with pytest.raises(Exception, match="NaN"):
+            await _one(s, float("nan"))
+        np.testing.assert_array_equal(await _one(s), np.full((1, 3), 2.0))
+    finally:
+        await s.stop()
+
+
+async def test_an_instance_that_does_not_declare_it_never_runs_inline(monkeypatch: pytest.MonkeyPatch) -> None:
+    loop_thread = threading.get_ident()
+    instance = ThreadRecordingInstance(inline_when_fast=False)
+    s = await _scheduler(instance)
+    try:
+        monkeypatch.setattr(scheduling, "INLINE_BELOW_NS", 10**12)
+        for _ in range(INLINE_AFTER_RUNS + 2):
+            await _one(s)
+        assert not s.runs_inline and loop_thread not in instance.threads
+    finally:
+        await s.stop()
