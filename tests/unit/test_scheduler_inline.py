@@ -104,3 +104,23 @@ async def test_an_instance_that_does_not_declare_it_never_runs_inline(monkeypatc
         assert not s.runs_inline and loop_thread not in instance.threads
     finally:
         await s.stop()
+
+
+async def test_a_much_larger_batch_than_measured_runs_on_the_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fast model still sends an unusually large request to the pool: it must not stall the loop."""
+    loop_thread = threading.get_ident()
+    instance = ThreadRecordingInstance(inline_when_fast=True)
+    s = await _scheduler(instance)
+    try:
+        monkeypatch.setattr(scheduling, "INLINE_BELOW_NS", 10**12)
+        for _ in range(INLINE_AFTER_RUNS):
+            await _one(s)
+        assert s.runs_inline
+        await _one(s)
+        assert instance.threads[-1] == loop_thread
+        big = np.ones((1, 3 * 1000), np.float32)  # 1000x the bytes of the measured executions
+        outputs = await s.submit({"x": big}, ["y"], 1)
+        np.testing.assert_array_equal(outputs["y"], big * 2)
+        assert instance.threads[-1] != loop_thread
+    finally:
+        await s.stop()

@@ -41,6 +41,10 @@ SCAN_LIMIT = 1024
 INLINE_BELOW_NS = 200_000  # the tiny model: ~40 us idle on 2 cores (ORT run + split), ~2x under load
 #: Executions measured (on the pool) before a model may run inline; also the span of the average.
 INLINE_AFTER_RUNS = 8
+#: A batch whose inputs hold more bytes than this many times the measured average goes to the pool
+#: whatever the average CPU time says: a large request to a usually tiny dynamic-shape model must
+#: not run on the event loop and stall every other client.
+INLINE_MAX_BYTES_FACTOR = 2
 
 Outputs = dict[str, np.ndarray]
 
@@ -153,6 +157,7 @@ class Scheduler:
         self._may_inline = all(getattr(i, "inline_when_fast", False) for i in self.instances)
         self._runs = 0
         self._cpu_ns = 0.0  # moving average of an execution's CPU time
+        self._input_bytes = 0.0  # moving average of an execution's input bytes
         self._form_lock = asyncio.Lock()
         self._arrived = asyncio.Event()
         self._closing = False
@@ -347,7 +352,7 @@ class Scheduler:
                 if pending.timeline is not None:
                     pending.timeline.compute_start = started
             try:
-                if self.runs_inline:
+                if self.runs_inline and _input_bytes(batch) <= INLINE_MAX_BYTES_FACTOR * self._input_bytes:
                     results = self._run_batch(instance, batch)
                 else:
                     results = await loop.run_in_executor(self._executor, self._run_batch, instance, batch)
@@ -419,7 +424,9 @@ class Scheduler:
                     )
         t3 = time.perf_counter_ns()
         self._runs += 1
-        self._cpu_ns += (time.thread_time_ns() - cpu0 - self._cpu_ns) / min(self._runs, INLINE_AFTER_RUNS)
+        span = min(self._runs, INLINE_AFTER_RUNS)
+        self._cpu_ns += (time.thread_time_ns() - cpu0 - self._cpu_ns) / span
+        self._input_bytes += (_input_bytes(batch) - self._input_bytes) / span
         for pending in batch:
             pending.compute_ns = (t1 - t0, t2 - t1, t3 - t2)
         self.stats.record_execution(total, len(batch), t1 - t0, t2 - t1, t3 - t2)
@@ -461,3 +468,7 @@ def _as_request_error(model: str, exc: BaseException) -> FerryError:
         return exc
     log.warning("model '%s': inference failed: %s", model, exc)
     return FerryError(f"inference failed: {exc}")
+
+
+def _input_bytes(batch: list[Pending]) -> int:
+    return sum(array.nbytes for pending in batch for array in pending.inputs.values())
