@@ -1,9 +1,11 @@
 """Decoded detections as V2 outputs: a detection model sent encoded images over V2 infer (REST and
 gRPC, real ``tritonclient``) returns ``detection_boxes`` & co when asked for them by name, the
-same faces /detect returns and MediaPipe's BlazeFace reference, within 1 px."""
+same faces /detect returns and MediaPipe's BlazeFace reference, within 1 px (``face_detector``,
+one image per execution, with keypoints); ``digit_detector`` covers a batching model without."""
 
 from __future__ import annotations
 
+import io
 import shutil
 from collections.abc import Iterator
 from typing import Any
@@ -13,14 +15,16 @@ import numpy as np
 import pytest
 import tritonclient.grpc as tgrpc
 import tritonclient.http as thttp
+from PIL import Image
 from tritonclient.utils import InferenceServerException
 
-from ..conftest import MODEL_REPO, RunningServer, start_server
+from ..conftest import MODEL_REPO, RunningServer, detector_module, start_server
 from .test_real_models import PIXEL_TOLERANCE, SCORE_TOLERANCE, matched, reference, reference_module
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 MODEL = "face_detector"
+BATCHING = "digit_detector"
 DECODED = ["num_detections", "detection_boxes", "detection_scores", "detection_classes", "detection_keypoints"]
 LIMIT = 100  # the config leaves max_detections at 0: the server default
 KEYPOINTS = 6
@@ -29,7 +33,8 @@ KEYPOINTS = 6
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     repo = tmp_path_factory.mktemp("detout") / "models"
-    shutil.copytree(MODEL_REPO / MODEL, repo / MODEL)
+    for model in (MODEL, BATCHING):
+        shutil.copytree(MODEL_REPO / model, repo / model)
     running = start_server(repo, repo.parent / "server.log")
     yield running
     running.stop()
@@ -158,3 +163,40 @@ def test_metadata_lists_the_decoded_outputs(server: RunningServer) -> None:
     assert [o["name"] for o in over_http] == ["regressors", "classificators", *DECODED]
     assert {o["name"]: (o["datatype"], o["shape"]) for o in over_http[2:]} == expected
     assert {o.name: (o.datatype, list(o.shape)) for o in over_grpc[2:]} == expected
+
+
+def test_decoded_detections_of_a_batching_model_equal_detect(server: RunningServer) -> None:
+    """Three synthetic digit scenes in one batch: the tensors hold /detect's digits, no keypoints."""
+    encoded = []
+    for scene in detector_module().held_out_scenes(count=3):
+        buffer = io.BytesIO()
+        Image.fromarray(scene.image).save(buffer, format="PNG")
+        encoded.append(buffer.getvalue())
+    with httpx.Client(base_url=f"http://{server.http_url}", timeout=60) as client:
+        response = client.post(
+            f"/v2/models/{BATCHING}/detect", files=[("images", (f"{i}.png", d)) for i, d in enumerate(encoded)]
+        )
+    assert response.status_code == 200, response.text
+    detected = [result["detections"] for result in response.json()["results"]]
+    tensor = thttp.InferInput("images", [len(encoded)], "BYTES")
+    tensor.set_data_from_numpy(np.array(encoded, dtype=object))
+    client = thttp.InferenceServerClient(server.http_url, network_timeout=60)
+    names = DECODED[:-1]
+    result = client.infer(BATCHING, [tensor], outputs=[thttp.InferRequestedOutput(name) for name in names])
+    assert result.as_numpy("detection_boxes").shape == (3, 100, 4)
+    assert [int(n) for n in result.as_numpy("num_detections")[:, 0]] == [len(found) for found in detected]
+    assert sum(len(found) for found in detected) > 3  # digits in every scene: not vacuous
+    for image, found in enumerate(detected):
+        count = len(found)
+        assert result.as_numpy("detection_classes")[image, :count].tolist() == [d["class_id"] for d in found]
+        np.testing.assert_allclose(
+            result.as_numpy("detection_scores")[image, :count], [d["score"] for d in found], atol=1e-6
+        )
+        np.testing.assert_allclose(
+            result.as_numpy("detection_boxes")[image, :count], [d["box"] for d in found], atol=0.006
+        )
+    with pytest.raises(InferenceServerException) as caught:
+        client.infer(BATCHING, [tensor], outputs=[thttp.InferRequestedOutput("detection_keypoints")])
+    assert caught.value.status() == "400" and "detection_keypoints" in caught.value.message()
+    metadata = client.get_model_metadata(BATCHING)["outputs"]
+    assert [o["name"] for o in metadata] == ["output0", *names]
