@@ -110,7 +110,6 @@ class DataPlane:
         }
         if model.pipeline is not None:  # decoded detections always have the image axis
             metadata["outputs"] += [_tensor_metadata(s, True) for s in model.pipeline.decoded_outputs.values()]
-        if model.pipeline is not None:
             metadata["parameters"] = _image_input_metadata(model)
         return metadata
 
@@ -167,6 +166,8 @@ class DataPlane:
         Outputs come back in the config's dims (``reshape`` undone), with the batch size. A model that
         cannot batch runs one execution per encoded image: then the outputs are stacked along a
         leading image axis and the batch size is the number of images (only then above 1).
+        Decoded detections (``pipeline.decoded_outputs``) need encoded images: the raw outputs the
+        decoder reads run too, and each image's transform maps the detections to its pixels.
         """
         pipeline = model.pipeline
         if pipeline is None:
