@@ -23,6 +23,7 @@ from ..caching import ResponseCache, images_key, request_key
 from ..ensembles.images import run_image_ensemble
 from ..errors import InvalidArgument
 from ..pipelines.postprocess import classification_strings
+from ..pipelines.preprocess import ImageTransform
 from ..pipelines.runtime import Prepared
 from ..pipelines.slices import ImageWork, prepare_in_slices
 from ..repository.config import TensorSpec
@@ -107,7 +108,8 @@ class DataPlane:
             "inputs": [_tensor_metadata(s, batched) for s in model.inputs.values()],
             "outputs": [_tensor_metadata(s, batched) for s in model.outputs.values()],
         }
-        if model.pipeline is not None:
+        if model.pipeline is not None:  # decoded detections always have the image axis
+            metadata["outputs"] += [_tensor_metadata(s, True) for s in model.pipeline.decoded_outputs.values()]
             metadata["parameters"] = _image_input_metadata(model)
         return metadata
 
@@ -140,8 +142,9 @@ class DataPlane:
         shared = {o.name: o.shared_memory for o in requested or () if o.shared_memory is not None}
         outputs = []
         has_image_axis = model.max_batch_size > 0 or batch_size > 1  # see _execute
+        decoded = model.pipeline.decoded_outputs if model.pipeline is not None else {}
         for name in names:
-            spec = model.outputs[name]
+            spec = model.outputs[name] if name in model.outputs else decoded[name]
             array = results[name]
             flag = binary.get(name)
             datatype = spec.datatype
@@ -163,12 +166,36 @@ class DataPlane:
         Outputs come back in the config's dims (``reshape`` undone), with the batch size. A model that
         cannot batch runs one execution per encoded image: then the outputs are stacked along a
         leading image axis and the batch size is the number of images (only then above 1).
+        Decoded detections (``pipeline.decoded_outputs``) need encoded images: the raw outputs the
+        decoder reads run too, and each image's transform maps the detections to its pixels.
         """
-        if model.pipeline is not None:
-            executions = await self._decode_image_input(model, request)
-            if len(executions) > 1:
-                return await self._execute_each_image(model, request, names, executions)
-        return await self._execute_tensors(model, request, names)
+        pipeline = model.pipeline
+        if pipeline is None:
+            return await self._execute_tensors(model, request, names)
+        executions, transforms = await self._decode_image_input(model, request)
+        decoded = [name for name in names if name in pipeline.decoded_outputs]
+        if decoded:
+            if not transforms:
+                if model.stats is not None:
+                    model.stats.record_failure(0, "OTHER")
+                raise InvalidArgument(
+                    f"outputs {', '.join(decoded)} of model '{model.name}' need encoded images (BYTES) in input "
+                    f"'{pipeline.input_name}': the original size of images sent as tensors is unknown"
+                )
+            raw = list(dict.fromkeys([n for n in names if n not in decoded] + pipeline.output_names))
+            request = dataclasses.replace(request, outputs=[o for o in request.outputs or () if o.name not in decoded])
+        else:
+            raw = names
+        if len(executions) > 1:
+            results, batch_size = await self._execute_each_image(model, request, raw, executions)
+        else:
+            results, batch_size = await self._execute_tensors(model, request, raw)
+        if decoded:
+            if model.max_batch_size == 0 and batch_size == 1:
+                results = {name: _as_batch_of_one(array) for name, array in results.items()}
+            results.update(pipeline.detection_tensors(results, transforms))
+            results = {name: results[name] for name in names}
+        return results, batch_size
 
     async def _execute_each_image(
         self, model: ModelVersion, request: InferenceRequest, names: list[str], executions: list[np.ndarray]
@@ -269,18 +296,21 @@ class DataPlane:
                 raise
             return replacement, await replacement.scheduler.submit(*args, **kwargs)
 
-    async def _decode_image_input(self, model: ModelVersion, request: InferenceRequest) -> list[np.ndarray]:
+    async def _decode_image_input(
+        self, model: ModelVersion, request: InferenceRequest
+    ) -> tuple[list[np.ndarray], list[ImageTransform]]:
         """Encoded images sent as BYTES to an image model's input become its pre-processed tensor.
 
         Returns the input tensor of each execution the images need: one for a model that batches
         (or for a single image), one per image for a model that cannot batch. The first is put in
-        the request; none when the input is not encoded images.
+        the request; none when the input is not encoded images. Also each image's transform, which
+        maps detections back to its pixels.
         """
         pipeline = model.pipeline
         assert pipeline is not None
         name = pipeline.input_name
         if request.input_datatypes.get(name) != "BYTES" or model.inputs[name].datatype == "BYTES":
-            return []
+            return [], []
         encoded = request.inputs[name]
         if encoded.ndim not in (1, 2) or (encoded.ndim == 2 and encoded.shape[1] != 1):
             raise InvalidArgument(
@@ -299,7 +329,7 @@ class DataPlane:
             executions = [tensor for _, tensor in pipeline.executions(prepared.batch)]
         request.inputs[name] = executions[0]
         request.input_datatypes[name] = pipeline.spec.datatype
-        return executions
+        return executions, prepared.transforms
 
     async def prepare_images(self, model: ModelVersion, images: list[bytes]) -> Prepared:
         """Decode and pre-process images in the worker pool, off the event loop.

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -23,7 +23,8 @@ from ..repository.config import TensorSpec
 from .classification import softmax, top_k
 from .decode import decode_image
 from .decoders import Decoder, InputSize
-from .detection import Detection, decode_detections, load_decoder
+from .detection import DEFAULT_MAX_DETECTIONS, Detection, decode_detections, load_decoder
+from .detection_tensors import detection_tensor_specs, detection_tensors
 from .preprocess import ImageTransform, Placement, PreprocessSpec, pixels_of, place, preprocess, to_model_mode
 
 DEFAULT_MAX_PIXELS = 40_000_000
@@ -57,6 +58,9 @@ class ImagePipeline:
     max_batch_size: int = 0
     #: The detector family's decoder, its output shapes checked at load (detection only).
     decoder: Decoder | None = None
+    #: The decoded detections a V2 infer request may ask for by name, besides the raw outputs
+    #: (``detection_tensors``; detection only, and never shadowing an output of the model).
+    decoded_outputs: dict[str, TensorSpec] = field(default_factory=dict)
 
     @classmethod
     def from_config(
@@ -95,7 +99,10 @@ class ImagePipeline:
                 raise ModelLoadError(f"ferry_image: output '{name}' is not an output of the model")
         batch_preprocessor = _gpu_preprocessor(spec, gpu) if spec.device == mc.FerryPreprocess.GPU else None
         decoder = None
+        decoded_outputs: dict[str, TensorSpec] = {}
         if detection is not None:
+            specs = detection_tensor_specs(_detection_limit(detection), int(detection.num_keypoints))
+            decoded_outputs = {name: spec for name, spec in specs.items() if name not in outputs}
             shapes = [_batched_shape(outputs[name].dims, config.max_batch_size > 0) for name in names]
             try:
                 decoder = load_decoder(detection, names, shapes, InputSize(spec.width, spec.height))
@@ -113,6 +120,7 @@ class ImagePipeline:
             tuple(input_dims),
             config.max_batch_size,
             decoder,
+            decoded_outputs,
         )
 
     @property
@@ -207,10 +215,23 @@ class ImagePipeline:
             self.decoder,
         )
 
+    def detection_tensors(
+        self, outputs: dict[str, np.ndarray], transforms: list[ImageTransform]
+    ) -> dict[str, np.ndarray]:
+        """``detect``'s detections (config thresholds) as the ``decoded_outputs`` tensors."""
+        assert self.detection is not None
+        found = self.detect(outputs, transforms)
+        return detection_tensors(found, _detection_limit(self.detection), int(self.detection.num_keypoints))
+
     def _label(self, index: int) -> str | None:
         if self.labels and index < len(self.labels):
             return self.labels[index]
         return None
+
+
+def _detection_limit(detection: mc.FerryDetection) -> int:
+    """K, the detection rows per image: the config's ``max_detections``, as ``detect`` applies it."""
+    return int(detection.max_detections) or DEFAULT_MAX_DETECTIONS
 
 
 def _batched_shape(dims: Sequence[int], batched: bool) -> tuple[int, ...]:

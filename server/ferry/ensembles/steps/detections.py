@@ -13,6 +13,7 @@ from ferry_client.protocol import model_config_pb2 as mc
 
 from ...errors import ModelLoadError
 from ...pipelines.detection import decode_detections
+from ...pipelines.detection_tensors import detection_tensors
 from .backend import StepRun, settings, tensor_dims
 from .images import require
 from .transforms import TRANSFORM_WIDTH, unpack
@@ -39,22 +40,6 @@ def detection_step(config: mc.ModelConfig) -> StepRun:
     def run(inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
         transforms = unpack(inputs["TRANSFORM"])
         found = decode_detections(inputs, spec, raw, transforms, None, max_detections=spec.max_detections or limit)
-        count = len(found)
-        boxes = np.zeros((count, limit, 4), np.float32)
-        scores = np.zeros((count, limit), np.float32)
-        classes = np.full((count, limit), -1, np.int32)
-        numbers = np.zeros((count, 1), np.int32)
-        for image, detections in enumerate(found):
-            numbers[image, 0] = len(detections)
-            for row, detection in enumerate(detections):
-                boxes[image, row] = detection.box
-                scores[image, row] = detection.score
-                classes[image, row] = detection.class_id
-        return {
-            "num_detections": numbers,
-            "detection_boxes": boxes,
-            "detection_scores": scores,
-            "detection_classes": classes,
-        }
+        return detection_tensors(found, limit)
 
     return run
