@@ -72,9 +72,6 @@ def check_composition(
         use(spec.name, _Use(spec.datatype, spec.reshape or spec.dims, batched, f"ensemble '{plan.name}' input"))
     for step in plan.steps:
         model = models[step.index]
-        config = getattr(model, "config", None)
-        if config is not None and config.model_transaction_policy.decoupled:
-            raise ModelLoadError(f"{where}: {step.label}: decoupled models are not supported as ensemble steps")
         step_batched = model.max_batch_size > 0
         if step_batched and model.max_batch_size < max_batch_size:
             raise ModelLoadError(

@@ -73,8 +73,6 @@ def plan_ensemble(config: mc.ModelConfig, source: str) -> EnsemblePlan:
     for field, why in _REFUSED_FIELDS.items():
         if _is_set(config, field):
             raise ModelLoadError(f"{where}: '{field}' is not supported on an ensemble ({why})")
-    if config.model_transaction_policy.decoupled:
-        raise ModelLoadError(f"{where}: decoupled ensembles ('model_transaction_policy.decoupled') are not supported")
     if config.backend:
         raise ModelLoadError(f"{where}: an ensemble takes no 'backend' (got '{config.backend}')")
     if not config.HasField("ensemble_scheduling"):

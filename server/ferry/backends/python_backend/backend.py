@@ -91,11 +91,6 @@ def _merge_completed(config: mc.ModelConfig, completed: dict) -> None:
 
 
 def _refuse_unsupported(config: mc.ModelConfig) -> None:
-    if config.model_transaction_policy.decoupled:
-        raise ModelLoadError(
-            "model_transaction_policy { decoupled: true } is not supported for python models: Ferry sends "
-            "exactly one response per request"
-        )
     for key, what in UNSUPPORTED_PARAMETERS.items():
         if key in config.parameters:
             raise ModelLoadError(f"parameter {key} is not supported: {what}")
