@@ -320,16 +320,19 @@ def create_http_app(
             raise InvalidArgument("empty body: send an image (raw body) or multipart/form-data with image files")
         return [body]
 
-    @app.post("/v2/models/{model}/classify", openapi_extra=image_body)
-    @app.post("/v2/models/{model}/versions/{version}/classify", openapi_extra=image_body)
-    async def classify(model: str, request: Request, version: str = "", top_k: int | None = None) -> Response:
-        """Classify one image (raw body) or several (multipart): top-k labels and scores per image."""
+    async def run_image_endpoint(
+        request: Request,
+        model: str,
+        version: str,
+        task: str,
+        options: dict[str, Any],
+        image_json: Callable[[Any], dict[str, Any]],
+    ) -> Response:
+        """/classify and /detect: admit, read the images, run them (stopping if the caller leaves)."""
         plane.admission.check_room(_declared_length(request))
         with plane.admission.admit() as ticket:
             images = await _images(request, ticket)
-            done = await _unless_disconnected(
-                request, plane.run_images(model, version, images, "classify", {"top_k": top_k})
-            )
+            done = await _unless_disconnected(request, plane.run_images(model, version, images, task, options))
         if done is None:
             return Response(status_code=499)  # the caller is gone: decoding stopped; nobody reads this
         served, results = done
@@ -337,8 +340,16 @@ def create_http_app(
             {
                 "model_name": served.name,
                 "model_version": str(served.version),
-                "results": [{"classes": r} for r in results],
+                "results": [image_json(result) for result in results],
             }
+        )
+
+    @app.post("/v2/models/{model}/classify", openapi_extra=image_body)
+    @app.post("/v2/models/{model}/versions/{version}/classify", openapi_extra=image_body)
+    async def classify(model: str, request: Request, version: str = "", top_k: int | None = None) -> Response:
+        """Classify one image (raw body) or several (multipart): top-k labels and scores per image."""
+        return await run_image_endpoint(
+            request, model, version, "classify", {"top_k": top_k}, lambda classes: {"classes": classes}
         )
 
     @app.post("/v2/models/{model}/detect", openapi_extra=image_body)
@@ -352,20 +363,9 @@ def create_http_app(
         max_detections: int | None = None,
     ) -> Response:
         """Detect objects in one or several images: boxes in original pixels, labels and scores."""
-        plane.admission.check_room(_declared_length(request))
         options = {"score_threshold": score_threshold, "iou_threshold": iou_threshold, "max_detections": max_detections}
-        with plane.admission.admit() as ticket:
-            images = await _images(request, ticket)
-            done = await _unless_disconnected(request, plane.run_images(model, version, images, "detect", options))
-        if done is None:
-            return Response(status_code=499)  # the caller is gone: decoding stopped; nobody reads this
-        served, results = done
-        return json_response(
-            {
-                "model_name": served.name,
-                "model_version": str(served.version),
-                "results": [{"detections": [detection_json(d) for d in image]} for image in results],
-            }
+        return await run_image_endpoint(
+            request, model, version, "detect", options, lambda image: {"detections": [detection_json(d) for d in image]}
         )
 
     # --- repository -------------------------------------------------------------------------
