@@ -108,19 +108,19 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
 
 def _limits_arguments(p: argparse.ArgumentParser) -> None:
     limits = p.add_argument_group("connection limits", "against slow and hostile clients (docs/reliability.md)")
-    limits.add_argument("--http-max-connections", type=int, help="open REST connections (1000; 0 = no cap)")
-    limits.add_argument("--http-header-timeout-secs", type=float, help="time to send the headers (10)")
-    limits.add_argument("--http-max-header-bytes", type=int, help="request line and headers (64 KiB)")
-    limits.add_argument("--http-min-body-rate", type=int, help="slowest body upload in bytes/s (1024; 0 = any)")
-    limits.add_argument("--http-body-grace-secs", type=float, help="before the body rate counts (10)")
-    limits.add_argument("--http-keep-alive-timeout-secs", type=float, help="idle keep-alive connections (5)")
-    limits.add_argument("--max-response-bytes", type=int, help="largest inference response (256 MiB)")
-    limits.add_argument("--grpc-max-concurrent-streams", type=int, help="calls per gRPC connection (1000)")
-    limits.add_argument("--grpc-max-concurrent-rpcs", type=int, help="unfinished gRPC calls server-wide (2048)")
-    limits.add_argument("--grpc-min-ping-interval-secs", type=float, help="fastest client keepalive ping (10)")
-    limits.add_argument("--grpc-max-ping-strikes", type=int, help="bad pings before GOAWAY (2)")
-    limits.add_argument("--grpc-max-metadata-bytes", type=int, help="metadata of one gRPC call (16 KiB)")
-    limits.add_argument("--grpc-max-connection-idle-secs", type=float, help="idle gRPC connections (300)")
+    limits.add_argument("--http-max-connections", type=int, help="open REST connections (0 = no cap)")
+    limits.add_argument("--http-header-timeout-secs", type=float, help="time to send the headers")
+    limits.add_argument("--http-max-header-bytes", type=int, help="request line and headers")
+    limits.add_argument("--http-min-body-rate", type=int, help="slowest body upload in bytes/s (0 = any)")
+    limits.add_argument("--http-body-grace-secs", type=float, help="before the body rate counts")
+    limits.add_argument("--http-keep-alive-timeout-secs", type=float, help="idle keep-alive connections")
+    limits.add_argument("--max-response-bytes", type=int, help="largest inference response")
+    limits.add_argument("--grpc-max-concurrent-streams", type=int, help="calls per gRPC connection")
+    limits.add_argument("--grpc-max-concurrent-rpcs", type=int, help="unfinished gRPC calls server-wide")
+    limits.add_argument("--grpc-min-ping-interval-secs", type=float, help="fastest client keepalive ping")
+    limits.add_argument("--grpc-max-ping-strikes", type=int, help="bad pings before GOAWAY")
+    limits.add_argument("--grpc-max-metadata-bytes", type=int, help="metadata of one gRPC call")
+    limits.add_argument("--grpc-max-connection-idle-secs", type=float, help="idle gRPC connections")
 
 
 def _optimize_parser(sub: argparse._SubParsersAction) -> None:
