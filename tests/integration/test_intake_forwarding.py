@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import queue
 import shutil
 import socket
 import threading
@@ -28,6 +29,7 @@ import tritonclient.grpc as tgrpc
 import tritonclient.http as thttp
 import tritonclient.utils.shared_memory as shm
 import uvicorn
+from google.protobuf.message_factory import GetMessageClass
 from starlette.types import ASGIApp, Receive, Scope, Send
 from tritonclient.utils import InferenceServerException
 
@@ -35,7 +37,7 @@ from ferry.api.dataplane import DataPlane
 from ferry.api.grpc import InferenceServicer, create_grpc_server
 from ferry.api.http import create_http_app
 from ferry.dashboard import mount_dashboard
-from ferry.intake.forward_grpc import ForwardingServicer
+from ferry.intake.forward_grpc import LOCAL_METHODS, SERVICE, ForwardingServicer
 from ferry.intake.forward_http import UNREACHABLE, ForwardToCore
 from ferry.metrics import Metrics
 from ferry.repository.manager import ControlMode, ModelManager
@@ -94,18 +96,26 @@ async def _answer(send: Send, status: int, body: bytes, headers: list[tuple[byte
     await send({"type": "http.response.body", "body": body})
 
 
-class GatedCore(InferenceServicer):
-    """The core's servicer, except that loading ``GATED_MODEL`` waits until the call is cancelled.
+class CoreCalls(grpc.aio.ServerInterceptor):
+    """Records the name of every RPC the core's gRPC server receives."""
 
-    It records the deadline and metadata the call arrived with, and counts ModelInfer calls (the
-    front must serve those itself)."""
+    def __init__(self) -> None:
+        self.methods: list[str] = []
+
+    async def intercept_service(self, continuation, details: grpc.HandlerCallDetails):
+        self.methods.append(details.method.rsplit("/", 1)[-1])
+        return await continuation(details)
+
+
+class GatedCore(InferenceServicer):
+    """The core's servicer, except that loading ``GATED_MODEL`` waits until the call is cancelled,
+    recording the deadline and metadata the call arrived with."""
 
     def __init__(self, plane: DataPlane) -> None:
         super().__init__(plane)
         self.gated_remaining: list[float | None] = []
         self.gated_metadata: list[dict[str, Any]] = []
         self.gated_cancelled = threading.Event()
-        self.infer_calls = 0
 
     async def RepositoryModelLoad(self, request, context):
         if request.model_name != GATED_MODEL:
@@ -117,10 +127,6 @@ class GatedCore(InferenceServicer):
         except asyncio.CancelledError:
             self.gated_cancelled.set()
             raise
-
-    async def ModelInfer(self, request, context):
-        self.infer_calls += 1
-        return await super().ModelInfer(request, context)
 
 
 class Stack:
@@ -138,6 +144,7 @@ class Stack:
         self.grpc_servers: list[grpc.aio.Server] = []
         self.hooks: CoreHooks | None = None
         self.core_servicer: GatedCore | None = None
+        self.core_calls = CoreCalls()
 
     def run(self, coroutine: Any, timeout: float = 60) -> Any:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
@@ -173,7 +180,7 @@ class Stack:
             await self._serve(uvicorn.Config(self.hooks, uds=self.rest_socket, lifespan="off", log_level="warning"))
             self.core_servicer = GatedCore(self.plane)
             core_grpc = create_grpc_server(
-                self.plane, f"unix:{self.grpc_socket}", 128 * MIB, servicer=self.core_servicer
+                self.plane, f"unix:{self.grpc_socket}", 128 * MIB, [self.core_calls], servicer=self.core_servicer
             )
             await core_grpc.start()
             self.grpc_servers.append(core_grpc)
@@ -287,6 +294,54 @@ def test_errors_are_the_cores_own(stack: Stack) -> None:
     assert _error(lambda: front_grpc.get_model_metadata(BROKEN_MODEL)).status() == "StatusCode.UNAVAILABLE"
 
 
+@pytest.mark.timeout(60)
+def test_every_rpc_but_inference_is_answered_by_the_core(stack: Stack) -> None:
+    """Each relayed method, called with an empty request, reaches the core and answers as the core does."""
+    relayed = [m for m in SERVICE.methods if m.name not in LOCAL_METHODS]
+    assert len(relayed) == len(SERVICE.methods) - 2
+    with (
+        grpc.insecure_channel(f"127.0.0.1:{stack.grpc_port}") as front,
+        grpc.insecure_channel(f"unix:{stack.grpc_socket}") as direct,
+    ):
+        for method in relayed:
+            path = f"/{SERVICE.full_name}/{method.name}"
+            request = GetMessageClass(method.input_type)()
+            deserialize = GetMessageClass(method.output_type).FromString
+            seen = len(stack.core_calls.methods)
+            answers = [
+                _answer_of(channel.unary_unary(path, type(request).SerializeToString, deserialize), request)
+                for channel in (front, direct)
+            ]
+            assert stack.core_calls.methods[seen:] == [method.name] * 2, answers
+            assert answers[0] == answers[1], method.name
+
+
+def _answer_of(multicallable: Any, request: Any) -> tuple[str, Any]:
+    try:
+        return "OK", multicallable(request, timeout=WAIT)
+    except grpc.RpcError as exc:
+        return str(exc.code()), exc.details()
+
+
+@pytest.mark.timeout(60)
+def test_stream_infer_is_served_by_the_front(stack: Stack) -> None:
+    results: queue.Queue = queue.Queue()
+    client = stack.front_grpc()
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    inputs = [tgrpc.InferInput("INPUT0", [1, 16], "INT32"), tgrpc.InferInput("INPUT1", [1, 16], "INT32")]
+    for tensor in inputs:
+        tensor.set_data_from_numpy(a)
+    client.start_stream(callback=lambda result, error: results.put((result, error)))
+    try:
+        client.async_stream_infer("simple", inputs)
+        result, error = results.get(timeout=WAIT)
+    finally:
+        client.stop_stream()
+    assert error is None
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + a)
+    assert "ModelStreamInfer" not in stack.core_calls.methods
+
+
 # --- repository control, statistics, shared memory --------------------------------------------
 
 
@@ -314,7 +369,7 @@ def test_statistics_come_from_the_core(stack: Stack) -> None:
     before = stack.core_grpc().get_inference_statistics("simple", as_json=True)
     result = stack.front_grpc().infer("simple", inputs)  # served by the front's own data plane
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + a)
-    assert stack.core_servicer is not None and stack.core_servicer.infer_calls == 0
+    assert "ModelInfer" not in stack.core_calls.methods
     after_grpc = stack.front_grpc().get_inference_statistics("simple", as_json=True)
     after_http = stack.front_http().get_inference_statistics("simple")
     assert after_grpc == stack.core_grpc().get_inference_statistics("simple", as_json=True)
