@@ -33,6 +33,7 @@ from google.protobuf.message_factory import GetMessageClass
 from starlette.types import ASGIApp, Receive, Scope, Send
 from tritonclient.utils import InferenceServerException
 
+from ferry.api.connection_limits import HttpConnectionLimits, guarded_protocol
 from ferry.api.dataplane import DataPlane
 from ferry.api.grpc import InferenceServicer, create_grpc_server
 from ferry.api.http import create_http_app
@@ -49,6 +50,8 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 MIB = 1024 * 1024
 WAIT = 30  # seconds: an upper bound on events the test itself causes, never a timing assertion
 GATED_MODEL = "gated"
+#: Both listeners run Ferry's connection-limiting protocol, as the server's REST listeners do.
+GUARDED = guarded_protocol(HttpConnectionLimits())
 BROKEN_MODEL = "broken"  # fails to load at start-up: the core answers UNAVAILABLE for it
 
 
@@ -166,7 +169,7 @@ class Stack:
         manager = ModelManager(
             self.repository or MODEL_REPO,
             control_mode=ControlMode.EXPLICIT,
-            startup_models=["simple", "dynamic_shape", BROKEN_MODEL],
+            startup_models=["simple", "dynamic_shape", "digits", BROKEN_MODEL],
         )
         self.plane = DataPlane(manager)
         if self.repository is not None:  # a real core; without one the front's sockets lead nowhere
@@ -177,7 +180,9 @@ class Stack:
             app = create_http_app(self.plane, 128 * MIB, 128 * MIB)
             mount_dashboard(app, self.plane, metrics.registry)
             self.hooks = CoreHooks(app)
-            await self._serve(uvicorn.Config(self.hooks, uds=self.rest_socket, lifespan="off", log_level="warning"))
+            await self._serve(
+                uvicorn.Config(self.hooks, uds=self.rest_socket, lifespan="off", log_level="warning", http=GUARDED)
+            )
             self.core_servicer = GatedCore(self.plane)
             core_grpc = create_grpc_server(
                 self.plane, f"unix:{self.grpc_socket}", 128 * MIB, [self.core_calls], servicer=self.core_servicer
@@ -193,6 +198,7 @@ class Stack:
             log_level="warning",
             server_header=False,
             date_header=False,
+            http=GUARDED,
         )
         await self._serve(front_config)
         self.core_channel = grpc.aio.insecure_channel(f"unix:{self.grpc_socket}")
@@ -239,7 +245,7 @@ class Stack:
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     root = tmp_path_factory.mktemp("intake")
     repository = root / "models"
-    for name in ("simple", "simple_fp32", "dynamic_shape"):
+    for name in ("simple", "simple_fp32", "dynamic_shape", "digits"):
         shutil.copytree(MODEL_REPO / name, repository / name)
     shutil.copytree(MODEL_REPO / "simple", repository / BROKEN_MODEL)
     (repository / BROKEN_MODEL / "config.pbtxt").write_text(
@@ -275,7 +281,7 @@ def test_health_and_metadata_match_the_core(stack: Stack) -> None:
     assert front.get_model_config("simple", as_json=True) == core.get_model_config("simple", as_json=True)
     assert front.get_model_repository_index(as_json=True) == core.get_model_repository_index(as_json=True)
     names = {row["name"] for row in http.get_model_repository_index()}
-    assert names == {"simple", "simple_fp32", "dynamic_shape", BROKEN_MODEL}
+    assert names == {"simple", "simple_fp32", "dynamic_shape", "digits", BROKEN_MODEL}
 
 
 @pytest.mark.timeout(60)
@@ -482,6 +488,19 @@ def test_client_disconnect_cancels_the_forwarded_request(stack: Stack) -> None:
         client.sendall(b"GET /test/hold HTTP/1.1\r\nHost: front\r\n\r\n")
         assert stack.hooks.held.wait(WAIT)  # the request is in the core now
     assert stack.hooks.hold_saw_disconnect.wait(WAIT)  # the front closed its connection to the core
+
+
+@pytest.mark.timeout(60)
+def test_classify_image_endpoint(stack: Stack, digit_pngs: tuple[list[bytes], np.ndarray]) -> None:
+    files, labels = digit_pngs
+    upload = {"image": ("digit.png", files[0], "image/png")}
+    with stack.raw_front() as front, stack.raw_core() as direct:
+        got = front.post("/v2/models/digits/classify?top_k=2", files=upload)
+        expected = direct.post("/v2/models/digits/classify?top_k=2", files=upload)
+    assert got.status_code == expected.status_code == 200
+    assert got.json() == expected.json()
+    classes = got.json()["results"][0]["classes"]
+    assert len(classes) == 2 and classes[0]["index"] == int(labels[0])
 
 
 @pytest.mark.timeout(60)
