@@ -59,13 +59,15 @@ class CoreHooks:
     """Test-only ASGI paths in front of the core's app; what they saw is set from the server thread.
 
     ``/test/hold`` answers only after the client disconnected; ``/test/stream`` reports its first
-    body chunk, then reads on; ``/test/headers`` echoes the request headers and sets two cookies."""
+    body chunk, then reads on (or reports the disconnect); ``/test/headers`` echoes the request
+    headers and sets two cookies."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
         self.held = threading.Event()
         self.hold_saw_disconnect = threading.Event()
         self.first_chunk = threading.Event()
+        self.stream_saw_disconnect = threading.Event()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
@@ -78,6 +80,9 @@ class CoreHooks:
             total, more = 0, True
             while more:
                 message = await receive()
+                if message["type"] == "http.disconnect":
+                    self.stream_saw_disconnect.set()
+                    return
                 total += len(message.get("body", b""))
                 more = message.get("more_body", False)
                 if total:
@@ -132,6 +137,12 @@ class GatedCore(InferenceServicer):
             raise
 
 
+class RelayEverything(ForwardingServicer):
+    """Relays inference too: exercises the streaming relay on the one streaming RPC there is."""
+
+    local_methods = frozenset()
+
+
 class Stack:
     """A core on unix sockets and a front on loopback ports, served by one event loop in a thread."""
 
@@ -139,7 +150,7 @@ class Stack:
         self.rest_socket = str(directory / "rest.sock")
         self.grpc_socket = str(directory / "grpc.sock")
         self.repository = repository
-        self.http_port, self.grpc_port = free_port(), free_port()
+        self.http_port, self.grpc_port, self.relay_all_port = free_port(), free_port(), free_port()
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.servers: list[uvicorn.Server] = []
@@ -206,6 +217,10 @@ class Stack:
         front_grpc = create_grpc_server(self.plane, f"127.0.0.1:{self.grpc_port}", 128 * MIB, servicer=servicer)
         await front_grpc.start()
         self.grpc_servers.append(front_grpc)
+        relay_all = RelayEverything(self.plane, 128 * MIB, self.core_channel)
+        relay_grpc = create_grpc_server(self.plane, f"127.0.0.1:{self.relay_all_port}", 128 * MIB, servicer=relay_all)
+        await relay_grpc.start()
+        self.grpc_servers.append(relay_grpc)
 
     def stop(self) -> None:
         self.run(self._stop())
@@ -330,22 +345,30 @@ def _answer_of(multicallable: Any, request: Any) -> tuple[str, Any]:
 
 
 @pytest.mark.timeout(60)
-def test_stream_infer_is_served_by_the_front(stack: Stack) -> None:
+@pytest.mark.parametrize("relayed", [False, True], ids=["local", "relayed"])
+def test_stream_infer(stack: Stack, relayed: bool) -> None:
+    """The front serves stream inference itself; a servicer told to relay it streams it through the core."""
     results: queue.Queue = queue.Queue()
-    client = stack.front_grpc()
+    client = tgrpc.InferenceServerClient(f"127.0.0.1:{stack.relay_all_port if relayed else stack.grpc_port}")
     a = np.arange(16, dtype=np.int32).reshape(1, 16)
     inputs = [tgrpc.InferInput("INPUT0", [1, 16], "INT32"), tgrpc.InferInput("INPUT1", [1, 16], "INT32")]
     for tensor in inputs:
         tensor.set_data_from_numpy(a)
+    seen = len(stack.core_calls.methods)
     client.start_stream(callback=lambda result, error: results.put((result, error)))
     try:
-        client.async_stream_infer("simple", inputs)
-        result, error = results.get(timeout=WAIT)
+        for _ in range(2):
+            client.async_stream_infer("simple", inputs)
+        answers = [results.get(timeout=WAIT) for _ in range(2)]
+        client.async_stream_infer("nonexistent", inputs)
+        _, error = results.get(timeout=WAIT)
     finally:
         client.stop_stream()
-    assert error is None
-    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + a)
-    assert "ModelStreamInfer" not in stack.core_calls.methods
+    for result, no_error in answers:
+        assert no_error is None
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + a)
+    assert "unknown model" in error.message()  # an error answers its request, not the stream
+    assert ("ModelStreamInfer" in stack.core_calls.methods[seen:]) == relayed
 
 
 # --- repository control, statistics, shared memory --------------------------------------------
@@ -501,6 +524,17 @@ def test_classify_image_endpoint(stack: Stack, digit_pngs: tuple[list[bytes], np
     assert got.json() == expected.json()
     classes = got.json()["results"][0]["classes"]
     assert len(classes) == 2 and classes[0]["index"] == int(labels[0])
+
+
+@pytest.mark.timeout(60)
+def test_client_disconnect_mid_body_cancels_the_forwarded_request(stack: Stack) -> None:
+    assert stack.hooks is not None
+    stack.hooks.first_chunk.clear()
+    stack.hooks.stream_saw_disconnect.clear()
+    with socket.create_connection(("127.0.0.1", stack.http_port)) as client:
+        client.sendall(b"POST /test/stream HTTP/1.1\r\nHost: front\r\nContent-Length: 2000000\r\n\r\n" + b"x" * 1000)
+        assert stack.hooks.first_chunk.wait(WAIT)  # part of the body is in the core
+    assert stack.hooks.stream_saw_disconnect.wait(WAIT)
 
 
 @pytest.mark.timeout(60)

@@ -47,11 +47,13 @@ def relayed_metadata(context: grpc.aio.ServicerContext) -> Metadata:
 class ForwardingServicer(InferenceServicer):
     """InferenceServicer whose non-inference RPCs are answered by the core behind ``core_channel``."""
 
+    local_methods: frozenset[str] = LOCAL_METHODS
+
     def __init__(self, plane: DataPlane, max_response_bytes: int, core_channel: grpc.aio.Channel) -> None:
         super().__init__(plane, max_response_bytes)
         self.core_channel = core_channel
         for method in SERVICE.methods:
-            if method.name not in LOCAL_METHODS:
+            if method.name not in self.local_methods:
                 setattr(self, method.name, self._relay(method))
 
     def _relay(self, method: MethodDescriptor) -> Callable[..., Any]:
