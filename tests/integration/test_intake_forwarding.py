@@ -503,14 +503,28 @@ def test_request_body_streams_to_the_core(stack: Stack) -> None:
 
 
 @pytest.mark.timeout(60)
-def test_client_disconnect_cancels_the_forwarded_request(stack: Stack) -> None:
+@pytest.mark.parametrize(
+    ("request_bytes", "arrived", "saw_disconnect"),
+    [
+        (b"GET /test/hold HTTP/1.1\r\nHost: front\r\n\r\n", "held", "hold_saw_disconnect"),
+        (  # the client leaves after 1000 bytes of a 2 MB body
+            b"POST /test/stream HTTP/1.1\r\nHost: front\r\nContent-Length: 2000000\r\n\r\n" + b"x" * 1000,
+            "first_chunk",
+            "stream_saw_disconnect",
+        ),
+    ],
+    ids=["waiting-for-the-answer", "mid-body"],
+)
+def test_client_disconnect_cancels_the_forwarded_request(
+    stack: Stack, request_bytes: bytes, arrived: str, saw_disconnect: str
+) -> None:
     assert stack.hooks is not None
-    stack.hooks.held.clear()
-    stack.hooks.hold_saw_disconnect.clear()
+    for event in (arrived, saw_disconnect):
+        getattr(stack.hooks, event).clear()
     with socket.create_connection(("127.0.0.1", stack.http_port)) as client:
-        client.sendall(b"GET /test/hold HTTP/1.1\r\nHost: front\r\n\r\n")
-        assert stack.hooks.held.wait(WAIT)  # the request is in the core now
-    assert stack.hooks.hold_saw_disconnect.wait(WAIT)  # the front closed its connection to the core
+        client.sendall(request_bytes)
+        assert getattr(stack.hooks, arrived).wait(WAIT)  # the request is in the core now
+    assert getattr(stack.hooks, saw_disconnect).wait(WAIT)  # the front closed its connection to the core
 
 
 @pytest.mark.timeout(60)
@@ -524,17 +538,6 @@ def test_classify_image_endpoint(stack: Stack, digit_pngs: tuple[list[bytes], np
     assert got.json() == expected.json()
     classes = got.json()["results"][0]["classes"]
     assert len(classes) == 2 and classes[0]["index"] == int(labels[0])
-
-
-@pytest.mark.timeout(60)
-def test_client_disconnect_mid_body_cancels_the_forwarded_request(stack: Stack) -> None:
-    assert stack.hooks is not None
-    stack.hooks.first_chunk.clear()
-    stack.hooks.stream_saw_disconnect.clear()
-    with socket.create_connection(("127.0.0.1", stack.http_port)) as client:
-        client.sendall(b"POST /test/stream HTTP/1.1\r\nHost: front\r\nContent-Length: 2000000\r\n\r\n" + b"x" * 1000)
-        assert stack.hooks.first_chunk.wait(WAIT)  # part of the body is in the core
-    assert stack.hooks.stream_saw_disconnect.wait(WAIT)
 
 
 @pytest.mark.timeout(60)

@@ -76,9 +76,10 @@ class ForwardingServicer(InferenceServicer):
                 response = await call
                 await _pass_initial_metadata(call, context)
                 await _pass_trailing_metadata(call, context)
+                return response
             except grpc.aio.AioRpcError as exc:
                 await self._abort_as(exc, context)
-            return response
+                raise AssertionError("unreachable: abort raises") from exc
 
         return relay
 
