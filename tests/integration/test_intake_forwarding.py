@@ -207,8 +207,6 @@ class Stack:
             port=self.http_port,
             lifespan="off",
             log_level="warning",
-            server_header=False,
-            date_header=False,
             http=GUARDED,
         )
         await self._serve(front_config)
@@ -452,7 +450,7 @@ def test_headers_path_and_cookies_pass_unchanged(stack: Stack) -> None:
     assert seen["query"] == "b=2&a=%20x"
     assert seen["raw_path"] == "/test/headers"
     assert response.headers.get_list("set-cookie") == ["a=1; Path=/", "b=2; Path=/"]
-    assert response.headers.get_list("server") == ["uvicorn"]  # the core's: the front adds none
+    assert response.headers.get_list("server") == ["uvicorn"]  # the front's own; the core's is dropped
     assert len(response.headers.get_list("date")) == 1
 
 

@@ -6,10 +6,10 @@ its normal REST app on a unix domain socket. This ASGI app relays each request t
 (method, raw path and query, headers, streamed body) and the answer back as it went (status,
 every header, the body still compressed), so a client sees what one process would answer.
 
-Hop-by-hop headers are not relayed (each connection has its own). A client that goes away cancels
-its forwarded request, which closes that connection to the core. The core being unreachable is a
-503 with a JSON error. The intake's uvicorn must run with ``server_header=False`` and
-``date_header=False``: those headers come from the core.
+Hop-by-hop headers are not relayed (each connection has its own), nor the core's ``Server`` and
+``Date``: the intake's uvicorn adds its own, as for the responses it makes itself. A client that
+goes away cancels its forwarded request, which closes that connection to the core. The core being
+unreachable is a 503 with a JSON error.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ log = logging.getLogger(__name__)
 
 #: Headers that describe one connection, not the request (RFC 9110 section 7.6.1).
 HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"te", b"trailer", b"upgrade"})
+#: Response headers the intake's own HTTP server writes (uvicorn's defaults); the core's are dropped.
+SERVER_HEADERS = frozenset({b"server", b"date"})
 UNREACHABLE = "the model process is not reachable; try again later"
 
 
@@ -159,7 +161,7 @@ class ForwardToCore:
                 {
                     "type": "http.response.start",
                     "status": response.status_code,
-                    "headers": end_to_end(response.headers.raw),
+                    "headers": [(k, v) for k, v in end_to_end(response.headers.raw) if k.lower() not in SERVER_HEADERS],
                 }
             )
             async for chunk in response.aiter_raw():  # raw: a gzip body stays gzip
