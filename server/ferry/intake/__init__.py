@@ -1,1 +1,1 @@
-"""Intake processes: the public front doors that serve inference and hand everything else to the core."""
+"""Several intake processes in front of the model process: hand-off, forwarding, supervision."""
