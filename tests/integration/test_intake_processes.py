@@ -168,8 +168,10 @@ def test_tritonclient_sees_one_server_over_rest_and_grpc(server: RunningServer) 
         np.testing.assert_array_equal(client.infer(QUICK, inputs).as_numpy("y"), x + 1)
     assert http.get_model_metadata(QUICK)["inputs"][0]["shape"] == [-1, WIDTH]
     assert grpc_client.get_model_config(QUICK).config.max_batch_size == 8
+    missing = triton_http.InferInput("x", [1, WIDTH], "FP32")
+    missing.set_data_from_numpy(x)  # without data the request is refused (400) before any model lookup
     with pytest.raises(Exception, match="unknown model"):
-        http.infer("missing", [triton_http.InferInput("x", [1], "FP32")])
+        http.infer("missing", [missing])
     stats = http.get_inference_statistics(QUICK)["model_stats"][0]["inference_stats"]["success"]["count"]
     assert stats >= 2
 
