@@ -51,10 +51,11 @@ def rows(server: RunningServer, processes: int, count: int) -> list[str]:
             "REST GET /v2/models/simple": lambda: rest.get("/v2/models/simple"),
             "gRPC ServerMetadata": lambda: stub.ServerMetadata(pb.ServerMetadataRequest()),
         }
-        return [
-            f"| {processes} | {name} | {p50:.0f} | {p99:.0f} |"
-            for name, (p50, p99) in ((name, percentiles(call, count)) for name, call in calls.items())
-        ]
+        lines = []
+        for name, call in calls.items():
+            p50, p99 = percentiles(call, count)
+            lines.append(f"| {processes} | {name} | {p50:.0f} | {p99:.0f} |")
+        return lines
 
 
 def main() -> None:
