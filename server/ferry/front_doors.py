@@ -110,4 +110,3 @@ def reuse_port_socket(host: str, port: int, listen: bool) -> socket.socket:
         sock.close()
         raise
     return sock
-

@@ -81,7 +81,9 @@ class Model:
             raise Unavailable("busy", retry_after=3)
         if request.model_name == "broken":
             raise RuntimeError("boom")
-        outputs = [OutputTensor(f"{name}_out", "FP32", array * 2, binary=True) for name, array in request.inputs.items()]
+        outputs = [
+            OutputTensor(f"{name}_out", "FP32", array * 2, binary=True) for name, array in request.inputs.items()
+        ]
         words = np.array([b"cat", b"", b"\x00dog"], dtype=object)
         outputs.append(OutputTensor("labels", "BYTES", words))
         return InferenceResponse(request.model_name, "1", request.id, outputs, {"sequence": 7})

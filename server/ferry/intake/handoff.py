@@ -311,8 +311,7 @@ class HandoffClient:
             buffer, base = self._responses.buffer(where)
             arrays = _read_tensors(buffer, base, descs, copy=True)
             tensors = [
-                OutputTensor(name, datatype, arrays[name], binary, shared)
-                for name, datatype, binary, shared in outputs
+                OutputTensor(name, datatype, arrays[name], binary, shared) for name, datatype, binary, shared in outputs
             ]
             future.set_result(InferenceResponse(model_name, model_version, request_id, tensors, parameters))
         self._channel.send(("free", where))

@@ -35,7 +35,7 @@ class SharedTable:
         return RowCounts(self, row)
 
     def column_total(self, column: int) -> int:
-        return sum(self._values[column :: COLUMNS])
+        return sum(self._values[column::COLUMNS])
 
     def set(self, row: int, column: int, value: int) -> None:
         self._values[row * COLUMNS + column] = value
