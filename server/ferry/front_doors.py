@@ -13,7 +13,7 @@ import grpc
 import uvicorn
 from starlette.types import ASGIApp
 
-from .api.connection_limits import HttpConnectionLimits, guarded_protocol
+from .api.connection_limits import HttpConnectionLimits, OpenConnections, guarded_protocol
 from .api.grpc import create_grpc_server
 from .api.grpc_limits import GrpcLimits
 from .api.limits import Limits
@@ -38,17 +38,17 @@ def _share(cap: int, processes: int) -> int:
     return cap if cap == 0 else max(1, math.ceil(cap / processes))
 
 
-def connection_options(s: Settings, processes: int = 1) -> dict[str, Any]:
+def connection_options(s: Settings, shared: OpenConnections | None = None) -> dict[str, Any]:
     """uvicorn options of a REST-style listener: the guarded protocol and the keep-alive timeout.
 
-    With several intake processes each gets its share of the connection cap, so the server-wide
-    total stays what the option says."""
+    ``shared``: the intake processes' connection count, so the cap holds for the whole port."""
     limits = HttpConnectionLimits(
-        _share(s.http_max_connections, processes),
+        s.http_max_connections,
         s.http_header_timeout_secs,
         s.http_max_header_bytes,
         s.http_min_body_rate,
         s.http_body_grace_secs,
+        shared,
     )
     return {"http": guarded_protocol(limits), "timeout_keep_alive": s.http_keep_alive_timeout_secs}
 
@@ -73,7 +73,8 @@ def public_grpc_server(
     processes: int = 1,
     servicer: Any = None,
 ) -> grpc.aio.Server:
-    """The public gRPC listener; with several intake processes they share the port (SO_REUSEPORT)."""
+    """The public gRPC listener; with several intake processes they share the port (SO_REUSEPORT)
+    and each gets its share of the server-wide call cap (grpc counts calls per server)."""
     return create_grpc_server(
         plane,
         f"{s.host}:{s.grpc_port}",

@@ -1,10 +1,10 @@
 """A table of counters in shared memory: one row per process, written only by that process.
 
-Admission caps and the open-connection gauge must hold for the whole server, not per process.
+Admission caps and the REST connection cap must hold for the whole server, not per process.
 Each process adds only to its own row (one writer per row: no lock), and everyone reads the sum
 of a column, so the model process's metrics and every intake's admission see the same totals.
 Two intakes admitting at the same instant may each see room for the last slot, so the request cap
-can be passed by at most one request per other intake process for that moment.
+(or connection) cap can be passed by at most one per other intake process for that moment.
 """
 
 from __future__ import annotations
@@ -37,9 +37,6 @@ class SharedTable:
     def column_total(self, column: int) -> int:
         return sum(self._values[column::COLUMNS])
 
-    def set(self, row: int, column: int, value: int) -> None:
-        self._values[row * COLUMNS + column] = value
-
     def add(self, row: int, column: int, delta: int) -> None:
         self._values[row * COLUMNS + column] += delta
 
@@ -61,3 +58,17 @@ class RowCounts:
 
     def total(self, counter: int) -> int:
         return self._table.column_total(counter)
+
+
+class SharedConnections:
+    """An intake process's REST connections in the table (``api.connection_limits.OpenConnections``)."""
+
+    def __init__(self, table: SharedTable, row: int) -> None:
+        self._table = table
+        self._row = row
+
+    def add(self, delta: int) -> None:
+        self._table.add(self._row, OPEN_CONNECTIONS, delta)
+
+    def total(self) -> int:
+        return self._table.column_total(OPEN_CONNECTIONS)

@@ -37,12 +37,11 @@ from ..types import InferenceRequest, InferenceResponse
 from .forward_grpc import ForwardingServicer
 from .forward_http import ForwardToCore
 from .handoff import HandoffClient
-from .shared_state import OPEN_CONNECTIONS, SharedTable
+from .shared_state import SharedConnections, SharedTable
 
 log = logging.getLogger("ferry.intake")
 
 ENV = "FERRY_INTAKE"
-GAUGE_INTERVAL_S = 0.25  # how often the open-connection count reaches the shared table
 
 
 @dataclass(frozen=True)
@@ -105,7 +104,8 @@ async def run(assignment: Assignment) -> int:
         app = security.http_app(
             InferFastPath(forward, plane, settings.http_max_body_bytes, settings.max_response_bytes)
         )
-        config = rest_config(app, settings, security, **connection_options(settings, assignment.processes))
+        shared = SharedConnections(table, assignment.row)
+        config = rest_config(app, settings, security, **connection_options(settings, shared))
         sock = reuse_port_socket(settings.host, settings.http_port, listen=True)
         http = QuietUvicornServer(config)
         http_task = asyncio.create_task(http.serve(sockets=[sock]), name="http")
@@ -132,7 +132,6 @@ async def run(assignment: Assignment) -> int:
             return 1
         await asyncio.sleep(0.01)
     client.send_ready()
-    gauge = asyncio.create_task(_publish_connections(http, table, assignment.row))
     lost = asyncio.create_task(client.lost.wait())
     stopping = asyncio.create_task(stop.wait())
     await asyncio.wait({lost, stopping}, return_when=asyncio.FIRST_COMPLETED)
@@ -147,19 +146,10 @@ async def run(assignment: Assignment) -> int:
         http.should_exit = True
         stops.append(http_task)
     await asyncio.gather(*stops, return_exceptions=True)
-    gauge.cancel()
-    table.set(assignment.row, OPEN_CONNECTIONS, 0)
     await forward.aclose()
     await channel.close()
     client.close()
     return code
-
-
-async def _publish_connections(http: QuietUvicornServer | None, table: SharedTable, row: int) -> None:
-    """Keep this process's open REST connections in the shared table (for ferry_http_open_connections)."""
-    while http is not None:
-        table.set(row, OPEN_CONNECTIONS, len(http.server_state.connections))
-        await asyncio.sleep(GAUGE_INTERVAL_S)
 
 
 def main() -> None:
