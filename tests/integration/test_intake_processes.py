@@ -172,6 +172,8 @@ def test_tritonclient_sees_one_server_over_rest_and_grpc(server: RunningServer) 
     missing.set_data_from_numpy(x)  # without data the request is refused (400) before any model lookup
     with pytest.raises(Exception, match="unknown model"):
         http.infer("missing", [missing])
+    with pytest.raises(Exception, match="invalid model name"):  # '..' reaches the model process as sent
+        http.load_model("..")
     stats = http.get_inference_statistics(QUICK)["model_stats"][0]["inference_stats"]["success"]["count"]
     assert stats >= 2
 

@@ -80,6 +80,16 @@ class _RequestBody:
         self.gone.set()
 
 
+def _keep_dot_segments(raw_path: bytes) -> bytes:
+    """Percent-encode ``.`` and ``..`` segments, which httpx would otherwise resolve away: the core
+    must see the path the client sent (``/v2/repository/models/../load`` is an invalid model name,
+    not another route), and it decodes them back to the same ``scope["path"]``."""
+    segments = raw_path.split(b"/")
+    if b"." not in segments and b".." not in segments:
+        return raw_path
+    return b"/".join(segment.replace(b".", b"%2E") if segment in (b".", b"..") else segment for segment in segments)
+
+
 def _declares_body(headers: list[tuple[bytes, bytes]]) -> bool:
     return any(name in (b"content-length", b"transfer-encoding") for name, _ in headers)
 
@@ -139,7 +149,7 @@ class ForwardToCore:
         else:
             content = None
             body.skip()
-        raw_path = scope.get("raw_path") or scope["path"].encode()
+        raw_path = _keep_dot_segments(scope.get("raw_path") or scope["path"].encode())
         query = scope.get("query_string", b"")
         url = httpx.URL(scheme="http", host="ferry-core", raw_path=raw_path + (b"?" + query if query else b""))
         request = httpx.Request(scope["method"], url, headers=headers, content=content)
