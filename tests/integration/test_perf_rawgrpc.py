@@ -27,13 +27,19 @@ def simple_call(batch: int = 1) -> tuple[PreparedCall, np.ndarray]:
     return PreparedCall.of(message.SerializeToString()), a + 1
 
 
-def calls(url: str, prepared: list[PreparedCall], metadata: list[tuple[str, str]] | None = None) -> list[Reply]:
-    """All calls at once on one client, as a perf worker makes them."""
+def calls(
+    url: str, prepared: list[PreparedCall], metadata: list[tuple[str, str]] | None = None, above_window: bool = False
+) -> list[Reply]:
+    """All calls at once on one client, as a perf worker makes them (``above_window``: each request
+    is checked to be larger than what the server's flow-control windows let a stream send at once)."""
 
     async def run() -> tuple[list[Reply], int]:
         host, _, port = url.rpartition(":")
         client = RawGrpcClient(host, int(port), GRPC_INFER_METHOD, metadata or [])
         try:
+            if above_window:
+                connection = await client._connection()
+                assert all(p.size > connection.window for p in prepared), connection.window
             replies = await asyncio.gather(*(client.call(p) for p in prepared))
             return list(replies), len(client._connections)
         finally:
@@ -54,12 +60,11 @@ def test_concurrent_calls_get_the_models_answers(server) -> None:
 
 
 def test_a_request_larger_than_every_flow_control_window(server) -> None:
-    """1.2 MB of input: more than HTTP/2's initial 64 KiB windows, so DATA waits for WINDOW_UPDATEs."""
-    x = np.linspace(-1, 1, 300_000, dtype=np.float32).reshape(1, -1)
+    """6 MB of input, more than the server lets a stream send at once (4 MiB with grpc's defaults):
+    the DATA frames wait for the server's WINDOW_UPDATEs, and the answer is still right."""
+    x = np.linspace(-1, 1, 1_500_000, dtype=np.float32).reshape(1, -1)
     message = _infer_request("dynamic_shape", {"x": x}, None, "", "", None, None, None)
-    prepared = PreparedCall.of(message.SerializeToString())
-    assert prepared.size > 65_535 and len(prepared.chunks) > 70
-    (reply,) = calls(server.grpc_url, [prepared])
+    (reply,) = calls(server.grpc_url, [PreparedCall.of(message.SerializeToString())], above_window=True)
     assert reply.error is None, reply.error
     np.testing.assert_allclose(_infer_result(pb.ModelInferResponse.FromString(reply.message))["y"], x * 2 + 1)
 
@@ -115,4 +120,4 @@ def test_perf_raw_engine_counts_agree_with_the_server(server, tmp_path: Path) ->
     for step in report["steps"]:
         assert step["client_failures"] == 0 and step["throughput"] > 0
         assert step["server"]["requests"] == step["client_requests"]
-        assert 0 < step["client_cores"] and step["client_limited"] == (step["client_cpu"] >= 0.9)
+        assert step["client_cores"] > 0 and step["client_limited"] == (step["client_cpu"] >= 0.9)

@@ -158,6 +158,11 @@ class _Connection(asyncio.Protocol):
         self._waiting: deque[int] = deque()  # streams with DATA held back by flow control
 
     @property
+    def window(self) -> int:
+        """Bytes of DATA a new stream may send before the server opens its windows further."""
+        return min(self._send_window, self._peer_window)
+
+    @property
     def usable(self) -> bool:
         return not self.closed and len(self.calls) < self.max_streams and self.next_id < MAX_STREAM_ID
 
@@ -308,7 +313,7 @@ class _Connection(asyncio.Protocol):
         block = self._blocks.next_block()
         parts = [len(block).to_bytes(3, "big"), bytes((HEADERS, END_HEADERS)), sid, block]
         last = len(prepared.chunks) - 1
-        if not self._waiting and prepared.size <= min(self._send_window, call.send_window):
+        if not self._waiting and prepared.size <= self.window:
             for index, chunk in enumerate(prepared.chunks):
                 parts += (len(chunk).to_bytes(3, "big"), bytes((DATA, END_STREAM if index == last else 0)), sid, chunk)
             self._send_window -= prepared.size
