@@ -176,6 +176,21 @@ def test_http_error_and_frames_split_across_reads() -> None:
     run(test)
 
 
+def test_a_large_response_arriving_in_pieces() -> None:
+    async def test(connection, transport, encoder) -> None:
+        future = connection.call(PreparedCall.of(b""))
+        body = bytes(range(256)) * 400  # 102,400 bytes: seven DATA frames of at most 16 KiB
+        framed = message(body)
+        data = frame(HEADERS, END_HEADERS, 1, encoder.encode([(b":status", b"200")]))
+        data += b"".join(frame(DATA, 0, 1, framed[i : i + 16_384]) for i in range(0, len(framed), 16_384))
+        data += frame(HEADERS, END_HEADERS | END_STREAM, 1, encoder.encode([(b"grpc-status", b"0")]))
+        for start in range(0, len(data), 1000):
+            connection.data_received(data[start : start + 1000])
+        assert await future == rawgrpc.Reply(None, body)
+
+    run(test)
+
+
 def test_reset_stream_goaway_and_ping() -> None:
     async def test(connection, transport, encoder) -> None:
         first, second, third = (connection.call(PreparedCall.of(b"")) for _ in range(3))

@@ -33,6 +33,7 @@ MAX_WINDOW = 2**31 - 1
 MIN_FRAME_SIZE = 16_384  # every peer accepts frames this large, so requests are cut once, up front
 MAX_STREAM_ID = 2**31 - 1
 SETTINGS_TIMEOUT_S = 30.0
+CACHED_BLOCKS = 64
 _STATUS_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
 
 
@@ -130,6 +131,8 @@ class _DecodedBlocks:
         first, count, size = (entries[0] if entries else None), len(entries), table.maxsize
         headers = {bytes(name): bytes(value) for name, value in self._decoder.decode(block, raw=True)}
         if (entries[0] if entries else None) is first and len(entries) == count and table.maxsize == size:
+            if len(self._cache) >= CACHED_BLOCKS:  # error trailers may differ call by call
+                self._cache.clear()
             self._cache[block] = headers
         else:
             self._cache.clear()
@@ -148,7 +151,9 @@ class _Connection(asyncio.Protocol):
         self.max_streams = 2**31
         self._blocks = _HeaderBlocks(headers)
         self._decoded = _DecodedBlocks()
-        self._buffer = b""
+        self._buffer: list[bytes] = []  # received bytes of an incomplete frame
+        self._buffered = 0
+        self._needed = 0  # bytes that frame needs in all: parse again only once they are here
         self._header_parts: list[bytes] = []  # HEADERS + CONTINUATION fragments of one block
         self._header_stream = 0
         self._header_end = False
@@ -183,12 +188,19 @@ class _Connection(asyncio.Protocol):
         self._shut(f"connection closed by the server{f': {exc}' if exc else ''}", 0)
 
     def data_received(self, data: bytes) -> None:
-        buffer = self._buffer + data if self._buffer else data
-        position, end = 0, len(buffer)
+        if self._buffer:
+            self._buffer.append(data)
+            self._buffered += len(data)
+            if self._buffered < self._needed:
+                return  # a large frame arriving in pieces is joined once, not once per piece
+            data = b"".join(self._buffer)
+            self._buffer, self._buffered, self._needed = [], 0, 0
+        buffer, position, end = data, 0, len(data)
         while end - position >= 9:
             length = int.from_bytes(buffer[position : position + 3], "big")
             stop = position + 9 + length
             if stop > end:
+                self._needed = stop - position
                 break
             kind, flags = buffer[position + 3], buffer[position + 4]
             stream_id = int.from_bytes(buffer[position + 5 : position + 9], "big") & MAX_STREAM_ID
@@ -200,7 +212,8 @@ class _Connection(asyncio.Protocol):
                 self._on_headers(stream_id, kind, flags, payload)
             else:
                 self._on_control(kind, flags, stream_id, payload)
-        self._buffer = buffer[position:]
+        if position < end:
+            self._buffer, self._buffered = [buffer[position:]], end - position
         if self._received > MAX_WINDOW // 2 and self.transport is not None:
             self.transport.write(frame(WINDOW_UPDATE, 0, 0, self._received.to_bytes(4, "big")))
             self._received = 0
