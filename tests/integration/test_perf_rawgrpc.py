@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,8 @@ from ferry_client.perf.rawgrpc import PreparedCall, RawGrpcClient, Reply
 from ferry_client.perf.wire import GRPC_INFER_METHOD
 from ferry_client.protocol import grpc_service_pb2 as pb
 
+from .test_security import TOKEN, client_context, mtls_server, pki  # noqa: F401 - the mutual-TLS server
+
 PERF = [sys.executable, "-m", "ferry_client.cli", "perf"]
 QUICK = ["--measurement-interval", "400", "--max-trials", "3", "--warmup", "0.2", "--stability-percentage", "50"]
 
@@ -28,14 +31,18 @@ def simple_call(batch: int = 1) -> tuple[PreparedCall, np.ndarray]:
 
 
 def calls(
-    url: str, prepared: list[PreparedCall], metadata: list[tuple[str, str]] | None = None, above_window: bool = False
+    url: str,
+    prepared: list[PreparedCall],
+    metadata: list[tuple[str, str]] | None = None,
+    above_window: bool = False,
+    tls: ssl.SSLContext | None = None,
 ) -> list[Reply]:
     """All calls at once on one client, as a perf worker makes them (``above_window``: each request
     is checked to be larger than what the server's flow-control windows let a stream send at once)."""
 
     async def run() -> tuple[list[Reply], int]:
         host, _, port = url.rpartition(":")
-        client = RawGrpcClient(host, int(port), GRPC_INFER_METHOD, metadata or [])
+        client = RawGrpcClient(host, int(port), GRPC_INFER_METHOD, metadata or [], tls)
         try:
             if above_window:
                 connection = await client._connection()
@@ -121,3 +128,21 @@ def test_perf_raw_engine_counts_agree_with_the_server(server, tmp_path: Path) ->
         assert step["client_failures"] == 0 and step["throughput"] > 0
         assert step["server"]["requests"] == step["client_requests"]
         assert step["client_cores"] > 0 and step["client_limited"] == (step["client_cpu"] >= 0.9)
+
+
+def test_perf_raw_engine_over_mutual_tls_with_a_token(mtls_server, pki) -> None:  # noqa: F811
+    """TLS with ALPN h2, a client certificate and the bearer token as metadata; without the token,
+    or with a wrong one, the call fails with the server's UNAUTHENTICATED."""
+    tls = ["--ssl", "--root-certificates", str(pki.ca.cert)]
+    tls += ["--certificate-chain", str(pki.client.cert), "--private-key", str(pki.client.key)]
+    base = [*PERF, "-m", "simple", "-i", "grpc", "-u", mtls_server.grpc_url, "--grpc-engine", "raw", *tls, *QUICK]
+    good = subprocess.run([*base, "--bearer-token", TOKEN], capture_output=True, text=True, timeout=120)
+    assert good.returncode == 0, good.stdout + good.stderr
+    prepared, expected = simple_call()
+    metadata = [[], [("Authorization", "Bearer wrong")], [("Authorization", f"Bearer {TOKEN}")]]
+    replies = [calls(mtls_server.grpc_url, [prepared], m, tls=client_context(pki))[0] for m in metadata]
+    assert [r.error.split(":")[0] if r.error else None for r in replies] == ["UNAUTHENTICATED"] * 2 + [None]
+    assert "invalid bearer token" in (replies[1].error or "")
+    np.testing.assert_array_equal(
+        _infer_result(pb.ModelInferResponse.FromString(replies[2].message))["OUTPUT0"], expected
+    )

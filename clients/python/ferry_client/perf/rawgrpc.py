@@ -34,6 +34,7 @@ MIN_FRAME_SIZE = 16_384  # every peer accepts frames this large, so requests are
 MAX_STREAM_ID = 2**31 - 1
 SETTINGS_TIMEOUT_S = 30.0
 CACHED_BLOCKS = 64
+CLOSE_TIMEOUT_S = 5.0
 _STATUS_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
 
 
@@ -144,7 +145,9 @@ class _Connection(asyncio.Protocol):
 
     def __init__(self, headers: list[tuple[bytes, bytes]]) -> None:
         self.transport: asyncio.Transport | None = None
-        self.settled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        self.settled: asyncio.Future[None] = loop.create_future()
+        self.lost: asyncio.Future[None] = loop.create_future()  # done once the socket is closed
         self.calls: dict[int, _Call] = {}
         self.closed = False
         self.next_id = 1
@@ -185,7 +188,9 @@ class _Connection(asyncio.Protocol):
         )
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._shut(f"connection closed by the server{f': {exc}' if exc else ''}", 0)
+        self._shut(f"connection closed{f': {exc}' if exc else ''}", 0)
+        if not self.lost.done():
+            self.lost.set_result(None)
 
     def data_received(self, data: bytes) -> None:
         if self._buffer:
@@ -415,7 +420,11 @@ class RawGrpcClient:
         return await connection.call(prepared)
 
     async def close(self) -> None:
+        """Close every socket now and wait until it is: a TLS close would wait up to 30 s for the
+        server's close_notify, which grpc servers did not send here, holding the connection open."""
         for connection in self._connections:
             if connection.transport is not None:
-                connection.transport.close()
+                connection.transport.abort()
+        if self._connections:
+            await asyncio.wait([c.lost for c in self._connections], timeout=CLOSE_TIMEOUT_S)
         self._connections = []
