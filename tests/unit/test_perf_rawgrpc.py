@@ -244,3 +244,41 @@ def test_decoded_blocks_are_cached_only_while_the_table_is_unchanged() -> None:
     assert list(decoded._cache) == [again]
     assert decoded.decode(server.encode([(b"y", b"2")])) == {b"y": b"2"} and decoded._cache == {}
     assert decoded.decode(again) == {b"x": b"1", b"y": b"2"}  # the same bytes name other entries now
+
+
+def _without_hpack(monkeypatch) -> None:
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "hpack" else real_find_spec(name, *a)
+    )
+
+
+def test_the_engine_defaults_to_raw_only_where_hpack_is_installed(monkeypatch) -> None:
+    from ferry_client.perf.wire import default_grpc_engine
+
+    assert default_grpc_engine() == "raw"
+    _without_hpack(monkeypatch)
+    assert default_grpc_engine() == "grpcio"
+
+
+def test_raw_engine_without_hpack_fails_before_any_request(capsys, monkeypatch) -> None:
+    from ferry_client.cli import main
+
+    _without_hpack(monkeypatch)
+    # Nothing listens on port 9: had the tool tried to measure first, it would fail on the connection.
+    code = main(["perf", "-m", "simple", "-i", "grpc", "-u", "127.0.0.1:9", "--grpc-engine", "raw"])
+    assert code == 2
+    assert capsys.readouterr().err.strip() == (
+        "ferry-client perf: --grpc-engine raw needs hpack, which is not installed (pip install 'ferry-client[perf]')"
+    )
+
+
+def test_an_unknown_engine_or_address_is_refused() -> None:
+    from ferry_client.perf.wire import Security, make_sender
+
+    with pytest.raises(ValueError, match="unknown gRPC engine 'h3'"):
+        make_sender("grpc", "127.0.0.1:9", "simple", "", 1, Security(), "h3")
+    with pytest.raises(ValueError, match="expected HOST:PORT"):
+        make_sender("grpc", "127.0.0.1", "simple", "", 1, Security(), "raw")
