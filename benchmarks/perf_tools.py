@@ -35,11 +35,13 @@ STABILITY = 25  # percent, for both tools: this shared 2-core VM rarely holds 10
 _PA_LINE = re.compile(r"Concurrency: (\d+), throughput: ([\d.]+) infer/sec")
 
 
-def perf_analyzer(binary: str, server: FerryProcess, protocol: str, concurrency: int, window_ms: int) -> float:
+def perf_analyzer(
+    binary: str, server: FerryProcess, protocol: str, concurrency: int, window_ms: int, model: str = "simple"
+) -> float:
     command = [
         binary,
         "-m",
-        "simple",
+        model,
         "-u",
         server.url(protocol),
         "-i",

@@ -275,7 +275,9 @@ def free_port() -> int:
 class FerryProcess:
     """``ferry serve`` on 127.0.0.1 with free ports, its log in benchmarks/results/tmp/."""
 
-    def __init__(self, repo: Path, launcher: Sequence[str] = (sys.executable, "-m", "ferry")) -> None:
+    def __init__(
+        self, repo: Path, launcher: Sequence[str] = (sys.executable, "-m", "ferry"), extra: Sequence[str] = ()
+    ) -> None:
         self.http_port, self.grpc_port, self.metrics_port = free_port(), free_port(), free_port()
         TMP.mkdir(parents=True, exist_ok=True)
         self.log_path = TMP / "server.log"
@@ -295,6 +297,7 @@ class FerryProcess:
             str(self.metrics_port),
             "--log-level",
             "warning",
+            *extra,
         ]
         self.process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT)
         self.pid = self.process.pid

@@ -76,6 +76,14 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
         metavar="BYTES",
         help="response cache size (Triton's --cache-config local,size=); used by models with response_cache enabled",
     )
+    p.add_argument(
+        "--intake-processes",
+        type=int,
+        metavar="N",
+        help="processes serving the REST and gRPC ports, handing tensors to the model process through shared "
+        "memory (0 = one per four cores; 1 = a single process)",
+    )
+    p.add_argument("--intake-arena-bytes", type=int, help="shared memory per intake process and direction")
     _limits_arguments(p)
     security = p.add_argument_group("security", "bearer tokens may also come from FERRY_AUTH_TOKENS (comma separated)")
     security.add_argument(

@@ -7,22 +7,17 @@ accepting, in-flight and queued requests finish within the exit timeout, then mo
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import signal
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable
 
 import uvicorn
 
 from .api.admission import Admission, AdmissionCollector
-from .api.connection_limits import ConnectionCollector, HttpConnectionLimits, guarded_protocol
+from .api.connection_limits import ConnectionCollector
 from .api.dataplane import DataPlane
-from .api.grpc import create_grpc_server
-from .api.grpc_limits import GrpcLimits
 from .api.http import create_http_app
 from .api.http_fast import InferFastPath
-from .api.limits import Limits
 from .api.logging_ext import LoggingControl
 from .api.trace_ext import RequestTracing, file_exporter, otlp_exporter
 from .backends.python_backend import host as python_models
@@ -30,6 +25,9 @@ from .caching import ResponseCache
 from .caching.metrics import CacheCollector
 from .dashboard import mount_dashboard
 from .errors import FerryError
+from .front_doors import QuietUvicornServer, connection_options, public_grpc_server, request_limits, rest_config
+from .intake.shared_state import OPEN_CONNECTIONS
+from .intake.supervisor import IntakeCollector, IntakeProcesses, intake_process_count
 from .metrics import Metrics
 from .pipelines.slices import ImageWorkCollector
 from .repository.manager import ModelManager
@@ -39,14 +37,6 @@ from .settings import Settings
 from .startup_report import model_table, ready_line
 
 log = logging.getLogger("ferry")
-
-
-class _UvicornServer(uvicorn.Server):
-    """uvicorn without its own signal handling: the Ferry server owns SIGTERM/SIGINT."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
 
 
 class FerryServer:
@@ -69,25 +59,28 @@ class FerryServer:
         if self.cache is not None:
             self.metrics.registry.register(CacheCollector(self.cache, self.manager.ready_models))
         self.manager.on_loaded = self._on_loaded
+        count = intake_process_count(settings)
+        self.intakes = IntakeProcesses(settings, count, self.security) if count > 1 else None
         self.plane = DataPlane(
             self.manager,
-            Admission(settings.max_inflight_requests, settings.max_inflight_bytes),
-            Limits(
-                settings.max_tensor_elements,
-                settings.max_bytes_elements,
-                settings.max_inputs_per_request,
-                settings.http_max_json_bytes,
+            Admission(
+                settings.max_inflight_requests,
+                settings.max_inflight_bytes,
+                self.intakes.table.counts(0) if self.intakes is not None else None,
             ),
+            request_limits(settings),
             self.cache,
             tracing=RequestTracing(exporters, trace_file=str(settings.trace_file or "")),
             logging_control=LoggingControl.from_level(settings.log_level, settings.log_format),
         )
         self.metrics.registry.register(AdmissionCollector(self.plane.admission))
         self.metrics.registry.register(ImageWorkCollector(self.plane.image_work))
+        if self.intakes is not None:
+            self.metrics.registry.register(IntakeCollector(self.intakes))
         self._stop = asyncio.Event()
-        self._http: _UvicornServer | None = None
+        self._http: QuietUvicornServer | None = None
         self._http_task: asyncio.Task | None = None
-        self._metrics_http: _UvicornServer | None = None
+        self._metrics_http: QuietUvicornServer | None = None
         self._metrics_task: asyncio.Task | None = None
         self._grpc = None
 
@@ -105,24 +98,16 @@ class FerryServer:
 
     async def start(self) -> None:
         s = self.settings
-        if s.http_port:
+        app = None
+        if s.http_port or self.intakes is not None:
             app = create_http_app(self.plane, s.http_max_body_bytes, s.max_response_bytes)
             if s.dashboard:
                 mount_dashboard(app, self.plane, self.metrics.registry)
             app = self.security.http_app(InferFastPath(app, self.plane, s.http_max_body_bytes, s.max_response_bytes))
-            config = uvicorn.Config(
-                app,
-                host=s.host,
-                port=s.http_port,
-                log_level="warning",
-                access_log=False,
-                lifespan="off",
-                timeout_graceful_shutdown=max(1, int(s.exit_timeout_secs)),
-                **self._connection_options(),
-                **self.security.uvicorn_options(),
-            )
-            self._http = _UvicornServer(config)
-            self._http_task = asyncio.create_task(self._http.serve(), name="http")
+            if self.intakes is None:  # otherwise the intake processes reach it on a private socket
+                config = rest_config(app, s, self.security, host=s.host, port=s.http_port, **connection_options(s))
+                self._http = QuietUvicornServer(config)
+                self._http_task = asyncio.create_task(self._http.serve(), name="http")
         if s.metrics_port:
             from prometheus_client import make_asgi_app
 
@@ -133,33 +118,21 @@ class FerryServer:
                 log_level="warning",
                 access_log=False,
                 lifespan="off",
-                **self._connection_options(),
+                **connection_options(s),
             )
-            self._metrics_http = _UvicornServer(config)
-            listeners = {"metrics": self._metrics_http}
+            self._metrics_http = QuietUvicornServer(config)
+            listeners = {"metrics": _open_connections(self._metrics_http)}
             if self._http is not None:
-                listeners["rest"] = self._http
-            self.metrics.registry.register(
-                ConnectionCollector({name: _open_connections(server) for name, server in listeners.items()})
-            )
+                listeners["rest"] = _open_connections(self._http)
+            elif self.intakes is not None and s.http_port:
+                table = self.intakes.table
+                listeners["rest"] = lambda: table.column_total(OPEN_CONNECTIONS)
+            self.metrics.registry.register(ConnectionCollector(listeners))
             self._metrics_task = asyncio.create_task(self._metrics_http.serve(), name="metrics")
-        if s.grpc_port:
-            self._grpc = create_grpc_server(
-                self.plane,
-                f"{s.host}:{s.grpc_port}",
-                s.grpc_max_message_bytes,
-                self.security.grpc_interceptors(),
-                self.security.grpc_credentials(),
-                GrpcLimits(
-                    s.grpc_max_concurrent_streams,
-                    s.grpc_max_concurrent_rpcs,
-                    s.grpc_min_ping_interval_secs,
-                    s.grpc_max_ping_strikes,
-                    s.grpc_max_metadata_bytes,
-                    s.grpc_max_connection_idle_secs,
-                ),
-                s.max_response_bytes,
-            )
+        if self.intakes is not None:
+            await self.intakes.start(app, self.plane)
+        elif s.grpc_port:
+            self._grpc = public_grpc_server(self.plane, s, self.security)
             await self._grpc.start()
         python_models.configure(s.allow_python_models, self.plane.infer, asyncio.get_running_loop())
         await self.manager.start()
@@ -170,25 +143,15 @@ class FerryServer:
                 await asyncio.sleep(0.01)
         self.plane.started = True
         log.info("models in %s:\n%s", self.manager.repository, model_table(self.manager.index()))
+        intake = f"{self.intakes.count} intake processes" if self.intakes is not None else "one process"
         log.info(
-            "%s; repository %s (%s mode), %s",
+            "%s; repository %s (%s mode), %s, %s",
             ready_line(s.host, s.http_port, s.grpc_port, s.metrics_port),
             self.manager.repository,
             s.model_control_mode.value,
             self.security.describe(),
+            intake,
         )
-
-    def _connection_options(self) -> dict[str, Any]:
-        """uvicorn options of a REST-style listener: the guarded protocol and the keep-alive timeout."""
-        s = self.settings
-        limits = HttpConnectionLimits(
-            s.http_max_connections,
-            s.http_header_timeout_secs,
-            s.http_max_header_bytes,
-            s.http_min_body_rate,
-            s.http_body_grace_secs,
-        )
-        return {"http": guarded_protocol(limits), "timeout_keep_alive": s.http_keep_alive_timeout_secs}
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -204,6 +167,8 @@ class FerryServer:
         self.plane.draining = True
         self.manager.hurry()  # queued requests run now instead of waiting for batch-mates that won't come
         stops = []
+        if self.intakes is not None:
+            stops.append(self.intakes.stop(timeout))
         if self._grpc is not None:
             stops.append(self._grpc.stop(grace=timeout))
         if self._http is not None:

@@ -44,6 +44,16 @@ class Settings(BaseSettings):
     log_format: str = Field("default", description="default | ISO8601 | json (one JSON object per line)")
     trace_file: Path | None = Field(None, description="file that receives traced requests' spans (JSON lines)")
     trace_otlp_endpoint: str | None = Field(None, description="OTLP/HTTP endpoint for traced requests' spans")
+    intake_processes: int = Field(
+        0,
+        ge=0,
+        le=64,
+        description="processes that serve the REST and gRPC ports and hand requests to the model process "
+        "(0 = one per four cores, up to eight; 1 = one process, no hand-off)",
+    )
+    intake_arena_bytes: int = Field(
+        64 * MIB, ge=4096, description="shared memory per intake process and direction for tensors in flight"
+    )
     cache_size: int = Field(
         0, ge=0, description="response cache bytes, shared by models with response_cache { enable: true } (0 = none)"
     )

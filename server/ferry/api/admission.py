@@ -4,13 +4,15 @@ Per-model queues may be unbounded (Triton's default), so this is the one bound t
 queue, the image worker pool and request bodies alike: past it a request is refused with
 503 + Retry-After / UNAVAILABLE (at once, before its body is read, when the cap is already full),
 and memory stays bounded however hard clients push. Everything runs on the event loop thread,
-so plain counters suffice.
+so plain counters suffice; with several intake processes each process adds to its own row of a
+shared table (``intake/shared_state.py``) and the caps apply to the sum.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable, Iterator
+from typing import Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -18,6 +20,29 @@ from prometheus_client.registry import Collector
 from ..errors import Unavailable
 
 RETRY_AFTER_S = 1
+
+REQUESTS, BYTES, REJECTED = 0, 1, 2  # the counters, by index
+
+
+class Counts(Protocol):
+    """Where admission keeps its counters: this process's add, the whole server's total."""
+
+    def add(self, counter: int, delta: int) -> None: ...
+
+    def total(self, counter: int) -> int: ...
+
+
+class LocalCounts:
+    """Counters of a server that runs in one process."""
+
+    def __init__(self) -> None:
+        self._values = [0, 0, 0]
+
+    def add(self, counter: int, delta: int) -> None:
+        self._values[counter] += delta
+
+    def total(self, counter: int) -> int:
+        return self._values[counter]
 
 
 class Ticket:
@@ -31,15 +56,16 @@ class Ticket:
         """Count ``nbytes`` more (bytes received, decompressed, decoded or about to be encoded);
         raises Unavailable if that would pass the cap while other requests hold bytes too."""
         a = self._admission
-        if a.max_bytes and a.bytes - self.nbytes > 0 and a.bytes + nbytes > a.max_bytes:
-            a.rejected += 1
+        held = a.bytes
+        if a.max_bytes and held - self.nbytes > 0 and held + nbytes > a.max_bytes:
+            a.count_rejection()
             raise Unavailable(
-                f"server overloaded: requests in flight hold {a.bytes} bytes and this one needs "
+                f"server overloaded: requests in flight hold {held} bytes and this one needs "
                 f"{nbytes} more (limit {a.max_bytes}, --max-inflight-bytes); retry later",
                 retry_after=RETRY_AFTER_S,
             )
         self.nbytes += nbytes
-        a.bytes += nbytes
+        a.counts.add(BYTES, nbytes)
 
 
 class Admission:
@@ -49,19 +75,33 @@ class Admission:
     never from what a client declares, so a ``Content-Length`` that never arrives costs nothing.
     """
 
-    def __init__(self, max_requests: int = 0, max_bytes: int = 0) -> None:
+    def __init__(self, max_requests: int = 0, max_bytes: int = 0, counts: Counts | None = None) -> None:
         self.max_requests = max_requests
         self.max_bytes = max_bytes
-        self.requests = 0
-        self.bytes = 0
-        self.rejected = 0
+        self.counts: Counts = counts or LocalCounts()
+
+    @property
+    def requests(self) -> int:
+        return self.counts.total(REQUESTS)
+
+    @property
+    def bytes(self) -> int:
+        return self.counts.total(BYTES)
+
+    @property
+    def rejected(self) -> int:
+        return self.counts.total(REJECTED)
+
+    def count_rejection(self) -> None:
+        self.counts.add(REJECTED, 1)
 
     def check_room(self, nbytes: int) -> None:
         """Refuse at once, before reading a body, a request whose announced size cannot fit now."""
-        if self.max_bytes and self.requests and self.bytes + nbytes > self.max_bytes:
-            self.rejected += 1
+        held = self.bytes
+        if self.max_bytes and self.requests and held + nbytes > self.max_bytes:
+            self.count_rejection()
             raise Unavailable(
-                f"server overloaded: requests in flight hold {self.bytes} bytes and this one "
+                f"server overloaded: requests in flight hold {held} bytes and this one "
                 f"{nbytes} (limit {self.max_bytes}, --max-inflight-bytes); retry later",
                 retry_after=RETRY_AFTER_S,
             )
@@ -69,24 +109,25 @@ class Admission:
     @contextlib.contextmanager
     def admit(self, nbytes: int = 0) -> Iterator[Ticket]:
         """Hold one request slot, and ``nbytes`` plus what the ticket reserves, for the block's duration."""
-        if self.max_requests and self.requests >= self.max_requests:
-            self.rejected += 1
+        requests = self.requests
+        if self.max_requests and requests >= self.max_requests:
+            self.count_rejection()
             raise Unavailable(
-                f"server overloaded: {self.requests} requests in flight (limit "
+                f"server overloaded: {requests} requests in flight (limit "
                 f"{self.max_requests}, --max-inflight-requests); retry later",
                 retry_after=RETRY_AFTER_S,
             )
         # one request is always let in, however large, so a lone big request is never refused here
         self.check_room(nbytes)
         ticket = Ticket(self)
-        self.requests += 1
+        self.counts.add(REQUESTS, 1)
         ticket.nbytes = nbytes
-        self.bytes += nbytes
+        self.counts.add(BYTES, nbytes)
         try:
             yield ticket
         finally:
-            self.requests -= 1
-            self.bytes -= ticket.nbytes
+            self.counts.add(REQUESTS, -1)
+            self.counts.add(BYTES, -ticket.nbytes)
 
 
 class AdmissionCollector(Collector):

@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -36,15 +36,25 @@ MAX_LINGERING = 256
 _lingering = 0
 
 
+class OpenConnections(Protocol):
+    """A connection count shared by several processes serving one port (``intake/shared_state.py``)."""
+
+    def add(self, delta: int) -> None: ...
+
+    def total(self) -> int: ...
+
+
 @dataclass(frozen=True)
 class HttpConnectionLimits:
-    """The options (see settings.py); 0 turns a limit off."""
+    """The options (see settings.py); 0 turns a limit off. ``shared``: the cap counts the
+    connections of every intake process on the port, not only this one's."""
 
     max_connections: int = 1000
     header_timeout: float = 10.0
     max_header_bytes: int = 64 * 1024
     min_body_rate: int = 1024
     body_grace: float = 10.0
+    shared: OpenConnections | None = None
 
 
 def raw_response(status: HTTPStatus, message: str, retry_after: int | None = None) -> bytes:
@@ -79,18 +89,24 @@ def guarded_protocol(limits: HttpConnectionLimits) -> type[HttpToolsProtocol]:
         # --- connections ---------------------------------------------------------------------
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            if limits.max_connections and len(self.connections) >= limits.max_connections:
+            shared = limits.shared
+            count = len(self.connections) if shared is None else shared.total()
+            if limits.max_connections and count >= limits.max_connections:
                 self._refused = True
                 self.transport = transport
                 message = f"too many open connections (limit {limits.max_connections}, --http-max-connections)"
                 _answer_and_close(transport, raw_response(HTTPStatus.SERVICE_UNAVAILABLE, message, retry_after=1))
                 return
+            if shared is not None:
+                shared.add(1)
             super().connection_made(transport)
             self._begin_headers()
 
         def connection_lost(self, exc: Exception | None) -> None:
             if self._refused:
                 return
+            if limits.shared is not None:
+                limits.shared.add(-1)
             self._stop_timers()
             super().connection_lost(exc)
 

@@ -238,20 +238,27 @@ def create_grpc_server(
     credentials: grpc.ServerCredentials | None = None,
     limits: GrpcLimits | None = None,
     max_response_bytes: int = 256 * 1024 * 1024,
+    servicer: InferenceServicer | None = None,
+    reuse_port: bool = False,
 ) -> grpc.aio.Server:
-    """A grpc.aio server bound to ``address`` with message and connection limits (TLS when given credentials)."""
+    """A grpc.aio server bound to ``address`` with message and connection limits (TLS when given credentials).
+
+    ``servicer`` replaces the default ``InferenceServicer(plane, max_response_bytes)`` (an intake
+    process passes its forwarding one). ``reuse_port``: several intake processes listen on the port
+    (otherwise a port in use is an error)."""
     limits = limits or GrpcLimits()
     server = grpc.aio.server(
         interceptors=[*interceptors, DecodeErrorInterceptor()],
         options=[
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes),
-            ("grpc.so_reuseport", 0),
+            ("grpc.so_reuseport", int(reuse_port)),
             *limits.channel_options(),
         ],
         maximum_concurrent_rpcs=limits.max_concurrent_rpcs,
     )
-    pb_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(plane, max_response_bytes), server)
+    servicer = servicer or InferenceServicer(plane, max_response_bytes)
+    pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
     try:
         if credentials is None:
             port = server.add_insecure_port(address)

@@ -1,0 +1,113 @@
+"""Builds the REST and gRPC listeners from the settings, for the one-process server and for each
+intake process alike, so both apply the same limits, security and options."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+import uvicorn
+from starlette.types import ASGIApp
+
+from .api.connection_limits import HttpConnectionLimits, OpenConnections, guarded_protocol
+from .api.grpc import create_grpc_server
+from .api.grpc_limits import GrpcLimits
+from .api.limits import Limits
+from .security import ServerSecurity
+from .settings import Settings
+
+
+class QuietUvicornServer(uvicorn.Server):
+    """uvicorn without its own signal handling: the Ferry server owns SIGTERM/SIGINT."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def request_limits(s: Settings) -> Limits:
+    return Limits(s.max_tensor_elements, s.max_bytes_elements, s.max_inputs_per_request, s.http_max_json_bytes)
+
+
+def _share(cap: int, processes: int) -> int:
+    """One process's part of a server-wide cap (0 stays 'no cap')."""
+    return cap if cap == 0 else max(1, math.ceil(cap / processes))
+
+
+def connection_options(s: Settings, shared: OpenConnections | None = None) -> dict[str, Any]:
+    """uvicorn options of a REST-style listener: the guarded protocol and the keep-alive timeout.
+
+    ``shared``: the intake processes' connection count, so the cap holds for the whole port."""
+    limits = HttpConnectionLimits(
+        s.http_max_connections,
+        s.http_header_timeout_secs,
+        s.http_max_header_bytes,
+        s.http_min_body_rate,
+        s.http_body_grace_secs,
+        shared,
+    )
+    return {"http": guarded_protocol(limits), "timeout_keep_alive": s.http_keep_alive_timeout_secs}
+
+
+def rest_config(app: ASGIApp, s: Settings, security: ServerSecurity, **listener: Any) -> uvicorn.Config:
+    """The public REST listener (``listener``: host/port, or nothing when serving given sockets)."""
+    return uvicorn.Config(
+        app,
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        timeout_graceful_shutdown=max(1, int(s.exit_timeout_secs)),
+        **listener,
+        **security.uvicorn_options(),
+    )
+
+
+def public_grpc_server(
+    plane: Any,
+    s: Settings,
+    security: ServerSecurity,
+    processes: int = 1,
+    servicer: Any = None,
+) -> grpc.aio.Server:
+    """The public gRPC listener; with several intake processes they share the port (SO_REUSEPORT)
+    and each gets its share of the server-wide call cap (grpc counts calls per server)."""
+    return create_grpc_server(
+        plane,
+        f"{s.host}:{s.grpc_port}",
+        s.grpc_max_message_bytes,
+        security.grpc_interceptors(),
+        security.grpc_credentials(),
+        GrpcLimits(
+            s.grpc_max_concurrent_streams,
+            _share(s.grpc_max_concurrent_rpcs, processes),
+            s.grpc_min_ping_interval_secs,
+            s.grpc_max_ping_strikes,
+            s.grpc_max_metadata_bytes,
+            s.grpc_max_connection_idle_secs,
+        ),
+        s.max_response_bytes,
+        servicer=servicer,
+        reuse_port=processes > 1,
+    )
+
+
+def reuse_port_socket(host: str, port: int, listen: bool) -> socket.socket:
+    """A TCP socket bound with SO_REUSEPORT: intake processes each listen on one, and the kernel
+    spreads connections over them; the model process binds one without listening to hold the port."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host, port))
+        if listen:
+            sock.listen(2048)
+            sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock

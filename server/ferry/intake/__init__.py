@@ -1,0 +1,1 @@
+"""Several intake processes in front of the model process: hand-off, forwarding, supervision."""

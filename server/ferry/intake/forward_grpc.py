@@ -1,0 +1,128 @@
+"""The intake's gRPC servicer: inference served here, every other RPC relayed to the core.
+
+Why: ``ModelInfer`` and ``ModelStreamInfer`` run in the intake process (through its data plane);
+health, metadata, repository control, statistics, shared-memory registration, trace and log
+settings belong to the core process, which serves its normal gRPC server on a unix socket. The
+relaying methods are made from the service descriptor, so an RPC added to the proto is relayed
+without a code change. The caller's metadata and deadline go to the core; the core's status code,
+details and metadata come back unchanged; a core that cannot be reached is UNAVAILABLE.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+import grpc
+from google.protobuf.descriptor import MethodDescriptor
+from google.protobuf.message_factory import GetMessageClass
+
+from ferry_client.protocol import grpc_service_pb2 as pb
+
+from ..api.dataplane import DataPlane
+from ..api.grpc import InferenceServicer
+
+log = logging.getLogger(__name__)
+
+SERVICE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
+#: Served by the intake process itself; every other method of SERVICE is relayed.
+LOCAL_METHODS = frozenset({"ModelInfer", "ModelStreamInfer"})
+#: Metadata that gRPC sets for each call itself (or refuses from an application): never relayed.
+CALL_METADATA = frozenset({"user-agent", "te", "content-type", "host"})
+UNREACHABLE = "the model process is not reachable; try again later"
+
+Metadata = tuple[tuple[str, str | bytes], ...]
+
+
+def relayed_metadata(context: grpc.aio.ServicerContext) -> Metadata:
+    """The caller's invocation metadata (authorization, custom keys, ``-bin`` values) minus gRPC's own."""
+    return tuple(
+        (key, value)
+        for key, value in context.invocation_metadata() or ()
+        if key not in CALL_METADATA and not key.startswith((":", "grpc-"))
+    )
+
+
+class ForwardingServicer(InferenceServicer):
+    """InferenceServicer whose non-inference RPCs are answered by the core behind ``core_channel``."""
+
+    local_methods: frozenset[str] = LOCAL_METHODS
+
+    def __init__(self, plane: DataPlane, max_response_bytes: int, core_channel: grpc.aio.Channel) -> None:
+        super().__init__(plane, max_response_bytes)
+        self.core_channel = core_channel
+        for method in SERVICE.methods:
+            if method.name not in self.local_methods:
+                setattr(self, method.name, self._relay(method))
+
+    def _relay(self, method: MethodDescriptor) -> Callable[..., Any]:
+        """A handler of ``method``'s kind (unary or streaming either way) calling it on the core."""
+        path = f"/{SERVICE.full_name}/{method.name}"
+        serialize = GetMessageClass(method.input_type).SerializeToString
+        deserialize = GetMessageClass(method.output_type).FromString
+        kind = (method.client_streaming, method.server_streaming)
+        if kind == (False, False):
+            return self._unary(self.core_channel.unary_unary(path, serialize, deserialize))
+        if kind == (True, False):
+            return self._unary(self.core_channel.stream_unary(path, serialize, deserialize))
+        factory = self.core_channel.unary_stream if kind == (False, True) else self.core_channel.stream_stream
+        return self._streaming(factory(path, serialize, deserialize))
+
+    def _unary(self, multicallable: Any) -> Callable[..., Any]:
+        async def relay(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            call = multicallable(request, metadata=relayed_metadata(context), timeout=context.time_remaining())
+            try:
+                response = await call
+                await _pass_initial_metadata(call, context)
+                await _pass_trailing_metadata(call, context)
+                return response
+            except grpc.aio.AioRpcError as exc:
+                await self._abort_as(exc, context)
+                raise AssertionError("unreachable: abort raises") from exc
+
+        return relay
+
+    def _streaming(self, multicallable: Any) -> Callable[..., Any]:
+        async def relay(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            call = multicallable(request, metadata=relayed_metadata(context), timeout=context.time_remaining())
+            try:
+                await _pass_initial_metadata(call, context)
+                async for response in call:
+                    yield response
+                await _pass_trailing_metadata(call, context)
+            except grpc.aio.AioRpcError as exc:
+                await self._abort_as(exc, context)
+
+        return relay
+
+    async def _abort_as(self, exc: grpc.aio.AioRpcError, context: grpc.aio.ServicerContext) -> None:
+        """End the caller's RPC as the core ended it; a connection failure says the core is unreachable.
+
+        The core's own UNAVAILABLE (a model not ready, ...) arrives on a READY channel; a failed
+        connection leaves the channel in another state."""
+        if exc.code() == grpc.StatusCode.UNAVAILABLE and self._core_unreachable():
+            log.warning("cannot reach the core over gRPC: %s", exc.details())
+            await context.abort(grpc.StatusCode.UNAVAILABLE, UNREACHABLE)
+        await context.abort(exc.code(), exc.details() or "", _metadata_tuple(exc.trailing_metadata()))
+
+    def _core_unreachable(self) -> bool:
+        return self.core_channel.get_state(try_to_connect=False) != grpc.ChannelConnectivity.READY
+
+
+async def _pass_initial_metadata(call: Any, context: grpc.aio.ServicerContext) -> None:
+    """The core's initial metadata, for the caller (before any response message)."""
+    initial = await call.initial_metadata()
+    if initial:
+        await context.send_initial_metadata(_metadata_tuple(initial))
+
+
+async def _pass_trailing_metadata(call: Any, context: grpc.aio.ServicerContext) -> None:
+    """The core's trailing metadata of a call that succeeded, for the caller."""
+    trailing = await call.trailing_metadata()
+    if trailing:
+        context.set_trailing_metadata(_metadata_tuple(trailing))
+
+
+def _metadata_tuple(metadata: Sequence[tuple[str, str | bytes]] | None) -> Metadata:
+    return tuple((key, value) for key, value in metadata or ())

@@ -1,0 +1,473 @@
+"""The hand-off between an intake process and the model process: tensors in shared memory,
+small headers over a unix socket.
+
+Protocol (one socket per intake process, both directions framed as a 4-byte little-endian length
+and a pickled tuple that holds names, shapes and offsets, never tensor payloads):
+
+1. The intake connects to the hub socket and sends ``("hello", row, pid, arena_fd, arena_size)``:
+   its *request arena*, a memfd only it writes. The hub maps it read-only, creates a *response
+   arena* for this intake and answers ``("welcome", pid, arena_fd, arena_size)``. The intake sends
+   ``("ready",)`` once its ports accept connections.
+2. ``("infer", call, header)``: the intake wrote every input tensor into one block of its arena
+   and describes the request (``_pack_request``). The model process reads the tensors in place
+   (read-only numpy views), runs the request through its data plane and answers
+   ``("result", call, header)``, the outputs written into one block of the response arena, or
+   ``("error", call, kind, message, retry_after)``. Either answer frees the request block: until
+   then the model process may read it.
+3. The intake copies the outputs out and sends ``("free", [block, ...])``, giving the response
+   blocks back. ``("cancel", call)``: the caller went away; the model process cancels the call and
+   still answers, so the request block is freed only once nothing reads it.
+
+A block that does not fit in its arena at that moment travels in a memfd of its own (a *spill*),
+opened through /proc like the arenas and closed when answered or freed, so a large request never
+waits for room and never goes through the socket. Admission (``--max-inflight-bytes``) bounds how
+much memory all of this holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import pickle
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ferry_client.codec.tensors import decode_bytes_elements, encode_bytes_elements
+
+from ..errors import ErrorKind, FerryError, InvalidArgument, NotFound, PayloadTooLarge, Unavailable, Unimplemented
+from ..types import InferenceRequest, InferenceResponse, OutputTensor
+from .memory import FirstFit, Segment, aligned
+
+log = logging.getLogger("ferry.intake")
+
+Where = tuple[str, int, int]  # ("arena", offset, size) or ("spill", fd, size)
+TensorDesc = tuple[str, str | None, tuple[int, ...], int, int]  # name, numpy dtype (None: BYTES), shape, offset, size
+
+_LENGTH = 4
+_ERRORS: dict[ErrorKind, type[FerryError]] = {
+    ErrorKind.INVALID_ARGUMENT: InvalidArgument,
+    ErrorKind.NOT_FOUND: NotFound,
+    ErrorKind.UNAVAILABLE: Unavailable,
+    ErrorKind.UNIMPLEMENTED: Unimplemented,
+    ErrorKind.PAYLOAD_TOO_LARGE: PayloadTooLarge,
+}
+
+
+class HandoffLost(Unavailable):
+    """The other process is gone: requests in flight cannot be answered."""
+
+
+# --- framing ---------------------------------------------------------------------------------
+
+
+class FramedChannel(asyncio.Protocol):
+    """Length-prefixed pickled messages; everything sent in one loop iteration goes out in one write."""
+
+    def __init__(self, on_message: Callable[[tuple], None], on_lost: Callable[[], None]) -> None:
+        self._on_message = on_message
+        self._on_lost = on_lost
+        self._transport: asyncio.Transport | None = None
+        self._inbox = bytearray()
+        self._outbox: list[bytes] = []
+        self._flush_scheduled = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._transport = None
+        self._on_lost()
+
+    def data_received(self, data: bytes) -> None:
+        inbox = self._inbox
+        inbox += data
+        start = 0
+        end = len(inbox)
+        while end - start >= _LENGTH:
+            size = int.from_bytes(inbox[start : start + _LENGTH], "little")
+            if end - start - _LENGTH < size:
+                break
+            begin = start + _LENGTH
+            message = pickle.loads(inbox[begin : begin + size])
+            start = begin + size
+            self._on_message(message)
+        del inbox[:start]
+
+    def send(self, message: tuple) -> None:
+        payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        self._outbox.append(len(payload).to_bytes(_LENGTH, "little") + payload)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        if self._transport is not None and self._outbox:
+            self._transport.write(b"".join(self._outbox))
+        self._outbox.clear()
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+
+# --- tensors in blocks -----------------------------------------------------------------------
+
+
+class Blocks:
+    """An arena this side writes (first-fit blocks) plus the spills that did not fit in it."""
+
+    def __init__(self, name: str, size: int) -> None:
+        self.arena = Segment.create(name, size)
+        self._fit = FirstFit(size)
+        self._spills: dict[int, Segment] = {}
+        self._name = name
+
+    def allocate(self, nbytes: int) -> tuple[Where, memoryview | Any, int]:
+        """Room for ``nbytes``: where it is (for the other side), the buffer and the offset in it."""
+        offset = self._fit.allocate(nbytes)
+        if offset is not None:
+            return ("arena", offset, nbytes), self.arena.buffer, offset
+        spill = Segment.create(f"{self._name}-spill", nbytes)
+        self._spills[spill.fd] = spill
+        return ("spill", spill.fd, nbytes), spill.buffer, 0
+
+    def free(self, where: Where) -> None:
+        kind, key, _ = where
+        if kind == "arena":
+            self._fit.free(key)
+        else:
+            self._spills.pop(key).close()
+
+    def close(self) -> None:
+        for spill in self._spills.values():
+            spill.close()
+        self._spills.clear()
+        self.arena.close()
+
+    @property
+    def used_bytes(self) -> int:
+        return self._fit.used_bytes
+
+
+class PeerBlocks:
+    """The other side's arena, mapped read-only, and its spills opened on demand."""
+
+    def __init__(self, pid: int, arena_fd: int, arena_size: int) -> None:
+        self.pid = pid
+        self.arena = Segment.open(pid, arena_fd, arena_size)
+
+    def buffer(self, where: Where) -> tuple[Any, int]:
+        """The mapping holding ``where`` and the block's offset in it."""
+        kind, key, size = where
+        if kind == "arena":
+            return self.arena.buffer, key
+        spill = Segment.open(self.pid, key, size)
+        spill.close()  # the mapping stays valid; numpy views keep it alive
+        return spill.buffer, 0
+
+    def close(self) -> None:
+        self.arena.close()
+
+
+def _payload(array: np.ndarray) -> np.ndarray | bytes:
+    """What goes into a block: the array itself, or BYTES elements length-prefixed."""
+    if array.dtype == object:
+        return encode_bytes_elements(array)
+    return array
+
+
+def _write_tensors(blocks: Blocks, arrays: list[tuple[str, np.ndarray]]) -> tuple[Where, list[TensorDesc]]:
+    """Write named arrays into one block; describe where each one is."""
+    payloads = [(name, array, _payload(array)) for name, array in arrays]
+    sizes = [payload.nbytes if isinstance(payload, np.ndarray) else len(payload) for _, _, payload in payloads]
+    total = sum(aligned(size) for size in sizes)
+    where, buffer, base = blocks.allocate(total)
+    descs: list[TensorDesc] = []
+    offset = 0
+    for (name, array, payload), size in zip(payloads, sizes, strict=True):
+        if isinstance(payload, np.ndarray):
+            target = np.ndarray(array.shape, array.dtype, buffer=buffer, offset=base + offset)
+            np.copyto(target, array, casting="no")
+            descs.append((name, array.dtype.str, array.shape, offset, size))
+        else:
+            buffer[base + offset : base + offset + size] = payload
+            descs.append((name, None, array.shape, offset, size))
+        offset += aligned(size)
+    return where, descs
+
+
+def _read_tensors(buffer: Any, base: int, descs: list[TensorDesc], copy: bool) -> dict[str, np.ndarray]:
+    """Arrays over a block (views, or copies when the block is about to be given back)."""
+    arrays: dict[str, np.ndarray] = {}
+    for name, dtype, shape, offset, size in descs:
+        if dtype is None:
+            count = int(np.prod(shape, dtype=np.int64))
+            view = memoryview(buffer)[base + offset : base + offset + size]
+            arrays[name] = decode_bytes_elements(name, view, count).reshape(shape)
+        else:
+            array = np.ndarray(shape, np.dtype(dtype), buffer=buffer, offset=base + offset)
+            arrays[name] = array.copy() if copy else array
+    return arrays
+
+
+def _error_message(exc: BaseException) -> tuple[str, str, float | None]:
+    if isinstance(exc, FerryError):
+        return exc.kind.name, exc.message, getattr(exc, "retry_after", None)
+    return ErrorKind.INTERNAL.name, f"internal error: {exc}", None
+
+
+def _rebuild_error(kind_name: str, message: str, retry_after: float | None) -> FerryError:
+    kind = ErrorKind[kind_name]
+    if kind is ErrorKind.UNAVAILABLE:
+        return Unavailable(message, retry_after=retry_after)
+    cls = _ERRORS.get(kind)
+    return cls(message) if cls is not None else FerryError(message, kind)
+
+
+# --- intake side -----------------------------------------------------------------------------
+
+
+class HandoffClient:
+    """An intake process's end: ``infer`` sends a request to the model process and awaits its answer."""
+
+    def __init__(self, row: int, arena_bytes: int) -> None:
+        self.row = row
+        self._requests = Blocks("ferry-requests", arena_bytes)
+        self._responses: PeerBlocks | None = None
+        self._channel = FramedChannel(self._on_message, self._on_lost)
+        self._pending: dict[int, tuple[asyncio.Future, Where]] = {}
+        self._calls = itertools.count()
+        self._welcome: asyncio.Future | None = None
+        self.lost = asyncio.Event()
+
+    async def connect(self, path: str) -> None:
+        loop = asyncio.get_running_loop()
+        self._welcome = loop.create_future()
+        await loop.create_unix_connection(lambda: self._channel, path)
+        arena = self._requests.arena
+        self._channel.send(("hello", self.row, os.getpid(), arena.fd, arena.size))
+        _, pid, fd, size = await self._welcome
+        self._responses = PeerBlocks(pid, fd, size)
+
+    def send_ready(self) -> None:
+        self._channel.send(("ready",))
+
+    async def infer(self, request: InferenceRequest) -> InferenceResponse:
+        if self.lost.is_set():
+            raise HandoffLost("the model process is not reachable; retry later", retry_after=1)
+        where, descs = _write_tensors(self._requests, list(request.inputs.items()))
+        header = (
+            request.model_name,
+            request.model_version,
+            request.id,
+            where,
+            descs,
+            request.input_datatypes,
+            request.outputs,
+            request.parameters,
+            request.shared_memory_inputs,
+        )
+        call = next(self._calls)
+        future = asyncio.get_running_loop().create_future()
+        self._pending[call] = (future, where)
+        self._channel.send(("infer", call, header))
+        try:
+            return await future
+        except asyncio.CancelledError:
+            if call in self._pending:
+                self._channel.send(("cancel", call))
+            raise
+
+    def _on_message(self, message: tuple) -> None:
+        kind = message[0]
+        if kind == "result":
+            self._on_result(message[1], message[2])
+        elif kind == "error":
+            future = self._settle(message[1])
+            if future is not None and not future.done():
+                future.set_exception(_rebuild_error(*message[2:]))
+        elif kind == "welcome" and self._welcome is not None:
+            self._welcome.set_result(message)
+
+    def _settle(self, call: int) -> asyncio.Future | None:
+        """Forget a call and free its request block: the model process no longer reads it."""
+        entry = self._pending.pop(call, None)
+        if entry is None:
+            return None
+        future, where = entry
+        self._requests.free(where)
+        return future
+
+    def _on_result(self, call: int, header: tuple) -> None:
+        model_name, model_version, request_id, parameters, where, descs, outputs = header
+        future = self._settle(call)
+        assert self._responses is not None
+        if future is not None and not future.done():
+            buffer, base = self._responses.buffer(where)
+            arrays = _read_tensors(buffer, base, descs, copy=True)
+            tensors = [
+                OutputTensor(name, datatype, arrays[name], binary, shared) for name, datatype, binary, shared in outputs
+            ]
+            future.set_result(InferenceResponse(model_name, model_version, request_id, tensors, parameters))
+        self._channel.send(("free", where))
+
+    def _on_lost(self) -> None:
+        self.lost.set()
+        for call in list(self._pending):
+            future = self._settle(call)
+            if future is not None and not future.done():
+                future.set_exception(HandoffLost("the model process went away during the request", retry_after=1))
+        if self._welcome is not None and not self._welcome.done():
+            self._welcome.set_exception(HandoffLost("the model process closed the hand-off socket"))
+
+    def close(self) -> None:
+        self._channel.close()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+
+# --- model process side ----------------------------------------------------------------------
+
+Infer = Callable[[InferenceRequest], Any]  # DataPlane.infer
+
+
+class HubConnection:
+    """One intake process as the model process sees it: its arena, our response arena, its calls."""
+
+    def __init__(self, hub: HandoffHub) -> None:
+        self._hub = hub
+        self.channel = FramedChannel(self._on_message, self._on_lost)
+        self.row = -1
+        self.pid = 0
+        self.ready = False
+        self._requests: PeerBlocks | None = None
+        self._responses: Blocks | None = None
+        self._calls: dict[int, asyncio.Task] = {}
+        self.handed_off = 0
+
+    def _on_message(self, message: tuple) -> None:
+        kind = message[0]
+        if kind == "infer":
+            call = message[1]
+            self._calls[call] = asyncio.get_running_loop().create_task(self._serve(call, message[2]))
+            self.handed_off += 1
+        elif kind == "free":
+            assert self._responses is not None
+            self._responses.free(message[1])
+        elif kind == "cancel":
+            task = self._calls.get(message[1])
+            if task is not None:
+                task.cancel()
+        elif kind == "hello":
+            _, self.row, self.pid, fd, size = message
+            self._requests = PeerBlocks(self.pid, fd, size)
+            self._responses = Blocks(f"ferry-responses-{self.row}", self._hub.arena_bytes)
+            arena = self._responses.arena
+            self.channel.send(("welcome", os.getpid(), arena.fd, arena.size))
+        elif kind == "ready":
+            self.ready = True
+            self._hub.on_ready(self)
+
+    async def _serve(self, call: int, header: tuple) -> None:
+        try:
+            request = self._request(header)
+            response = await self._hub.infer(request)
+            del request  # the views of the request block go before the answer frees it
+            reply = ("result", call, self._pack_response(response))
+        except asyncio.CancelledError:
+            reply = ("error", call, ErrorKind.CANCELLED.name, "the request was cancelled", None)
+        except Exception as exc:  # every failure is answered, or the intake would wait forever
+            if not isinstance(exc, FerryError):
+                log.exception("unexpected error in a handed-off request")
+            reply = ("error", call, *_error_message(exc))
+        finally:
+            self._calls.pop(call, None)
+        self.channel.send(reply)
+
+    def _request(self, header: tuple) -> InferenceRequest:
+        model, version, request_id, where, descs, datatypes, outputs, parameters, shared = header
+        assert self._requests is not None
+        buffer, base = self._requests.buffer(where)
+        return InferenceRequest(
+            model,
+            version,
+            request_id,
+            _read_tensors(buffer, base, descs, copy=False),
+            datatypes,
+            outputs,
+            parameters,
+            shared,
+        )
+
+    def _pack_response(self, response: InferenceResponse) -> tuple:
+        assert self._responses is not None
+        where, descs = _write_tensors(self._responses, [(o.name, o.data) for o in response.outputs])
+        outputs = [(o.name, o.datatype, o.binary, o.shared_memory) for o in response.outputs]
+        return (
+            response.model_name,
+            response.model_version,
+            response.id,
+            response.parameters,
+            where,
+            descs,
+            outputs,
+        )
+
+    def _on_lost(self) -> None:
+        for task in self._calls.values():
+            task.cancel()
+        if self._responses is not None:
+            self._responses.close()
+        if self._requests is not None:
+            self._requests.close()
+        self._hub.on_lost(self)
+
+    @property
+    def response_bytes(self) -> int:
+        return self._responses.used_bytes if self._responses is not None else 0
+
+
+class HandoffHub:
+    """The model process's end: accepts intake processes on a unix socket and serves their calls."""
+
+    def __init__(self, infer: Infer, arena_bytes: int) -> None:
+        self.infer = infer
+        self.arena_bytes = arena_bytes
+        self.connections: set[HubConnection] = set()
+        self._server: asyncio.AbstractServer | None = None
+        self._ready_changed = asyncio.Event()
+        self.on_connection_lost: Callable[[HubConnection], None] = lambda connection: None
+
+    async def start(self, path: str) -> None:
+        def connection() -> FramedChannel:
+            conn = HubConnection(self)
+            self.connections.add(conn)
+            return conn.channel
+
+        self._server = await asyncio.get_running_loop().create_unix_server(connection, path)
+
+    def on_ready(self, connection: HubConnection) -> None:
+        self._ready_changed.set()
+
+    def on_lost(self, connection: HubConnection) -> None:
+        self.connections.discard(connection)
+        self.on_connection_lost(connection)
+
+    async def wait_ready(self, rows: set[int]) -> None:
+        """Until an intake process of each row said its ports accept connections."""
+        while not rows <= {c.row for c in self.connections if c.ready}:
+            self._ready_changed.clear()
+            await self._ready_changed.wait()
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.connections):
+            conn.channel.close()

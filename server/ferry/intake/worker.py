@@ -1,0 +1,177 @@
+"""An intake process: owns a share of the public REST and gRPC ports, answers inference requests by
+handing their tensors to the model process (``handoff.py``), and forwards every other request to
+the model process's own listeners, so clients get exactly what one process would answer.
+
+Started by ``supervisor.py`` as ``python -m ferry.intake.worker`` with its assignment as JSON in
+``FERRY_INTAKE``. It ignores SIGINT (a terminal's Ctrl-C reaches the whole process group; the model
+process decides) and drains on SIGTERM; it exits when the model process goes away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from ..api.admission import Admission
+from ..api.http_fast import InferFastPath
+from ..api.limits import Limits
+from ..front_doors import (
+    QuietUvicornServer,
+    connection_options,
+    public_grpc_server,
+    request_limits,
+    rest_config,
+    reuse_port_socket,
+)
+from ..security import ServerSecurity
+from ..settings import Settings
+from ..types import InferenceRequest, InferenceResponse
+from .forward_grpc import ForwardingServicer
+from .forward_http import ForwardToCore
+from .handoff import HandoffClient
+from .shared_state import SharedConnections, SharedTable
+
+log = logging.getLogger("ferry.intake")
+
+ENV = "FERRY_INTAKE"
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """What the model process tells an intake process: its row, and where everything is."""
+
+    row: int
+    processes: int
+    core_pid: int
+    directory: str
+    table_fd: int
+    table_rows: int
+    arena_bytes: int
+    settings: dict
+
+    def to_env(self) -> str:
+        return json.dumps(self.__dict__)
+
+    @classmethod
+    def from_env(cls) -> Assignment:
+        return cls(**json.loads(os.environ[ENV]))
+
+    def path(self, name: str) -> str:
+        return str(Path(self.directory) / name)
+
+
+class IntakePlane:
+    """What the inference front doors need from a data plane, in an intake process: admission and
+    limits here (admission counted in the shared table), execution in the model process."""
+
+    def __init__(self, admission: Admission, limits: Limits, client: HandoffClient) -> None:
+        self.admission = admission
+        self.limits = limits
+        self._client = client
+
+    async def infer(self, request: InferenceRequest) -> InferenceResponse:
+        return await self._client.infer(request)
+
+
+async def run(assignment: Assignment) -> int:
+    settings = Settings(**assignment.settings)
+    security = ServerSecurity.from_settings(settings)
+    table = SharedTable.attach(assignment.core_pid, assignment.table_fd, assignment.table_rows)
+    client = HandoffClient(assignment.row, assignment.arena_bytes)
+    await client.connect(assignment.path("hub.sock"))
+    plane = IntakePlane(
+        Admission(settings.max_inflight_requests, settings.max_inflight_bytes, table.counts(assignment.row)),
+        request_limits(settings),
+        client,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_signal_handler(signal.SIGINT, lambda: None)
+
+    forward = ForwardToCore(assignment.path("rest.sock"))
+    http: QuietUvicornServer | None = None
+    http_task: asyncio.Task | None = None
+    if settings.http_port:
+        app = security.http_app(
+            InferFastPath(forward, plane, settings.http_max_body_bytes, settings.max_response_bytes)
+        )
+        shared = SharedConnections(table, assignment.row)
+        config = rest_config(app, settings, security, **connection_options(settings, shared))
+        sock = reuse_port_socket(settings.host, settings.http_port, listen=True)
+        http = QuietUvicornServer(config)
+        http_task = asyncio.create_task(http.serve(sockets=[sock]), name="http")
+    channel = grpc.aio.insecure_channel(
+        f"unix:{assignment.path('grpc.sock')}",
+        options=[
+            ("grpc.max_receive_message_length", settings.grpc_max_message_bytes),
+            ("grpc.max_send_message_length", settings.grpc_max_message_bytes),
+        ],
+    )
+    server = None
+    if settings.grpc_port:
+        server = public_grpc_server(
+            plane,
+            settings,
+            security,
+            assignment.processes,
+            ForwardingServicer(plane, settings.max_response_bytes, channel),
+        )
+        await server.start()
+    while http is not None and not http.started:
+        if http_task is not None and http_task.done():
+            log.error("intake %d: the REST listener stopped at start-up", assignment.row)
+            return 1
+        await asyncio.sleep(0.01)
+    client.send_ready()
+    lost = asyncio.create_task(client.lost.wait())
+    stopping = asyncio.create_task(stop.wait())
+    await asyncio.wait({lost, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    code = 0
+    if client.lost.is_set():
+        log.error("intake %d: the model process went away; exiting", assignment.row)
+        code = 1
+    stops = []
+    if server is not None:
+        stops.append(server.stop(grace=0 if code else settings.exit_timeout_secs))
+    if http is not None:
+        http.should_exit = True
+        stops.append(http_task)
+    await asyncio.gather(*stops, return_exceptions=True)
+    await forward.aclose()
+    await channel.close()
+    client.close()
+    return code
+
+
+def main() -> None:
+    assignment = Assignment.from_env()
+    settings = assignment.settings
+    logging.basicConfig(
+        level=str(settings.get("log_level", "info")).upper(),
+        format=f"%(asctime)s %(levelname)s %(name)s[intake {assignment.row}]: %(message)s",
+    )
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:  # pragma: no cover - uvloop is optional on some platforms
+        pass
+    try:
+        code = asyncio.run(run(assignment))
+    except OSError as exc:
+        log.error("intake %d cannot start: %s", assignment.row, exc)
+        code = 1
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

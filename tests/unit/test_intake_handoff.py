@@ -1,0 +1,229 @@
+"""The hand-off protocol between an intake process and the model process, both ends in this process
+over a real unix socket and real memfd segments; the model side's ``infer`` is a test function."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ferry.errors import InvalidArgument, Unavailable
+from ferry.intake.handoff import HandoffClient, HandoffHub, HandoffLost
+from ferry.intake.memory import ALIGNMENT, FirstFit
+from ferry.intake.shared_state import BYTES, REQUESTS, SharedTable
+from ferry.types import InferenceRequest, InferenceResponse, OutputTensor, RequestedOutput
+
+pytestmark = pytest.mark.timeout(60)
+
+
+# --- the arena allocator ---------------------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(1, 5000)), max_size=60))
+def test_first_fit_never_overlaps_and_merges_everything_back(steps: list[tuple[bool, int]]) -> None:
+    fit = FirstFit(64 * 1024)
+    live: dict[int, int] = {}
+    for allocate, size in steps:
+        if allocate or not live:
+            offset = fit.allocate(size)
+            if offset is None:  # the arena is fragmented or full: the caller spills
+                continue
+            assert offset % ALIGNMENT == 0 and offset + size <= fit.size
+            for other, other_size in live.items():
+                assert offset + size <= other or other + other_size <= offset, "blocks overlap"
+            live[offset] = size
+        else:
+            offset = sorted(live)[size % len(live)]
+            fit.free(offset)
+            del live[offset]
+    for offset in list(live):
+        fit.free(offset)
+    assert fit.used_bytes == 0
+    assert fit.allocate(fit.size) == 0  # every block merged back into one
+
+
+def test_first_fit_reuses_the_lowest_room() -> None:
+    fit = FirstFit(1024)
+    a, b, c = fit.allocate(100), fit.allocate(100), fit.allocate(100)
+    assert (a, b, c) == (0, 128, 256)
+    fit.free(b)
+    assert fit.allocate(64) == 128
+    assert fit.allocate(2000) is None
+
+
+# --- client and hub over a real socket -------------------------------------------------------
+
+
+class Model:
+    """The model process's data plane, reduced to what a test needs to see and control."""
+
+    def __init__(self) -> None:
+        self.seen: list[InferenceRequest] = []
+        self.gate: asyncio.Event | None = None
+        self.cancelled = 0
+
+    async def infer(self, request: InferenceRequest) -> InferenceResponse:
+        self.seen.append(request)
+        if self.gate is not None:
+            try:
+                await self.gate.wait()
+            except asyncio.CancelledError:
+                self.cancelled += 1
+                raise
+        if request.model_name == "bad":
+            raise InvalidArgument("input 'x' is wrong")
+        if request.model_name == "busy":
+            raise Unavailable("busy", retry_after=3)
+        if request.model_name == "broken":
+            raise RuntimeError("boom")
+        outputs = [
+            OutputTensor(f"{name}_out", "FP32", array * 2, binary=True) for name, array in request.inputs.items()
+        ]
+        words = np.array([b"cat", b"", b"\x00dog"], dtype=object)
+        outputs.append(OutputTensor("labels", "BYTES", words))
+        return InferenceResponse(request.model_name, "1", request.id, outputs, {"sequence": 7})
+
+
+async def _pair(tmp_path: Path, arena_bytes: int = 1 << 20) -> tuple[Model, HandoffHub, HandoffClient]:
+    model = Model()
+    hub = HandoffHub(model.infer, arena_bytes)
+    await hub.start(str(tmp_path / "hub.sock"))
+    client = HandoffClient(1, arena_bytes)
+    await client.connect(str(tmp_path / "hub.sock"))
+    client.send_ready()
+    await asyncio.wait_for(hub.wait_ready({1}), 10)
+    return model, hub, client
+
+
+async def test_tensors_parameters_and_bytes_make_the_round_trip(tmp_path: Path) -> None:
+    model, hub, client = await _pair(tmp_path)
+    try:
+        x = np.arange(12, dtype=np.float32).reshape(3, 4)
+        images = np.array([b"\xff\xd8jpeg", b""], dtype=object)
+        request = InferenceRequest(
+            "m",
+            "2",
+            "req-1",
+            {"x": x[:, ::2], "images": images},  # a non-contiguous view is copied correctly
+            {"x": "FP32", "images": "BYTES"},
+            [RequestedOutput("x_out", binary=True, classification=2)],
+            {"priority": 1},
+        )
+        response = await client.infer(request)
+        seen = model.seen[0]
+        assert (seen.model_name, seen.model_version, seen.id, seen.parameters) == ("m", "2", "req-1", {"priority": 1})
+        assert seen.outputs == request.outputs and seen.input_datatypes == request.input_datatypes
+        np.testing.assert_array_equal(seen.inputs["x"], x[:, ::2])
+        assert not seen.inputs["x"].flags.writeable  # the model process reads the intake's arena in place
+        assert list(seen.inputs["images"]) == [b"\xff\xd8jpeg", b""]
+        assert (response.model_name, response.model_version, response.id) == ("m", "1", "req-1")
+        assert response.parameters == {"sequence": 7}
+        np.testing.assert_array_equal(response.outputs[0].data, x[:, ::2] * 2)
+        assert response.outputs[0].binary is True and response.outputs[0].datatype == "FP32"
+        assert list(response.outputs[2].data) == [b"cat", b"", b"\x00dog"]
+    finally:
+        client.close()
+        await hub.close()
+
+
+async def test_blocks_are_given_back_after_every_answer(tmp_path: Path) -> None:
+    model, hub, client = await _pair(tmp_path)
+    try:
+        x = np.ones((64, 64), np.float32)
+        results = await asyncio.gather(*(client.infer(InferenceRequest("m", inputs={"x": x})) for _ in range(50)))
+        assert len(results) == 50
+        with pytest.raises(InvalidArgument):
+            await client.infer(InferenceRequest("bad", inputs={"x": x}))
+        await asyncio.sleep(0)  # the last "free" leaves on the next loop iteration
+        for _ in range(100):
+            if not any(c.response_bytes for c in hub.connections):
+                break
+            await asyncio.sleep(0.01)
+        assert client._requests.used_bytes == 0
+        assert [c.response_bytes for c in hub.connections] == [0]
+    finally:
+        client.close()
+        await hub.close()
+
+
+async def test_tensors_larger_than_the_arena_travel_in_their_own_segment(tmp_path: Path) -> None:
+    model, hub, client = await _pair(tmp_path, arena_bytes=4096)
+    try:
+        big = np.random.default_rng(0).random((512, 512), dtype=np.float32)  # 1 MiB, the arena holds 4 KiB
+        response = await client.infer(InferenceRequest("m", inputs={"x": big}))
+        np.testing.assert_array_equal(response.outputs[0].data, big * 2)
+        assert client._requests.used_bytes == 0
+    finally:
+        client.close()
+        await hub.close()
+
+
+async def test_errors_keep_their_kind_message_and_retry_after(tmp_path: Path) -> None:
+    model, hub, client = await _pair(tmp_path)
+    x = {"x": np.zeros(1, np.float32)}
+    try:
+        with pytest.raises(InvalidArgument, match="input 'x' is wrong"):
+            await client.infer(InferenceRequest("bad", inputs=x))
+        with pytest.raises(Unavailable) as busy:
+            await client.infer(InferenceRequest("busy", inputs=x))
+        assert busy.value.retry_after == 3
+        with pytest.raises(Exception, match="internal error: boom") as broken:
+            await client.infer(InferenceRequest("broken", inputs=x))
+        assert broken.value.http_status == 500
+    finally:
+        client.close()
+        await hub.close()
+
+
+async def test_a_cancelled_call_is_cancelled_in_the_model_process_and_its_block_freed(tmp_path: Path) -> None:
+    model, hub, client = await _pair(tmp_path)
+    model.gate = asyncio.Event()
+    try:
+        call = asyncio.create_task(client.infer(InferenceRequest("m", inputs={"x": np.ones(1000, np.float32)})))
+        while not model.seen:
+            await asyncio.sleep(0.01)
+        assert client._requests.used_bytes > 0  # held while the model process may still read it
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        while model.cancelled == 0 or client._requests.used_bytes:
+            await asyncio.sleep(0.01)
+        assert client.in_flight == 0
+    finally:
+        client.close()
+        await hub.close()
+
+
+async def test_calls_in_flight_fail_with_unavailable_when_the_model_process_goes_away(tmp_path: Path) -> None:
+    model, hub, client = await _pair(tmp_path)
+    model.gate = asyncio.Event()
+    call = asyncio.create_task(client.infer(InferenceRequest("m", inputs={"x": np.ones(4, np.float32)})))
+    while not model.seen:
+        await asyncio.sleep(0.01)
+    await hub.close()
+    with pytest.raises(HandoffLost, match="went away"):
+        await call
+    with pytest.raises(HandoffLost, match="not reachable"):
+        await client.infer(InferenceRequest("m", inputs={"x": np.ones(4, np.float32)}))
+    client.close()
+
+
+# --- the shared counters ---------------------------------------------------------------------
+
+
+def test_each_process_adds_to_its_row_and_everyone_reads_the_sum() -> None:
+    import os
+
+    table = SharedTable.create(3)
+    other = SharedTable.attach(os.getpid(), table.segment.fd, 3)  # as an intake process maps it
+    table.counts(0).add(REQUESTS, 1)
+    other.counts(2).add(REQUESTS, 2)
+    other.counts(2).add(BYTES, 100)
+    assert table.counts(1).total(REQUESTS) == 3 and table.column_total(BYTES) == 100
+    other.clear_row(2)
+    assert table.column_total(REQUESTS) == 1 and table.column_total(BYTES) == 0
