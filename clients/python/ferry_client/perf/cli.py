@@ -21,7 +21,7 @@ from .inputs import (
 from .ranges import parse_range
 from .report import client_limit_note, table, write_csv, write_json, write_plot
 from .runner import StepPlan, StepResult, WorkerPool, default_processes, progress_printer, run_step
-from .wire import Security, encode_requests, fast_http_available
+from .wire import GRPC_ENGINES, Security, default_grpc_engine, encode_requests, fast_http_available
 from .worker import WorkerConfig
 
 # Defaults sized so a 3-step sweep on an idle server takes about 15 s (three 1.5 s windows per step
@@ -36,6 +36,13 @@ def add_perf_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-x", "--model-version", default="", help="model version (default: the server's choice)")
     p.add_argument("-u", "--url", default=None, help="server address (default 127.0.0.1:8000 http, :8001 grpc)")
     p.add_argument("-i", "--protocol", choices=["http", "grpc"], default="http")
+    p.add_argument(
+        "--grpc-engine",
+        choices=GRPC_ENGINES,
+        default=None,
+        help="gRPC load through pre-built HTTP/2 frames ('raw', a third of grpcio's CPU per call; needs the "
+        "perf extra) or grpcio's asyncio channel (default: raw when installed)",
+    )
     p.add_argument("-b", "--batch-size", type=int, default=1, help="items per request (batching models)")
     load = p.add_mutually_exclusive_group()
     load.add_argument(
@@ -147,6 +154,8 @@ def check_before_measuring(args: argparse.Namespace) -> None:
     for flag, path in (("--csv", args.csv), ("--json", args.json), ("--plot", args.plot)):
         if path is not None and not path.parent.is_dir():
             raise ValueError(f"{flag} {path}: folder '{path.parent}' does not exist")
+    if args.grpc_engine == "raw" and importlib.util.find_spec("hpack") is None:
+        raise ValueError("--grpc-engine raw needs hpack, which is not installed (pip install 'ferry-client[perf]')")
     if args.measurement_interval <= 0:
         raise ValueError("--measurement-interval must be > 0 ms")
     if args.max_trials < 1:
@@ -251,8 +260,15 @@ def _run_perf(args: argparse.Namespace) -> int:
                 "note: neither httptools nor aiohttp is installed; HTTP load goes through httpx, which caps "
                 "the rate a process can offer (pip install 'ferry-client[perf]')"
             )
+        grpc_engine = args.grpc_engine or default_grpc_engine()
+        if args.protocol == "grpc" and grpc_engine == "grpcio" and args.grpc_engine is None:
+            show(
+                "note: hpack is not installed; gRPC load goes through grpcio, whose client CPU per call (~3x the "
+                "raw engine's) is taken from a server on the same machine (pip install 'ferry-client[perf]')"
+            )
+        over = f"grpc ({grpc_engine} engine)" if args.protocol == "grpc" else args.protocol
         show(
-            f"ferry-client perf: model '{args.model}' over {args.protocol} at {url}, batch {args.batch_size}, "
+            f"ferry-client perf: model '{args.model}' over {over} at {url}, batch {args.batch_size}, "
             f"{len(requests)} distinct request(s), {processes} worker process(es)"
         )
         worker_config = WorkerConfig(
@@ -263,6 +279,7 @@ def _run_perf(args: argparse.Namespace) -> int:
             requests,
             security,
             connections=int(max(values)) if mode == "concurrency" else args.max_outstanding,
+            grpc_engine=grpc_engine,
         )
         steps: list[StepResult] = []
         with WorkerPool(worker_config, processes) as pool:
@@ -284,6 +301,7 @@ def _run_perf(args: argparse.Namespace) -> int:
         "model": args.model,
         "version": args.model_version,
         "protocol": args.protocol,
+        "grpc_engine": grpc_engine if args.protocol == "grpc" else None,
         "url": url,
         "batch_size": args.batch_size,
         "processes": processes,

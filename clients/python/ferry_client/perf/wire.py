@@ -4,8 +4,9 @@ A load generator must measure the server, not its own encoding: every request is
 wire bytes once (reusing the SDK's own builders, so the tool sends exactly what the clients
 send), and the hot loop only ships bytes. HTTP goes through pre-built request bytes parsed
 with httptools when installed (the ``ferry-client[perf]`` extra), else aiohttp, else httpx (whose
-asyncio pool is several times slower under concurrency); gRPC through a grpc.aio channel with
-identity serializers.
+asyncio pool is several times slower under concurrency). gRPC goes as pre-built HTTP/2 frames
+(rawgrpc.py, needs hpack from the same extra) or through a grpc.aio channel with identity
+serializers (``--grpc-engine grpcio``).
 """
 
 from __future__ import annotations
@@ -201,10 +202,59 @@ class GrpcSender:
         await self._channel.close()
 
 
-def make_sender(protocol: str, url: str, model: str, version: str, connections: int, security: Security) -> Sender:
-    """The sender for a protocol; HTTP prefers pre-built bytes (httptools), then aiohttp, then httpx."""
+class RawGrpcSender:
+    """gRPC as pre-built HTTP/2 frames (see rawgrpc.py): about a third of grpcio's CPU per call."""
+
+    def __init__(self, url: str, security: Security) -> None:
+        from .rawgrpc import PreparedCall, RawGrpcClient
+
+        host, _, port = url.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"gRPC address '{url}': expected HOST:PORT")
+        self._client = RawGrpcClient(
+            host.strip("[]"), int(port), GRPC_INFER_METHOD, list(security.headers.items()), security.ssl_context()
+        )
+        self._prepare = PreparedCall.of
+        self._prepared: dict[int, PreparedCall] = {}
+
+    async def send(self, request: WireRequest) -> str | None:
+        prepared = self._prepared.get(id(request))
+        if prepared is None:
+            prepared = self._prepared[id(request)] = self._prepare(request.body)
+        try:
+            return (await self._client.call(prepared)).error
+        except Exception as exc:  # noqa: BLE001 - any transport failure is a failed request to report
+            return f"{type(exc).__name__}: {exc}"
+
+    async def close(self) -> None:
+        await self._client.close()
+
+
+GRPC_ENGINES = ("raw", "grpcio")
+
+
+def default_grpc_engine() -> str:
+    """The raw HTTP/2 engine when hpack (the perf extra) is installed, else grpcio."""
+    import importlib.util
+
+    return "raw" if importlib.util.find_spec("hpack") is not None else "grpcio"
+
+
+def make_sender(
+    protocol: str,
+    url: str,
+    model: str,
+    version: str,
+    connections: int,
+    security: Security,
+    grpc_engine: str = "grpcio",
+) -> Sender:
+    """The sender for a protocol; HTTP prefers pre-built bytes (httptools), then aiohttp, then httpx;
+    gRPC uses ``grpc_engine`` (one of GRPC_ENGINES)."""
     if protocol == "grpc":
-        return GrpcSender(url, security)
+        if grpc_engine not in GRPC_ENGINES:
+            raise ValueError(f"unknown gRPC engine '{grpc_engine}' (choose from {', '.join(GRPC_ENGINES)})")
+        return RawGrpcSender(url, security) if grpc_engine == "raw" else GrpcSender(url, security)
     from ..http import _model_path
 
     base = url if "://" in url else ("https://" if security.ssl_context() else "http://") + url

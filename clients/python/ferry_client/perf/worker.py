@@ -34,6 +34,7 @@ class WorkerConfig:
     requests: list[WireRequest]
     security: Security
     connections: int
+    grpc_engine: str = "grpcio"  # "raw" (pre-built HTTP/2 frames) or "grpcio"; see wire.GRPC_ENGINES
 
 
 @dataclass(frozen=True)
@@ -141,7 +142,15 @@ async def _run(conn: Connection, config: WorkerConfig, worker_index: int) -> Non
     loop = asyncio.get_running_loop()
     commands: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
     loop.add_reader(conn.fileno(), lambda: commands.put_nowait(conn.recv()))
-    sender = make_sender(config.protocol, config.url, config.model, config.version, config.connections, config.security)
+    sender = make_sender(
+        config.protocol,
+        config.url,
+        config.model,
+        config.version,
+        config.connections,
+        config.security,
+        config.grpc_engine,
+    )
     conn.send(("ready",))
     try:
         while True:
