@@ -4,6 +4,8 @@ over a real unix socket and real memfd segments; the model side's ``infer`` is a
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +17,14 @@ from ferry.errors import InvalidArgument, Unavailable
 from ferry.intake.handoff import HandoffClient, HandoffHub, HandoffLost
 from ferry.intake.memory import ALIGNMENT, FirstFit
 from ferry.intake.shared_state import BYTES, REQUESTS, SharedTable
-from ferry.types import InferenceRequest, InferenceResponse, OutputTensor, RequestedOutput
+from ferry.types import (
+    InferenceRequest,
+    InferenceResponse,
+    OutputTensor,
+    RequestedOutput,
+    SharedMemoryInput,
+    SharedMemoryRef,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -89,20 +98,25 @@ class Model:
         return InferenceResponse(request.model_name, "1", request.id, outputs, {"sequence": 7})
 
 
-async def _pair(tmp_path: Path, arena_bytes: int = 1 << 20) -> tuple[Model, HandoffHub, HandoffClient]:
+@contextlib.asynccontextmanager
+async def _pair(tmp_path: Path, arena_bytes: int = 1 << 20) -> AsyncIterator[tuple[Model, HandoffHub, HandoffClient]]:
+    """Both ends connected and ready; closed (both, whatever the test closed already) on exit."""
     model = Model()
     hub = HandoffHub(model.infer, arena_bytes)
     await hub.start(str(tmp_path / "hub.sock"))
     client = HandoffClient(1, arena_bytes)
-    await client.connect(str(tmp_path / "hub.sock"))
-    client.send_ready()
-    await asyncio.wait_for(hub.wait_ready({1}), 10)
-    return model, hub, client
+    try:
+        await client.connect(str(tmp_path / "hub.sock"))
+        client.send_ready()
+        await asyncio.wait_for(hub.wait_ready({1}), 10)
+        yield model, hub, client
+    finally:
+        client.close()
+        await hub.close()
 
 
 async def test_tensors_parameters_and_bytes_make_the_round_trip(tmp_path: Path) -> None:
-    model, hub, client = await _pair(tmp_path)
-    try:
+    async with _pair(tmp_path) as (model, hub, client):
         x = np.arange(12, dtype=np.float32).reshape(3, 4)
         images = np.array([b"\xff\xd8jpeg", b""], dtype=object)
         request = InferenceRequest(
@@ -111,13 +125,18 @@ async def test_tensors_parameters_and_bytes_make_the_round_trip(tmp_path: Path) 
             "req-1",
             {"x": x[:, ::2], "images": images},  # a non-contiguous view is copied correctly
             {"x": "FP32", "images": "BYTES"},
-            [RequestedOutput("x_out", binary=True, classification=2)],
+            [
+                RequestedOutput("x_out", binary=True, classification=2),
+                RequestedOutput("labels", shared_memory=SharedMemoryRef("region", 64, 1024)),
+            ],
             {"priority": 1},
+            {"y": SharedMemoryInput("INT8", (2, 3), SharedMemoryRef("region", 0, 6))},
         )
         response = await client.infer(request)
         seen = model.seen[0]
         assert (seen.model_name, seen.model_version, seen.id, seen.parameters) == ("m", "2", "req-1", {"priority": 1})
         assert seen.outputs == request.outputs and seen.input_datatypes == request.input_datatypes
+        assert seen.shared_memory_inputs == request.shared_memory_inputs
         np.testing.assert_array_equal(seen.inputs["x"], x[:, ::2])
         assert not seen.inputs["x"].flags.writeable  # the model process reads the intake's arena in place
         assert list(seen.inputs["images"]) == [b"\xff\xd8jpeg", b""]
@@ -126,14 +145,10 @@ async def test_tensors_parameters_and_bytes_make_the_round_trip(tmp_path: Path) 
         np.testing.assert_array_equal(response.outputs[0].data, x[:, ::2] * 2)
         assert response.outputs[0].binary is True and response.outputs[0].datatype == "FP32"
         assert list(response.outputs[2].data) == [b"cat", b"", b"\x00dog"]
-    finally:
-        client.close()
-        await hub.close()
 
 
 async def test_blocks_are_given_back_after_every_answer(tmp_path: Path) -> None:
-    model, hub, client = await _pair(tmp_path)
-    try:
+    async with _pair(tmp_path) as (model, hub, client):
         x = np.ones((64, 64), np.float32)
         results = await asyncio.gather(*(client.infer(InferenceRequest("m", inputs={"x": x})) for _ in range(50)))
         assert len(results) == 50
@@ -146,27 +161,19 @@ async def test_blocks_are_given_back_after_every_answer(tmp_path: Path) -> None:
             await asyncio.sleep(0.01)
         assert client._requests.used_bytes == 0
         assert [c.response_bytes for c in hub.connections] == [0]
-    finally:
-        client.close()
-        await hub.close()
 
 
 async def test_tensors_larger_than_the_arena_travel_in_their_own_segment(tmp_path: Path) -> None:
-    model, hub, client = await _pair(tmp_path, arena_bytes=4096)
-    try:
+    async with _pair(tmp_path, arena_bytes=4096) as (model, hub, client):
         big = np.random.default_rng(0).random((512, 512), dtype=np.float32)  # 1 MiB, the arena holds 4 KiB
         response = await client.infer(InferenceRequest("m", inputs={"x": big}))
         np.testing.assert_array_equal(response.outputs[0].data, big * 2)
         assert client._requests.used_bytes == 0
-    finally:
-        client.close()
-        await hub.close()
 
 
 async def test_errors_keep_their_kind_message_and_retry_after(tmp_path: Path) -> None:
-    model, hub, client = await _pair(tmp_path)
-    x = {"x": np.zeros(1, np.float32)}
-    try:
+    async with _pair(tmp_path) as (model, hub, client):
+        x = {"x": np.zeros(1, np.float32)}
         with pytest.raises(InvalidArgument, match="input 'x' is wrong"):
             await client.infer(InferenceRequest("bad", inputs=x))
         with pytest.raises(Unavailable) as busy:
@@ -175,18 +182,20 @@ async def test_errors_keep_their_kind_message_and_retry_after(tmp_path: Path) ->
         with pytest.raises(Exception, match="internal error: boom") as broken:
             await client.infer(InferenceRequest("broken", inputs=x))
         assert broken.value.http_status == 500
-    finally:
-        client.close()
-        await hub.close()
+
+
+async def _held_call(model: Model, client: HandoffClient, x: np.ndarray) -> asyncio.Task:
+    """A call the model process has received and holds until ``model.gate`` opens."""
+    model.gate = asyncio.Event()
+    call = asyncio.create_task(client.infer(InferenceRequest("m", inputs={"x": x})))
+    while not model.seen:
+        await asyncio.sleep(0.01)
+    return call
 
 
 async def test_a_cancelled_call_is_cancelled_in_the_model_process_and_its_block_freed(tmp_path: Path) -> None:
-    model, hub, client = await _pair(tmp_path)
-    model.gate = asyncio.Event()
-    try:
-        call = asyncio.create_task(client.infer(InferenceRequest("m", inputs={"x": np.ones(1000, np.float32)})))
-        while not model.seen:
-            await asyncio.sleep(0.01)
+    async with _pair(tmp_path) as (model, hub, client):
+        call = await _held_call(model, client, np.ones(1000, np.float32))
         assert client._requests.used_bytes > 0  # held while the model process may still read it
         call.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -194,23 +203,16 @@ async def test_a_cancelled_call_is_cancelled_in_the_model_process_and_its_block_
         while model.cancelled == 0 or client._requests.used_bytes:
             await asyncio.sleep(0.01)
         assert client.in_flight == 0
-    finally:
-        client.close()
-        await hub.close()
 
 
 async def test_calls_in_flight_fail_with_unavailable_when_the_model_process_goes_away(tmp_path: Path) -> None:
-    model, hub, client = await _pair(tmp_path)
-    model.gate = asyncio.Event()
-    call = asyncio.create_task(client.infer(InferenceRequest("m", inputs={"x": np.ones(4, np.float32)})))
-    while not model.seen:
-        await asyncio.sleep(0.01)
-    await hub.close()
-    with pytest.raises(HandoffLost, match="went away"):
-        await call
-    with pytest.raises(HandoffLost, match="not reachable"):
-        await client.infer(InferenceRequest("m", inputs={"x": np.ones(4, np.float32)}))
-    client.close()
+    async with _pair(tmp_path) as (model, hub, client):
+        call = await _held_call(model, client, np.ones(4, np.float32))
+        await hub.close()
+        with pytest.raises(HandoffLost, match="went away"):
+            await call
+        with pytest.raises(HandoffLost, match="not reachable"):
+            await client.infer(InferenceRequest("m", inputs={"x": np.ones(4, np.float32)}))
 
 
 # --- the shared counters ---------------------------------------------------------------------

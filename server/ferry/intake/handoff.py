@@ -2,7 +2,8 @@
 small headers over a unix socket.
 
 Protocol (one socket per intake process, both directions framed as a 4-byte little-endian length
-and a pickled tuple that holds names, shapes and offsets, never tensor payloads):
+and a JSON array that holds names, shapes and offsets, never tensor payloads; JSON and not pickle,
+so nothing that reaches the socket can make a process run code):
 
 1. The intake connects to the hub socket and sends ``("hello", row, pid, arena_fd, arena_size)``:
    its *request arena*, a memfd only it writes. The hub maps it read-only, creates a *response
@@ -30,16 +31,23 @@ import asyncio
 import itertools
 import logging
 import os
-import pickle
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import orjson
 
 from ferry_client.codec.tensors import decode_bytes_elements, encode_bytes_elements
 
 from ..errors import ErrorKind, FerryError, InvalidArgument, NotFound, PayloadTooLarge, Unavailable, Unimplemented
-from ..types import InferenceRequest, InferenceResponse, OutputTensor
+from ..types import (
+    InferenceRequest,
+    InferenceResponse,
+    OutputTensor,
+    RequestedOutput,
+    SharedMemoryInput,
+    SharedMemoryRef,
+)
 from .memory import FirstFit, Segment, aligned
 
 log = logging.getLogger("ferry.intake")
@@ -65,7 +73,7 @@ class HandoffLost(Unavailable):
 
 
 class FramedChannel(asyncio.Protocol):
-    """Length-prefixed pickled messages; everything sent in one loop iteration goes out in one write."""
+    """Length-prefixed JSON messages; everything sent in one loop iteration goes out in one write."""
 
     def __init__(self, on_message: Callable[[tuple], None], on_lost: Callable[[], None]) -> None:
         self._on_message = on_message
@@ -92,13 +100,13 @@ class FramedChannel(asyncio.Protocol):
             if end - start - _LENGTH < size:
                 break
             begin = start + _LENGTH
-            message = pickle.loads(inbox[begin : begin + size])
+            message = orjson.loads(memoryview(inbox)[begin : begin + size])
             start = begin + size
             self._on_message(message)
         del inbox[:start]
 
     def send(self, message: tuple) -> None:
-        payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        payload = orjson.dumps(message, option=orjson.OPT_SERIALIZE_NUMPY)  # dataclasses become objects
         self._outbox.append(len(payload).to_bytes(_LENGTH, "little") + payload)
         if not self._flush_scheduled:
             self._flush_scheduled = True
@@ -204,7 +212,7 @@ def _write_tensors(blocks: Blocks, arrays: list[tuple[str, np.ndarray]]) -> tupl
 def _read_tensors(buffer: Any, base: int, descs: list[TensorDesc], copy: bool) -> dict[str, np.ndarray]:
     """Arrays over a block (views, or copies when the block is about to be given back)."""
     arrays: dict[str, np.ndarray] = {}
-    for name, dtype, shape, offset, size in descs:
+    for name, dtype, shape, offset, size in descs:  # shape: a JSON list
         if dtype is None:
             count = int(np.prod(shape, dtype=np.int64))
             view = memoryview(buffer)[base + offset : base + offset + size]
@@ -213,6 +221,17 @@ def _read_tensors(buffer: Any, base: int, descs: list[TensorDesc], copy: bool) -
             array = np.ndarray(shape, np.dtype(dtype), buffer=buffer, offset=base + offset)
             arrays[name] = array.copy() if copy else array
     return arrays
+
+
+def _requested_output(fields: dict[str, Any]) -> RequestedOutput:
+    ref = fields["shared_memory"]
+    return RequestedOutput(
+        fields["name"], fields["binary"], fields["classification"], None if ref is None else SharedMemoryRef(**ref)
+    )
+
+
+def _shared_memory_input(fields: dict[str, Any]) -> SharedMemoryInput:
+    return SharedMemoryInput(fields["datatype"], tuple(fields["shape"]), SharedMemoryRef(**fields["ref"]))
 
 
 def _error_message(exc: BaseException) -> tuple[str, str, float | None]:
@@ -401,9 +420,9 @@ class HubConnection:
             request_id,
             _read_tensors(buffer, base, descs, copy=False),
             datatypes,
-            outputs,
+            None if outputs is None else [_requested_output(output) for output in outputs],
             parameters,
-            shared,
+            {name: _shared_memory_input(value) for name, value in shared.items()},
         )
 
     def _pack_response(self, response: InferenceResponse) -> tuple:
