@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -94,10 +95,11 @@ def measure(binary: str, server: FerryProcess, protocol: str, model: str, concur
 
 
 def _repository(directory: Path) -> Path:
-    """One repository with the tiny model and ResNet-50 (links, nothing copied)."""
+    """One repository with the tiny model and ResNet-50 (copies: the server refuses symlinks that
+    leave the repository)."""
     bench_repo = models.build_repository()
-    (directory / "simple").symlink_to(ROOT / "model_repo" / "simple")
-    (directory / "resnet50").symlink_to(bench_repo / "resnet50")
+    shutil.copytree(ROOT / "model_repo" / "simple", directory / "simple")
+    shutil.copytree(bench_repo / "resnet50", directory / "resnet50")
     return directory
 
 

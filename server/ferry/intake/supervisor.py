@@ -83,6 +83,8 @@ class IntakeProcesses:
         self.hub = HandoffHub(plane.infer, s.intake_arena_bytes)
         self.hub.on_connection_lost = self._on_connection_lost
         await self.hub.start(self._path("hub.sock"))
+        for row in range(1, self.count + 1):  # before any gRPC server runs: forking then makes gRPC log warnings
+            await self._spawn(row)
         config = uvicorn.Config(
             app,
             uds=self._path("rest.sock"),
@@ -106,8 +108,6 @@ class IntakeProcesses:
             if self._private_http_task.done():
                 raise OSError("the model process's private REST listener stopped at start-up")
             await asyncio.sleep(0.01)
-        for row in range(1, self.count + 1):
-            await self._spawn(row)
         await self._wait_ready()
 
     def _path(self, name: str) -> str:

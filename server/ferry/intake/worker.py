@@ -159,6 +159,7 @@ def main() -> None:
         level=str(settings.get("log_level", "info")).upper(),
         format=f"%(asctime)s %(levelname)s %(name)s[intake {assignment.row}]: %(message)s",
     )
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per forwarded request
     try:
         import uvloop
 
