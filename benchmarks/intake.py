@@ -119,11 +119,11 @@ def projection(results: dict[tuple[str, str], Runs], names: list[str], protocol:
         runs = results[(name, f"tiny {protocol}")]
         model_us, intake_us = _median(runs.model_us), _median(runs.intake_us)
         if intake_us < 1:  # one process
-            lines.append(f"| {protocol} | {name} | 1 | {1e6 / model_us:,.0f} |")
+            lines.append(f"| {protocol} | {name}: one process | {1e6 / model_us:,.0f} |")
             continue
         for k in (2, 4, 8):
             ceiling = min(1e6 / model_us, k * 1e6 / intake_us, PROJECTED_CORES * 1e6 / (model_us + intake_us))
-            lines.append(f"| {protocol} | {name}, {k} intake processes | {k} | {ceiling:,.0f} |")
+            lines.append(f"| {protocol} | {k} intake processes (per-request CPU of '{name}') | {ceiling:,.0f} |")
     return lines
 
 
@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         f"({args.resnet_window_ms} ms windows), raw in-process best {raw_best:.1f} img/s. Server CPU per "
         "request from /proc: the model process and its intake processes.",
         "",
-        f"| workload | server | infer/s | vs {reference} | CPU us/request (model + intake) | vs {reference} "
+        f"| workload | server | infer/s | vs {reference} | CPU us/request (model + intake) | {reference} CPU / this "
         "| runs (infer/s) |",
         "|---|---|---:|---:|---:|---:|---|",
     ]
@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
             lines.append(
                 f"| {label} | {name} | {speed:.1f}{extra} | {speed / _median(base.throughput):.2f}x | "
                 f"{cpu:.0f} ({_median(runs.model_us):.0f} + {_median(runs.intake_us):.0f}) | "
-                f"{_median(base.total_us) / cpu:.2f}x less | {', '.join(f'{v:.0f}' for v in runs.throughput)} |"
+                f"{_median(base.total_us) / cpu:.2f}x | {', '.join(f'{v:.0f}' for v in runs.throughput)} |"
             )
     lines += [
         "",
@@ -213,8 +213,8 @@ def main(argv: list[str] | None = None) -> int:
         "process's loop (1 core / its share), the intakes (K cores / theirs) and the machine "
         f"({PROJECTED_CORES} cores / the total).",
         "",
-        "| protocol | server | intake processes | requests/s ceiling |",
-        "|---|---|---:|---:|",
+        "| protocol | server | requests/s ceiling |",
+        "|---|---|---:|",
     ]
     for protocol in ("http", "grpc"):
         lines += projection(results, list(servers), protocol)
