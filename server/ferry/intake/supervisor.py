@@ -28,6 +28,7 @@ from starlette.types import ASGIApp
 
 from ..api.dataplane import DataPlane
 from ..api.grpc import create_grpc_server
+from ..cores import usable_cores
 from ..front_doors import QuietUvicornServer, reuse_port_socket
 from ..security import ServerSecurity
 from ..settings import Settings
@@ -42,14 +43,14 @@ RESTART_DELAY_S = 1.0
 
 
 def intake_process_count(settings: Settings) -> int:
-    """The option, or what fits the machine: one intake process per four cores, up to eight.
+    """The option, or what fits the machine: one intake process per four usable cores (CPU quota
+    included), up to eight.
 
     Below four cores the processes would compete with the model's own threads (and, on a small
     machine, with the load generator), so one process, as before, serves best there."""
     if settings.intake_processes:
         return settings.intake_processes
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(8, cores // 4))
+    return max(1, min(8, usable_cores() // 4))
 
 
 class IntakeProcesses:
