@@ -82,6 +82,7 @@ class IntakePlane:
 
 
 async def run(assignment: Assignment) -> int:
+    """Serve until SIGTERM (drain, exit 0) or until the model process goes away (exit 1)."""
     settings = Settings(**assignment.settings)
     security = ServerSecurity.from_settings(settings)
     table = SharedTable.attach(assignment.core_pid, assignment.table_fd, assignment.table_rows)
@@ -98,17 +99,6 @@ async def run(assignment: Assignment) -> int:
     loop.add_signal_handler(signal.SIGINT, lambda: None)
 
     forward = ForwardToCore(assignment.path("rest.sock"))
-    http: QuietUvicornServer | None = None
-    http_task: asyncio.Task | None = None
-    if settings.http_port:
-        app = security.http_app(
-            InferFastPath(forward, plane, settings.http_max_body_bytes, settings.max_response_bytes)
-        )
-        shared = SharedConnections(table, assignment.row)
-        config = rest_config(app, settings, security, **connection_options(settings, shared))
-        sock = reuse_port_socket(settings.host, settings.http_port, listen=True)
-        http = QuietUvicornServer(config)
-        http_task = asyncio.create_task(http.serve(sockets=[sock]), name="http")
     channel = grpc.aio.insecure_channel(
         f"unix:{assignment.path('grpc.sock')}",
         options=[
@@ -116,25 +106,18 @@ async def run(assignment: Assignment) -> int:
             ("grpc.max_send_message_length", settings.grpc_max_message_bytes),
         ],
     )
+    http = _rest_listener(settings, security, plane, forward, SharedConnections(table, assignment.row))
     server = None
     if settings.grpc_port:
-        server = public_grpc_server(
-            plane,
-            settings,
-            security,
-            assignment.processes,
-            ForwardingServicer(plane, settings.max_response_bytes, channel),
-        )
+        servicer = ForwardingServicer(plane, settings.max_response_bytes, channel)
+        server = public_grpc_server(plane, settings, security, assignment.processes, servicer)
         await server.start()
-    while http is not None and not http.started:
-        if http_task is not None and http_task.done():
-            log.error("intake %d: the REST listener stopped at start-up", assignment.row)
-            return 1
-        await asyncio.sleep(0.01)
+    if http is not None and not await _started(http):
+        log.error("intake %d: the REST listener stopped at start-up", assignment.row)
+        return 1
     client.send_ready()
     lost = asyncio.create_task(client.lost.wait())
-    stopping = asyncio.create_task(stop.wait())
-    await asyncio.wait({lost, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    await asyncio.wait({lost, asyncio.create_task(stop.wait())}, return_when=asyncio.FIRST_COMPLETED)
     code = 0
     if client.lost.is_set():
         log.error("intake %d: the model process went away; exiting", assignment.row)
@@ -143,13 +126,40 @@ async def run(assignment: Assignment) -> int:
     if server is not None:
         stops.append(server.stop(grace=0 if code else settings.exit_timeout_secs))
     if http is not None:
-        http.should_exit = True
-        stops.append(http_task)
+        http.server.should_exit = True
+        stops.append(http.task)
     await asyncio.gather(*stops, return_exceptions=True)
     await forward.aclose()
     await channel.close()
     client.close()
     return code
+
+
+@dataclass
+class _Listener:
+    server: QuietUvicornServer
+    task: asyncio.Task
+
+
+def _rest_listener(
+    settings: Settings, security: ServerSecurity, plane: IntakePlane, forward: ForwardToCore, shared: SharedConnections
+) -> _Listener | None:
+    """uvicorn on this process's own SO_REUSEPORT socket: inference here, the rest forwarded."""
+    if not settings.http_port:
+        return None
+    app = security.http_app(InferFastPath(forward, plane, settings.http_max_body_bytes, settings.max_response_bytes))
+    config = rest_config(app, settings, security, **connection_options(settings, shared))
+    sock = reuse_port_socket(settings.host, settings.http_port, listen=True)
+    server = QuietUvicornServer(config)
+    return _Listener(server, asyncio.create_task(server.serve(sockets=[sock]), name="http"))
+
+
+async def _started(listener: _Listener) -> bool:
+    while not listener.server.started:
+        if listener.task.done():
+            return False
+        await asyncio.sleep(0.01)
+    return True
 
 
 def main() -> None:
