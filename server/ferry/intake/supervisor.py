@@ -80,7 +80,7 @@ class IntakeProcesses:
                     self._reserved.append(reuse_port_socket(s.host, port, listen=False))
                 except OSError as exc:
                     raise OSError(f"cannot bind {s.host}:{port}: {exc.strerror or exc}") from None
-        self._directory = tempfile.mkdtemp(prefix="ferry-intake-")
+        self._directory = _private_directory()
         self.hub = HandoffHub(plane.infer, s.intake_arena_bytes)
         self.hub.on_connection_lost = self._on_connection_lost
         await self.hub.start(self._path("hub.sock"))
@@ -188,6 +188,17 @@ class IntakeProcesses:
 
     def ready_count(self) -> int:
         return sum(1 for c in self.hub.connections if c.ready) if self.hub is not None else 0
+
+
+def _private_directory() -> str:
+    """A 0700 directory for the private sockets: the temp dir, or /dev/shm when a read-only root
+    filesystem leaves no writable /tmp (Docker's --read-only without a tmpfs)."""
+    for parent in (None, "/dev/shm"):
+        try:
+            return tempfile.mkdtemp(prefix="ferry-intake-", dir=parent)
+        except OSError:
+            continue
+    raise OSError("intake processes need a writable directory for their sockets: set TMPDIR or mount /tmp")
 
 
 class IntakeCollector(Collector):
