@@ -1,4 +1,6 @@
 """Runs the front doors and the model manager on one event loop, and shuts them down in order.
+With several intake processes (``intake/``) this process keeps the models and hands the public
+ports to them; its own front doors then listen on private sockets only.
 
 Shutdown order matters: readiness flips first (load balancers stop sending), the front doors stop
 accepting, in-flight and queued requests finish within the exit timeout, then models unload.
