@@ -3,6 +3,7 @@ intake process alike, so both apply the same limits, security and options."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import math
 import socket
@@ -27,6 +28,14 @@ class QuietUvicornServer(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
+
+
+async def wait_started(server: uvicorn.Server, task: asyncio.Task, what: str) -> None:
+    """Until uvicorn accepts connections; OSError naming ``what`` if it stopped instead (a bind failure)."""
+    while not server.started:
+        if task.done():
+            raise OSError(f"{what} stopped at start-up")
+        await asyncio.sleep(0.01)
 
 
 def request_limits(s: Settings) -> Limits:

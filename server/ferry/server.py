@@ -27,7 +27,14 @@ from .caching import ResponseCache
 from .caching.metrics import CacheCollector
 from .dashboard import mount_dashboard
 from .errors import FerryError
-from .front_doors import QuietUvicornServer, connection_options, public_grpc_server, request_limits, rest_config
+from .front_doors import (
+    QuietUvicornServer,
+    connection_options,
+    public_grpc_server,
+    request_limits,
+    rest_config,
+    wait_started,
+)
 from .intake.shared_state import OPEN_CONNECTIONS
 from .intake.supervisor import IntakeCollector, IntakeProcesses, intake_process_count
 from .metrics import Metrics
@@ -139,10 +146,7 @@ class FerryServer:
         python_models.configure(s.allow_python_models, self.plane.infer, asyncio.get_running_loop())
         await self.manager.start()
         if self._http is not None:
-            while not self._http.started:
-                if self._http_task and self._http_task.done():
-                    raise OSError(f"REST server on {s.host}:{s.http_port} stopped at start-up")
-                await asyncio.sleep(0.01)
+            await wait_started(self._http, self._http_task, f"REST server on {s.host}:{s.http_port}")
         self.plane.started = True
         log.info("models in %s:\n%s", self.manager.repository, model_table(self.manager.index()))
         intake = f"{self.intakes.count} intake processes" if self.intakes is not None else "one process"

@@ -13,7 +13,7 @@ from typing import Protocol
 from ferry_client.protocol import model_config_pb2 as mc
 
 from ..errors import FerryError, ModelLoadError
-from ..repository.config import read_labels, tensor_specs, validate_config
+from ..repository.config import output_labels, tensor_specs, validate_config
 from ..repository.model import ModelVersion
 from ..statistics import ModelStats
 from .compose import check_composition
@@ -51,7 +51,7 @@ async def load_ensemble(
         except FerryError as exc:
             raise ModelLoadError(f"{where}: {step.label}: {exc.message}") from None
     check_composition(plan, inputs, outputs, config.max_batch_size, resolved, where)
-    labels = {s.name: read_labels(model_dir, s.label_filename) for s in outputs.values() if s.label_filename}
+    labels = output_labels(model_dir, outputs)
     stats = ModelStats(config.name, str(version))
     scheduler = EnsembleScheduler(plan, inputs, outputs, config.max_batch_size, models.get, stats)
     return ModelVersion(

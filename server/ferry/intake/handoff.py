@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import mmap
 import os
 from collections.abc import Callable
 from typing import Any
@@ -135,7 +136,7 @@ class Blocks:
         self._spills: dict[int, Segment] = {}
         self._name = name
 
-    def allocate(self, nbytes: int) -> tuple[Where, memoryview | Any, int]:
+    def allocate(self, nbytes: int) -> tuple[Where, mmap.mmap, int]:
         """Room for ``nbytes``: where it is (for the other side), the buffer and the offset in it."""
         offset = self._fit.allocate(nbytes)
         if offset is not None:
@@ -169,7 +170,7 @@ class PeerBlocks:
         self.pid = pid
         self.arena = Segment.open(pid, arena_fd, arena_size)
 
-    def buffer(self, where: Where) -> tuple[Any, int]:
+    def buffer(self, where: Where) -> tuple[mmap.mmap, int]:
         """The mapping holding ``where`` and the block's offset in it."""
         kind, key, size = where
         if kind == "arena":

@@ -29,7 +29,7 @@ from starlette.types import ASGIApp
 from ..api.dataplane import DataPlane
 from ..api.grpc import create_grpc_server
 from ..cores import usable_cores
-from ..front_doors import QuietUvicornServer, reuse_port_socket
+from ..front_doors import QuietUvicornServer, reuse_port_socket, wait_started
 from ..security import ServerSecurity
 from ..settings import Settings
 from .handoff import HandoffHub, HubConnection
@@ -105,10 +105,7 @@ class IntakeProcesses:
             max_response_bytes=s.max_response_bytes,
         )
         await self._private_grpc.start()
-        while not self._private_http.started:
-            if self._private_http_task.done():
-                raise OSError("the model process's private REST listener stopped at start-up")
-            await asyncio.sleep(0.01)
+        await wait_started(self._private_http, self._private_http_task, "the model process's private REST listener")
         await self._wait_ready()
 
     def _path(self, name: str) -> str:

@@ -30,6 +30,7 @@ from ..front_doors import (
     request_limits,
     rest_config,
     reuse_port_socket,
+    wait_started,
 )
 from ..security import ServerSecurity
 from ..settings import Settings
@@ -112,9 +113,8 @@ async def run(assignment: Assignment) -> int:
         servicer = ForwardingServicer(plane, settings.max_response_bytes, channel)
         server = public_grpc_server(plane, settings, security, assignment.processes, servicer)
         await server.start()
-    if http is not None and not await _started(http):
-        log.error("intake %d: the REST listener stopped at start-up", assignment.row)
-        return 1
+    if http is not None:
+        await wait_started(http.server, http.task, "the intake's REST listener")  # OSError: main() logs it
     client.send_ready()
     lost = asyncio.create_task(client.lost.wait())
     await asyncio.wait({lost, asyncio.create_task(stop.wait())}, return_when=asyncio.FIRST_COMPLETED)
@@ -152,14 +152,6 @@ def _rest_listener(
     sock = reuse_port_socket(settings.host, settings.http_port, listen=True)
     server = QuietUvicornServer(config)
     return _Listener(server, asyncio.create_task(server.serve(sockets=[sock]), name="http"))
-
-
-async def _started(listener: _Listener) -> bool:
-    while not listener.server.started:
-        if listener.task.done():
-            return False
-        await asyncio.sleep(0.01)
-    return True
 
 
 def main() -> None:

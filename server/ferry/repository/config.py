@@ -7,6 +7,7 @@ fails to load and the user must be able to fix it without reading our code.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -171,3 +172,8 @@ def read_labels(model_dir: Path, filename: str) -> list[str]:
         return path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         raise ModelLoadError(f"cannot read label file {path}: {exc}") from None
+
+
+def output_labels(model_dir: Path, outputs: Mapping[str, TensorSpec]) -> dict[str, list[str]]:
+    """The labels of every output that names a ``label_filename``, by output name."""
+    return {spec.name: read_labels(model_dir, spec.label_filename) for spec in outputs.values() if spec.label_filename}

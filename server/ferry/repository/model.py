@@ -22,7 +22,7 @@ from ..pipelines.runtime import ImagePipeline
 from ..scheduling import Scheduler
 from ..statistics import ModelStats
 from .autocomplete import complete_config
-from .config import TensorSpec, read_labels, tensor_specs, validate_config
+from .config import TensorSpec, output_labels, tensor_specs, validate_config
 from .paths import inside
 
 log = logging.getLogger(__name__)
@@ -137,9 +137,7 @@ def load_version(model_dir: Path, version: int, config: mc.ModelConfig, source: 
             config.backend = backend.name
         inputs = {s.name: s for s in tensor_specs(config.input, "input", source)}
         outputs = {s.name: s for s in tensor_specs(config.output, "output", source)}
-        labels = {
-            spec.name: read_labels(model_dir, spec.label_filename) for spec in outputs.values() if spec.label_filename
-        }
+        labels = output_labels(model_dir, outputs)
         model = ModelVersion(
             name=config.name,
             version=version,
