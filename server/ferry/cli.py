@@ -22,8 +22,8 @@ from .cli_errors import (
 )
 from .cli_help import describe_defaults
 from .errors import FerryError
-from .repository.manager import ControlMode
 from .settings import Settings
+from .types import ControlMode
 
 
 def _serve_parser(sub: argparse._SubParsersAction) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from .repository.manager import ControlMode
+from .types import ControlMode
 
 MIB = 1024 * 1024
 

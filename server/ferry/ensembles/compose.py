@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import ModelLoadError
-from ..repository.config import TensorSpec
+from ..types import TensorSpec
 from .plan import EnsemblePlan
 from .step import StepModel
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 from google.protobuf import json_format, text_format
@@ -18,25 +17,11 @@ from ferry_client.codec.messages import message_to_dict
 from ferry_client.protocol import model_config_pb2 as mc
 
 from ..errors import ModelLoadError
-from .paths import inside
+from ..paths import inside
+from ..types import TensorSpec
 
 CONFIG_FILENAME = "config.pbtxt"
 _POSITION_PREFIX = re.compile(r"^\d+:\d+ : ")
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """An input or output as the config declares it (dims exclude the batch dimension)."""
-
-    name: str
-    datatype: str
-    dims: tuple[int, ...]
-    optional: bool = False
-    label_filename: str = ""
-    reshape: tuple[int, ...] | None = None
-
-    def full_shape(self, batched: bool) -> tuple[int, ...]:
-        return (-1, *self.dims) if batched else self.dims
 
 
 def parse_config_text(text: str, source: str) -> mc.ModelConfig:
