@@ -174,7 +174,7 @@ class DataPlane:
         executions, transforms = await self._decode_image_input(model, request)
         decoded = [name for name in names if name in pipeline.decoded_outputs]
         if decoded:
-            if not transforms:
+            if not transforms and pipeline.task == "detect":
                 if model.stats is not None:
                     model.stats.record_failure(0, "OTHER")
                 raise InvalidArgument(
@@ -192,7 +192,7 @@ class DataPlane:
         if decoded:
             if model.max_batch_size == 0 and batch_size == 1:
                 results = {name: _as_batch_of_one(array) for name, array in results.items()}
-            results.update(pipeline.detection_tensors(results, transforms))
+            results.update(pipeline.decoded_tensors(results, transforms))
             results = {name: results[name] for name in names}
         return results, batch_size
 
@@ -353,7 +353,8 @@ class DataPlane:
     async def run_images(
         self, name: str, version: str, images: list[bytes], task: str, options: dict[str, Any]
     ) -> tuple[ModelVersion, list[Any]]:
-        """The /classify and /detect endpoints: images in, classes or boxes (original pixels) out.
+        """The /classify, /detect and /embed endpoints: images in, classes, boxes (original pixels) or
+        vectors out.
 
         More images than max_batch_size are split into several requests, so callers need not know it.
         """
@@ -363,6 +364,14 @@ class DataPlane:
             raise InvalidArgument(f"model '{model.name}' has no image pipeline (ferry_image in its config)")
         if pipeline is not None and pipeline.task != task:
             raise InvalidArgument(f"model '{model.name}' is a {pipeline.task} model; use /{pipeline.task}")
+        if pipeline is None and task == "embed":
+            raise InvalidArgument(f"model '{model.name}' is an ensemble; /embed needs ferry_image.embedding")
+        if pipeline is not None and task == "classify" and not pipeline.declares_classes:
+            raise InvalidArgument(
+                f"model '{model.name}' declares no classes (no label_filename on output "
+                f"'{pipeline.output_names[0]}' and no ferry_image.classification): /classify would rank raw "
+                "features; configure ferry_image.embedding and use /embed, or declare its classes"
+            )
         cache = self._cache_for(model)
         if cache is None:
             return model, await self._run_images(model, images, task, options)
@@ -396,6 +405,8 @@ class DataPlane:
                 outputs = {k: _as_batch_of_one(v) for k, v in outputs.items()}
             if task == "classify":
                 results.extend(pipeline.classify(outputs, options.get("top_k")))
+            elif task == "embed":
+                results.extend(pipeline.embed(outputs).tolist())
             else:
                 results.extend(
                     pipeline.detect(

@@ -329,7 +329,7 @@ def create_http_app(
         options: dict[str, Any],
         image_json: Callable[[Any], dict[str, Any]],
     ) -> Response:
-        """/classify and /detect: admit, read the images, run them (stopping if the caller leaves)."""
+        """/classify, /detect and /embed: admit, read the images, run them (stopping if the caller leaves)."""
         plane.admission.check_room(_declared_length(request))
         with plane.admission.admit() as ticket:
             images = await _images(request, ticket)
@@ -352,6 +352,12 @@ def create_http_app(
         return await run_image_endpoint(
             request, model, version, "classify", {"top_k": top_k}, lambda classes: {"classes": classes}
         )
+
+    @app.post("/v2/models/{model}/embed", openapi_extra=image_body)
+    @app.post("/v2/models/{model}/versions/{version}/embed", openapi_extra=image_body)
+    async def embed(model: str, request: Request, version: str = "") -> Response:
+        """Embed one image (raw body) or several (multipart): one vector per image, as ferry_image.embedding says."""
+        return await run_image_endpoint(request, model, version, "embed", {}, lambda vector: {"embedding": vector})
 
     @app.post("/v2/models/{model}/detect", openapi_extra=image_body)
     @app.post("/v2/models/{model}/versions/{version}/detect", openapi_extra=image_body)

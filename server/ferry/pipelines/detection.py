@@ -48,6 +48,8 @@ class _Thresholds:
     suppression: int  # GREEDY_NMS, WEIGHTED_NMS or NO_NMS
     iou: float
     max_detections: int
+    clip: bool  # clip boxes to the original image
+    plus_one: bool  # NMS areas with the legacy +1 pixel term
 
 
 def load_decoder(
@@ -120,7 +122,16 @@ def _thresholds(
         suppression=suppression,
         iou=resolved_iou,
         max_detections=max_detections or int(spec.max_detections) or DEFAULT_MAX_DETECTIONS,
+        clip=_clips(spec, decoder),
+        plus_one=spec.nms_plus_one_area,
     )
+
+
+def _clips(spec: mc.FerryDetection, decoder: Decoder) -> bool:
+    """``clip_boxes`` as configured, or as the family's reference does (``Decoder.clips_boxes``)."""
+    if spec.clip_boxes == _DET.CLIP_DEFAULT:
+        return decoder.clips_boxes
+    return spec.clip_boxes == _DET.CLIP
 
 
 def _output(outputs: dict[str, np.ndarray], names: list[str], position: int, decoder: Decoder) -> np.ndarray:
@@ -158,10 +169,14 @@ def _finish(
     if thresholds.suppression == _DET.NO_NMS:
         chosen = np.argsort(-scores, kind="stable")[: thresholds.max_detections]
     elif thresholds.suppression == _DET.WEIGHTED_NMS:
-        chosen, boxes, keypoints = weighted_nms(boxes, scores, keypoints, thresholds.iou, thresholds.max_detections)
+        chosen, boxes, keypoints = weighted_nms(
+            boxes, scores, keypoints, thresholds.iou, thresholds.max_detections, thresholds.plus_one
+        )
     else:
-        chosen = nms(boxes, scores, class_ids, thresholds.iou, class_agnostic, thresholds.max_detections)
-    original = transform.to_original(boxes[chosen])
+        chosen = nms(
+            boxes, scores, class_ids, thresholds.iou, class_agnostic, thresholds.max_detections, thresholds.plus_one
+        )
+    original = transform.to_original(boxes[chosen], clip=thresholds.clip)
     points = None if keypoints is None else _points_to_original(keypoints[chosen], transform)
     return [
         Detection(

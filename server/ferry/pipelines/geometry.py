@@ -44,11 +44,15 @@ class ImageTransform:
         boxes[..., 1::2] = boxes[..., 1::2] * self.scale_y + self.offset_y
         return boxes
 
-    def to_original(self, boxes_xyxy: np.ndarray) -> np.ndarray:
-        """Map (..., 4) model-input boxes back to original pixels, clipped to the original image."""
+    def to_original(self, boxes_xyxy: np.ndarray, clip: bool = True) -> np.ndarray:
+        """Map (..., 4) model-input boxes back to original pixels, clipped to the original image
+        unless ``clip`` is false (MediaPipe, YOLOX and DETR return boxes running past the edge)."""
         boxes = np.array(boxes_xyxy, dtype=np.float64)
-        boxes[..., 0::2] = np.clip((boxes[..., 0::2] - self.offset_x) / self.scale_x, 0.0, self.original_width)
-        boxes[..., 1::2] = np.clip((boxes[..., 1::2] - self.offset_y) / self.scale_y, 0.0, self.original_height)
+        boxes[..., 0::2] = (boxes[..., 0::2] - self.offset_x) / self.scale_x
+        boxes[..., 1::2] = (boxes[..., 1::2] - self.offset_y) / self.scale_y
+        if clip:
+            boxes[..., 0::2] = np.clip(boxes[..., 0::2], 0.0, self.original_width)
+            boxes[..., 1::2] = np.clip(boxes[..., 1::2], 0.0, self.original_height)
         return boxes
 
 
@@ -132,13 +136,37 @@ def _margins(spare_w: int, spare_h: int, corner: bool) -> tuple[int, int]:
 
 
 def _resize_then_pad(w: int, h: int, spec: PreprocessSpec) -> Placement:
-    """Ultralytics: resize to fit (rounded), then pad to the input size."""
+    """Ultralytics and YOLOX: resize to fit, then pad to the input size.
+
+    The resized size is rounded (Ultralytics) or truncated (YOLOX) as ``letterbox_rounding`` says;
+    boxes map back per axis or by the one gain (``letterbox_mapping``, see ``_gain_transform``).
+    """
     ratio = min(spec.width / w, spec.height / h)
-    new_w = min(spec.width, max(1, round(w * ratio)))
-    new_h = min(spec.height, max(1, round(h * ratio)))
+    new_w = min(spec.width, max(1, _letterbox_side(w * ratio, spec.letterbox_rounding)))
+    new_h = min(spec.height, max(1, _letterbox_side(h * ratio, spec.letterbox_rounding)))
     left, top = _margins(spec.width - new_w, spec.height - new_h, spec.letterbox_corner)
-    transform = ImageTransform(new_w / w, new_h / h, float(left), float(top), w, h, spec.width, spec.height)
+    if spec.letterbox_mapping == _PRE.LETTERBOX_GAIN:
+        transform = _gain_transform(w, h, ratio, spec)
+    else:
+        transform = ImageTransform(new_w / w, new_h / h, float(left), float(top), w, h, spec.width, spec.height)
     return Placement((new_w, new_h), 0, 0, new_h, new_w, top, left, transform)
+
+
+def _letterbox_side(length: float, rounding: int) -> int:
+    """LETTERBOX_TRUNCATE as YOLOX's preproc (``int()``); LETTERBOX_ROUND as Ultralytics' LetterBox."""
+    return int(length) if rounding == _PRE.LETTERBOX_TRUNCATE else round(length)
+
+
+def _gain_transform(w: int, h: int, gain: float, spec: PreprocessSpec) -> ImageTransform:
+    """Ultralytics' ``scale_boxes``: both axes divide by the one gain, after subtracting the padding
+    it recomputes as ``round(spare / 2 - 0.1)`` from the unrounded size; top-left placement (YOLOX's
+    preproc, Ultralytics with ``center=False``) has no padding to subtract."""
+    if spec.letterbox_corner:
+        left = top = 0.0
+    else:
+        left = float(round((spec.width - w * gain) / 2 - 0.1))
+        top = float(round((spec.height - h * gain) / 2 - 0.1))
+    return ImageTransform(gain, gain, left, top, w, h, spec.width, spec.height)
 
 
 def _pad_then_resize(w: int, h: int, spec: PreprocessSpec) -> Placement:

@@ -12,12 +12,14 @@ def nms(
     iou_threshold: float,
     class_agnostic: bool,
     max_detections: int | None,
+    plus_one: bool = False,
 ) -> np.ndarray:
     """Indices of the boxes kept, best score first (equal scores: lower index first).
 
     A box is suppressed when its IoU with an already kept box is above ``iou_threshold``; unless
     ``class_agnostic``, only boxes of the same class compete.  ``max_detections`` of None or
-    below 1 means no limit.
+    below 1 means no limit.  ``plus_one`` measures widths and heights as ``x2 - x1 + 1`` (the
+    legacy pixel-index convention of Detectron, Caffe and OpenCV's dnn NMS).
     """
     boxes = np.asarray(boxes_xyxy, dtype=np.float64).reshape(-1, 4)
     score_values = np.asarray(scores, dtype=np.float64).reshape(-1)
@@ -29,19 +31,26 @@ def nms(
         return np.empty(0, dtype=np.int64)
     if not class_agnostic and classes is not None:
         boxes = _separate_classes(boxes, np.asarray(classes).reshape(-1))
-    x1, y1, x2, y2 = boxes[:, 0], boxes[:, 1], boxes[:, 2], boxes[:, 3]
-    areas = np.clip(x2 - x1, 0.0, None) * np.clip(y2 - y1, 0.0, None)
     order = np.argsort(-score_values, kind="stable")
     keep: list[int] = []
     while order.size and len(keep) < limit:
         best, rest = order[0], order[1:]
         keep.append(int(best))
-        inter = np.clip(np.minimum(x2[best], x2[rest]) - np.maximum(x1[best], x1[rest]), 0.0, None)
-        inter *= np.clip(np.minimum(y2[best], y2[rest]) - np.maximum(y1[best], y1[rest]), 0.0, None)
-        union = areas[best] + areas[rest] - inter
-        iou = np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
-        order = rest[iou <= iou_threshold]
+        order = rest[overlaps(boxes, best, rest, plus_one) <= iou_threshold]
     return np.asarray(keep, dtype=np.int64)
+
+
+def overlaps(boxes: np.ndarray, best: int, others: np.ndarray, plus_one: bool = False) -> np.ndarray:
+    """IoU of box ``best`` with each of ``others`` (x1, y1, x2, y2 rows); with ``plus_one`` every
+    length is ``x2 - x1 + 1``. A zero union gives zero."""
+    extra = 1.0 if plus_one else 0.0
+    x1, y1, x2, y2 = boxes[:, 0], boxes[:, 1], boxes[:, 2], boxes[:, 3]
+    widths = np.clip(x2 - x1 + extra, 0.0, None)
+    heights = np.clip(y2 - y1 + extra, 0.0, None)
+    inter = np.clip(np.minimum(x2[best], x2[others]) - np.maximum(x1[best], x1[others]) + extra, 0.0, None)
+    inter *= np.clip(np.minimum(y2[best], y2[others]) - np.maximum(y1[best], y1[others]) + extra, 0.0, None)
+    union = widths[best] * heights[best] + widths[others] * heights[others] - inter
+    return np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
 
 
 def _separate_classes(boxes: np.ndarray, classes: np.ndarray) -> np.ndarray:
@@ -63,6 +72,7 @@ def weighted_nms(
     keypoints: np.ndarray | None,
     iou_threshold: float,
     max_detections: int | None,
+    plus_one: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """MediaPipe's weighted (blended) NMS, class-agnostic: the best remaining box absorbs every
     remaining box overlapping it by more than ``iou_threshold`` (itself included) and becomes
@@ -77,15 +87,10 @@ def weighted_nms(
     blended, blended_points = boxes.copy(), None if points is None else points.copy()
     limit = score_values.size if max_detections is None or max_detections < 1 else int(max_detections)
     order = np.argsort(-score_values, kind="stable")
-    x1, y1, x2, y2 = boxes[:, 0], boxes[:, 1], boxes[:, 2], boxes[:, 3]
-    areas = np.clip(x2 - x1, 0.0, None) * np.clip(y2 - y1, 0.0, None)
     keep: list[int] = []
     while order.size and len(keep) < limit:
         best = order[0]
-        inter = np.clip(np.minimum(x2[best], x2[order]) - np.maximum(x1[best], x1[order]), 0.0, None)
-        inter *= np.clip(np.minimum(y2[best], y2[order]) - np.maximum(y1[best], y1[order]), 0.0, None)
-        union = areas[best] + areas[order] - inter
-        iou = np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
+        iou = overlaps(boxes, best, order, plus_one)
         group = order[iou > iou_threshold]
         if group.size:
             weights = score_values[group] / score_values[group].sum()

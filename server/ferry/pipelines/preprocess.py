@@ -55,6 +55,8 @@ class PreprocessSpec:
     pad_then_resize: bool = False
     draft_decode: bool = False
     resize_alignment: int = _PRE.PIXEL_CENTERS  # FerryPreprocess.ResizeAlignment
+    letterbox_rounding: int = _PRE.LETTERBOX_ROUND  # FerryPreprocess.LetterboxRounding, resolved
+    letterbox_mapping: int = _PRE.PER_AXIS  # FerryPreprocess.LetterboxMapping, resolved
 
     @property
     def dtype(self) -> np.dtype:
@@ -80,8 +82,17 @@ class PreprocessSpec:
         return self.decode_size if self.draft_decode else None
 
     @classmethod
-    def from_config(cls, pre: mc.FerryPreprocess, input_dims: Sequence[int], input_datatype: str) -> PreprocessSpec:
-        """Validate ``pre`` against the input's dims (batch dim excluded) and V2 (or TYPE_*) datatype."""
+    def from_config(
+        cls,
+        pre: mc.FerryPreprocess,
+        input_dims: Sequence[int],
+        input_datatype: str,
+        detection_format: int | None = None,
+    ) -> PreprocessSpec:
+        """Validate ``pre`` against the input's dims (batch dim excluded) and V2 (or TYPE_*) datatype.
+
+        ``detection_format`` (a ``FerryDetection.DetectionFormat``, None for other tasks) picks the
+        letterbox conventions its reference uses where the config leaves them at their defaults."""
         channels_first = _layout(pre.layout)
         channels, height, width = _image_dims(input_dims, channels_first)
         expected_channels = 1 if pre.color_order == _PRE.GRAY else 3
@@ -141,6 +152,8 @@ class PreprocessSpec:
             pad_then_resize=pre.pad_then_resize,
             draft_decode=pre.draft_decode,
             resize_alignment=pre.resize_alignment,
+            letterbox_rounding=_letterbox_rounding(pre, detection_format),
+            letterbox_mapping=_letterbox_mapping(pre, detection_format),
         )
 
 
@@ -275,6 +288,34 @@ def _check_geometry_options(pre: mc.FerryPreprocess) -> None:
             raise ModelLoadError(f"{_FIELD}.{field}: only applies to resize: SHORTER_SIDE_CENTER_CROP")
     if pre.pad_then_resize and pre.resize != _PRE.LETTERBOX:
         raise ModelLoadError(f"{_FIELD}.pad_then_resize: only applies to resize: LETTERBOX")
+    letterbox_enums = (("letterbox_rounding", _PRE.LetterboxRounding), ("letterbox_mapping", _PRE.LetterboxMapping))
+    for field, enum in letterbox_enums:
+        value = getattr(pre, field)
+        if value not in enum.values():
+            raise ModelLoadError(f"{_FIELD}.{field}: unknown value {value}")
+        if value and (pre.resize != _PRE.LETTERBOX or pre.pad_then_resize):
+            raise ModelLoadError(f"{_FIELD}.{field}: only applies to resize: LETTERBOX without pad_then_resize")
+
+
+_DET = mc.FerryDetection
+#: Detection formats whose references map letterboxed boxes back by the one gain (Ultralytics'
+#: scale_boxes for YOLOv5/v8/v10, YOLOX's demo).
+_GAIN_FORMATS = (_DET.YOLOV5, _DET.YOLOV8, _DET.YOLOX, _DET.END_TO_END)
+
+
+def _letterbox_rounding(pre: mc.FerryPreprocess, detection_format: int | None) -> int:
+    """The configured rounding, or the detection family's: truncation for YOLOX (its preproc's
+    ``int()``), rounding otherwise (Ultralytics' LetterBox)."""
+    if pre.letterbox_rounding != _PRE.LETTERBOX_ROUNDING_DEFAULT:
+        return pre.letterbox_rounding
+    return _PRE.LETTERBOX_TRUNCATE if detection_format == _DET.YOLOX else _PRE.LETTERBOX_ROUND
+
+
+def _letterbox_mapping(pre: mc.FerryPreprocess, detection_format: int | None) -> int:
+    """The configured mapping, or the detection family's (see ``_GAIN_FORMATS``)."""
+    if pre.letterbox_mapping != _PRE.LETTERBOX_MAPPING_DEFAULT:
+        return pre.letterbox_mapping
+    return _PRE.LETTERBOX_GAIN if detection_format in _GAIN_FORMATS else _PRE.PER_AXIS
 
 
 def _check_alignment(pre: mc.FerryPreprocess, engine: int) -> None:

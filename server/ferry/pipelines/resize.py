@@ -3,7 +3,7 @@
 OpenCV (``cv2.resize``) does not antialias when shrinking, and Pillow does; the two give different
 pixels, and a model only reproduces its reference scores with the library it was trained with
 (see ``ResizeEngine`` in ``protos/model_config.proto``). Both release the GIL while resizing.
-``resize_alignment: CORNERS`` (MediaPipe) is an OpenCV affine warp instead of ``cv2.resize``.
+``resize_alignment: CORNERS`` (MediaPipe) is an OpenCV perspective warp instead of ``cv2.resize``.
 """
 
 from __future__ import annotations
@@ -69,15 +69,27 @@ def resize(image: Image.Image, where: Placement, engine: int, interpolation: int
 
 
 def _warp_corners(pixels: np.ndarray, transform: ImageTransform, interpolation: int, value: int) -> np.ndarray:
-    """MediaPipe's ImageToTensor: ``input = original * scale + offset`` on pixel indices, so corners map to
-    corners; outside the image the constant ``value`` is blended in. It writes the pixels MediaPipe's
-    ``cv2.warpPerspective`` does (the unit tests compare them byte for byte), and an axis-aligned map
-    needs only the cheaper ``cv2.warpAffine``."""
-    matrix = np.array([[transform.scale_x, 0.0, transform.offset_x], [0.0, transform.scale_y, transform.offset_y]])
-    size = (transform.input_width, transform.input_height)
+    """MediaPipe's ImageToTensor on the CPU, step for step: the source rectangle (the image widened to
+    the input's aspect ratio) as ``cv2.boxPoints`` of an unrotated rect, its corners sent to the
+    tensor's corners by ``cv2.getPerspectiveTransform`` and ``cv2.warpPerspective`` with a constant
+    border. ``cv2.warpAffine`` with the same map is not byte-identical (OpenCV rounds the two warps'
+    coordinates differently), so MediaPipe's own operation is used; which OpenCV versions give
+    MediaPipe's pixels is pinned in pyproject.toml and checked by the unit tests."""
+    width, height = transform.input_width, transform.input_height
+    source_w, source_h = width / transform.scale_x, height / transform.scale_y
+    left, top = -transform.offset_x / transform.scale_x, -transform.offset_y / transform.scale_y
+    centre = (left + source_w / 2, top + source_h / 2)
+    source = cv2.boxPoints((centre, (source_w, source_h), 0.0))  # bottom-left, top-left, top-right, bottom-right
+    target = np.array([[0, height], [0, 0], [width, 0], [width, height]], dtype=np.float32)
+    matrix = cv2.getPerspectiveTransform(source, target)
     border = (value,) * pixels.shape[2]
-    warped = cv2.warpAffine(
-        pixels, matrix, size, flags=OPENCV_FILTERS[interpolation], borderMode=cv2.BORDER_CONSTANT, borderValue=border
+    warped = cv2.warpPerspective(
+        pixels,
+        matrix,
+        (width, height),
+        flags=OPENCV_FILTERS[interpolation],
+        borderMode=cv2.BORDER_CONSTANT,
+        borderValue=border,
     )
     return warped[:, :, None] if warped.ndim == 2 else warped
 

@@ -25,6 +25,7 @@ from .decode import decode_image
 from .decoders import Decoder, InputSize
 from .detection import DEFAULT_MAX_DETECTIONS, Detection, decode_detections, load_decoder
 from .detection_tensors import detection_tensor_specs, detection_tensors
+from .embedding import EMBEDDING_OUTPUT, check_embedding, embedding_tensor_spec, embeddings
 from .preprocess import ImageTransform, Placement, PreprocessSpec, pixels_of, place, preprocess, to_model_mode
 
 DEFAULT_MAX_PIXELS = 40_000_000
@@ -59,8 +60,11 @@ class ImagePipeline:
     #: The detector family's decoder, its output shapes checked at load (detection only).
     decoder: Decoder | None = None
     #: The decoded detections a V2 infer request may ask for by name, besides the raw outputs
-    #: (``detection_tensors``; detection only, and never shadowing an output of the model).
+    #: (``detection_tensors``; detection only, and never shadowing an output of the model), or
+    #: the embedding vectors (``EMBEDDING``).
     decoded_outputs: dict[str, TensorSpec] = field(default_factory=dict)
+    #: Set for embedding models (``embed``).
+    embedding: mc.FerryEmbedding | None = None
 
     @classmethod
     def from_config(
@@ -83,15 +87,22 @@ class ImagePipeline:
         if input_name not in inputs:
             raise ModelLoadError(f"ferry_image.input '{input_name}' is not an input of the model")
         input_dims = inputs[input_name].dims
-        spec = PreprocessSpec.from_config(
-            image.preprocess, image_dims(input_dims, config.max_batch_size), inputs[input_name].datatype
-        )
         classification = image.classification if image.HasField("classification") else None
         detection = image.detection if image.HasField("detection") else None
-        if classification and detection:
-            raise ModelLoadError("ferry_image: set classification or detection, not both")
+        embedding = image.embedding if image.HasField("embedding") else None
+        if sum(task is not None for task in (classification, detection, embedding)) > 1:
+            raise ModelLoadError("ferry_image: set one of classification, detection and embedding")
+        spec = PreprocessSpec.from_config(
+            image.preprocess,
+            image_dims(input_dims, config.max_batch_size),
+            inputs[input_name].datatype,
+            detection.format if detection is not None else None,
+        )
         if detection is not None:
             names = list(detection.outputs) or list(outputs)
+        elif embedding is not None:
+            names = [embedding.output or next(iter(outputs))]
+            check_embedding(embedding, outputs[names[0]].dims, config.max_batch_size)
         else:
             names = [classification.output if classification and classification.output else next(iter(outputs))]
         for name in names:
@@ -100,6 +111,10 @@ class ImagePipeline:
         batch_preprocessor = _gpu_preprocessor(spec, gpu) if spec.device == mc.FerryPreprocess.GPU else None
         decoder = None
         decoded_outputs: dict[str, TensorSpec] = {}
+        if embedding is not None and EMBEDDING_OUTPUT not in outputs:
+            decoded_outputs = {
+                EMBEDDING_OUTPUT: embedding_tensor_spec(embedding, outputs[names[0]].dims, config.max_batch_size)
+            }
         if detection is not None:
             specs = detection_tensor_specs(_detection_limit(detection), int(detection.num_keypoints))
             decoded_outputs = {name: spec for name, spec in specs.items() if name not in outputs}
@@ -121,11 +136,21 @@ class ImagePipeline:
             config.max_batch_size,
             decoder,
             decoded_outputs,
+            embedding,
         )
 
     @property
     def task(self) -> str:
-        return "detect" if self.detection is not None else "classify"
+        if self.detection is not None:
+            return "detect"
+        return "embed" if self.embedding is not None else "classify"
+
+    @property
+    def declares_classes(self) -> bool:
+        """A classifier names its classes: labels on its output or a ``classification`` section.
+        A bare ``ferry_image`` on an unlabelled output (an embedding model) does not, and /classify
+        would only rank softmaxed features."""
+        return self.classification is not None or bool(self.labels)
 
     def prepare(self, images: list[bytes], first_index: int = 0) -> Prepared:
         """Decode and pre-process every image into one contiguous batch (blocking; run in a thread).
@@ -193,6 +218,19 @@ class ImagePipeline:
             ]
             for row_i, row_v in zip(indices, values, strict=True)
         ]
+
+    def embed(self, outputs: dict[str, np.ndarray]) -> np.ndarray:
+        """One vector per image (pooled, L2-normalised as configured), float32 [images, D]."""
+        assert self.embedding is not None
+        return embeddings(outputs[self.output_names[0]], self.embedding, self.max_batch_size)
+
+    def decoded_tensors(
+        self, outputs: dict[str, np.ndarray], transforms: list[ImageTransform]
+    ) -> dict[str, np.ndarray]:
+        """The ``decoded_outputs`` tensors from the raw outputs of a batch."""
+        if self.embedding is not None:
+            return {EMBEDDING_OUTPUT: self.embed(outputs)}
+        return self.detection_tensors(outputs, transforms)
 
     def detect(
         self,

@@ -670,19 +670,21 @@ class ModelConfig(_message.Message):
     def __init__(self, name: _Optional[str] = ..., platform: _Optional[str] = ..., backend: _Optional[str] = ..., runtime: _Optional[str] = ..., version_policy: _Optional[_Union[ModelVersionPolicy, _Mapping]] = ..., max_batch_size: _Optional[int] = ..., input: _Optional[_Iterable[_Union[ModelInput, _Mapping]]] = ..., output: _Optional[_Iterable[_Union[ModelOutput, _Mapping]]] = ..., batch_input: _Optional[_Iterable[_Union[BatchInput, _Mapping]]] = ..., batch_output: _Optional[_Iterable[_Union[BatchOutput, _Mapping]]] = ..., optimization: _Optional[_Union[ModelOptimizationPolicy, _Mapping]] = ..., dynamic_batching: _Optional[_Union[ModelDynamicBatching, _Mapping]] = ..., sequence_batching: _Optional[_Union[ModelSequenceBatching, _Mapping]] = ..., ensemble_scheduling: _Optional[_Union[ModelEnsembling, _Mapping]] = ..., instance_group: _Optional[_Iterable[_Union[ModelInstanceGroup, _Mapping]]] = ..., default_model_filename: _Optional[str] = ..., cc_model_filenames: _Optional[_Mapping[str, str]] = ..., metric_tags: _Optional[_Mapping[str, str]] = ..., parameters: _Optional[_Mapping[str, ModelParameter]] = ..., model_warmup: _Optional[_Iterable[_Union[ModelWarmup, _Mapping]]] = ..., model_operations: _Optional[_Union[ModelOperations, _Mapping]] = ..., model_transaction_policy: _Optional[_Union[ModelTransactionPolicy, _Mapping]] = ..., model_repository_agents: _Optional[_Union[ModelRepositoryAgents, _Mapping]] = ..., response_cache: _Optional[_Union[ModelResponseCache, _Mapping]] = ..., model_metrics: _Optional[_Union[ModelMetrics, _Mapping]] = ..., ferry_image: _Optional[_Union[FerryImagePipeline, _Mapping]] = ...) -> None: ...
 
 class FerryImagePipeline(_message.Message):
-    __slots__ = ("preprocess", "classification", "detection", "input")
+    __slots__ = ("preprocess", "classification", "detection", "input", "embedding")
     PREPROCESS_FIELD_NUMBER: _ClassVar[int]
     CLASSIFICATION_FIELD_NUMBER: _ClassVar[int]
     DETECTION_FIELD_NUMBER: _ClassVar[int]
     INPUT_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDING_FIELD_NUMBER: _ClassVar[int]
     preprocess: FerryPreprocess
     classification: FerryClassification
     detection: FerryDetection
     input: str
-    def __init__(self, preprocess: _Optional[_Union[FerryPreprocess, _Mapping]] = ..., classification: _Optional[_Union[FerryClassification, _Mapping]] = ..., detection: _Optional[_Union[FerryDetection, _Mapping]] = ..., input: _Optional[str] = ...) -> None: ...
+    embedding: FerryEmbedding
+    def __init__(self, preprocess: _Optional[_Union[FerryPreprocess, _Mapping]] = ..., classification: _Optional[_Union[FerryClassification, _Mapping]] = ..., detection: _Optional[_Union[FerryDetection, _Mapping]] = ..., input: _Optional[str] = ..., embedding: _Optional[_Union[FerryEmbedding, _Mapping]] = ...) -> None: ...
 
 class FerryPreprocess(_message.Message):
-    __slots__ = ("color_order", "layout", "data_type", "resize", "interpolation", "scale", "mean", "std", "pad_value", "letterbox_corner", "resize_shorter", "max_pixels", "device", "resize_engine", "crop_rounding", "resize_shorter_rounding", "pad_then_resize", "draft_decode", "resize_alignment")
+    __slots__ = ("color_order", "layout", "data_type", "resize", "interpolation", "scale", "mean", "std", "pad_value", "letterbox_corner", "resize_shorter", "max_pixels", "device", "resize_engine", "crop_rounding", "resize_shorter_rounding", "pad_then_resize", "draft_decode", "resize_alignment", "letterbox_rounding", "letterbox_mapping")
     class ColorOrder(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         RGB: _ClassVar[FerryPreprocess.ColorOrder]
@@ -749,6 +751,22 @@ class FerryPreprocess(_message.Message):
         GPU: _ClassVar[FerryPreprocess.Device]
     CPU: FerryPreprocess.Device
     GPU: FerryPreprocess.Device
+    class LetterboxRounding(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        LETTERBOX_ROUNDING_DEFAULT: _ClassVar[FerryPreprocess.LetterboxRounding]
+        LETTERBOX_ROUND: _ClassVar[FerryPreprocess.LetterboxRounding]
+        LETTERBOX_TRUNCATE: _ClassVar[FerryPreprocess.LetterboxRounding]
+    LETTERBOX_ROUNDING_DEFAULT: FerryPreprocess.LetterboxRounding
+    LETTERBOX_ROUND: FerryPreprocess.LetterboxRounding
+    LETTERBOX_TRUNCATE: FerryPreprocess.LetterboxRounding
+    class LetterboxMapping(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        LETTERBOX_MAPPING_DEFAULT: _ClassVar[FerryPreprocess.LetterboxMapping]
+        PER_AXIS: _ClassVar[FerryPreprocess.LetterboxMapping]
+        LETTERBOX_GAIN: _ClassVar[FerryPreprocess.LetterboxMapping]
+    LETTERBOX_MAPPING_DEFAULT: FerryPreprocess.LetterboxMapping
+    PER_AXIS: FerryPreprocess.LetterboxMapping
+    LETTERBOX_GAIN: FerryPreprocess.LetterboxMapping
     COLOR_ORDER_FIELD_NUMBER: _ClassVar[int]
     LAYOUT_FIELD_NUMBER: _ClassVar[int]
     DATA_TYPE_FIELD_NUMBER: _ClassVar[int]
@@ -768,6 +786,8 @@ class FerryPreprocess(_message.Message):
     PAD_THEN_RESIZE_FIELD_NUMBER: _ClassVar[int]
     DRAFT_DECODE_FIELD_NUMBER: _ClassVar[int]
     RESIZE_ALIGNMENT_FIELD_NUMBER: _ClassVar[int]
+    LETTERBOX_ROUNDING_FIELD_NUMBER: _ClassVar[int]
+    LETTERBOX_MAPPING_FIELD_NUMBER: _ClassVar[int]
     color_order: FerryPreprocess.ColorOrder
     layout: FerryPreprocess.Layout
     data_type: DataType
@@ -787,7 +807,27 @@ class FerryPreprocess(_message.Message):
     pad_then_resize: bool
     draft_decode: bool
     resize_alignment: FerryPreprocess.ResizeAlignment
-    def __init__(self, color_order: _Optional[_Union[FerryPreprocess.ColorOrder, str]] = ..., layout: _Optional[_Union[FerryPreprocess.Layout, str]] = ..., data_type: _Optional[_Union[DataType, str]] = ..., resize: _Optional[_Union[FerryPreprocess.ResizeMode, str]] = ..., interpolation: _Optional[_Union[FerryPreprocess.Interpolation, str]] = ..., scale: _Optional[float] = ..., mean: _Optional[_Iterable[float]] = ..., std: _Optional[_Iterable[float]] = ..., pad_value: _Optional[float] = ..., letterbox_corner: bool = ..., resize_shorter: _Optional[int] = ..., max_pixels: _Optional[int] = ..., device: _Optional[_Union[FerryPreprocess.Device, str]] = ..., resize_engine: _Optional[_Union[FerryPreprocess.ResizeEngine, str]] = ..., crop_rounding: _Optional[_Union[FerryPreprocess.CropRounding, str]] = ..., resize_shorter_rounding: _Optional[_Union[FerryPreprocess.SideRounding, str]] = ..., pad_then_resize: bool = ..., draft_decode: bool = ..., resize_alignment: _Optional[_Union[FerryPreprocess.ResizeAlignment, str]] = ...) -> None: ...
+    letterbox_rounding: FerryPreprocess.LetterboxRounding
+    letterbox_mapping: FerryPreprocess.LetterboxMapping
+    def __init__(self, color_order: _Optional[_Union[FerryPreprocess.ColorOrder, str]] = ..., layout: _Optional[_Union[FerryPreprocess.Layout, str]] = ..., data_type: _Optional[_Union[DataType, str]] = ..., resize: _Optional[_Union[FerryPreprocess.ResizeMode, str]] = ..., interpolation: _Optional[_Union[FerryPreprocess.Interpolation, str]] = ..., scale: _Optional[float] = ..., mean: _Optional[_Iterable[float]] = ..., std: _Optional[_Iterable[float]] = ..., pad_value: _Optional[float] = ..., letterbox_corner: bool = ..., resize_shorter: _Optional[int] = ..., max_pixels: _Optional[int] = ..., device: _Optional[_Union[FerryPreprocess.Device, str]] = ..., resize_engine: _Optional[_Union[FerryPreprocess.ResizeEngine, str]] = ..., crop_rounding: _Optional[_Union[FerryPreprocess.CropRounding, str]] = ..., resize_shorter_rounding: _Optional[_Union[FerryPreprocess.SideRounding, str]] = ..., pad_then_resize: bool = ..., draft_decode: bool = ..., resize_alignment: _Optional[_Union[FerryPreprocess.ResizeAlignment, str]] = ..., letterbox_rounding: _Optional[_Union[FerryPreprocess.LetterboxRounding, str]] = ..., letterbox_mapping: _Optional[_Union[FerryPreprocess.LetterboxMapping, str]] = ...) -> None: ...
+
+class FerryEmbedding(_message.Message):
+    __slots__ = ("output", "pooling", "l2_normalize")
+    class Pooling(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        FLATTEN: _ClassVar[FerryEmbedding.Pooling]
+        MEAN: _ClassVar[FerryEmbedding.Pooling]
+        MAX: _ClassVar[FerryEmbedding.Pooling]
+    FLATTEN: FerryEmbedding.Pooling
+    MEAN: FerryEmbedding.Pooling
+    MAX: FerryEmbedding.Pooling
+    OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    POOLING_FIELD_NUMBER: _ClassVar[int]
+    L2_NORMALIZE_FIELD_NUMBER: _ClassVar[int]
+    output: str
+    pooling: FerryEmbedding.Pooling
+    l2_normalize: bool
+    def __init__(self, output: _Optional[str] = ..., pooling: _Optional[_Union[FerryEmbedding.Pooling, str]] = ..., l2_normalize: bool = ...) -> None: ...
 
 class FerryClassification(_message.Message):
     __slots__ = ("softmax", "top_k", "output")
@@ -800,7 +840,7 @@ class FerryClassification(_message.Message):
     def __init__(self, softmax: bool = ..., top_k: _Optional[int] = ..., output: _Optional[str] = ...) -> None: ...
 
 class FerryDetection(_message.Message):
-    __slots__ = ("format", "score_threshold", "iou_threshold", "class_agnostic_nms", "max_detections", "outputs", "box_format", "strides", "anchors", "box_coder", "num_keypoints", "score_activation", "suppression", "top_k_per_level", "multi_label")
+    __slots__ = ("format", "score_threshold", "iou_threshold", "class_agnostic_nms", "max_detections", "outputs", "box_format", "strides", "anchors", "box_coder", "num_keypoints", "score_activation", "suppression", "top_k_per_level", "multi_label", "clip_boxes", "nms_plus_one_area")
     class DetectionFormat(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         YOLOV8: _ClassVar[FerryDetection.DetectionFormat]
@@ -843,6 +883,14 @@ class FerryDetection(_message.Message):
         XYXY: _ClassVar[FerryDetection.BoxFormat]
     XYWH_CENTER: FerryDetection.BoxFormat
     XYXY: FerryDetection.BoxFormat
+    class BoxClipping(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        CLIP_DEFAULT: _ClassVar[FerryDetection.BoxClipping]
+        CLIP: _ClassVar[FerryDetection.BoxClipping]
+        NO_CLIP: _ClassVar[FerryDetection.BoxClipping]
+    CLIP_DEFAULT: FerryDetection.BoxClipping
+    CLIP: FerryDetection.BoxClipping
+    NO_CLIP: FerryDetection.BoxClipping
     class SsdAnchors(_message.Message):
         __slots__ = ("num_layers", "min_scale", "max_scale", "anchor_offset_x", "anchor_offset_y", "strides", "aspect_ratios", "fixed_anchor_size", "interpolated_scale_aspect_ratio", "reduce_boxes_in_lowest_layer")
         NUM_LAYERS_FIELD_NUMBER: _ClassVar[int]
@@ -896,6 +944,8 @@ class FerryDetection(_message.Message):
     SUPPRESSION_FIELD_NUMBER: _ClassVar[int]
     TOP_K_PER_LEVEL_FIELD_NUMBER: _ClassVar[int]
     MULTI_LABEL_FIELD_NUMBER: _ClassVar[int]
+    CLIP_BOXES_FIELD_NUMBER: _ClassVar[int]
+    NMS_PLUS_ONE_AREA_FIELD_NUMBER: _ClassVar[int]
     format: FerryDetection.DetectionFormat
     score_threshold: float
     iou_threshold: float
@@ -911,4 +961,6 @@ class FerryDetection(_message.Message):
     suppression: FerryDetection.Suppression
     top_k_per_level: int
     multi_label: bool
-    def __init__(self, format: _Optional[_Union[FerryDetection.DetectionFormat, str]] = ..., score_threshold: _Optional[float] = ..., iou_threshold: _Optional[float] = ..., class_agnostic_nms: bool = ..., max_detections: _Optional[int] = ..., outputs: _Optional[_Iterable[str]] = ..., box_format: _Optional[_Union[FerryDetection.BoxFormat, str]] = ..., strides: _Optional[_Iterable[int]] = ..., anchors: _Optional[_Union[FerryDetection.SsdAnchors, _Mapping]] = ..., box_coder: _Optional[_Union[FerryDetection.BoxCoder, _Mapping]] = ..., num_keypoints: _Optional[int] = ..., score_activation: _Optional[_Union[FerryDetection.ScoreActivation, str]] = ..., suppression: _Optional[_Union[FerryDetection.Suppression, str]] = ..., top_k_per_level: _Optional[int] = ..., multi_label: bool = ...) -> None: ...
+    clip_boxes: FerryDetection.BoxClipping
+    nms_plus_one_area: bool
+    def __init__(self, format: _Optional[_Union[FerryDetection.DetectionFormat, str]] = ..., score_threshold: _Optional[float] = ..., iou_threshold: _Optional[float] = ..., class_agnostic_nms: bool = ..., max_detections: _Optional[int] = ..., outputs: _Optional[_Iterable[str]] = ..., box_format: _Optional[_Union[FerryDetection.BoxFormat, str]] = ..., strides: _Optional[_Iterable[int]] = ..., anchors: _Optional[_Union[FerryDetection.SsdAnchors, _Mapping]] = ..., box_coder: _Optional[_Union[FerryDetection.BoxCoder, _Mapping]] = ..., num_keypoints: _Optional[int] = ..., score_activation: _Optional[_Union[FerryDetection.ScoreActivation, str]] = ..., suppression: _Optional[_Union[FerryDetection.Suppression, str]] = ..., top_k_per_level: _Optional[int] = ..., multi_label: bool = ..., clip_boxes: _Optional[_Union[FerryDetection.BoxClipping, str]] = ..., nms_plus_one_area: bool = ...) -> None: ...

@@ -51,6 +51,8 @@ class Decoder(ABC):
     outputs: tuple[str, ...] = ()
     #: Suppression used when the config leaves it at SUPPRESSION_DEFAULT.
     default_suppression: int = _DET.GREEDY_NMS
+    #: Whether the family's reference clips boxes to the image (``clip_boxes: CLIP_DEFAULT``).
+    clips_boxes: bool = True
 
     def __init__(self, spec: mc.FerryDetection, size: InputSize) -> None:
         self.spec = spec

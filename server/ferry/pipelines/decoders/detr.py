@@ -21,6 +21,7 @@ _DET = mc.FerryDetection
 
 class DetrDecoder(Decoder):
     name = "DETR"
+    clips_boxes = False  # DETR's post-process scales the boxes, no clipping
     outputs = ("boxes [batch, queries, 4]", "scores [batch, queries, classes]")
     default_suppression = _DET.NO_NMS
 

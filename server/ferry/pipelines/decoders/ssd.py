@@ -22,6 +22,7 @@ from .ssd_anchors import ssd_anchors
 
 class SsdDecoder(Decoder):
     name = "SSD"
+    clips_boxes = False  # MediaPipe returns boxes running past the edge
     outputs = ("regressions [batch, anchors, 4 + 2 * keypoints]", "scores [batch, anchors, classes]")
 
     def __init__(self, spec: mc.FerryDetection, size: InputSize) -> None:

@@ -19,6 +19,7 @@ from .yolo import DEFAULT_STRIDES, anchor_count
 
 class YoloxDecoder(Decoder):
     name = "YOLOX"
+    clips_boxes = False  # the YOLOX repository's demo divides by the ratio, no clipping
     outputs = ("[batch, anchors, 5 + classes]",)
 
     def __init__(self, spec: mc.FerryDetection, size: InputSize) -> None:
