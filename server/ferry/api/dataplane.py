@@ -363,7 +363,8 @@ class DataPlane:
         if pipeline is None and not model.composing_models:  # an ensemble checks its own outputs
             raise InvalidArgument(f"model '{model.name}' has no image pipeline (ferry_image in its config)")
         if pipeline is not None and pipeline.task != task:
-            raise InvalidArgument(f"model '{model.name}' is a {pipeline.task} model; use /{pipeline.task}")
+            kind = {"classify": "a classification", "detect": "a detection", "embed": "an embedding"}[pipeline.task]
+            raise InvalidArgument(f"model '{model.name}' is {kind} model; use /{pipeline.task}")
         if pipeline is None and task == "embed":
             raise InvalidArgument(f"model '{model.name}' is an ensemble; /embed needs ferry_image.embedding")
         if pipeline is not None and task == "classify" and not pipeline.declares_classes:
