@@ -55,7 +55,10 @@ class FakeMeasure:
         return (point(self.throughput(c) * (1 + wobble), p99_ms=2.0 + self.p99_per_batch * batch),)
 
 
-def search(measure: FakeMeasure, clock: FakeClock, objective: Objective = Objective(), **space: object) -> Search:
+THROUGHPUT = Objective()
+
+
+def search(measure: FakeMeasure, clock: FakeClock, objective: Objective = THROUGHPUT, **space: object) -> Search:
     settings = {"current": CURRENT, "largest_batch": 32, "layouts": ((1, 2), (2, 1), (1, 1))}
     settings.update(space)
     return Search(Space(**settings), objective, measure, budget_s=200, rounds=3, clock=clock)  # type: ignore[arg-type]
