@@ -81,6 +81,7 @@ class FerryServer:
             self.cache,
             tracing=RequestTracing(exporters, trace_file=str(settings.trace_file or "")),
             logging_control=LoggingControl.from_level(settings.log_level, settings.log_format),
+            image_workers=settings.image_workers,
         )
         self.metrics.registry.register(AdmissionCollector(self.plane.admission))
         self.metrics.registry.register(ImageWorkCollector(self.plane.image_work))

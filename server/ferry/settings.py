@@ -54,6 +54,9 @@ class Settings(BaseSettings):
     intake_arena_bytes: int = Field(
         64 * MIB, ge=4096, description="shared memory per intake process and direction for tensors in flight"
     )
+    image_workers: int = Field(
+        0, ge=0, le=1024, description="threads that decode and pre-process images (0 = one per core)"
+    )
     cache_size: int = Field(
         0, ge=0, description="response cache bytes, shared by models with response_cache { enable: true } (0 = none)"
     )

@@ -204,3 +204,13 @@ def test_candidates_make_the_config_they_describe() -> None:
     assert cpu_layouts(2) == [(1, 1), (1, 2), (2, 1)]
     assert cpu_layouts(4, threads=False) == [(1, 0), (2, 0), (4, 0)]
     assert math.isclose(Candidate("m", instances=2, threads=3).cores, 6)
+
+
+def test_image_pool_sizes_are_tried_on_the_best_config_and_fewer_threads_win_ties() -> None:
+    clock = FakeClock()
+    measure = FakeMeasure(clock, best_batch=8)
+    outcome = search(measure, clock, image_workers=(1, 64)).run()
+    pools = [c for c in measure.calls if c.image_workers]
+    assert {c.image_workers for c in pools} == {1, 64} and all(c.max_batch_size == 8 for c in pools)
+    # the pool size changes nothing in this fake: a tie, so the fewest threads (1) is recommended
+    assert outcome.winner is not None and outcome.winner.image_workers == 1

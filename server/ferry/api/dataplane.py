@@ -64,6 +64,7 @@ class DataPlane:
         cache: ResponseCache | None = None,
         tracing: RequestTracing | None = None,
         logging_control: LoggingControl | None = None,
+        image_workers: int = 0,
     ) -> None:
         self.manager = manager
         self.cache = cache
@@ -75,7 +76,7 @@ class DataPlane:
         self.started = False
         self.draining = False
         self.start_time = time.time()
-        workers = os.cpu_count() or 1
+        workers = image_workers or os.cpu_count() or 1  # ferry tune measures other sizes
         self._image_pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ferry-image")
         self._image_share = max(1, workers // 2)  # pool workers one request may occupy at once
         self.image_work = ImageWork()

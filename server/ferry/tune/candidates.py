@@ -30,6 +30,7 @@ class Candidate:
     instances: int = 1  # per device for GPU instances
     threads: int = 0  # ONNX Runtime intra-op threads per instance (CPU); 0: as the config leaves it
     kind: str = "CPU"
+    image_workers: int = 0  # the server's image pre-processing threads (FERRY_IMAGE_WORKERS); 0: its default
     current: bool = False  # the model's config as it is on disk, untouched
 
     @property
@@ -37,9 +38,10 @@ class Candidate:
         """CPU cores the instances may keep busy: the first tie-breaker (fewer is better)."""
         return self.instances * max(1, self.threads) if self.kind == "CPU" else self.instances
 
-    def resources(self) -> tuple[int, int, int, int]:
-        """Sort key toward fewer resources: cores, instances, queue delay, batch size."""
-        return (self.cores, self.instances, self.delay_us, self.max_batch_size)
+    def resources(self) -> tuple[int, int, int, int, int]:
+        """Sort key toward fewer resources: cores, instances, queue delay, batch size, image threads."""
+        workers = self.image_workers or os.cpu_count() or 1
+        return (self.cores, self.instances, self.delay_us, self.max_batch_size, workers)
 
     def label(self) -> str:
         parts = [] if self.precision == "as is" else [self.precision]
@@ -53,6 +55,8 @@ class Candidate:
         elif not self.current:
             parts.append("no batching")
         parts.append(f"{self.instances}x{self.kind}" + (f" {self.threads} thr" if self.threads else ""))
+        if self.image_workers:
+            parts.append(f"{self.image_workers} image thr")
         return ("current: " if self.current else "") + ", ".join(parts)
 
     def with_(self, **changes: object) -> Candidate:

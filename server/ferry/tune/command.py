@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -96,10 +97,8 @@ def _not_tried(config: mc.ModelConfig, gpus: list[str], current: Candidate, args
         notes.append("TensorRT engines: not tried by ferry tune; build one with ferry optimize --engine tensorrt")
     if config.max_batch_size <= 0:
         notes.append("batch size and queue delay: not tried, the model has no batch dimension (max_batch_size 0)")
-    if config.HasField("ferry_image"):
-        notes.append("image pre-processing pool size: not tried, the server has no setting for it")
-        if args.input_data is None or not args.input_data.is_dir():
-            notes.append("requests were tensors, so image decoding was not measured (--input-data DIR of images)")
+    if config.HasField("ferry_image") and (args.input_data is None or not args.input_data.is_dir()):
+        notes.append("image pre-processing pool size: not tried, requests were tensors (send images: --input-data DIR)")
     notes.append("ONNX Runtime inter-op threads: not tried (they matter only for graphs with parallel branches)")
     return notes
 
@@ -126,7 +125,11 @@ def _space(
         layouts = ()
     else:
         layouts = tuple(cpu_layouts(usable_cores(), threads=current.threads > 0))
+    images = config.HasField("ferry_image") and plan.input_data is not None and plan.input_data.is_dir()
+    default_workers = os.cpu_count() or 1
+    pools = sorted({n for n in (1, max(1, usable_cores() // 2), 2 * usable_cores()) if n != default_workers})
     return Space(
+        image_workers=tuple(pools) if images else (),
         current=current,
         largest_batch=largest,
         layouts=layouts,
@@ -145,6 +148,11 @@ def _header(outcome: Outcome, objective: Objective, plan: LoadPlan, machine: str
         "final candidates.",
         f"Objective: {objective.describe()}; {len(outcome.summaries)} candidates in {outcome.seconds:.0f} s.",
     ]
+    if outcome.winner is not None and outcome.winner.image_workers:
+        lines.append(
+            f"Serve with FERRY_IMAGE_WORKERS={outcome.winner.image_workers}: image pre-processing threads are a "
+            "server setting, not part of this file."
+        )
     for candidate in (outcome.winner, outcome.current):
         if candidate is None:
             continue
@@ -193,7 +201,7 @@ def run_tune(args: argparse.Namespace) -> int:
         )
         extra = ("--allow-python-models",) if args.allow_python_models else ()
         with TuningServer(repository, extra) as server:
-            measurer = Measurer(server, plan)
+            measurer = Measurer(server, plan, lambda workers: TuningServer(repository, extra, workers))
             server.use(current)
             measurer.prepare(current.model)
             space = _space(config, current, plan, variants, gpus, onnx)

@@ -128,13 +128,13 @@ def _cpu_seconds(process: psutil.Process) -> float:
 
 
 class Measurer:
-    """Measures candidates in one server; one pool of perf workers per served model name."""
+    """Measures candidates; one server per image pool size, one pool of perf workers per server and model."""
 
-    def __init__(self, server: TuningServer, plan: LoadPlan) -> None:
-        self.server = server
+    def __init__(self, server: TuningServer, plan: LoadPlan, start: Callable[[int], TuningServer]) -> None:
+        self._servers = {0: server}
+        self._start = start  # starts a server with another image pool size
         self.plan = plan
-        self._pools: dict[str, WorkerPool] = {}
-        self._process = psutil.Process(server.process.pid)
+        self._pools: dict[tuple[int, str], WorkerPool] = {}
         self.gpu = GpuSampler()
         self._step = StepPlan(window_s=plan.window_s, warmup_s=plan.warmup_s, max_windows=1)
         self._seed = 0
@@ -142,11 +142,17 @@ class Measurer:
 
     def prepare(self, model: str) -> None:
         """Start the load workers for ``model`` now, so their start-up is not taken for measuring time."""
-        self._pool(model)
+        self._pool(self._servers[0], 0, model)
 
-    def _pool(self, model: str) -> WorkerPool:
-        if model not in self._pools:
-            client = self.server.client
+    def _server(self, image_workers: int) -> TuningServer:
+        if image_workers not in self._servers:
+            self._servers[image_workers] = self._start(image_workers)
+        return self._servers[image_workers]
+
+    def _pool(self, server: TuningServer, image_workers: int, model: str) -> WorkerPool:
+        key = (image_workers, model)
+        if key not in self._pools:
+            client = server.client
             specs, batched = model_inputs(client.model_metadata(model), client.model_config(model))
             source = self.plan.input_data
             if source is None:
@@ -159,7 +165,7 @@ class Measurer:
             largest = max(self.plan.levels)
             config = WorkerConfig(
                 "http",
-                self.server.url,
+                server.url,
                 model,
                 "",
                 requests,
@@ -167,29 +173,31 @@ class Measurer:
                 connections=int(largest) if self.plan.mode == "concurrency" else 1024,
                 grpc_engine=default_grpc_engine(),
             )
-            self._pools[model] = WorkerPool(config, default_processes(largest, self.plan.mode))
-        return self._pools[model]
+            self._pools[key] = WorkerPool(config, default_processes(largest, self.plan.mode))
+        return self._pools[key]
 
     def __call__(self, candidate: Candidate) -> Sample:
         try:
-            self.server.use(candidate)
+            server = self._server(candidate.image_workers)
+            server.use(candidate)
         except TuningError as exc:  # a candidate that does not load counts as failed, the search goes on
             self.load_errors[candidate] = str(exc)
             nan = math.nan
             return tuple(Point(level, 0.0, dict.fromkeys(PERCENTILES, nan), failures=1) for level in self.plan.levels)
-        pool = self._pool(candidate.model)
-        client = self.server.client
+        pool = self._pool(server, candidate.image_workers, candidate.model)
+        process = psutil.Process(server.process.pid)
+        client = server.client
         points = []
         for level in self.plan.levels:
             self._seed += 1
             before = client.model_statistics(candidate.model)
-            cpu_before = _cpu_seconds(self._process)
+            cpu_before = _cpu_seconds(process)
             started = time.monotonic()
             step, gpu = self.gpu.during(
                 functools.partial(run_step, pool, self.plan.mode, level, self._step, self._seed, None, _quiet)
             )
             elapsed = time.monotonic() - started
-            cpu = _cpu_seconds(self._process) - cpu_before
+            cpu = _cpu_seconds(process) - cpu_before
             after = client.model_statistics(candidate.model)
             server = breakdown(totals(before, candidate.model), totals(after, candidate.model))
             w = step.client
@@ -209,6 +217,11 @@ class Measurer:
         return tuple(points)
 
     def close(self) -> None:
+        """Stop the load workers and the servers this measurer started (not the first one)."""
         for pool in self._pools.values():
             pool.close()
         self._pools.clear()
+        for image_workers, server in list(self._servers.items()):
+            if image_workers:
+                server.stop()
+                del self._servers[image_workers]

@@ -1,5 +1,7 @@
 """The real server the candidates run in: ``ferry serve`` on loopback over a private copy of the model.
 
+A candidate with another image pre-processing pool size (a server setting, not a model config)
+runs in a server of its own, started when first needed and kept, so rounds still interleave.
 The copy (hard links where the file system allows, so large models cost no space) keeps the
 user's repository untouched and gives precision variants somewhere to be built. Each candidate
 is loaded through the repository API with its config as the load's ``config`` parameter, which
@@ -73,10 +75,10 @@ class PrivateRepository:
 class TuningServer:
     """``ferry serve`` in explicit mode on free loopback ports; stopped by its pid on exit."""
 
-    def __init__(self, repository: PrivateRepository, extra_args: tuple[str, ...] = ()) -> None:
+    def __init__(self, repository: PrivateRepository, extra_args: tuple[str, ...] = (), image_workers: int = 0) -> None:
         self.repository = repository
         self.http_port = _free_port()
-        self.log_path = repository.root / "server.log"
+        self.log_path = repository.root / f"server-{image_workers}.log"
         command = [
             sys.executable,
             "-m",
@@ -96,8 +98,9 @@ class TuningServer:
             "--no-dashboard",
             *extra_args,
         ]
+        env = {**os.environ, "FERRY_IMAGE_WORKERS": str(image_workers)} if image_workers else None
         with open(self.log_path, "wb") as log:
-            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
         self.url = f"127.0.0.1:{self.http_port}"
         self.client = HttpClient(self.url, timeout=300.0)
         self._loaded: dict[str, Candidate] = {}

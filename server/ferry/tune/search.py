@@ -2,7 +2,8 @@
 
 Coarse to fine: the largest batch size is doubled while throughput keeps improving, then the
 queue delay grows while that helps, then sizes between the powers of two and a preferred batch
-size are tried, then instance layouts and precision variants of the best so far. A walk stops
+size are tried, then instance layouts, precision variants and image pre-processing pool sizes
+of the best so far. A walk stops
 when a step breaks the latency constraint, or when ``patience`` + 1 steps in a row do not improve
 on the best by ``min_gain`` (one slow step on a busy machine does not end a walk).
 Finally the best few and the current config are measured again, interleaved, for ``rounds``
@@ -32,6 +33,7 @@ class Space:
     layouts: tuple[tuple[int, int], ...] = ()  # (instances, threads per instance; 0 for GPU)
     kind: str = "CPU"
     variants: tuple[tuple[str, str], ...] = ()  # (model name, precision) that passed the accuracy gate
+    image_workers: tuple[int, ...] = ()  # pre-processing pool sizes to try (image models sent images)
 
 
 @dataclass
@@ -193,6 +195,13 @@ class Search:
         self._say("precision:")
         self._each("precision", [leader.with_(model=name, precision=label) for name, label in self.space.variants])
 
+    def _image_stage(self) -> None:
+        if not self.space.image_workers:
+            return
+        leader = self._leader()
+        self._say("image pre-processing threads:")
+        self._each("image pre-processing threads", [leader.with_(image_workers=n) for n in self.space.image_workers])
+
     def _confirm(self) -> list[Candidate]:
         ranked = sorted(
             (c for c in self.samples if not c.current and self.summary(c).score is not None),
@@ -214,6 +223,7 @@ class Search:
             self._batch_stage()
         self._layout_stage()
         self._precision_stage()
+        self._image_stage()
         confirmed = self._confirm()
         return Outcome(
             summaries={c: self.summary(c) for c in self.samples},
