@@ -82,8 +82,9 @@ def test_winner_beats_the_current_config_and_says_by_how_much() -> None:
     assert outcome.summaries[winner].score == pytest.approx(880.0)  # 2 instances x 1 thread: +10%
     assert outcome.summaries[outcome.current].score == pytest.approx(100.0)
     assert outcome.measurements == sum(len(s) for s in outcome.samples.values())
-    # the current config and the shortlist were measured again, interleaved: rounds + the first sample
-    assert len(outcome.samples[outcome.current]) == 4
+    # the current config and the shortlist were measured again, interleaved: the first sample + the final
+    # rounds, 3 and then more while the budget lasted, up to 9
+    assert outcome.final_rounds == 9 and len(outcome.samples[outcome.current]) == 10
 
 
 def test_ties_go_to_fewer_resources() -> None:

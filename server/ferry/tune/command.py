@@ -138,14 +138,14 @@ def _space(
     )
 
 
-def _header(outcome: Outcome, objective: Objective, plan: LoadPlan, machine: str, rounds: int) -> list[str]:
+def _header(outcome: Outcome, objective: Objective, plan: LoadPlan, machine: str) -> list[str]:
     levels = ",".join(f"{v:g}" for v in plan.levels)
     load = f"concurrency {levels}" if plan.mode == "concurrency" else f"open-loop rate {levels} req/s"
     inputs = str(plan.input_data) if plan.input_data else "random tensors"
     lines = [
         f"Measured on {machine}.",
-        f"Load: {load} over HTTP ({inputs}), {plan.window_s:g} s windows; {rounds} interleaved rounds of the "
-        "final candidates.",
+        f"Load: {load} over HTTP ({inputs}), {plan.window_s:g} s windows; {outcome.final_rounds} interleaved "
+        "rounds of the final candidates.",
         f"Objective: {objective.describe()}; {len(outcome.summaries)} candidates in {outcome.seconds:.0f} s.",
     ]
     if outcome.winner is not None and outcome.winner.image_workers:
@@ -233,9 +233,7 @@ def run_tune(args: argparse.Namespace) -> int:
         winner = outcome.winner
         variant_dir = repository.root / winner.model if winner.model != config.name else None
         tuned = winner.apply(repository.config(winner.model))
-        written = write_config(
-            model_dir, tuned, _header(outcome, objective, plan, machine, args.rounds), args.write, variant_dir
-        )
+        written = write_config(model_dir, tuned, _header(outcome, objective, plan, machine), args.write, variant_dir)
         print(f"wrote {written.path}")
         for line in written.notes:
             print(f"  {line}")

@@ -71,4 +71,5 @@ def build_variants(
             continue
         verdict = f"agreement with FP32 {agreement:.4f}" if agreement is not None else "no agreement figure"
         variants.append(Variant(name, precision.upper(), verdict))
+        notes.append(f"{precision.upper()}: built by ferry optimize, passed its accuracy gate ({verdict})")
     return variants, notes

@@ -95,8 +95,8 @@ def verdict(outcome: Outcome, objective: Objective) -> list[str]:
     """What was found, in words: the winner and by how much, or that the current config is as good."""
     current = outcome.summaries[outcome.current]
     lines = [
-        f"{len(outcome.summaries)} candidates, {outcome.measurements} measurements in {outcome.seconds:.0f} s; "
-        f"objective: {objective.describe()}"
+        f"{len(outcome.summaries)} candidates, {outcome.measurements} measurements in {outcome.seconds:.0f} s "
+        f"({outcome.final_rounds} interleaved final rounds); objective: {objective.describe()}"
     ]
     if outcome.winner is None:
         best = max(

@@ -3,11 +3,11 @@
 Coarse to fine: the largest batch size is doubled while throughput keeps improving, then the
 queue delay grows while that helps, then sizes between the powers of two and a preferred batch
 size are tried, then instance layouts, precision variants and image pre-processing pool sizes
-of the best so far. A walk stops
-when a step breaks the latency constraint, or when ``patience`` + 1 steps in a row do not improve
-on the best by ``min_gain`` (one slow step on a busy machine does not end a walk).
-Finally the best few and the current config are measured again, interleaved, for ``rounds``
-rounds, and the winner must beat the current config by more than the rounds' spread.
+of the best so far. A walk stops when a step breaks the latency constraint, or when
+``patience`` + 1 steps in a row do not improve on the best by ``min_gain`` (one slow step on a
+busy machine does not end a walk). Finally the best few and the current config are measured
+again, interleaved, for ``rounds`` rounds (more while the budget lasts, up to three times as
+many), and the winner must beat the current config by more than the rounds' spread.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from .objective import Objective, Sample, Summary, summarise
 
 Measure = Callable[[Candidate], Sample]
 DEFAULT_DELAYS_US = (100, 500, 2000)
+#: Time left after the exploration buys more final rounds, up to this many times ``rounds``.
+EXTRA_ROUNDS_FACTOR = 3
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,7 @@ class Outcome:
     confirmed: list[Candidate]
     seconds: float
     measurements: int
+    final_rounds: int = 0
     notes: list[str] = field(default_factory=list)
 
 
@@ -78,6 +81,7 @@ class Search:
         self._durations: list[float] = []
         self.samples: dict[Candidate, list[Sample]] = {}
         self.notes: list[str] = []
+        self.final_rounds = 0
 
     # --- time ----------------------------------------------------------------------------------
 
@@ -208,11 +212,16 @@ class Search:
             key=lambda c: (-(self.summary(c).score or 0.0), c.resources()),
         )
         chosen = [self.space.current, *ranked[: self.shortlist]]
-        self._say(f"final: {len(chosen)} candidate(s), {self.rounds} interleaved round(s)")
-        for round_index in range(self.rounds):
+        self._say(f"final: {len(chosen)} candidate(s), {self.rounds} or more interleaved round(s)")
+        round_index = 0
+        while round_index < self.rounds or (
+            round_index < EXTRA_ROUNDS_FACTOR * self.rounds and self._left() >= len(chosen) * self._cost()
+        ):
             shift = round_index % len(chosen)
             for candidate in chosen[shift:] + chosen[:shift]:
                 self._sample(candidate)
+            round_index += 1
+        self.final_rounds = round_index
         return chosen
 
     def run(self) -> Outcome:
@@ -233,6 +242,7 @@ class Search:
             confirmed=confirmed,
             seconds=self._clock() - self._started,
             measurements=sum(len(s) for s in self.samples.values()),
+            final_rounds=self.final_rounds,
             notes=self.notes,
         )
 
