@@ -153,3 +153,26 @@ def test_every_knob_the_tuner_turns_loads_for_bundled_models(tmp_path: Path) -> 
                     assert client.infer(name, inputs[name]).as_numpy(output) is not None
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--repository", "model_repo"], "give MODEL_DIR, or --repository DIR with -m NAME"),
+        (["model_repo/digits", "-m", "digits"], "not both"),
+        (["model_repo/nothing_here"], "no config.pbtxt"),
+        (["model_repo/digits", "--latency-budget", "p90=5ms"], "expected p99=50ms"),
+        (["model_repo/digits", "--concurrency", "8,x"], "expected numbers separated by commas"),
+        (["model_repo/digits", "--precisions", "bf16"], "unknown bf16"),
+        (["model_repo/digits", "--rounds", "0"], "--rounds must be >= 1"),
+    ],
+)
+def test_mistakes_are_one_line_before_anything_starts(
+    arguments: list[str], message: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ferry.cli import main
+
+    monkeypatch.chdir(MODEL_REPO.parent)
+    assert main(["tune", *arguments]) != 0
+    error = capsys.readouterr().err
+    assert message in error and error.count("\n") == 1 and "Traceback" not in error

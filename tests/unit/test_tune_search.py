@@ -215,3 +215,14 @@ def test_image_pool_sizes_are_tried_on_the_best_config_and_fewer_threads_win_tie
     assert {c.image_workers for c in pools} == {1, 64} and all(c.max_batch_size == 8 for c in pools)
     # the pool size changes nothing in this fake: a tie, so the fewest threads (1) is recommended
     assert outcome.winner is not None and outcome.winner.image_workers == 1
+
+
+def test_a_tie_goes_to_the_original_model_over_a_precision_variant() -> None:
+    fp32 = CURRENT.with_(dynamic=True)
+    int8 = fp32.with_(model="m_int8", precision="INT8")
+    summaries = {
+        CURRENT: Summary((point(100.0),), 100.0, 5.0, 4, 4),
+        int8: Summary((point(300.0),), 300.0, 30.0, 4, 4),  # first and a little higher, but within the spread
+        fp32: Summary((point(290.0),), 290.0, 30.0, 4, 4),
+    }
+    assert choose_winner([CURRENT, int8, fp32], summaries) == fp32

@@ -38,10 +38,11 @@ class Candidate:
         """CPU cores the instances may keep busy: the first tie-breaker (fewer is better)."""
         return self.instances * max(1, self.threads) if self.kind == "CPU" else self.instances
 
-    def resources(self) -> tuple[int, int, int, int, int]:
-        """Sort key toward fewer resources: cores, instances, queue delay, batch size, image threads."""
+    def resources(self) -> tuple[int, int, int, int, int, bool]:
+        """Sort key toward fewer resources: cores, instances, queue delay, batch size, image threads, and
+        last the original model over a precision variant (one model fewer to build and keep)."""
         workers = self.image_workers or os.cpu_count() or 1
-        return (self.cores, self.instances, self.delay_us, self.max_batch_size, workers)
+        return (self.cores, self.instances, self.delay_us, self.max_batch_size, workers, self.precision != "as is")
 
     def label(self) -> str:
         parts = [] if self.precision == "as is" else [self.precision]

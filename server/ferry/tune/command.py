@@ -220,7 +220,7 @@ def run_tune(args: argparse.Namespace) -> int:
             measurer.close()
     try:
         print(table(outcome, mode))
-        for line in verdict(outcome, objective):
+        for line in verdict(outcome, objective, mode):
             print(line)
         for line in [*outcome.notes, *notes, *errors, *_not_tried(config, gpus, current, args)]:
             print(f"  note: {line}")

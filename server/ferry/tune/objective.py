@@ -66,14 +66,21 @@ class Objective:
             return point.throughput >= (self.min_throughput or 0.0)
         return self.latency_budget_ms is None or point.latency_ms[self.percentile] <= self.latency_budget_ms
 
-    def score(self, points: Sequence[Point]) -> float | None:
-        """Higher is better; None when no load level meets the constraint."""
+    def best(self, points: Sequence[Point]) -> Point | None:
+        """The load level that scores: the most throughput (or the least latency) within the constraint."""
         good = [p for p in points if self.admissible(p)]
         if not good:
             return None
         if self.minimise_latency:
-            return -min(p.latency_ms[self.percentile] for p in good)
-        return max(p.throughput for p in good)
+            return min(good, key=lambda p: p.latency_ms[self.percentile])
+        return max(good, key=lambda p: p.throughput)
+
+    def score(self, points: Sequence[Point]) -> float | None:
+        """Higher is better; None when no load level meets the constraint."""
+        point = self.best(points)
+        if point is None:
+            return None
+        return -point.latency_ms[self.percentile] if self.minimise_latency else point.throughput
 
     def unit(self, score: float) -> str:
         return f"p{self.percentile} {-score:.2f} ms" if self.minimise_latency else f"{score:.1f} infer/s"

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .candidates import Candidate
-from .objective import Objective, Point
+from .objective import Objective, Point, Summary
 from .search import Outcome
 
 
@@ -91,7 +91,7 @@ def table(outcome: Outcome, mode: str) -> str:
     return "\n".join(lines)
 
 
-def verdict(outcome: Outcome, objective: Objective) -> list[str]:
+def verdict(outcome: Outcome, objective: Objective, mode: str) -> list[str]:
     """What was found, in words: the winner and by how much, or that the current config is as good."""
     current = outcome.summaries[outcome.current]
     lines = [
@@ -114,12 +114,17 @@ def verdict(outcome: Outcome, objective: Objective) -> list[str]:
         return lines
     won = outcome.summaries[outcome.winner]
     assert won.score is not None
+
+    def where(summary: Summary) -> str:
+        point = objective.best(summary.points)
+        return f" at {'concurrency' if mode == 'concurrency' else 'rate'} {point.load:g}" if point else ""
+
     if current.score is None:
         against = "the current config does not meet the constraint"
     else:
         against = (
-            f"current config {objective.unit(current.score)} ±{abs(current.spread):.2f}; "
-            f"winner {objective.unit(won.score)} ±{abs(won.spread):.2f}"
+            f"current config {objective.unit(current.score)} ±{abs(current.spread):.2f}{where(current)}; "
+            f"winner {objective.unit(won.score)} ±{abs(won.spread):.2f}{where(won)}"
         )
         if not objective.minimise_latency and current.score > 0:
             against += f" ({won.score / current.score:.2f}x)"
