@@ -28,7 +28,12 @@ def add_tune_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--latency-budget", metavar="pXX=VALUE", help="e.g. p99=50ms: maximise throughput within it")
     p.add_argument("--min-throughput", type=float, metavar="INFER/S", help="minimise latency at this throughput")
     p.add_argument("--percentile", type=int, choices=[50, 95, 99], default=99, help="latency percentile judged (99)")
-    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the final candidates (3)")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="interleaved rounds of the final candidates, at least (3; time left buys up to 3x)",
+    )
     p.add_argument("--window", type=float, default=1.0, metavar="S", help="measurement window per load level (1.0)")
     p.add_argument("--warmup", type=float, default=0.5, metavar="S", help="load before each window (0.5)")
     p.add_argument(

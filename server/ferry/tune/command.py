@@ -194,11 +194,14 @@ def run_tune(args: argparse.Namespace) -> int:
     repository = PrivateRepository(model_dir)
     measurer: Measurer | None = None
     try:
-        variants, notes = (
-            build_variants(repository, precisions, args.calibration_images, args.calibration_tensors, say)
-            if precisions
-            else ([], [])
-        )
+        variants: list[Variant] = []
+        notes: list[str] = []
+        if precisions and not onnx:
+            notes.append("precision variants: not tried, ferry optimize converts ONNX models only")
+        elif precisions:
+            variants, notes = build_variants(
+                repository, precisions, args.calibration_images, args.calibration_tensors, say
+            )
         extra = ("--allow-python-models",) if args.allow_python_models else ()
         with TuningServer(repository, extra) as server:
             measurer = Measurer(server, plan, lambda workers: TuningServer(repository, extra, workers))
