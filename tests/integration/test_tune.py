@@ -3,12 +3,17 @@
 The recommendation test needs a model whose gain from batching does not depend on how busy the
 machine is: a Python model that pays a fixed 20 ms per execution (as a remote accelerator or a
 kernel launch would), whatever the batch. Without dynamic batching, 8 requests in flight take
-8 executions; batched, one. The test then checks the recommendation itself, in a second server,
-by timing both configs interleaved, and asserts a 1.5x gain, less than even batches of 2 give.
+8 executions; batched, fewer. The test then checks the recommendation itself, in a second server,
+with both configs driven interleaved at concurrency 8: the server's statistics must show the
+instance busy at least 1.5x longer for the same requests under the old config (batches of 2
+already give 2x), and the requests must finish sooner end to end. On this shared 2-core machine
+the client and HTTP overhead per request can be as large as the 20 ms itself, so the end-to-end
+margin is only asserted to be positive.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -77,7 +82,10 @@ def test_recommends_dynamic_batching_and_leaves_config_pbtxt_alone(tuned: tuple[
     assert "# Tuned by `ferry tune`" in text and "Previous config (medians): 8:" in text
     config = parse_config_text(text, TUNED_FILENAME)
     assert config.HasField("dynamic_batching") and config.max_batch_size >= 2
-    assert "candidates," in output and " s; objective: highest throughput" in output  # how many, how long
+    how_many = (
+        r"\d+ candidates, \d+ measurements in \d+ s \(\d+ interleaved final rounds\); objective: highest throughput"
+    )
+    assert re.search(how_many, output), output
 
 
 def _seconds_for(client_url: str, model: str, requests: int) -> float:
@@ -95,10 +103,18 @@ def _seconds_for(client_url: str, model: str, requests: int) -> float:
     return time.perf_counter() - started
 
 
+def _executions_and_busy_seconds(client: HttpClient, model: str) -> tuple[int, float]:
+    """How many executions the model's instance ran, and for how long in all: ``batch_stats`` counts each
+    execution once (``inference_stats`` counts a batch's time once per request in it)."""
+    (entry,) = client.model_statistics(model)["model_stats"]
+    busy_ns = sum(int(row["compute_infer"]["ns"]) for row in entry["batch_stats"])
+    return int(entry["execution_count"]), busy_ns / 1e9
+
+
 def test_the_recommendation_loads_and_beats_the_unbatched_config_at_concurrency_8(
     tuned: tuple[Path, str], tmp_path: Path
 ) -> None:
-    model_dir, _ = tuned
+    model_dir, output = tuned
     repo = tmp_path / "repo"
     for name, config_file in (("before", "config.pbtxt"), ("after", TUNED_FILENAME)):
         shutil.copytree(model_dir / "1", repo / name / "1")
@@ -107,17 +123,25 @@ def test_the_recommendation_loads_and_beats_the_unbatched_config_at_concurrency_
         write_config(repo / name, config, [], write=True)
     server = start_server(repo, tmp_path / "server.log", "--allow-python-models")
     try:
-        _seconds_for(server.http_url, "before", CONCURRENCY)  # warm both up
-        _seconds_for(server.http_url, "after", CONCURRENCY)
         before = after = 0.0
         for _ in range(2):  # interleaved, so a busy moment of the machine falls on both
-            before += _seconds_for(server.http_url, "before", 64)
-            after += _seconds_for(server.http_url, "after", 64)
+            before += _seconds_for(server.http_url, "before", 48)
+            after += _seconds_for(server.http_url, "after", 48)
+        with HttpClient(server.http_url) as client:
+            runs_before, busy_before = _executions_and_busy_seconds(client, "before")
+            runs_after, busy_after = _executions_and_busy_seconds(client, "after")
     finally:
         server.stop()
-    # 64 requests unbatched: 64 executions x 20 ms >= 1.28 s; batched: at most 32 executions, fewer with
-    # larger batches (the tuner usually picks 4 or 8: 3-4x); 1.5x holds even for batches of 2
-    assert before >= 1.5 * after, (before, after)
+    details = (
+        f"{output}\nwall {before:.2f} s / {after:.2f} s, executions {runs_before} / {runs_after}, "
+        f"busy {busy_before:.2f} s / {busy_after:.2f} s"
+    )
+    # The old config runs every request alone; the recommendation batches the requests that queue while an
+    # execution sleeps its 20 ms, so the same 96 requests keep the single instance busy for far less time:
+    # that is the throughput the instance can give at concurrency 8 (2x with batches of 2, 4x with 4).
+    assert runs_before == 96 and runs_after <= 96 / 1.5, details
+    assert busy_before >= 1.5 * busy_after, details
+    assert after < before, details  # and end to end, through a busy machine, the 96 requests finish sooner
 
 
 def test_every_knob_the_tuner_turns_loads_for_bundled_models(tmp_path: Path) -> None:

@@ -192,54 +192,89 @@ def run_tune(args: argparse.Namespace) -> int:
     current = current_candidate(config, onnx)
     say(f"ferry tune: {config.name} on {machine}; budget {args.time_budget:g} s")
     repository = PrivateRepository(model_dir)
-    measurer: Measurer | None = None
     try:
-        variants: list[Variant] = []
-        notes: list[str] = []
-        if precisions and not onnx:
-            notes.append("precision variants: not tried, ferry optimize converts ONNX models only")
-        elif precisions:
-            variants, notes = build_variants(
-                repository, precisions, args.calibration_images, args.calibration_tensors, say
-            )
-        extra = ("--allow-python-models",) if args.allow_python_models else ()
-        with TuningServer(repository, extra) as server:
-            measurer = Measurer(server, plan, lambda workers: TuningServer(repository, extra, workers))
+        outcome, notes = _measure(args, repository, config, current, plan, objective, precisions, onnx, gpus, started)
+        _report(outcome, notes, args, objective, mode, config, gpus, current)
+        if outcome.winner is not None:
+            _write(outcome, args, repository, model_dir, config, _header(outcome, objective, plan, machine))
+        else:
+            print("no config written")
+        return 0
+    except (TuningError, OSError) as exc:  # a server that would not start or load; a file that cannot be written
+        print(f"ferry tune: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        repository.remove()
+
+
+def _measure(
+    args: argparse.Namespace,
+    repository: PrivateRepository,
+    config: mc.ModelConfig,
+    current: Candidate,
+    plan: LoadPlan,
+    objective: Objective,
+    precisions: tuple[str, ...],
+    onnx: bool,
+    gpus: list[str],
+    started: float,
+) -> tuple[Outcome, list[str]]:
+    """Build the precision variants, start the server and run the search; notes say what was not tried."""
+    say: Callable[[str], None] = (lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr))
+    variants: list[Variant] = []
+    notes: list[str] = []
+    if precisions and not onnx:
+        notes.append("precision variants: not tried, ferry optimize converts ONNX models only")
+    elif precisions:
+        variants, notes = build_variants(repository, precisions, args.calibration_images, args.calibration_tensors, say)
+    extra = ("--allow-python-models",) if args.allow_python_models else ()
+    with TuningServer(repository, extra) as server:
+        measurer = Measurer(server, plan, lambda workers: TuningServer(repository, extra, workers))
+        try:
             server.use(current)
             measurer.prepare(current.model)
             space = _space(config, current, plan, variants, gpus, onnx)
-            search = Search(
-                space, objective, measurer, args.time_budget - (time.monotonic() - started), args.rounds, say=say
-            )
-            outcome = search.run()
+            budget = args.time_budget - (time.monotonic() - started)
+            outcome = Search(space, objective, measurer, budget, args.rounds, say=say).run()
+        finally:
             measurer.close()
-            errors = [f"{c.label()}: {e}" for c, e in measurer.load_errors.items()]
-    except TuningError as exc:
-        print(f"ferry tune: {exc}", file=sys.stderr)
-        repository.remove()
-        return 1
-    finally:
-        if measurer is not None:
-            measurer.close()
-    try:
-        print(table(outcome, mode))
-        for line in verdict(outcome, objective, mode):
-            print(line)
-        for line in [*outcome.notes, *notes, *errors, *_not_tried(config, gpus, current, args)]:
-            print(f"  note: {line}")
-        if args.plot:
-            write_plot(args.plot, outcome, objective, f"ferry tune: {config.name}")
-            print(f"plot: {args.plot}")
-        if outcome.winner is None:
-            print("no config written")
-            return 0
-        winner = outcome.winner
-        variant_dir = repository.root / winner.model if winner.model != config.name else None
-        tuned = winner.apply(repository.config(winner.model))
-        written = write_config(model_dir, tuned, _header(outcome, objective, plan, machine), args.write, variant_dir)
-        print(f"wrote {written.path}")
-        for line in written.notes:
-            print(f"  {line}")
-        return 0
-    finally:
-        repository.remove()
+    notes += [f"{c.label()}: {e}" for c, e in measurer.load_errors.items()]
+    return outcome, notes
+
+
+def _report(
+    outcome: Outcome,
+    notes: list[str],
+    args: argparse.Namespace,
+    objective: Objective,
+    mode: str,
+    config: mc.ModelConfig,
+    gpus: list[str],
+    current: Candidate,
+) -> None:
+    print(table(outcome, mode))
+    for line in verdict(outcome, objective, mode):
+        print(line)
+    for line in [*outcome.notes, *notes, *_not_tried(config, gpus, current, args)]:
+        print(f"  note: {line}")
+    if args.plot:
+        write_plot(args.plot, outcome, objective, f"ferry tune: {config.name}")
+        print(f"plot: {args.plot}")
+
+
+def _write(
+    outcome: Outcome,
+    args: argparse.Namespace,
+    repository: PrivateRepository,
+    model_dir: Path,
+    config: mc.ModelConfig,
+    header: list[str],
+) -> None:
+    winner = outcome.winner
+    assert winner is not None
+    variant_dir = repository.root / winner.model if winner.model != config.name else None
+    tuned = winner.apply(repository.config(winner.model))
+    written = write_config(model_dir, tuned, header, args.write, variant_dir)
+    print(f"wrote {written.path}")
+    for line in written.notes:
+        print(f"  {line}")
