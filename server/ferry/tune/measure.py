@@ -199,7 +199,7 @@ class Measurer:
             elapsed = time.monotonic() - started
             cpu = _cpu_seconds(process) - cpu_before
             after = client.model_statistics(candidate.model)
-            server = breakdown(totals(before, candidate.model), totals(after, candidate.model))
+            stats = breakdown(totals(before, candidate.model), totals(after, candidate.model))
             w = step.client
             points.append(
                 Point(
@@ -207,8 +207,8 @@ class Measurer:
                     throughput=w.throughput,
                     latency_ms={q: getattr(w, f"p{q}_us") / 1e3 for q in PERCENTILES},
                     failures=step.client_failures,
-                    queue_us=server.queue_us,
-                    compute_us=server.compute_input_us + server.compute_infer_us + server.compute_output_us,
+                    queue_us=stats.queue_us,
+                    compute_us=stats.compute_input_us + stats.compute_infer_us + stats.compute_output_us,
                     batches=batch_histogram(before, after, candidate.model),
                     cpu_cores=cpu / elapsed,
                     gpu=gpu,
