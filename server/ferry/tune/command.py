@@ -91,6 +91,8 @@ def _not_tried(config: mc.ModelConfig, gpus: list[str], current: Candidate, args
     notes = []
     if not gpus:
         notes.append("GPU instances (count per device): not tried, no NVIDIA GPU on this machine")
+    elif current.kind == "CPU":
+        notes.append("GPU instances: not tried, the config runs on CPU instances (give it KIND_GPU to tune them)")
     if not gpus or importlib.util.find_spec("tensorrt") is None:
         notes.append("TensorRT engines and the TensorRT EP: not tried (needs a GPU and ferry[tensorrt])")
     else:
