@@ -130,10 +130,15 @@ def start_server(
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    """The bundled example repository served in explicit mode with every model loaded."""
+    """The bundled example repository served in explicit mode with every model loaded (and system
+    shared memory allowed, for the tests of that extension)."""
     repo = tmp_path_factory.mktemp("repo") / "models"
     shutil.copytree(MODEL_REPO, repo)
-    running = start_server(repo, repo.parent / "server.log", "--model-control-mode", "explicit", "--load-model", "*")
+    running = start_server(
+        repo,
+        repo.parent / "server.log",
+        *("--model-control-mode", "explicit", "--load-model", "*", "--allow-shared-memory"),
+    )
     yield running
     running.stop()
 

@@ -106,6 +106,24 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="load Triton Python models (model.py): the repository's code runs in the server (default: refused)",
     )
+    security.add_argument(
+        "--allow-shared-memory",
+        action="store_true",
+        default=None,
+        help="serve system shared memory (Triton's extension): clients register /dev/shm objects (default: refused)",
+    )
+    security.add_argument(
+        "--shared-memory-owner-uid",
+        dest="shared_memory_owner_uids",
+        action="append",
+        type=int,
+        metavar="UID",
+        help="a user whose /dev/shm objects may be registered (repeatable; default: the server's own uid)",
+    )
+    security.add_argument("--shared-memory-max-regions", type=int, help="registered regions, all clients together")
+    security.add_argument(
+        "--shared-memory-max-regions-per-client", type=int, help="registered regions per client (bearer token)"
+    )
     security.add_argument("--tls-cert", metavar="PEM", help="serve REST and gRPC over TLS with this certificate")
     security.add_argument("--tls-key", metavar="PEM", help="private key of --tls-cert")
     security.add_argument(

@@ -86,6 +86,18 @@ class Settings(BaseSettings):
     allow_python_models: bool = Field(
         False, description="load Triton Python models (model.py): code from the repository runs in the server"
     )
+    allow_shared_memory: bool = Field(
+        False,
+        description="serve Triton's system shared memory extension: clients on this host register /dev/shm "
+        "objects that the server reads inputs from and writes outputs to",
+    )
+    shared_memory_owner_uids: list[int] = Field(
+        default_factory=list, description="users whose /dev/shm objects may be registered (none: the server's own uid)"
+    )
+    shared_memory_max_regions: int = Field(256, gt=0, description="registered shared memory regions, all clients")
+    shared_memory_max_regions_per_client: int = Field(
+        64, gt=0, description="registered shared memory regions per client (per bearer token; all, without auth)"
+    )
     tls_cert: Path | None = Field(None, description="PEM server certificate (chain) for REST and gRPC")
     tls_key: Path | None = Field(None, description="PEM private key of --tls-cert")
     tls_client_ca: Path | None = Field(None, description="PEM CA bundle; clients must present a certificate it signed")
