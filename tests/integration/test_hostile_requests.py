@@ -237,3 +237,35 @@ def test_aborted_uploads_log_one_short_line_each(server) -> None:
     assert "Traceback" not in log, log[log.index("Traceback") - 500 :][:3000]
     lines = [line for line in log.splitlines() if marker in line]
     assert all(len(line) < 200 for line in lines), lines[:2]
+
+
+def test_shared_memory_is_off_unless_the_operator_allows_it(server) -> None:
+    """A server started without --allow-shared-memory refuses every shared memory call, naming the
+    flag, with Triton's answers for a restricted API (403 / UNAVAILABLE); the object is never opened."""
+    flag = "--allow-shared-memory"
+    body = json.dumps({"key": "/anything", "offset": 0, "byte_size": 64}).encode()
+    status, text = _post(server, "/v2/systemsharedmemory/region/r/register", body, {"Content-Type": "application/json"})
+    assert status == 403 and flag in text, (status, text)
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(f"http://{server.http_url}/v2/systemsharedmemory/status", timeout=30)
+    assert refused.value.code == 403
+    shm = {"shared_memory_region": "r", "shared_memory_byte_size": 64}
+    infer = {
+        "inputs": [
+            {"name": n, "shape": [1, 16], "datatype": "INT32", "parameters": shm} for n in ("INPUT0", "INPUT1")
+        ]
+    }
+    status, text = _post(server, "/v2/models/simple/infer", json.dumps(infer).encode(), {})
+    assert status == 403 and flag in text, (status, text)
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        for method, request in (
+            ("SystemSharedMemoryRegister", pb.SystemSharedMemoryRegisterRequest(name="r", key="/x", byte_size=64)),
+            ("SystemSharedMemoryStatus", pb.SystemSharedMemoryStatusRequest()),
+            ("SystemSharedMemoryUnregister", pb.SystemSharedMemoryUnregisterRequest()),
+        ):
+            with pytest.raises(grpc.RpcError) as info:
+                getattr(stub, method)(request, timeout=30)
+            assert info.value.code() == grpc.StatusCode.UNAVAILABLE and flag in info.value.details(), method
+        extensions = stub.ServerMetadata(pb.ServerMetadataRequest()).extensions
+    assert "system_shared_memory" not in extensions
