@@ -9,11 +9,13 @@ import gzip
 import io
 import json
 import shutil
+import sys
 import time
 import urllib.error
 import urllib.request
 import zlib
 from collections.abc import Iterator
+from pathlib import Path
 
 import grpc
 import numpy as np
@@ -24,7 +26,7 @@ from ferry_client import GrpcClient, HttpClient
 from ferry_client.protocol import grpc_service_pb2 as pb
 from ferry_client.protocol import grpc_service_pb2_grpc as pb_grpc
 
-from ..conftest import MODEL_REPO, RunningServer, start_server
+from ..conftest import MODEL_REPO, ROOT, RunningServer, start_server
 from ..models import write_mlp_model
 from ..server_metrics import metric, scrape, wait_for_metric
 
@@ -269,3 +271,37 @@ def test_shared_memory_is_off_unless_the_operator_allows_it(server) -> None:
             assert info.value.code() == grpc.StatusCode.UNAVAILABLE and flag in info.value.details(), method
         extensions = stub.ServerMetadata(pb.ServerMetadataRequest()).extensions
     assert "system_shared_memory" not in extensions
+
+
+def test_child_processes_never_import_from_the_working_directory(tmp_path) -> None:
+    """Started (by its console script) from a directory holding a hostile ``ferry/`` package, the
+    server's intake processes and isolated Python models import the installed package: the planted
+    code never runs (``python -m`` alone would have put that directory first on sys.path)."""
+    marker = tmp_path / "planted-code-ran"
+    hostile = tmp_path / "cwd" / "ferry"
+    hostile.mkdir(parents=True)
+    (hostile / "__init__.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\nraise SystemExit(3)\n")
+    repo = tmp_path / "models"
+    shutil.copytree(MODEL_REPO / "simple", repo / "simple")
+    shutil.copytree(ROOT / "tests" / "integration" / "python_models" / "add_sub", repo / "add_sub")
+    config = repo / "add_sub" / "config.pbtxt"
+    config.write_text(
+        config.read_text() + 'parameters { key: "FERRY_ISOLATION" value { string_value: "process" } }\n'
+    )
+    launcher = [str(Path(sys.executable).with_name("ferry"))]
+    running = start_server(
+        repo,
+        tmp_path / "server.log",
+        *("--intake-processes", "2", "--allow-python-models"),
+        cwd=hostile.parent,
+        launcher=launcher,
+    )
+    try:
+        with HttpClient(running.http_url) as client:  # served by an intake process, run by a child
+            ones = np.ones((1, 4), np.float32)
+            assert client.infer("add_sub", {"INPUT0": ones, "INPUT1": ones})["OUTPUT0"].tolist() == [[2.0] * 4]
+            assert client.infer("simple", {"INPUT0": np.ones((1, 16), np.int32), "INPUT1": np.ones((1, 16), np.int32)})
+        assert "intake processes" in running.log() or "2 intake" in running.log()
+    finally:
+        running.stop()
+    assert not marker.exists(), running.log()[-3000:]
