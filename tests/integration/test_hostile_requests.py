@@ -253,9 +253,7 @@ def test_shared_memory_is_off_unless_the_operator_allows_it(server) -> None:
     assert refused.value.code == 403
     shm = {"shared_memory_region": "r", "shared_memory_byte_size": 64}
     infer = {
-        "inputs": [
-            {"name": n, "shape": [1, 16], "datatype": "INT32", "parameters": shm} for n in ("INPUT0", "INPUT1")
-        ]
+        "inputs": [{"name": n, "shape": [1, 16], "datatype": "INT32", "parameters": shm} for n in ("INPUT0", "INPUT1")]
     }
     status, text = _post(server, "/v2/models/simple/infer", json.dumps(infer).encode(), {})
     assert status == 403 and flag in text, (status, text)
@@ -285,9 +283,7 @@ def test_child_processes_never_import_from_the_working_directory(tmp_path) -> No
     shutil.copytree(MODEL_REPO / "simple", repo / "simple")
     shutil.copytree(ROOT / "tests" / "integration" / "python_models" / "add_sub", repo / "add_sub")
     config = repo / "add_sub" / "config.pbtxt"
-    config.write_text(
-        config.read_text() + 'parameters { key: "FERRY_ISOLATION" value { string_value: "process" } }\n'
-    )
+    config.write_text(config.read_text() + 'parameters { key: "FERRY_ISOLATION" value { string_value: "process" } }\n')
     launcher = [str(Path(sys.executable).with_name("ferry"))]
     running = start_server(
         repo,

@@ -1,12 +1,14 @@
-"""Hostile clients of system shared memory (issue 24), against a real server in one process and with
-two intake processes, auth on with two tokens. Each test carries out the attack (truncates the
-object, plants the link, registers as two tokens, fills the caps) and checks the clean answer and
-that the server, and every other client, is still served."""
+"""Hostile clients whose outcome depended on the process mode (issue 24), against a real server in
+one process and with two intake processes, auth on with two tokens: system shared memory (the
+model process reads it) and headers the intake relays. Each test carries out the attack (truncates
+the object, plants the link, registers as two tokens, fills the caps, sends the header) and checks
+the clean answer and that the server, and every other client, is still served."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import socket
 import stat
 import uuid
 from collections.abc import Iterator
@@ -72,9 +74,7 @@ def objects(server: RunningServer) -> Iterator[Objects]:
 
 
 def _rest(server: RunningServer, token: str) -> httpx.Client:
-    return httpx.Client(
-        base_url=f"http://{server.http_url}", headers={"Authorization": f"Bearer {token}"}, timeout=30
-    )
+    return httpx.Client(base_url=f"http://{server.http_url}", headers={"Authorization": f"Bearer {token}"}, timeout=30)
 
 
 def _register(server: RunningServer, token: str, name: str, key: str, byte_size: int = SIZE) -> httpx.Response:
@@ -262,3 +262,30 @@ def test_a_nul_byte_over_grpc_is_an_invalid_argument(server: RunningServer) -> N
             request = pb.SystemSharedMemoryRegisterRequest(name=name, key=key, byte_size=SIZE)
             _grpc_stub_call(server, TOKEN_A, "SystemSharedMemoryRegister", request)
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, info.value.details()
+
+
+def test_header_values_with_trailing_white_space_are_relayed(server: RunningServer) -> None:
+    """A header value ending in a space or tab (legal: optional white space) used to make every
+    route the intake forwards answer 503; now each answers as with one process."""
+    requests = [
+        ("GET", "/v2/health/ready", b""),
+        ("GET", "/v2/models/simple", b""),
+        ("POST", "/v2/repository/index", b""),
+        ("GET", "/", b""),
+    ]
+    with socket.create_connection(("127.0.0.1", server.http_port), timeout=30) as sock:
+        reader = sock.makefile("rb")
+        for method, path, body in requests:
+            head = (
+                f"{method} {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN_A}\r\n"
+                f"X-Trailing-Space: value \r\nX-Trailing-Tab: value\t\r\nContent-Length: {len(body)}\r\n\r\n"
+            )
+            sock.sendall(head.encode() + body)
+            status = int(reader.readline().split()[1])
+            length = 0
+            while (line := reader.readline()) not in (b"\r\n", b""):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+            reader.read(length)
+            assert status == 200, (path, status)
+    assert "cannot forward" not in server.log()
