@@ -201,7 +201,7 @@ class SharedMemoryRegistry:
         with self._lease(owner, ref, tensor) as region:
             start = region.offset + ref.offset
             buffer = np.empty(ref.byte_size, np.uint8)  # numpy: aligned for any element type
-            view = memoryview(buffer)
+            view = buffer.data
             done = 0
             while done < ref.byte_size:
                 got = os.preadv(region.fd, [view[done:]], start + done)
