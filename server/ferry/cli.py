@@ -110,7 +110,7 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
         "--allow-shared-memory",
         action="store_true",
         default=None,
-        help="serve system shared memory (Triton's extension): clients register /dev/shm objects (default: refused)",
+        help="serve system shared memory (Triton's extension): clients on this host register /dev/shm objects",
     )
     security.add_argument(
         "--shared-memory-owner-uid",
@@ -118,11 +118,16 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
         action="append",
         type=int,
         metavar="UID",
-        help="a user whose /dev/shm objects may be registered (repeatable; default: the server's own uid)",
+        help="a user whose /dev/shm objects may be registered (repeatable; none: the server's own uid)",
     )
-    security.add_argument("--shared-memory-max-regions", type=int, help="registered regions, all clients together")
     security.add_argument(
-        "--shared-memory-max-regions-per-client", type=int, help="registered regions per client (bearer token)"
+        "--shared-memory-max-regions", type=int, metavar="N", help="registered regions, all clients together"
+    )
+    security.add_argument(
+        "--shared-memory-max-regions-per-client",
+        type=int,
+        metavar="N",
+        help="registered regions per client (bearer token)",
     )
     security.add_argument("--tls-cert", metavar="PEM", help="serve REST and gRPC over TLS with this certificate")
     security.add_argument("--tls-key", metavar="PEM", help="private key of --tls-cert")
