@@ -43,6 +43,8 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
         probe_headers={"Authorization": f"Bearer {TOKEN_A}"},
     )
     yield running
+    for key in [key for key in _CLIENTS if key[0] == running.http_port]:
+        _CLIENTS.pop(key).close()
     running.stop()
 
 
@@ -73,8 +75,16 @@ def objects(server: RunningServer) -> Iterator[Objects]:
     made.remove()
 
 
+_CLIENTS: dict[tuple[int, str], httpx.Client] = {}  # one keep-alive client per server and token
+
+
 def _rest(server: RunningServer, token: str) -> httpx.Client:
-    return httpx.Client(base_url=f"http://{server.http_url}", headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    key = (server.http_port, token)
+    if key not in _CLIENTS:
+        _CLIENTS[key] = httpx.Client(
+            base_url=f"http://{server.http_url}", headers={"Authorization": f"Bearer {token}"}, timeout=30
+        )
+    return _CLIENTS[key]
 
 
 def _register(server: RunningServer, token: str, name: str, key: str, byte_size: int = SIZE) -> httpx.Response:
@@ -145,6 +155,10 @@ def test_a_truncated_object_is_a_clear_error_not_a_crash(server: RunningServer, 
     before = client.post("/v2/models/simple/infer", json=_infer_body("big"))
     assert before.status_code == 200, before.text
     assert before.json()["outputs"][0]["data"] == [i + 1 for i in range(16)]
+    whole = _infer_body("big")
+    whole["inputs"][0]["parameters"]["shared_memory_byte_size"] = 1 << 20  # refused before 1 MiB is copied
+    refused = client.post("/v2/models/simple/infer", json=whole)
+    assert refused.status_code == 400 and "expected 64 bytes" in refused.text, refused.text
 
     os.truncate(SHM / name, 0)
     for body in (_infer_body("big"), _infer_body("big", output_region="big")):
@@ -222,7 +236,7 @@ def test_registrations_are_capped_per_token_and_in_total(server: RunningServer, 
     fds_before = len(os.listdir(f"/proc/{server.process.pid}/fd"))
     for index in range(PER_CLIENT):
         assert _register(server, TOKEN_A, f"a{index}", f"/{name}").status_code == 200
-    for _ in range(50):
+    for _ in range(5):
         refused = _register(server, TOKEN_A, "one-too-many", f"/{name}")
         assert refused.status_code == 429, refused.text
     assert "--shared-memory-max-regions-per-client" in refused.json()["error"]

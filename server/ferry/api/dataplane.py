@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ferry_client.codec import CodecError, tensor_from_bytes, tensor_to_bytes
+from ferry_client.codec import CodecError, element_count, item_size, tensor_from_bytes, tensor_to_bytes
 from ferry_client.protocol import model_config_pb2 as mc
 
 from .. import __version__
@@ -285,6 +285,16 @@ class DataPlane:
         """Inputs left in the client's shared memory regions become arrays (copies: see shared_memory.py)."""
         for name, shared in request.shared_memory_inputs.items():
             self.limits.check_tensor(name, shared.datatype, shared.shape)
+            try:  # a byte size the shape cannot use is refused before anything is copied
+                size = item_size(shared.datatype)
+                expected = None if size is None else element_count(name, shared.shape) * size
+            except CodecError as exc:
+                raise InvalidArgument(str(exc)) from None
+            if expected is not None and expected != shared.ref.byte_size:
+                raise InvalidArgument(
+                    f"tensor '{name}': expected {expected} bytes for {shared.datatype} shape {list(shared.shape)}, "
+                    f"got shared memory byte size {shared.ref.byte_size}"
+                )
             if shared.ref.byte_size < OFF_LOOP_BYTES:
                 view = self.shared_memory.read(request.client, shared.ref, name)
             else:

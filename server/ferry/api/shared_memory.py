@@ -310,6 +310,7 @@ def tensor_ref(tensor: str, parameters: Mapping[str, Any]) -> SharedMemoryRef | 
     region = parameters[REGION]
     if not isinstance(region, str) or not region:
         raise InvalidArgument(f"tensor '{tensor}': {REGION} must be a region name")
+    check_region_name(region)
     if BYTE_SIZE not in parameters:
         raise InvalidArgument(f"tensor '{tensor}': {REGION} needs {BYTE_SIZE}")
     values = {key: parameters.get(key, 0) for key in (OFFSET, BYTE_SIZE)}
