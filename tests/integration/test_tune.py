@@ -142,8 +142,9 @@ def test_the_recommendation_loads_and_beats_the_unbatched_config_at_concurrency_
     # execution sleeps its 20 ms, so the same 96 requests keep the single instance busy for far less time:
     # that is the throughput the instance can give at concurrency 8 (2x with batches of 2, 4x with 4).
     assert runs_before == 96 and runs_after <= 96 / 1.5, details
+    # Wall time is reported in `details` but not asserted: on a busy CI machine client overhead per request
+    # can match the 20 ms an execution sleeps, so only the server-side counts are caused by the config.
     assert busy_before >= 1.5 * busy_after, details
-    assert after < before, details  # and end to end, through a busy machine, the 96 requests finish sooner
 
 
 def test_every_knob_the_tuner_turns_loads_for_bundled_models(tmp_path: Path) -> None:
