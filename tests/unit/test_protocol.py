@@ -44,6 +44,7 @@ FERRY_ONLY_MESSAGES = {
     "inference.FerryPreprocess",
     "inference.FerryClassification",
     "inference.FerryDetection",
+    "inference.FerryEmbedding",
     # the map entry of ModelMetadataResponse.parameters (field 1000)
     "inference.ModelMetadataResponse.ParametersEntry",
 }
@@ -252,6 +253,7 @@ def test_ferry_additions_are_in_reserved_range() -> None:
         "classification": 2,
         "detection": 3,
         "input": 4,
+        "embedding": 5,
     }
     preprocess = model_config_pb2.FerryPreprocess.DESCRIPTOR
     assert {f.name: f.number for f in preprocess.fields} == {
@@ -274,6 +276,8 @@ def test_ferry_additions_are_in_reserved_range() -> None:
         "pad_then_resize": 17,
         "draft_decode": 18,
         "resize_alignment": 19,
+        "letterbox_rounding": 20,
+        "letterbox_mapping": 21,
     }
     assert preprocess.fields_by_name["data_type"].enum_type.full_name == "inference.DataType"
     assert {f.name: f.number for f in model_config_pb2.FerryClassification.DESCRIPTOR.fields} == {
@@ -297,6 +301,13 @@ def test_ferry_additions_are_in_reserved_range() -> None:
         "suppression": 13,
         "top_k_per_level": 14,
         "multi_label": 15,
+        "clip_boxes": 16,
+        "nms_plus_one_area": 17,
+    }
+    assert {f.name: f.number for f in model_config_pb2.FerryEmbedding.DESCRIPTOR.fields} == {
+        "output": 1,
+        "pooling": 2,
+        "l2_normalize": 3,
     }
 
     def values(enum: descriptor.EnumDescriptor) -> dict[str, int]:
