@@ -98,7 +98,7 @@ def check_decoded(result: Any, photos: dict[str, bytes], detected: list[list[dic
             assert got["score"] == pytest.approx(want["score"], abs=1e-6)
             np.testing.assert_allclose(got["box"], want["box"], atol=0.006)
             np.testing.assert_allclose(got["keypoints"], want["keypoints"], atol=0.006)
-    assert faces == 4  # faces in 3 photos, none in 2: the comparison above is not vacuous
+    assert faces == 23  # faces in 12 photos (two grids), none in 3: the comparison above is not vacuous
 
 
 def test_decoded_detections_over_http(

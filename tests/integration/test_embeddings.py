@@ -73,20 +73,25 @@ def test_embed_returns_the_models_vector(server: RunningServer, model: str, norm
 
 def test_embedding_output_over_v2_infer_http_and_grpc(server: RunningServer) -> None:
     images = np.array(list(photos().values()), dtype=object)
-    http_input = thttp.InferInput("x", [len(images)], "BYTES")
-    http_input.set_data_from_numpy(images, binary_data=True)
-    http_result = thttp.InferenceServerClient(server.http_url).infer(
-        "orientation_embedding", [http_input], outputs=[thttp.InferRequestedOutput("EMBEDDING")]
-    )
-    grpc_input = tgrpc.InferInput("x", [len(images)], "BYTES")
-    grpc_input.set_data_from_numpy(images)
-    grpc_result = tgrpc.InferenceServerClient(server.grpc_url).infer(
-        "orientation_embedding", [grpc_input], outputs=[tgrpc.InferRequestedOutput("EMBEDDING")]
-    )
-    for result in (http_result, grpc_result):
-        vectors = result.as_numpy("EMBEDDING")
-        assert vectors is not None and vectors.dtype == np.float32 and vectors.shape == (len(images), 4)
-        np.testing.assert_allclose(vectors, expected(True), atol=SCORE_TOLERANCE)
+    want = expected(True)
+    http_client = thttp.InferenceServerClient(server.http_url)
+    grpc_client = tgrpc.InferenceServerClient(server.grpc_url)
+    for start in range(0, len(images), 8):  # the model's max_batch_size
+        chunk = images[start : start + 8]
+        http_input = thttp.InferInput("x", [len(chunk)], "BYTES")
+        http_input.set_data_from_numpy(chunk, binary_data=True)
+        http_result = http_client.infer(
+            "orientation_embedding", [http_input], outputs=[thttp.InferRequestedOutput("EMBEDDING")]
+        )
+        grpc_input = tgrpc.InferInput("x", [len(chunk)], "BYTES")
+        grpc_input.set_data_from_numpy(chunk)
+        grpc_result = grpc_client.infer(
+            "orientation_embedding", [grpc_input], outputs=[tgrpc.InferRequestedOutput("EMBEDDING")]
+        )
+        for result in (http_result, grpc_result):
+            vectors = result.as_numpy("EMBEDDING")
+            assert vectors is not None and vectors.dtype == np.float32 and vectors.shape == (len(chunk), 4)
+            np.testing.assert_allclose(vectors, want[start : start + 8], atol=SCORE_TOLERANCE)
 
 
 def test_classify_is_refused_without_classes(server: RunningServer) -> None:
