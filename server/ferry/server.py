@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 from collections.abc import Callable
 
@@ -26,6 +27,7 @@ from .backends.python_backend import host as python_models
 from .caching import ResponseCache
 from .caching.metrics import CacheCollector
 from .dashboard import mount_dashboard
+from .environment_check import warn_unknown_variables
 from .errors import FerryError
 from .front_doors import (
     QuietUvicornServer,
@@ -198,6 +200,7 @@ def _open_connections(server: uvicorn.Server) -> Callable[[], int]:
 def serve(settings: Settings) -> None:
     """Run the server until SIGTERM or SIGINT."""
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    warn_unknown_variables(os.environ)
     try:
         import uvloop
 

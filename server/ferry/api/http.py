@@ -27,10 +27,11 @@ from .admission import Ticket
 from .dataplane import DataPlane
 from .docs import mount_docs
 from .http_codec import compress_response, decode_infer_request, decompress, encode_infer_response
+from .image_query import CLASSIFY_QUERY, DETECT_QUERY, openapi_query, parse_image_query
 from .json_body import parse_json_object
 from .limits import OFF_LOOP_BYTES
 from .logging_ext import log_router
-from .openapi import INDEX_BODY, INFER_BODY, LOAD_BODY, UNLOAD_BODY
+from .openapi import INDEX_BODY, INFER_BODY, LOAD_BODY, UNLOAD_BODY, document_real_errors
 from .response_size import estimated_size, reserve_response
 from .shared_memory_http import add_shared_memory_routes
 from .trace_ext import trace_router
@@ -155,7 +156,12 @@ def _http_error_response(_: Request, exc: StarletteHTTPException) -> Response:
 
 
 def _validation_error_response(_: Request, exc: RequestValidationError) -> Response:
-    return error_response(f"invalid request: {exc.errors()}", 400)
+    """A parameter FastAPI could not convert, as one readable line (never a Python repr)."""
+    problems = []
+    for error in exc.errors():
+        where = " ".join(str(part) for part in error.get("loc", ()))
+        problems.append(f"{where}: {error.get('msg', 'invalid')}")
+    return error_response(f"invalid request: {'; '.join(problems)}", 400)
 
 
 def client_gone_response(request: Request, _: ClientDisconnect) -> Response:
@@ -226,6 +232,8 @@ def create_http_app(
         redoc_url=None,  # ReDoc would load from a CDN too
     )
     mount_docs(app)
+    build_openapi = app.openapi
+    app.openapi = lambda: document_real_errors(build_openapi())  # type: ignore[method-assign]
 
     app.add_exception_handler(FerryError, _as_handler(ferry_error_response))
     app.add_exception_handler(StarletteHTTPException, _as_handler(_http_error_response))
@@ -344,26 +352,23 @@ def create_http_app(
             }
         )
 
-    @app.post("/v2/models/{model}/classify", openapi_extra=image_body)
-    @app.post("/v2/models/{model}/versions/{version}/classify", openapi_extra=image_body)
-    async def classify(model: str, request: Request, version: str = "", top_k: int | None = None) -> Response:
+    classify_doc = {**image_body, "parameters": openapi_query(CLASSIFY_QUERY)}
+    detect_doc = {**image_body, "parameters": openapi_query(DETECT_QUERY)}
+
+    @app.post("/v2/models/{model}/classify", openapi_extra=classify_doc)
+    @app.post("/v2/models/{model}/versions/{version}/classify", openapi_extra=classify_doc)
+    async def classify(model: str, request: Request, version: str = "") -> Response:
         """Classify one image (raw body) or several (multipart): top-k labels and scores per image."""
+        options = parse_image_query(request.query_params, CLASSIFY_QUERY, "classify")
         return await run_image_endpoint(
-            request, model, version, "classify", {"top_k": top_k}, lambda classes: {"classes": classes}
+            request, model, version, "classify", options, lambda classes: {"classes": classes}
         )
 
-    @app.post("/v2/models/{model}/detect", openapi_extra=image_body)
-    @app.post("/v2/models/{model}/versions/{version}/detect", openapi_extra=image_body)
-    async def detect(
-        model: str,
-        request: Request,
-        version: str = "",
-        score_threshold: float | None = None,
-        iou_threshold: float | None = None,
-        max_detections: int | None = None,
-    ) -> Response:
+    @app.post("/v2/models/{model}/detect", openapi_extra=detect_doc)
+    @app.post("/v2/models/{model}/versions/{version}/detect", openapi_extra=detect_doc)
+    async def detect(model: str, request: Request, version: str = "") -> Response:
         """Detect objects in one or several images: boxes in original pixels, labels and scores."""
-        options = {"score_threshold": score_threshold, "iou_threshold": iou_threshold, "max_detections": max_detections}
+        options = parse_image_query(request.query_params, DETECT_QUERY, "detect")
         return await run_image_endpoint(
             request, model, version, "detect", options, lambda image: {"detections": [detection_json(d) for d in image]}
         )

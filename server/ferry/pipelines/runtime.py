@@ -182,7 +182,8 @@ class ImagePipeline:
         """Top-k classes per image as {index, label, score} (softmax applied when configured)."""
         logits = outputs[self.output_names[0]].reshape(len(outputs[self.output_names[0]]), -1)
         scores = softmax(logits) if self.classification is None or self.classification.softmax else logits
-        count = k or (self.classification.top_k if self.classification and self.classification.top_k else 5)
+        default = self.classification.top_k if self.classification and self.classification.top_k else 5
+        count = default if k is None else k  # 0 is a mistake to report, not "the default"
         if count < 1:
             raise InvalidArgument(f"top_k must be >= 1, got {count}")
         indices, values = top_k(scores, min(count, scores.shape[1]))
