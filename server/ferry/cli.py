@@ -57,6 +57,11 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
         help="serve the web dashboard at / on the REST port (default: on)",
     )
     p.add_argument(
+        "--strict-readiness",
+        action=argparse.BooleanOptionalAction,
+        help="ready only while every model the repository or --load-model names is READY (default: off)",
+    )
+    p.add_argument(
         "--max-inflight-requests",
         type=int,
         help="server-wide cap on requests in flight; more get 503 + Retry-After / UNAVAILABLE",

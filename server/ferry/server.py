@@ -83,6 +83,7 @@ class FerryServer:
             self.cache,
             tracing=RequestTracing(exporters, trace_file=str(settings.trace_file or "")),
             logging_control=LoggingControl.from_level(settings.log_level, settings.log_format),
+            strict_readiness=settings.strict_readiness,
         )
         self.metrics.registry.register(AdmissionCollector(self.plane.admission))
         self.metrics.registry.register(ImageWorkCollector(self.plane.image_work))

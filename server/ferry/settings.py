@@ -30,6 +30,11 @@ class Settings(BaseSettings):
     http_max_body_bytes: int = Field(256 * MIB, gt=0, description="largest accepted REST body")
     grpc_max_message_bytes: int = Field(256 * MIB, gt=0, description="largest gRPC message")
     dashboard: bool = Field(True, description="serve the web dashboard at / on the REST port")
+    strict_readiness: bool = Field(
+        False,
+        description="/v2/health/ready answers ready only while every model the repository or --load-model "
+        "names is READY (as Triton's --strict-readiness, whose default is on)",
+    )
     max_inflight_requests: int = Field(
         1024, ge=0, description="requests received, queued or running at once; more get 503/UNAVAILABLE (0 = no cap)"
     )

@@ -166,6 +166,7 @@ def test_ports_entrypoint_and_environment(dockerfile: Dockerfile, clean_ferry_en
     assert env["PATH"].startswith("/opt/ferry/bin:")
     settings = settings_from_env(clean_ferry_env, {k: v for k, v in env.items() if k.startswith("FERRY_")})
     assert str(settings.model_repository) == "/models"
+    assert settings.strict_readiness, "HEALTHCHECK must fail while a model is not READY"
     assert {str(settings.http_port), str(settings.grpc_port), str(settings.metrics_port)} == PORTS
     # The venv the builder made is what the runtime stage runs.
     assert ["--from=builder", "/opt/ferry", "/opt/ferry"] in [i.value.split() for i in dockerfile.final.all("COPY")]

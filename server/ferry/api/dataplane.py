@@ -64,8 +64,10 @@ class DataPlane:
         cache: ResponseCache | None = None,
         tracing: RequestTracing | None = None,
         logging_control: LoggingControl | None = None,
+        strict_readiness: bool = False,
     ) -> None:
         self.manager = manager
+        self.strict_readiness = strict_readiness
         self.cache = cache
         self.tracing = tracing or RequestTracing()
         self.logging = logging_control  # None: the logging extension answers UNIMPLEMENTED
@@ -86,7 +88,10 @@ class DataPlane:
         return True
 
     def ready(self) -> bool:
-        return self.started and not self.draining
+        """Serving; with strict readiness (Triton's --strict-readiness) also every named model READY."""
+        if not self.started or self.draining:
+            return False
+        return not (self.strict_readiness and self.manager.unready_named_models())
 
     def server_metadata(self) -> dict[str, Any]:
         return {"name": "ferry", "version": __version__, "extensions": list(EXTENSIONS)}

@@ -99,6 +99,8 @@ class ModelManager:
         self.poll_interval = poll_interval
         self.on_loaded = on_loaded
         self._records: dict[str, ModelRecord] = {}
+        #: The models strict readiness waits for (None: the repository as it is now, in poll mode).
+        self._named: set[str] | None = None
         self._poll_task: asyncio.Task | None = None
         self._closing = False
 
@@ -112,6 +114,8 @@ class ModelManager:
             names = self.startup_models
         else:
             names = self.scan()
+        if self.control_mode != ControlMode.POLL:
+            self._named = set(names)
         ensembles = [name for name in names if self._names_ensemble(name)]
         await asyncio.gather(*(self._load_logged(name) for name in names if name not in ensembles))
         await asyncio.gather(*(self._load_logged(name) for name in ensembles))  # their steps are loaded now
@@ -233,6 +237,14 @@ class ModelManager:
             return False
         return True
 
+    def unready_named_models(self) -> list[str]:
+        """The models the server is meant to serve that are not READY now (strict readiness).
+
+        Meant to serve: the repository's models, or in explicit mode those --load-model names and
+        the repository API has loaded since (an unloaded one no longer counts)."""
+        names = sorted(self._named) if self._named is not None else self.scan()
+        return [name for name in names if not self.is_ready(name)]
+
     def ready_models(self) -> list[ModelVersion]:
         return [
             s.model
@@ -255,12 +267,15 @@ class ModelManager:
         self._require_explicit("load")
         if not model_directory(self.repository, name).is_dir():
             raise NotFound(f"failed to load '{name}': no model directory '{name}' in the model repository")
+        if self._named is not None:
+            self._named.add(name)
         await self._load(name, config_json)
 
     async def unload(self, name: str, unload_dependents: bool = False) -> None:
         """Unload a model; with ``unload_dependents`` also the ensembles that use it (as Triton)."""
         self._require_explicit("unload")
         check_model_name(name)
+        self._forget(name)
         record = self._records.get(name)
         if record is None or not record.versions:
             if not (self.repository / name).is_dir():
@@ -268,8 +283,14 @@ class ModelManager:
             return
         if unload_dependents:
             for dependent in self._dependents(name):
+                self._forget(dependent)
                 await self._unload(self._records[dependent], f"unloaded with '{name}' (unload_dependents)")
         await self._unload(record, "unloaded")
+
+    def _forget(self, name: str) -> None:
+        """An unloaded model no longer holds strict readiness back."""
+        if self._named is not None:
+            self._named.discard(name)
 
     def _dependents(self, name: str) -> list[str]:
         """Loaded ensembles that run ``name``, directly or through another ensemble (outermost first)."""
