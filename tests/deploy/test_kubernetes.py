@@ -234,6 +234,11 @@ def test_deployment_configuration(
         assert any(t["key"] == "nvidia.com/gpu" for t in pod["spec"]["tolerations"])
     else:
         assert gpus is None
+        # Engines size their thread pools from the CPU limit (ferry.cores): it must be set, in whole
+        # cores, and equal to the request so the pod is not throttled below what they planned for.
+        cpu = {kind: container["resources"][kind].get("cpu") for kind in ("requests", "limits")}
+        assert cpu["limits"] is not None and cpu["limits"].isdigit(), cpu
+        assert cpu["requests"] == cpu["limits"], cpu
 
 
 def test_service_pdb_hpa_and_servicemonitor_match(overlay: tuple[str, dict[tuple[str, str], dict[str, Any]]]) -> None:

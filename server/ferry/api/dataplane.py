@@ -7,7 +7,6 @@ every check and every error message exists once and both protocols behave the sa
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +19,7 @@ from ferry_client.protocol import model_config_pb2 as mc
 
 from .. import __version__
 from ..caching import ResponseCache, images_key, request_key
+from ..cores import usable_cores
 from ..ensembles.images import run_image_ensemble
 from ..errors import InvalidArgument
 from ..pipelines.postprocess import classification_strings
@@ -77,7 +77,7 @@ class DataPlane:
         self.started = False
         self.draining = False
         self.start_time = time.time()
-        workers = os.cpu_count() or 1
+        workers = usable_cores()
         self._image_pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ferry-image")
         self._image_share = max(1, workers // 2)  # pool workers one request may occupy at once
         self.image_work = ImageWork()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -20,6 +19,7 @@ from starlette.responses import Response
 
 from ferry_client.codec import HEADER_LENGTH, dumps
 
+from ..cores import usable_cores
 from ..errors import FerryError, InvalidArgument, PayloadTooLarge
 from ..pipelines.detection import Detection
 from ..repository.config import config_to_dict
@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 JSON = "application/json"
 T = TypeVar("T")
 #: Request bodies inflating at once (the rest wait their turn).
-_INFLATE_SLOTS = asyncio.Semaphore(max(1, (os.cpu_count() or 2) // 2))
+_INFLATE_SLOTS = asyncio.Semaphore(max(1, usable_cores() // 2))
 
 
 def json_response(content: Any, status: int = 200) -> Response:
