@@ -74,7 +74,11 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     p.add_argument("--log-format", choices=["default", "ISO8601", "json"], help="log line format (json: JSON lines)")
     p.add_argument("--trace-file", metavar="FILE", help="append traced requests' spans to FILE as JSON lines")
-    p.add_argument("--trace-otlp-endpoint", metavar="URL", help="export spans over OTLP/HTTP (needs ferry[otlp])")
+    p.add_argument(
+        "--trace-otlp-endpoint",
+        metavar="URL",
+        help="export spans over OTLP/HTTP (needs the otlp extra: pip install '.[otlp]')",
+    )
     p.add_argument(
         "--cache-size",
         type=int,

@@ -22,6 +22,7 @@ from ferry_client.protocol import model_config_pb2 as mc
 
 from ..errors import InvalidArgument, ModelLoadError
 from ..repository.paths import inside
+from ..cli_errors import install_hint
 from .base import Backend, InstanceSpec, ModelIO, TensorInfo, config_parameter
 from .batch_profile import batch_profile, profile_option_strings
 
@@ -195,7 +196,7 @@ def choose_providers(
             raise ModelLoadError(
                 f"instance '{spec.name}' is KIND_GPU but onnxruntime has no GPU execution provider "
                 f"(missing: {', '.join(missing)}; available: {', '.join(available)}); "
-                "install ferry[gpu] or use KIND_CPU / KIND_AUTO"
+                f"{install_hint('gpu')}, or use KIND_CPU / KIND_AUTO"
             )
         log.warning(
             "model '%s' instance '%s': execution providers %s are not available; using %s",

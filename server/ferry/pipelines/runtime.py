@@ -20,6 +20,7 @@ from ferry_client.protocol import model_config_pb2 as mc
 
 from ..errors import FerryError, InvalidArgument, ModelLoadError
 from ..repository.config import TensorSpec
+from ..cli_errors import install_hint
 from .classification import softmax, top_k
 from .decode import decode_image
 from .decoders import Decoder, InputSize
@@ -251,7 +252,7 @@ def _gpu_preprocessor(spec: PreprocessSpec, gpu: int) -> Callable[..., np.ndarra
 
         from .device_preprocess import DevicePreprocessor
     except ImportError as exc:
-        raise ModelLoadError(f"{field}: GPU needs torch ({exc}); install ferry[torch]") from None
+        raise ModelLoadError(f"{field}: GPU needs torch ({exc}); {install_hint('torch')}") from None
     if not torch.cuda.is_available():
         raise ModelLoadError(
             f"{field}: GPU, but torch {torch.__version__} sees no CUDA device; use device: CPU (the default)"
