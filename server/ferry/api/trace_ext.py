@@ -28,9 +28,9 @@ from starlette.responses import Response
 from ferry_client.protocol import grpc_service_pb2 as pb
 
 from .. import __version__
+from ..cli_errors import install_hint
 from ..errors import InvalidArgument
 from ..scheduling.timeline import EPOCH_OFFSET_NS, Timeline
-from ..cli_errors import install_hint
 from .json_body import json_object, json_response
 
 LEVELS = ("OFF", "TIMESTAMPS", "TENSORS")

@@ -20,9 +20,9 @@ import onnxruntime as ort
 from ferry_client.codec import numpy_dtype
 from ferry_client.protocol import model_config_pb2 as mc
 
+from ..cli_errors import install_hint
 from ..errors import InvalidArgument, ModelLoadError
 from ..repository.paths import inside
-from ..cli_errors import install_hint
 from .base import Backend, InstanceSpec, ModelIO, TensorInfo, config_parameter
 from .batch_profile import batch_profile, profile_option_strings
 

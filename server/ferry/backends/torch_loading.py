@@ -21,8 +21,8 @@ import torch
 from ferry_client.codec import datatype_from_config, v2_datatype
 from ferry_client.protocol import model_config_pb2 as mc
 
-from ..errors import ModelLoadError
 from ..cli_errors import install_hint
+from ..errors import ModelLoadError
 from .base import ModelIO, TensorInfo
 
 #: V2 datatype -> torch dtype. BYTES has no tensor type; unsigned 16/32/64-bit need torch >= 2.3.

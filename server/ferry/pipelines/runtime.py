@@ -18,9 +18,9 @@ import numpy as np
 
 from ferry_client.protocol import model_config_pb2 as mc
 
+from ..cli_errors import install_hint
 from ..errors import FerryError, InvalidArgument, ModelLoadError
 from ..repository.config import TensorSpec
-from ..cli_errors import install_hint
 from .classification import softmax, top_k
 from .decode import decode_image
 from .decoders import Decoder, InputSize
