@@ -197,7 +197,7 @@ class DataPlane:
             results, batch_size = await self._execute_tensors(model, request, raw)
         if decoded:
             if model.max_batch_size == 0 and batch_size == 1:
-                results = {name: _as_batch_of_one(array) for name, array in results.items()}
+                results = {name: as_batch_of_one(array) for name, array in results.items()}
             results.update(pipeline.detection_tensors(results, transforms))
             results = {name: results[name] for name in names}
         return results, batch_size
@@ -214,7 +214,7 @@ class DataPlane:
             one = dataclasses.replace(request, inputs={**request.inputs, name: tensor})
             results, _ = await self._execute_tensors(model, one, names)
             for output, array in results.items():
-                parts[output].append(_as_batch_of_one(array))
+                parts[output].append(as_batch_of_one(array))
         return {output: np.concatenate(arrays) for output, arrays in parts.items()}, len(executions)
 
     async def _execute_tensors(
@@ -399,7 +399,7 @@ class DataPlane:
                 for k, v in outputs.items()
             }
             if not batched:
-                outputs = {k: _as_batch_of_one(v) for k, v in outputs.items()}
+                outputs = {k: as_batch_of_one(v) for k, v in outputs.items()}
             if task == "classify":
                 results.extend(pipeline.classify(outputs, options.get("top_k")))
             else:
@@ -491,7 +491,7 @@ def engine_output(spec: TensorSpec, array: np.ndarray, batch_size: int, batched:
     return array.reshape((batch_size, *spec.dims) if batched else spec.dims)
 
 
-def _as_batch_of_one(array: np.ndarray) -> np.ndarray:
+def as_batch_of_one(array: np.ndarray) -> np.ndarray:
     """One execution's output of a model that cannot batch, with a leading image axis of 1: a
     declared leading 1 (output ``[1, K]``) already is that axis."""
     return array if array.ndim > 1 and array.shape[0] == 1 else array[np.newaxis]

@@ -56,12 +56,14 @@ class PipelineCalibrationReader(CalibrationDataReader):
     def __init__(
         self, pipeline: ImagePipeline, files: Sequence[Path], batch_size: int, show_progress: bool = True
     ) -> None:
-        self._input = pipeline.input_name
-        self._batches = image_batches(pipeline, files, batch_size, "calibrating" if show_progress else None)
+        batches = image_batches(pipeline, files, batch_size, "calibrating" if show_progress else None)
+        # one feed per model execution: a model without a batch dimension takes one image, as declared
+        self._feeds = (
+            {pipeline.input_name: tensor} for batch, _ in batches for _, tensor in pipeline.executions(batch)
+        )
 
     def get_next(self) -> dict[str, np.ndarray] | None:
-        batch = next(self._batches, None)
-        return None if batch is None else {self._input: batch[0]}
+        return next(self._feeds, None)
 
 
 class TensorCalibrationReader(CalibrationDataReader):
