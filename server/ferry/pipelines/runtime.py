@@ -20,7 +20,7 @@ from ferry_client.protocol import model_config_pb2 as mc
 
 from ..cli_errors import install_hint
 from ..errors import FerryError, InvalidArgument, ModelLoadError
-from ..repository.config import TensorSpec
+from ..types import TensorSpec
 from .classification import softmax, top_k
 from .decode import decode_image
 from .decoders import Decoder, InputSize
