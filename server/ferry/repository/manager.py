@@ -321,10 +321,20 @@ class ModelManager:
     # --- loading and unloading ----------------------------------------------------------------
 
     async def _load_logged(self, name: str) -> None:
+        """Load at start-up or on a poll: a failure is in the log (``_failed``) and the index, not raised."""
         try:
             await self._load(name, None)
+        except ModelLoadError:
+            pass  # logged once where it was raised
         except FerryError as exc:
-            log.error("%s", exc.message)  # already "failed to load 'NAME': why"
+            log.error("%s", exc.message)
+
+    @staticmethod
+    def _failed(name: str, reason: str) -> ModelLoadError:
+        """The one log line of a failed load (whoever asked for it), and the error to raise."""
+        error = ModelLoadError(f"failed to load '{name}': {reason}")
+        log.error("%s", error.message)
+        return error
 
     async def _load(self, name: str, config_json: str | None) -> None:
         record = self._records.setdefault(name, ModelRecord(name))
@@ -343,7 +353,7 @@ class ModelManager:
                 reason = exc.message if isinstance(exc, FerryError) else f"cannot read {model_dir}: {exc.strerror}"
                 record.error = self._without_paths(reason)
                 record.fingerprint = fingerprint
-                raise ModelLoadError(f"failed to load '{name}': {record.error}") from None
+                raise self._failed(name, record.error) from None
             record.error = ""
             record.fingerprint = fingerprint
             failures = await asyncio.gather(*(self._load_version(record, model_dir, v, config, source) for v in wanted))
@@ -353,7 +363,7 @@ class ModelManager:
             )
             errors = [f for f in failures if f]
             if errors:
-                raise ModelLoadError(f"failed to load '{name}': {'; '.join(errors)}")
+                raise self._failed(name, "; ".join(errors))
 
     def _without_paths(self, message: str) -> str:
         """A load error as callers see it: repository paths become repository-relative, so no
@@ -410,7 +420,6 @@ class ModelManager:
             if old is not None and old.model is not None:
                 await self._retire(old)
             return ""
-        log.error("model '%s' version %d failed to load: %s", record.name, version, reason)
         if old is None or old.model is None:
             record.versions[version] = VersionStatus(ModelState.UNAVAILABLE, reason)
         return f"version {version}: {reason}"
