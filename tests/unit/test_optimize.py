@@ -336,3 +336,20 @@ def test_int8_of_a_model_without_batch_dimension(tmp_path: Path) -> None:
         assert outputs["regressors"].shape == (1, 896, 16)
     finally:
         model.close()
+
+
+def test_no_progress_bars_when_stderr_is_not_a_terminal(digits_repo) -> None:
+    """stderr to a file or a log collector gets the plain progress lines, never a bar's \\r updates."""
+    import subprocess
+    import sys
+
+    repo, calib, test = digits_repo
+    command = [
+        *(sys.executable, "-m", "ferry", "optimize", str(repo / "digits"), "--precision", "int8"),
+        *("--calibration-images", str(calib), "--calibration-count", "64", "--eval-images", str(test)),
+        *("--eval-count", "64", "--output-name", "digits_int8_pipe", "--batch-size", "8"),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "\r" not in done.stderr and "img/s" not in done.stderr and "calibrating" not in done.stderr
+    assert "checking digits_int8_pipe against the FP32 model" in done.stderr  # the plain lines remain

@@ -39,7 +39,9 @@ def image_batches(
     pipeline: ImagePipeline, files: Sequence[Path], batch_size: int, description: str | None = None
 ) -> Iterator[tuple[np.ndarray, list[ImageTransform]]]:
     """(batch tensor, transforms) for consecutive groups of ``files``, with a progress bar."""
-    with tqdm(total=len(files), desc=description, unit="img", disable=description is None, leave=False) as bar:
+    # disable=None: no bar when stderr is not a terminal, so a bar never runs into log lines
+    disable = True if description is None else None
+    with tqdm(total=len(files), desc=description, unit="img", disable=disable, leave=False) as bar:
         for start in range(0, len(files), batch_size):
             chunk = files[start : start + batch_size]
             try:
