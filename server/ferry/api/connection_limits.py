@@ -5,7 +5,9 @@ size in memory and lets a body trickle in at one byte a second. A slow or hostil
 hold file descriptors, memory and admission slots without limit. This protocol class (uvicorn's own,
 with a few hooks) refuses a connection past ``max_connections`` with a short 503 and closes it, gives
 each request ``header_timeout`` seconds and ``max_header_bytes`` for its request line and headers
-(408 / 431), and closes a request whose body arrives slower than ``min_body_rate`` bytes/s once
+(408 / 431; the timeout measures the client, not the server: when it fires while bytes the client
+sent wait unread in the kernel, because a burst or a stall kept this process from reading, the
+client is timed again from then), and closes a request whose body arrives slower than ``min_body_rate`` bytes/s once
 ``body_grace`` seconds have passed (408). Idle keep-alive connections close after uvicorn's
 ``timeout_keep_alive``.
 """
@@ -13,7 +15,9 @@ each request ``header_timeout`` seconds and ``max_header_bytes`` for its request
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import logging
+import termios
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -159,11 +163,17 @@ def guarded_protocol(limits: HttpConnectionLimits) -> type[HttpToolsProtocol]:
 
         def _header_timed_out(self) -> None:
             self._header_timer = None
-            if self._in_headers and not self._closing and not self.transport.is_closing():
-                self._close(
-                    HTTPStatus.REQUEST_TIMEOUT,
-                    f"request headers not received within {limits.header_timeout:g} s (--http-header-timeout-secs)",
-                )
+            if not self._in_headers or self._closing or self.transport.is_closing():
+                return
+            if _unread_bytes(self.transport) > 0:
+                # the client sent more than this process has read: the server is behind (a burst,
+                # a stalled loop), not the client; time the client again from now
+                self._header_timer = self.loop.call_later(limits.header_timeout, self._header_timed_out)
+                return
+            self._close(
+                HTTPStatus.REQUEST_TIMEOUT,
+                f"request headers not received within {limits.header_timeout:g} s (--http-header-timeout-secs)",
+            )
 
         def _check_body_rate(self) -> None:
             """Close the request if its body fell behind ``min_body_rate`` after the grace period.
@@ -233,6 +243,18 @@ def _answer_and_close(transport: asyncio.Transport, response: bytes) -> None:
         transport.close()
 
     asyncio.get_running_loop().call_later(LINGER_S, close)
+
+
+def _unread_bytes(transport: asyncio.Transport) -> int:
+    """Bytes the kernel holds for this connection that this process has not read yet (0 if unknown)."""
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return 0
+    try:
+        raw = fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
+    except OSError:
+        return 0
+    return int.from_bytes(raw, "little", signed=True)
 
 
 def _peer(client: tuple[str, int] | None) -> str:
