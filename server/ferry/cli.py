@@ -129,6 +129,8 @@ def _limits_arguments(p: argparse.ArgumentParser) -> None:
     limits.add_argument("--grpc-max-ping-strikes", type=int, help="bad pings before GOAWAY")
     limits.add_argument("--grpc-max-metadata-bytes", type=int, help="metadata of one gRPC call")
     limits.add_argument("--grpc-max-connection-idle-secs", type=float, help="idle gRPC connections")
+    limits.add_argument("--grpc-max-calls-per-peer", type=int, help="unfinished gRPC calls of one client address")
+    limits.add_argument("--grpc-request-timeout-secs", type=float, help="time to send a unary call's request")
 
 
 def _optimize_parser(sub: argparse._SubParsersAction) -> None:
