@@ -68,7 +68,7 @@ class Settings(BaseSettings):
     max_response_bytes: int = Field(
         256 * MIB, gt=0, description="largest inference response; larger ones are refused before they are built"
     )
-    grpc_max_concurrent_streams: int = Field(128, gt=0, description="concurrent calls per gRPC connection")
+    grpc_max_concurrent_streams: int = Field(1000, gt=0, description="concurrent calls per gRPC connection")
     grpc_max_concurrent_rpcs: int = Field(
         2048, gt=0, description="unfinished gRPC calls server-wide; more get RESOURCE_EXHAUSTED"
     )
@@ -77,7 +77,7 @@ class Settings(BaseSettings):
     grpc_max_metadata_bytes: int = Field(16 * 1024, gt=0, description="request metadata (headers) of one call")
     grpc_max_connection_idle_secs: float = Field(300.0, gt=0, description="idle gRPC connections close after")
     grpc_max_calls_per_peer: int = Field(
-        256, gt=0, description="unfinished gRPC calls of one client address (per process); more get RESOURCE_EXHAUSTED"
+        1024, gt=0, description="unfinished gRPC calls of one client address (per process); more get RESOURCE_EXHAUSTED"
     )
     grpc_request_timeout_secs: float = Field(
         60.0, gt=0, description="a unary gRPC call's request message must arrive within this (DEADLINE_EXCEEDED)"

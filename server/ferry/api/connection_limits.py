@@ -8,8 +8,10 @@ each request ``header_timeout`` seconds and ``max_header_bytes`` for its request
 (408 / 431; the timeout measures the client, not the server: when it fires while bytes the client
 sent wait unread in the kernel, because a burst or a stall kept this process from reading, the
 client is timed again from then), and closes a request whose body arrives slower than ``min_body_rate`` bytes/s once
-``body_grace`` seconds have passed (408). Idle keep-alive connections close after uvicorn's
-``timeout_keep_alive``.
+``body_grace`` seconds have passed (408), and
+closes one whose client reads its response slower than that rate after the same grace (the unsent
+answer is dropped, so a client that never reads cannot hold it). Idle keep-alive connections close
+after uvicorn's ``timeout_keep_alive``.
 """
 
 from __future__ import annotations
@@ -89,6 +91,10 @@ def guarded_protocol(limits: HttpConnectionLimits) -> type[HttpToolsProtocol]:
             self._body_timer: asyncio.TimerHandle | None = None
             self._body_bytes = 0
             self._body_clock = 0.0  # seconds the body has been receivable (reading not paused)
+            self._send_timer: asyncio.TimerHandle | None = None
+            self._send_clock = 0.0  # seconds writing has been paused (the client not reading)
+            self._sent = 0  # bytes the client took meanwhile
+            self._unsent = 0  # the transport's buffer at the last check
 
         # --- connections ---------------------------------------------------------------------
 
@@ -153,7 +159,44 @@ def guarded_protocol(limits: HttpConnectionLimits) -> type[HttpToolsProtocol]:
             self._body_timer = None
             super().on_message_complete()
 
+        def pause_writing(self) -> None:
+            super().pause_writing()
+            if limits.min_body_rate and self._send_timer is None:
+                self._send_clock = 0.0
+                self._sent = 0
+                self._unsent = self.transport.get_write_buffer_size()
+                self._send_timer = self.loop.call_later(BODY_CHECK_INTERVAL_S, self._check_send_rate)
+
+        def resume_writing(self) -> None:
+            super().resume_writing()
+            self._cancel(self._send_timer)
+            self._send_timer = None
+
         # --- enforcement ---------------------------------------------------------------------
+
+        def _check_send_rate(self) -> None:
+            """Close a connection whose client reads the response slower than ``min_body_rate`` once
+            ``body_grace`` has passed: its unread answer is memory held (and admission counts it)."""
+            self._send_timer = None
+            if self._closing or self.transport.is_closing():
+                return
+            unsent = self.transport.get_write_buffer_size()
+            self._sent += max(0, self._unsent - unsent)
+            self._unsent = unsent
+            self._send_clock += BODY_CHECK_INTERVAL_S
+            if self._sent < limits.min_body_rate * max(0.0, self._send_clock - limits.body_grace):
+                log.info(
+                    "closing connection from %s: the response was read slower than %d bytes/s "
+                    "(--http-min-body-rate, --http-body-grace-secs); %d bytes unsent",
+                    _peer(self.client),
+                    limits.min_body_rate,
+                    unsent,
+                )
+                self._closing = True
+                self._stop_timers()
+                self.transport.abort()  # drop the unsent bytes now; uvicorn's send sees the disconnect
+                return
+            self._send_timer = self.loop.call_later(BODY_CHECK_INTERVAL_S, self._check_send_rate)
 
         def _begin_headers(self) -> None:
             self._in_headers = True
@@ -212,7 +255,8 @@ def guarded_protocol(limits: HttpConnectionLimits) -> type[HttpToolsProtocol]:
         def _stop_timers(self) -> None:
             self._cancel(self._header_timer)
             self._cancel(self._body_timer)
-            self._header_timer = self._body_timer = None
+            self._cancel(self._send_timer)
+            self._header_timer = self._body_timer = self._send_timer = None
 
         @staticmethod
         def _cancel(timer: asyncio.TimerHandle | None) -> None:

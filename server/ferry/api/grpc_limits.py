@@ -17,13 +17,13 @@ from dataclasses import dataclass
 class GrpcLimits:
     """The options (see settings.py)."""
 
-    max_concurrent_streams: int = 128
+    max_concurrent_streams: int = 1000
     max_concurrent_rpcs: int = 2048
     min_ping_interval_secs: float = 10.0
     max_ping_strikes: int = 2
     max_metadata_bytes: int = 16 * 1024
     max_connection_idle_secs: float = 300.0
-    max_calls_per_peer: int = 256
+    max_calls_per_peer: int = 1024
     request_timeout_secs: float = 60.0
 
     def channel_options(self) -> list[tuple[str, int]]:
