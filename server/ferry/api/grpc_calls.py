@@ -32,6 +32,37 @@ def peer_host(peer: str) -> str:
     return ""
 
 
+async def _first_message(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext, timeout: float) -> Any:
+    """The call's one request message, or the call aborted when it has not arrived in ``timeout``.
+
+    A timer that cancels this task, not ``asyncio.wait_for``: no extra task per call."""
+    task = asyncio.current_task()
+    assert task is not None
+    expired = False
+
+    def expire() -> None:
+        nonlocal expired
+        expired = True
+        task.cancel()
+
+    timer = asyncio.get_running_loop().call_later(timeout, expire)
+    try:
+        return await requests.__anext__()
+    except asyncio.CancelledError:
+        if not expired:
+            raise
+        if hasattr(task, "uncancel"):
+            task.uncancel()
+    except StopAsyncIteration:
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the call ended without a request message")
+    finally:
+        timer.cancel()
+    await context.abort(
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        f"the request message did not arrive within {timeout:g} s (--grpc-request-timeout-secs)",
+    )
+
+
 class CallGuard(grpc.aio.ServerInterceptor):
     """Counts unfinished calls per peer address and times request messages (see the module docstring).
 
@@ -57,22 +88,13 @@ class CallGuard(grpc.aio.ServerInterceptor):
         return handler  # the inference service has no other kinds of RPC
 
     def _guard_unary(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-        behaviour = handler.unary_unary
+        behaviour: Any = handler.unary_unary
         timeout = self.request_timeout
 
         async def unary(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
             peer = await self._enter(context)
             try:
-                try:
-                    async with asyncio.timeout(timeout):
-                        request = await anext(requests)
-                except TimeoutError:
-                    await context.abort(
-                        grpc.StatusCode.DEADLINE_EXCEEDED,
-                        f"the request message did not arrive within {timeout:g} s (--grpc-request-timeout-secs)",
-                    )
-                except StopAsyncIteration:
-                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the call ended without a request message")
+                request = await _first_message(requests, context, timeout)
                 return await behaviour(request, context)
             finally:
                 self._leave(peer)
@@ -82,7 +104,7 @@ class CallGuard(grpc.aio.ServerInterceptor):
         )
 
     def _guard_bidi(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-        streaming = handler.stream_stream
+        streaming: Any = handler.stream_stream
 
         async def bidi(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             peer = await self._enter(context)
