@@ -154,6 +154,12 @@ class Settings(BaseSettings):
     grpc_max_connection_idle_secs: Annotated[float, LIMIT] = Field(
         300.0, gt=0, description="idle gRPC connections close after"
     )
+    grpc_max_calls_per_peer: Annotated[int, LIMIT] = Field(
+        1024, gt=0, description="unfinished gRPC calls of one client address (per process); more get RESOURCE_EXHAUSTED"
+    )
+    grpc_request_timeout_secs: Annotated[float, LIMIT] = Field(
+        60.0, gt=0, description="a unary gRPC call's request message must arrive within this (DEADLINE_EXCEEDED)"
+    )
 
     # --- security (see README "Security") ---------------------------------------------------------
     auth_token_file: Annotated[Path | None, Flag(metavar="FILE", group=SECURITY)] = Field(

@@ -20,9 +20,9 @@ from ferry_client.codec import CodecError, element_count, item_size, tensor_from
 from ferry_client.protocol import model_config_pb2 as mc
 
 from .. import __version__
-from ..caching import ResponseCache, images_key, request_key
+from ..caching import ResponseCache, entry_size, images_key, request_key
 from ..cores import usable_cores
-from ..errors import InvalidArgument
+from ..errors import FerryError, InvalidArgument
 from ..pipelines.postprocess import classification_strings
 from ..pipelines.preprocess import ImageTransform
 from ..pipelines.runtime import Prepared
@@ -145,7 +145,7 @@ class DataPlane:
             results, batch_size = await self._cached(
                 model,
                 cache,
-                request_key(model.name, model.version, request),
+                request_key(self._cache_identity(model), request),
                 lambda: self._execute(model, request, names),
             )
         binary_default = request.binary_output_default
@@ -267,6 +267,17 @@ class DataPlane:
     def _cache_for(self, model: ModelVersion) -> ResponseCache | None:
         return self.cache if self.cache is not None and model.config.response_cache.enable else None
 
+    def _cache_identity(self, model: ModelVersion) -> str:
+        """What the cache keys ``model`` by: its own load, and for an ensemble the loads of the
+        models it runs now (reloading a step changes the ensemble's answers too)."""
+        parts = [model.identity]
+        for name in model.composing_models:
+            try:
+                parts.append(self.manager.get(name).identity)
+            except FerryError:
+                parts.append(f"{name}\x00unavailable")
+        return "\x01".join(parts)
+
     async def _cached(
         self, model: ModelVersion, cache: ResponseCache, key: bytes, compute: Callable[[], Awaitable[T]]
     ) -> T:
@@ -281,7 +292,7 @@ class DataPlane:
         value = await compute()
         inserted = time.perf_counter_ns()
         stored = _owned(value)
-        cache.put(key, stored, _size_of(stored))
+        cache.put(key, stored, entry_size(stored))
         if model.stats is not None:
             model.stats.record_cache_miss(lookup_ns + time.perf_counter_ns() - inserted)
         return stored
@@ -395,7 +406,7 @@ class DataPlane:
         cache = self._cache_for(model)
         if cache is None:
             return model, await self._run_images(model, images, task, options)
-        key = images_key(model.name, model.version, task, images, options)
+        key = images_key(self._cache_identity(model), task, images, options)
         return model, await self._cached(model, cache, key, lambda: self._run_images(model, images, task, options))
 
     async def _run_images(
@@ -478,17 +489,6 @@ def _owned(value: Any) -> Any:
         results, batch_size = value
         return {name: np.array(array) for name, array in results.items()}, batch_size
     return value
-
-
-def _size_of(value: Any) -> int:
-    """Bytes a cached value holds: tensor bytes for outputs (BYTES elements by length); image results,
-    small records, by the length of their text."""
-    if isinstance(value, tuple):
-        return sum(
-            sum(len(item) for item in array.reshape(-1)) if array.dtype == object else array.nbytes
-            for array in value[0].values()
-        )
-    return len(repr(value))
 
 
 def _int_parameter(request: InferenceRequest, key: str) -> int | None:

@@ -7,6 +7,7 @@ the status code the error kind carries.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -26,6 +27,7 @@ from ..repository.config import config_to_dict
 from .admission import Ticket
 from .dataplane import DataPlane
 from .docs import mount_docs
+from .held_response import HeldResponse
 from .http_codec import compress_response, decode_infer_request, decompress, encode_infer_response
 from .image_query import CLASSIFY_QUERY, DETECT_QUERY, openapi_query, parse_image_query
 from .inference_plane import InferencePlane
@@ -198,7 +200,9 @@ async def infer_response(
 ) -> Response:
     """``POST .../infer``: admit, read and decode the body, run the model, encode and compress."""
     plane.admission.check_room(_declared_length(request))
-    with plane.admission.admit() as ticket:
+    held = contextlib.ExitStack()  # the admission, held until the answer is written (HeldResponse)
+    ticket = held.enter_context(plane.admission.admit())
+    try:
         body = await _read_body(request, max_body_bytes, ticket)
         infer_request = await _off_loop_if_large(
             len(body), decode_infer_request, model, version, body, request.headers.get(HEADER_LENGTH), plane.limits
@@ -207,19 +211,24 @@ async def infer_response(
         infer_request.client = plane.identify(request.headers.get("authorization"))
         response = await _unless_disconnected(request, plane.infer(infer_request))
         if response is None:
+            held.close()
             return Response(status_code=499)  # the caller is gone; nobody reads this
         reserve_response(response, max_response_bytes, ticket, binary_only=False)
         payload, header_length = await _off_loop_if_large(
             estimated_size(response, binary_only=False), encode_infer_response, response
         )
-    headers = {} if header_length is None else {HEADER_LENGTH: str(header_length)}
-    payload, encoding = await _off_loop_if_large(
-        len(payload), compress_response, payload, request.headers.get("accept-encoding")
-    )
+        del response
+        headers = {} if header_length is None else {HEADER_LENGTH: str(header_length)}
+        payload, encoding = await _off_loop_if_large(
+            len(payload), compress_response, payload, request.headers.get("accept-encoding")
+        )
+    except BaseException:
+        held.close()
+        raise
     if encoding:
         headers["Content-Encoding"] = encoding
     media_type = JSON if header_length is None else "application/octet-stream"
-    return Response(payload, media_type=media_type, headers=headers)
+    return HeldResponse(payload, held.close, media_type=media_type, headers=headers)
 
 
 def create_http_app(

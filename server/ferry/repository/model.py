@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Callable
@@ -27,6 +28,9 @@ from .config import TensorSpec, output_labels, tensor_specs, validate_config
 
 log = logging.getLogger(__name__)
 
+#: Load generations: every ModelVersion built in this process gets the next one.
+_load_generations = itertools.count(1)
+
 
 @dataclass
 class ModelVersion:
@@ -47,6 +51,13 @@ class ModelVersion:
     # Ensembles: the models the version runs, and why it cannot serve now ("" when it can).
     composing_models: tuple[str, ...] = ()
     unready_reason: Callable[[], str] | None = field(default=None, repr=False)
+    #: Which load this is: a file replaced under the same version and reloaded is a new generation.
+    load_generation: int = field(default_factory=lambda: next(_load_generations))
+
+    @property
+    def identity(self) -> str:
+        """This loaded model among all others: name, version and load generation (cache keys use it)."""
+        return f"{self.name}\x00{self.version}\x00{self.load_generation}"
 
     @property
     def max_batch_size(self) -> int:
