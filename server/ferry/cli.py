@@ -109,6 +109,12 @@ def _optimize_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fp16-io", action="store_true", help="FP16 inputs and outputs too (default: kept FP32)")
     p.add_argument("--gpu", type=int, default=0, dest="device_id", help="GPU to build the TensorRT engine on")
     p.add_argument("--workspace-bytes", type=int, help="TensorRT builder workspace limit")
+    p.add_argument(
+        "--quantize-output-heads",
+        action="store_true",
+        dest="quantize_outputs",
+        help="INT8: quantize the output heads too (default: kept in float, as outputs often mix value ranges)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
@@ -28,6 +29,7 @@ from .backends.python_backend import host as python_models
 from .caching import ResponseCache
 from .caching.metrics import CacheCollector
 from .dashboard import mount_dashboard
+from .environment_check import warn_unknown_variables
 from .errors import FerryError
 from .front_doors import (
     QuietUvicornServer,
@@ -95,6 +97,7 @@ class FerryServer:
             ),
             identify=self.security.identify,
             image_workers=settings.image_workers,
+            strict_readiness=settings.strict_readiness,
         )
         self.metrics.registry.register(AdmissionCollector(self.plane.admission))
         self.metrics.registry.register(ImageWorkCollector(self.plane.image_work))
@@ -214,6 +217,7 @@ def _open_connections(server: uvicorn.Server) -> Callable[[], int]:
 def serve(settings: Settings) -> None:
     """Run the server until SIGTERM or SIGINT."""
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    warn_unknown_variables(os.environ)
     try:
         import uvloop
 

@@ -100,8 +100,10 @@ def test_classify_is_refused_without_classes(server: RunningServer) -> None:
         unlabelled = client.post("/v2/models/orientation_unlabelled/classify", content=photo)
         embedding = client.post("/v2/models/orientation_embedding/classify", content=photo)
         wrong = client.post("/v2/models/orientation_unlabelled/embed", content=photo)
+        unknown = client.post("/v2/models/orientation_embedding/embed", params={"top_k": "3"}, content=photo)
     assert unlabelled.status_code == 400
     assert "declares no classes" in unlabelled.json()["error"]
     assert embedding.status_code == 400
     assert "is an embedding model; use /embed" in embedding.json()["error"]
     assert wrong.status_code == 400 and "use /classify" in wrong.json()["error"]
+    assert unknown.status_code == 400 and "unknown query parameter 'top_k' for /embed" in unknown.json()["error"]

@@ -21,6 +21,7 @@ from ferry_client.protocol import grpc_service_pb2_grpc as pb_grpc
 
 from ..errors import FerryError, InvalidArgument, Unimplemented
 from .dataplane import DataPlane
+from .grpc_calls import CallGuard
 from .grpc_codec import decode_infer_request, encode_infer_response
 from .grpc_decode import DecodeErrorInterceptor
 from .grpc_limits import GrpcLimits
@@ -274,7 +275,11 @@ def create_grpc_server(
     (otherwise a port in use is an error)."""
     limits = limits or GrpcLimits()
     server = grpc.aio.server(
-        interceptors=[*interceptors, DecodeErrorInterceptor()],
+        interceptors=[
+            *interceptors,
+            CallGuard(limits.max_calls_per_peer, limits.request_timeout_secs),
+            DecodeErrorInterceptor(),
+        ],
         options=[
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes),
