@@ -368,6 +368,13 @@ def create_http_app(
             request, model, version, "detect", options, lambda image: {"detections": [detection_json(d) for d in image]}
         )
 
+    @app.post("/v2/models/{model}/ocr", openapi_extra=image_body)
+    @app.post("/v2/models/{model}/versions/{version}/ocr", openapi_extra=image_body)
+    async def read_text(model: str, request: Request, version: str = "") -> Response:
+        """Read the text of one page (raw body) or several (multipart): per line its four corners
+        (original pixels, clockwise from the top-left), text and confidence, in reading order."""
+        return await run_image_endpoint(request, model, version, "ocr", {}, lambda lines: {"lines": lines})
+
     # --- repository -------------------------------------------------------------------------
 
     @app.post("/v2/repository/index", openapi_extra=INDEX_BODY)

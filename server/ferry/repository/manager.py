@@ -21,6 +21,7 @@ from ferry_client.protocol import model_config_pb2 as mc
 from ..ensembles.loader import load_ensemble
 from ..ensembles.plan import is_ensemble
 from ..errors import FerryError, InvalidArgument, ModelLoadError, NotFound, Unavailable
+from ..ocr.loader import is_ocr, load_ocr
 from ..scheduling import Scheduler, SchedulingPolicy
 from ..statistics import ModelStats
 from .config import CONFIG_FILENAME, parse_config_json, read_config_file
@@ -144,7 +145,7 @@ class ModelManager:
             config = read_config_file(model_directory(self.repository, name))
         except (FerryError, OSError):  # OSError: an unreadable directory or file
             return False  # the load reports the error
-        return config is not None and is_ensemble(config)
+        return config is not None and (is_ensemble(config) or is_ocr(config))
 
     def scan(self) -> list[str]:
         """Model directories in the repository (hidden and ``_``-prefixed ones are skipped)."""
@@ -360,10 +361,11 @@ class ModelManager:
         if old is None or old.model is None:
             record.versions[version] = VersionStatus(ModelState.LOADING)
         try:
-            if is_ensemble(config):
+            if is_ensemble(config) or is_ocr(config):
                 chain = _LOAD_CHAIN.set((*_LOAD_CHAIN.get(), record.name))  # this load task's context only
+                load = load_ocr if is_ocr(config) else load_ensemble
                 try:
-                    model = await load_ensemble(model_dir, version, config, source, self)
+                    model = await load(model_dir, version, config, source, self)
                 finally:
                     _LOAD_CHAIN.reset(chain)
             else:
