@@ -7,6 +7,7 @@ carries it; an unknown key fails the load, as does a value that is not a number 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Any
 
 from ferry_client.protocol import model_config_pb2 as mc
 
@@ -18,7 +19,9 @@ from ..pipelines.text.sizes import LimitType
 INPUT = "IMAGE"
 OUTPUTS = ("boxes", "text", "scores")
 _MODELS = {"detector": "text_detector", "angle_classifier": "text_angle", "recognizer": "text_recognizer"}
-_DETECTOR_SIZE = {"limit_side_len": 736, "limit_type": "min"}
+_DETECTOR_SIZE = ("limit_side_len", "limit_type")
+#: PP-OCRv4's detector size rule in rapidocr: the shorter side up to 736.
+DEFAULT_LIMIT, DEFAULT_LIMIT_TYPE = 736, "min"
 
 
 @dataclass(frozen=True)
@@ -43,7 +46,7 @@ def ocr_settings(config: mc.ModelConfig, source: str) -> OcrSettings:
             f"{source}: ferry_ocr does not know parameters {', '.join(unknown)} (known: {', '.join(sorted(known))})"
         )
     try:
-        limit_type = LimitType(values.get("limit_type", _DETECTOR_SIZE["limit_type"]))
+        limit_type = LimitType(values.get("limit_type", DEFAULT_LIMIT_TYPE))
     except ValueError:
         raise ModelLoadError(
             f"{source}: parameters 'limit_type' must be min or max, got {values['limit_type']}"
@@ -52,7 +55,7 @@ def ocr_settings(config: mc.ModelConfig, source: str) -> OcrSettings:
     page = PageOptions(
         **{f.name: _number(values, f.name, getattr(PageOptions(), f.name), source) for f in fields(PageOptions)}
     )
-    limit = int(_number(values, "limit_side_len", _DETECTOR_SIZE["limit_side_len"], source))
+    limit = int(_number(values, "limit_side_len", DEFAULT_LIMIT, source))
     if limit <= 0 or page.recognition_batch <= 0 or page.recognition_height <= 0:
         raise ModelLoadError(f"{source}: limit_side_len, recognition_batch and recognition_height must be positive")
     return OcrSettings(
@@ -64,7 +67,7 @@ def ocr_settings(config: mc.ModelConfig, source: str) -> OcrSettings:
     )
 
 
-def _number(values: dict[str, str], key: str, default: float | int | bool, source: str) -> float | int | bool:
+def _number(values: dict[str, str], key: str, default: Any, source: str) -> Any:
     """``values[key]`` parsed as the default's type (bools as true/false), or the default."""
     if key not in values:
         return default
