@@ -20,22 +20,21 @@ from ferry_client.protocol import model_config_pb2 as mc
 
 from .. import __version__
 from ..caching import ResponseCache, images_key, request_key
-from ..ensembles.images import run_image_ensemble
 from ..errors import InvalidArgument
-from ..ocr.loader import is_ocr
-from ..ocr.pages import read_pages
+from ..ocr import is_ocr
 from ..pipelines.postprocess import classification_strings
 from ..pipelines.preprocess import ImageTransform
 from ..pipelines.runtime import Prepared
 from ..pipelines.slices import ImageWork, prepare_in_slices
-from ..repository.config import TensorSpec
 from ..repository.manager import ModelManager
 from ..repository.model import ModelVersion
 from ..scheduling.scheduler import Unloading
-from ..types import InferenceRequest, InferenceResponse, OutputTensor
+from ..types import InferenceRequest, InferenceResponse, OutputTensor, TensorSpec
 from .admission import Admission
+from .ensemble_images import run_image_ensemble
 from .limits import Limits
 from .logging_ext import LoggingControl
+from .ocr_pages import read_pages
 from .shared_memory import SharedMemoryRegistry, ref_parameters
 from .trace_ext import RequestTracing
 

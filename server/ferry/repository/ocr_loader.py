@@ -1,4 +1,4 @@
-"""Building an OCR model's version: read its settings, load the three composing models it
+"""Building an OCR model's (``ferry.ocr``) version: read its settings, load the three composing models it
 names (as an ensemble loads its steps) and check they have the inputs and outputs OCR needs."""
 
 from __future__ import annotations
@@ -8,22 +8,16 @@ from pathlib import Path
 
 from ferry_client.protocol import model_config_pb2 as mc
 
-from ..ensembles.loader import ComposingModels
 from ..errors import FerryError, ModelLoadError
-from ..repository.config import output_labels, tensor_specs, validate_config
-from ..repository.model import ModelVersion
+from ..ocr.scheduler import OcrScheduler
+from ..ocr.settings import INPUT, OUTPUTS, ocr_settings
 from ..statistics import ModelStats
-from .scheduler import OcrScheduler
-from .settings import INPUT, OUTPUTS, ocr_settings
+from .config import output_labels, tensor_specs, validate_config
+from .ensemble_loader import ComposingModels
+from .model import ModelVersion
 
 #: Decoded pages above this many pixels are refused (as the image endpoints' default).
 MAX_PIXELS = 40_000_000
-
-
-def is_ocr(config: mc.ModelConfig) -> bool:
-    from . import PLATFORM
-
-    return config.platform == PLATFORM
 
 
 async def load_ocr(

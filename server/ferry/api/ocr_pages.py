@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidArgument
+from ..ocr import is_ocr
+from ..ocr.settings import INPUT, OUTPUTS
 from ..repository.model import ModelVersion
-from .loader import is_ocr
-from .settings import INPUT, OUTPUTS
 
 
 async def read_pages(model: ModelVersion, images: list[bytes]) -> list[list[dict[str, Any]]]:
