@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
@@ -22,11 +23,13 @@ from .api.dataplane import DataPlane
 from .api.http import create_http_app
 from .api.http_fast import InferFastPath
 from .api.logging_ext import LoggingControl
+from .api.shared_memory import SharedMemoryRegistry
 from .api.trace_ext import RequestTracing, file_exporter, otlp_exporter
 from .backends.python_backend import host as python_models
 from .caching import ResponseCache
 from .caching.metrics import CacheCollector
 from .dashboard import mount_dashboard
+from .environment_check import warn_unknown_variables
 from .errors import FerryError
 from .front_doors import (
     QuietUvicornServer,
@@ -86,6 +89,15 @@ class FerryServer:
             self.cache,
             tracing=RequestTracing(exporters, trace_file=str(settings.trace_file or "")),
             logging_control=LoggingControl.from_level(settings.log_level, settings.log_format),
+            shared_memory=SharedMemoryRegistry(
+                enabled=settings.allow_shared_memory,
+                owner_uids=frozenset(settings.shared_memory_owner_uids),
+                max_regions=settings.shared_memory_max_regions,
+                max_regions_per_owner=settings.shared_memory_max_regions_per_client,
+            ),
+            identify=self.security.identify,
+            image_workers=settings.image_workers,
+            strict_readiness=settings.strict_readiness,
         )
         self.metrics.registry.register(AdmissionCollector(self.plane.admission))
         self.metrics.registry.register(ImageWorkCollector(self.plane.image_work))
@@ -205,6 +217,7 @@ def _open_connections(server: uvicorn.Server) -> Callable[[], int]:
 def serve(settings: Settings) -> None:
     """Run the server until SIGTERM or SIGINT."""
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    warn_unknown_variables(os.environ)
     try:
         import uvloop
 

@@ -199,6 +199,8 @@ def test_bad_pages_get_precise_errors(ocr_server: RunningServer) -> None:
     url = f"http://{ocr_server.http_url}/v2/models"
     response = httpx.post(f"{url}/ocr/ocr", content=b"not an image", timeout=30)
     assert response.status_code == 400 and "not a recognised image format" in response.json()["error"]
+    response = httpx.post(f"{url}/ocr/ocr?top_k=3", content=ocr.photos()["page"], timeout=30)
+    assert response.status_code == 400 and "unknown query parameter 'top_k' for /ocr" in response.json()["error"]
     response = httpx.post(f"{url}/ocr/detect", content=ocr.photos()["page"], timeout=30)
     assert response.status_code == 400 and "use /ocr" in response.json()["error"]
     response = httpx.post(f"{url}/text_angle/ocr", content=ocr.photos()["page"], timeout=30)

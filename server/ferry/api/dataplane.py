@@ -6,8 +6,9 @@ every check and every error message exists once and both protocols behave the sa
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
-import os
+import functools
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -15,12 +16,13 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ferry_client.codec import CodecError, tensor_from_bytes, tensor_to_bytes
+from ferry_client.codec import CodecError, element_count, item_size, tensor_from_bytes, tensor_to_bytes
 from ferry_client.protocol import model_config_pb2 as mc
 
 from .. import __version__
-from ..caching import ResponseCache, images_key, request_key
-from ..errors import InvalidArgument
+from ..caching import ResponseCache, entry_size, images_key, request_key
+from ..cores import usable_cores
+from ..errors import FerryError, InvalidArgument
 from ..ocr import is_ocr
 from ..pipelines.postprocess import classification_strings
 from ..pipelines.preprocess import ImageTransform
@@ -29,10 +31,11 @@ from ..pipelines.slices import ImageWork, prepare_in_slices
 from ..repository.manager import ModelManager
 from ..repository.model import ModelVersion
 from ..scheduling.scheduler import Unloading
+from ..security.identity import Identify, anonymous
 from ..types import InferenceRequest, InferenceResponse, OutputTensor, TensorSpec
 from .admission import Admission
 from .ensemble_images import run_image_ensemble
-from .limits import Limits
+from .limits import OFF_LOOP_BYTES, Limits
 from .logging_ext import LoggingControl
 from .ocr_pages import read_pages
 from .shared_memory import SharedMemoryRegistry, ref_parameters
@@ -65,18 +68,24 @@ class DataPlane:
         cache: ResponseCache | None = None,
         tracing: RequestTracing | None = None,
         logging_control: LoggingControl | None = None,
+        shared_memory: SharedMemoryRegistry | None = None,
+        identify: Identify = anonymous,
+        image_workers: int = 0,
+        strict_readiness: bool = False,
     ) -> None:
         self.manager = manager
+        self.strict_readiness = strict_readiness
         self.cache = cache
         self.tracing = tracing or RequestTracing()
         self.logging = logging_control  # None: the logging extension answers UNIMPLEMENTED
         self.admission = admission or Admission()
         self.limits = limits or Limits()
-        self.shared_memory = SharedMemoryRegistry()
+        self.shared_memory = shared_memory or SharedMemoryRegistry(enabled=False)
+        self.identify = identify  # who a caller is, from its Authorization value (security/identity.py)
         self.started = False
         self.draining = False
         self.start_time = time.time()
-        workers = os.cpu_count() or 1
+        workers = image_workers or usable_cores()  # ferry tune measures other sizes
         self._image_pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ferry-image")
         self._image_share = max(1, workers // 2)  # pool workers one request may occupy at once
         self.image_work = ImageWork()
@@ -87,10 +96,14 @@ class DataPlane:
         return True
 
     def ready(self) -> bool:
-        return self.started and not self.draining
+        """Serving; with strict readiness (Triton's --strict-readiness) also every named model READY."""
+        if not self.started or self.draining:
+            return False
+        return not (self.strict_readiness and self.manager.unready_named_models())
 
     def server_metadata(self) -> dict[str, Any]:
-        return {"name": "ferry", "version": __version__, "extensions": list(EXTENSIONS)}
+        extensions = [e for e in EXTENSIONS if e != "system_shared_memory" or self.shared_memory.enabled]
+        return {"name": "ferry", "version": __version__, "extensions": extensions}
 
     def model_ready(self, name: str, version: str = "") -> bool:
         return self.manager.is_ready(name, version)
@@ -122,7 +135,7 @@ class DataPlane:
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
         model = self.manager.get(request.model_name, request.model_version)
         if request.shared_memory_inputs:
-            self._read_shared_memory(request)
+            await self._read_shared_memory(request)
         requested = request.outputs if request.outputs else None
         names = [o.name for o in requested] if requested is not None else list(model.outputs)
         cache = self._cache_for(model)
@@ -134,7 +147,7 @@ class DataPlane:
             results, batch_size = await self._cached(
                 model,
                 cache,
-                request_key(model.name, model.version, request),
+                request_key(self._cache_identity(model), request),
                 lambda: self._execute(model, request, names),
             )
         binary_default = request.binary_output_default
@@ -154,7 +167,9 @@ class DataPlane:
                 datatype = "BYTES"
             output = OutputTensor(name, datatype, array, binary_default if flag is None else flag)
             if name in shared:
-                written = self.shared_memory.write(shared[name], name, tensor_to_bytes(array, datatype))
+                data = tensor_to_bytes(array, datatype)
+                write = functools.partial(self.shared_memory.write, request.client, shared[name], name, data)
+                written = write() if memoryview(data).nbytes < OFF_LOOP_BYTES else await asyncio.to_thread(write)
                 output.shared_memory = ref_parameters(shared[name], written)
             outputs.append(output)
         return InferenceResponse(model.name, str(model.version), request.id, outputs)
@@ -193,7 +208,7 @@ class DataPlane:
             results, batch_size = await self._execute_tensors(model, request, raw)
         if decoded:
             if model.max_batch_size == 0 and batch_size == 1:
-                results = {name: _as_batch_of_one(array) for name, array in results.items()}
+                results = {name: as_batch_of_one(array) for name, array in results.items()}
             results.update(pipeline.detection_tensors(results, transforms))
             results = {name: results[name] for name in names}
         return results, batch_size
@@ -210,7 +225,7 @@ class DataPlane:
             one = dataclasses.replace(request, inputs={**request.inputs, name: tensor})
             results, _ = await self._execute_tensors(model, one, names)
             for output, array in results.items():
-                parts[output].append(_as_batch_of_one(array))
+                parts[output].append(as_batch_of_one(array))
         return {output: np.concatenate(arrays) for output, arrays in parts.items()}, len(executions)
 
     async def _execute_tensors(
@@ -254,6 +269,17 @@ class DataPlane:
     def _cache_for(self, model: ModelVersion) -> ResponseCache | None:
         return self.cache if self.cache is not None and model.config.response_cache.enable else None
 
+    def _cache_identity(self, model: ModelVersion) -> str:
+        """What the cache keys ``model`` by: its own load, and for an ensemble the loads of the
+        models it runs now (reloading a step changes the ensemble's answers too)."""
+        parts = [model.identity]
+        for name in model.composing_models:
+            try:
+                parts.append(self.manager.get(name).identity)
+            except FerryError:
+                parts.append(f"{name}\x00unavailable")
+        return "\x01".join(parts)
+
     async def _cached(
         self, model: ModelVersion, cache: ResponseCache, key: bytes, compute: Callable[[], Awaitable[T]]
     ) -> T:
@@ -268,15 +294,29 @@ class DataPlane:
         value = await compute()
         inserted = time.perf_counter_ns()
         stored = _owned(value)
-        cache.put(key, stored, _size_of(stored))
+        cache.put(key, stored, entry_size(stored))
         if model.stats is not None:
             model.stats.record_cache_miss(lookup_ns + time.perf_counter_ns() - inserted)
         return stored
 
-    def _read_shared_memory(self, request: InferenceRequest) -> None:
-        """Inputs left in registered shared memory become arrays viewing it (no copy)."""
+    async def _read_shared_memory(self, request: InferenceRequest) -> None:
+        """Inputs left in the client's shared memory regions become arrays (copies: see shared_memory.py)."""
         for name, shared in request.shared_memory_inputs.items():
-            view = self.shared_memory.view(shared.ref, name)
+            self.limits.check_tensor(name, shared.datatype, shared.shape)
+            try:  # a byte size the shape cannot use is refused before anything is copied
+                size = item_size(shared.datatype)
+                expected = None if size is None else element_count(name, shared.shape) * size
+            except CodecError as exc:
+                raise InvalidArgument(str(exc)) from None
+            if expected is not None and expected != shared.ref.byte_size:
+                raise InvalidArgument(
+                    f"tensor '{name}': expected {expected} bytes for {shared.datatype} shape {list(shared.shape)}, "
+                    f"got shared memory byte size {shared.ref.byte_size}"
+                )
+            if shared.ref.byte_size < OFF_LOOP_BYTES:
+                view = self.shared_memory.read(request.client, shared.ref, name)
+            else:
+                view = await asyncio.to_thread(self.shared_memory.read, request.client, shared.ref, name)
             try:
                 request.inputs[name] = tensor_from_bytes(name, shared.datatype, list(shared.shape), view)
             except CodecError as exc:
@@ -374,7 +414,7 @@ class DataPlane:
         cache = self._cache_for(model)
         if cache is None:
             return model, await self._run_images(model, images, task, options)
-        key = images_key(model.name, model.version, task, images, options)
+        key = images_key(self._cache_identity(model), task, images, options)
         return model, await self._cached(model, cache, key, lambda: self._run_images(model, images, task, options))
 
     async def _run_images(
@@ -403,7 +443,7 @@ class DataPlane:
                 for k, v in outputs.items()
             }
             if not batched:
-                outputs = {k: _as_batch_of_one(v) for k, v in outputs.items()}
+                outputs = {k: as_batch_of_one(v) for k, v in outputs.items()}
             if task == "classify":
                 results.extend(pipeline.classify(outputs, options.get("top_k")))
             else:
@@ -461,17 +501,6 @@ def _owned(value: Any) -> Any:
     return value
 
 
-def _size_of(value: Any) -> int:
-    """Bytes a cached value holds: tensor bytes for outputs (BYTES elements by length); image results,
-    small records, by the length of their text."""
-    if isinstance(value, tuple):
-        return sum(
-            sum(len(item) for item in array.reshape(-1)) if array.dtype == object else array.nbytes
-            for array in value[0].values()
-        )
-    return len(repr(value))
-
-
 def _int_parameter(request: InferenceRequest, key: str) -> int | None:
     value = request.parameters.get(key)
     if value is None:
@@ -495,7 +524,7 @@ def engine_output(spec: TensorSpec, array: np.ndarray, batch_size: int, batched:
     return array.reshape((batch_size, *spec.dims) if batched else spec.dims)
 
 
-def _as_batch_of_one(array: np.ndarray) -> np.ndarray:
+def as_batch_of_one(array: np.ndarray) -> np.ndarray:
     """One execution's output of a model that cannot batch, with a leading image axis of 1: a
     declared leading 1 (output ``[1, K]``) already is that axis."""
     return array if array.ndim > 1 and array.shape[0] == 1 else array[np.newaxis]

@@ -154,9 +154,9 @@ class Blocks:
 
     def close(self) -> None:
         for spill in self._spills.values():
-            spill.close()
+            spill.release()
         self._spills.clear()
-        self.arena.close()
+        self.arena.release()
 
     @property
     def used_bytes(self) -> int:
@@ -180,7 +180,7 @@ class PeerBlocks:
         return spill.buffer, 0
 
     def close(self) -> None:
-        self.arena.close()
+        self.arena.release()
 
 
 def _payload(array: np.ndarray) -> np.ndarray | bytes:
@@ -291,6 +291,7 @@ class HandoffClient:
             request.outputs,
             request.parameters,
             request.shared_memory_inputs,
+            request.client,
         )
         call = next(self._calls)
         future = asyncio.get_running_loop().create_future()
@@ -412,7 +413,7 @@ class HubConnection:
         self.channel.send(reply)
 
     def _request(self, header: tuple) -> InferenceRequest:
-        model, version, request_id, where, descs, datatypes, outputs, parameters, shared = header
+        model, version, request_id, where, descs, datatypes, outputs, parameters, shared, client = header
         assert self._requests is not None
         buffer, base = self._requests.buffer(where)
         return InferenceRequest(
@@ -424,6 +425,7 @@ class HubConnection:
             None if outputs is None else [_requested_output(output) for output in outputs],
             parameters,
             {name: _shared_memory_input(value) for name, value in shared.items()},
+            client,
         )
 
     def _pack_response(self, response: InferenceResponse) -> tuple:
@@ -441,13 +443,23 @@ class HubConnection:
         )
 
     def _on_lost(self) -> None:
-        for task in self._calls.values():
+        """The intake died or closed: cancel its calls, then, once they have settled (their views of
+        the arenas gone), unmap both arenas, so an intake killed again and again leaves nothing."""
+        calls = list(self._calls.values())
+        for task in calls:
             task.cancel()
+        self._hub.on_lost(self)
+        if calls:
+            asyncio.gather(*calls, return_exceptions=True).add_done_callback(lambda _: self._release_arenas())
+        else:
+            self._release_arenas()
+
+    def _release_arenas(self) -> None:
         if self._responses is not None:
             self._responses.close()
         if self._requests is not None:
             self._requests.close()
-        self._hub.on_lost(self)
+        self._responses = self._requests = None  # a view that outlives its call frees the mapping
 
     @property
     def response_bytes(self) -> int:

@@ -96,6 +96,8 @@ class ModelManager:
         self.poll_interval = poll_interval
         self.on_loaded = on_loaded
         self._records: dict[str, ModelRecord] = {}
+        #: The models strict readiness waits for (None: the repository as it is now, in poll mode).
+        self._named: set[str] | None = None
         self._poll_task: asyncio.Task | None = None
         self._closing = False
 
@@ -109,6 +111,8 @@ class ModelManager:
             names = self.startup_models
         else:
             names = self.scan()
+        if self.control_mode != ControlMode.POLL:
+            self._named = set(names)
         ensembles = [name for name in names if self._names_ensemble(name)]
         await asyncio.gather(*(self._load_logged(name) for name in names if name not in ensembles))
         await asyncio.gather(*(self._load_logged(name) for name in ensembles))  # their steps are loaded now
@@ -144,12 +148,22 @@ class ModelManager:
         return config is not None and (is_ensemble(config) or is_ocr(config))
 
     def scan(self) -> list[str]:
-        """Model directories in the repository (hidden and ``_``-prefixed ones are skipped)."""
-        return sorted(
-            entry.name
-            for entry in self.repository.iterdir()
-            if entry.is_dir() and not entry.name.startswith((".", "_"))
-        )
+        """Model directories in the repository (hidden and ``_``-prefixed ones are skipped).
+
+        A repository that cannot be listed (removed, unmounted, permissions) is UNAVAILABLE for the
+        caller, with the reason but not the server's path; the log names the path."""
+        try:
+            return sorted(
+                entry.name
+                for entry in self.repository.iterdir()
+                if entry.is_dir() and not entry.name.startswith((".", "_"))
+            )
+        except OSError as exc:
+            log.warning("cannot list the model repository %s: %s", self.repository, exc)
+            raise Unavailable(
+                f"the model repository cannot be read ({exc.strerror or type(exc).__name__}); "
+                "the server log names the path"
+            ) from None
 
     # --- queries ----------------------------------------------------------------------------
 
@@ -230,6 +244,14 @@ class ModelManager:
             return False
         return True
 
+    def unready_named_models(self) -> list[str]:
+        """The models the server is meant to serve that are not READY now (strict readiness).
+
+        Meant to serve: the repository's models, or in explicit mode those --load-model names and
+        the repository API has loaded since (an unloaded one no longer counts)."""
+        names = sorted(self._named) if self._named is not None else self.scan()
+        return [name for name in names if not self.is_ready(name)]
+
     def ready_models(self) -> list[ModelVersion]:
         return [
             s.model
@@ -252,12 +274,15 @@ class ModelManager:
         self._require_explicit("load")
         if not model_directory(self.repository, name).is_dir():
             raise NotFound(f"failed to load '{name}': no model directory '{name}' in the model repository")
+        if self._named is not None:
+            self._named.add(name)
         await self._load(name, config_json)
 
     async def unload(self, name: str, unload_dependents: bool = False) -> None:
         """Unload a model; with ``unload_dependents`` also the ensembles that use it (as Triton)."""
         self._require_explicit("unload")
         check_model_name(name)
+        self._forget(name)
         record = self._records.get(name)
         if record is None or not record.versions:
             if not (self.repository / name).is_dir():
@@ -265,8 +290,14 @@ class ModelManager:
             return
         if unload_dependents:
             for dependent in self._dependents(name):
+                self._forget(dependent)
                 await self._unload(self._records[dependent], f"unloaded with '{name}' (unload_dependents)")
         await self._unload(record, "unloaded")
+
+    def _forget(self, name: str) -> None:
+        """An unloaded model no longer holds strict readiness back."""
+        if self._named is not None:
+            self._named.discard(name)
 
     def _dependents(self, name: str) -> list[str]:
         """Loaded ensembles that run ``name``, directly or through another ensemble (outermost first)."""
@@ -302,10 +333,20 @@ class ModelManager:
     # --- loading and unloading ----------------------------------------------------------------
 
     async def _load_logged(self, name: str) -> None:
+        """Load at start-up or on a poll: a failure is in the log (``_failed``) and the index, not raised."""
         try:
             await self._load(name, None)
+        except ModelLoadError:
+            pass  # logged once where it was raised
         except FerryError as exc:
-            log.error("%s", exc.message)  # already "failed to load 'NAME': why"
+            log.error("%s", exc.message)
+
+    @staticmethod
+    def _failed(name: str, reason: str) -> ModelLoadError:
+        """The one log line of a failed load (whoever asked for it), and the error to raise."""
+        error = ModelLoadError(f"failed to load '{name}': {reason}")
+        log.error("%s", error.message)
+        return error
 
     async def _load(self, name: str, config_json: str | None) -> None:
         record = self._records.setdefault(name, ModelRecord(name))
@@ -324,7 +365,7 @@ class ModelManager:
                 reason = exc.message if isinstance(exc, FerryError) else f"cannot read {model_dir}: {exc.strerror}"
                 record.error = self._without_paths(reason)
                 record.fingerprint = fingerprint
-                raise ModelLoadError(f"failed to load '{name}': {record.error}") from None
+                raise self._failed(name, record.error) from None
             record.error = ""
             record.fingerprint = fingerprint
             failures = await asyncio.gather(*(self._load_version(record, model_dir, v, config, source) for v in wanted))
@@ -334,7 +375,7 @@ class ModelManager:
             )
             errors = [f for f in failures if f]
             if errors:
-                raise ModelLoadError(f"failed to load '{name}': {'; '.join(errors)}")
+                raise self._failed(name, "; ".join(errors))
 
     def _without_paths(self, message: str) -> str:
         """A load error as callers see it: repository paths become repository-relative, so no
@@ -392,7 +433,6 @@ class ModelManager:
             if old is not None and old.model is not None:
                 await self._retire(old)
             return ""
-        log.error("model '%s' version %d failed to load: %s", record.name, version, reason)
         if old is None or old.model is None:
             record.versions[version] = VersionStatus(ModelState.UNAVAILABLE, reason)
         return f"version {version}: {reason}"
