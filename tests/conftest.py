@@ -28,8 +28,8 @@ EXTRAS_REPO = ROOT / "model_repo_extras"
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """The OCR models of ``model_repo/`` are not committed (16 MB): copy them from the
-    rapidocr-onnxruntime wheel when missing, so every test that serves the repository finds them."""
+    """The OCR models of ``model_repo/`` are committed; should one be missing (a sparse checkout),
+    copy it from the rapidocr-onnxruntime wheel, so every test that serves the repository finds them."""
     from tests.ocr_reference import ensure_models
 
     ensure_models()

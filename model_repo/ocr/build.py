@@ -4,10 +4,11 @@ angle classifier, 0 / 180) and ``text_recognizer`` (PP-OCRv4 CTC recogniser), ea
 unchanged to ``model_repo/<model>/1/model.onnx``; the recogniser's dictionary (its ``character``
 metadata, one entry per line) goes to ``text_recognizer/characters.txt``.
 
-Together the files weigh 16.2 MB, too much to commit, so they are not in git: this script copies
-them from an installed ``rapidocr_onnxruntime`` (found without importing it) or, when none is
-installed, from the wheel pip downloads (without installing it). The OCR tests run it when the
-files are missing.
+Together the files weigh 16.2 MB. They are committed, like the other bundled real models, so
+`ferry serve model_repo` serves OCR on a fresh checkout; this script is how they were made. It
+copies them from an installed ``rapidocr_onnxruntime`` (found without importing it) or, when none
+is installed, from the wheel pip downloads (without installing it). The test session runs it only
+if a file is missing.
 
 Run from the repository root::
 
