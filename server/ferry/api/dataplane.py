@@ -23,6 +23,7 @@ from .. import __version__
 from ..caching import ResponseCache, entry_size, images_key, request_key
 from ..cores import usable_cores
 from ..errors import FerryError, InvalidArgument
+from ..ocr import is_ocr
 from ..pipelines.postprocess import classification_strings
 from ..pipelines.preprocess import ImageTransform
 from ..pipelines.runtime import Prepared
@@ -36,6 +37,7 @@ from .admission import Admission
 from .ensemble_images import run_image_ensemble
 from .limits import OFF_LOOP_BYTES, Limits
 from .logging_ext import LoggingControl
+from .ocr_pages import read_pages
 from .shared_memory import SharedMemoryRegistry, ref_parameters
 from .trace_ext import RequestTracing
 
@@ -399,6 +401,12 @@ class DataPlane:
         More images than max_batch_size are split into several requests, so callers need not know it.
         """
         model = self.manager.get(name, version)
+        if is_ocr(model.config) != (task == "ocr"):
+            raise InvalidArgument(
+                f"model '{model.name}' is an OCR model; use /ocr"
+                if task != "ocr"
+                else f"model '{model.name}' is not an OCR model (platform ferry_ocr); /ocr needs one"
+            )
         pipeline = model.pipeline
         if pipeline is None and not model.composing_models:  # an ensemble checks its own outputs
             raise InvalidArgument(f"model '{model.name}' has no image pipeline (ferry_image in its config)")
@@ -422,6 +430,8 @@ class DataPlane:
     async def _run_images(
         self, model: ModelVersion, images: list[bytes], task: str, options: dict[str, Any]
     ) -> list[Any]:
+        if task == "ocr":
+            return await read_pages(model, images)
         if model.composing_models:  # an ensemble of vision steps
             return await run_image_ensemble(model, images, task, options)
         pipeline = model.pipeline

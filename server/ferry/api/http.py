@@ -391,6 +391,14 @@ def create_http_app(
             request, model, version, "detect", options, lambda image: {"detections": [detection_json(d) for d in image]}
         )
 
+    @app.post("/v2/models/{model}/ocr", openapi_extra=image_body)
+    @app.post("/v2/models/{model}/versions/{version}/ocr", openapi_extra=image_body)
+    async def read_text(model: str, request: Request, version: str = "") -> Response:
+        """Read the text of one page (raw body) or several (multipart): per line its four corners
+        (original pixels, clockwise from the top-left), text and confidence, in reading order."""
+        options = parse_image_query(request.query_params, (), "ocr")  # none: an unknown one is a 400
+        return await run_image_endpoint(request, model, version, "ocr", options, lambda lines: {"lines": lines})
+
     # --- repository -------------------------------------------------------------------------
 
     @app.post("/v2/repository/index", openapi_extra=INDEX_BODY)

@@ -20,6 +20,7 @@ from ferry_client.protocol import model_config_pb2 as mc
 
 from ..ensembles.plan import is_ensemble
 from ..errors import FerryError, InvalidArgument, ModelLoadError, NotFound, Unavailable
+from ..ocr import is_ocr
 from ..paths import check_model_name, model_directory
 from ..scheduling import Scheduler, SchedulingPolicy
 from ..statistics import ModelStats
@@ -28,6 +29,7 @@ from .config import CONFIG_FILENAME, parse_config_json, read_config_file
 from .ensemble_loader import load_ensemble
 from .memory import release_free_memory
 from .model import ModelVersion, load_version
+from .ocr_loader import load_ocr
 from .validation import validate_model_config
 from .versions import select_versions, versions_on_disk
 
@@ -143,7 +145,7 @@ class ModelManager:
             config = read_config_file(model_directory(self.repository, name))
         except (FerryError, OSError):  # OSError: an unreadable directory or file
             return False  # the load reports the error
-        return config is not None and is_ensemble(config)
+        return config is not None and (is_ensemble(config) or is_ocr(config))
 
     def scan(self) -> list[str]:
         """Model directories in the repository (hidden and ``_``-prefixed ones are skipped).
@@ -396,10 +398,11 @@ class ModelManager:
         if old is None or old.model is None:
             record.versions[version] = VersionStatus(ModelState.LOADING)
         try:
-            if is_ensemble(config):
+            if is_ensemble(config) or is_ocr(config):
                 chain = _LOAD_CHAIN.set((*_LOAD_CHAIN.get(), record.name))  # this load task's context only
+                load = load_ocr if is_ocr(config) else load_ensemble
                 try:
-                    model = await load_ensemble(model_dir, version, config, source, self)
+                    model = await load(model_dir, version, config, source, self)
                 finally:
                     _LOAD_CHAIN.reset(chain)
             else:
