@@ -289,8 +289,8 @@ def test_corners_alignment_equals_mediapipe_warp_perspective(path: Path) -> None
     assert np.array_equal(ferry_pixels(path, spec), mediapipe_warp(cv_rgb(path), 128, 128))
 
 
-#: SHA-256 of the 128x128 CORNERS letterbox of two photos at non-integer scales, as OpenCV 4.10 (the
-#: version pyproject.toml pins, whose warpPerspective gives MediaPipe 0.10.14's own detections) writes it.
+#: SHA-256 of the 128x128 CORNERS letterbox of two photos at non-integer scales, as OpenCV 4.10 (whose
+#: warpPerspective gives MediaPipe 0.10.14's own detections) writes it.
 CORNERS_CHECKSUMS = {
     "chelsea.png": "8f2983a414ee226815532e1d0bbaec79af316fa2db7b649c75159a109c2f7517",
     "coffee.png": "3a4384f3cec7d85d5baea3c11e0439a9b01a2a6923d7ccedb0391a03c9304047",
@@ -299,13 +299,13 @@ CORNERS_CHECKSUMS = {
 
 @NEEDS_OPENCV_410
 @pytest.mark.parametrize("name", sorted(CORNERS_CHECKSUMS))
-def test_corners_warp_pixels_are_the_pinned_opencvs(name: str) -> None:
-    """Fails when an OpenCV upgrade changes the warp's pixels (5.0 did): the bundled face detector would
-    then drift from MediaPipe's own scores, so re-check it against the references before moving the pin."""
+def test_corners_warp_pixels_are_opencv_410s(name: str) -> None:
+    """Fails when an OpenCV changes the warp's pixels (5.0 did): the bundled face detector then drifts
+    from MediaPipe's own scores."""
     digest = hashlib.sha256(ferry_pixels(SKIMAGE_DATA / name, spec_for(128, 128, **CORNERS_LETTERBOX)).tobytes())
     assert digest.hexdigest() == CORNERS_CHECKSUMS[name], (
-        f"OpenCV {cv2.__version__} warps {name} differently from the pinned 4.10: MediaPipe's pixels are no "
-        "longer reproduced (see the opencv-python-headless pin in pyproject.toml)"
+        f"OpenCV {cv2.__version__} warps {name} differently from 4.10: MediaPipe's pixels are not "
+        "reproduced (see tests/opencv_pixels.py)"
     )
 
 
