@@ -327,12 +327,16 @@ def create_http_app(
         task: str,
         options: dict[str, Any],
         image_json: Callable[[Any], dict[str, Any]],
+        parameters: dict[str, Any],
     ) -> Response:
-        """/classify and /detect: admit, read the images, run them (stopping if the caller leaves)."""
+        """/classify and /detect: admit, read the images, run them (stopping if the caller leaves).
+
+        ``parameters`` are infer's request parameters given as query parameters (``priority``, ``timeout``)."""
         plane.admission.check_room(_declared_length(request))
+        given = {key: value for key, value in parameters.items() if value is not None}
         with plane.admission.admit() as ticket:
             images = await _images(request, ticket)
-            done = await _unless_disconnected(request, plane.run_images(model, version, images, task, options))
+            done = await _unless_disconnected(request, plane.run_images(model, version, images, task, options, given))
         if done is None:
             return Response(status_code=499)  # the caller is gone: decoding stopped; nobody reads this
         served, results = done
@@ -346,10 +350,25 @@ def create_http_app(
 
     @app.post("/v2/models/{model}/classify", openapi_extra=image_body)
     @app.post("/v2/models/{model}/versions/{version}/classify", openapi_extra=image_body)
-    async def classify(model: str, request: Request, version: str = "", top_k: int | None = None) -> Response:
-        """Classify one image (raw body) or several (multipart): top-k labels and scores per image."""
+    async def classify(
+        model: str,
+        request: Request,
+        version: str = "",
+        top_k: int | None = None,
+        priority: int | None = None,
+        timeout: int | None = None,
+    ) -> Response:
+        """Classify one image (raw body) or several (multipart): top-k labels and scores per image.
+
+        ``priority`` and ``timeout`` (microseconds) are the V2 infer request parameters."""
         return await run_image_endpoint(
-            request, model, version, "classify", {"top_k": top_k}, lambda classes: {"classes": classes}
+            request,
+            model,
+            version,
+            "classify",
+            {"top_k": top_k},
+            lambda classes: {"classes": classes},
+            {"priority": priority, "timeout": timeout},
         )
 
     @app.post("/v2/models/{model}/detect", openapi_extra=image_body)
@@ -361,11 +380,21 @@ def create_http_app(
         score_threshold: float | None = None,
         iou_threshold: float | None = None,
         max_detections: int | None = None,
+        priority: int | None = None,
+        timeout: int | None = None,
     ) -> Response:
-        """Detect objects in one or several images: boxes in original pixels, labels and scores."""
+        """Detect objects in one or several images: boxes in original pixels, labels and scores.
+
+        ``priority`` and ``timeout`` (microseconds) are the V2 infer request parameters."""
         options = {"score_threshold": score_threshold, "iou_threshold": iou_threshold, "max_detections": max_detections}
         return await run_image_endpoint(
-            request, model, version, "detect", options, lambda image: {"detections": [detection_json(d) for d in image]}
+            request,
+            model,
+            version,
+            "detect",
+            options,
+            lambda image: {"detections": [detection_json(d) for d in image]},
+            {"priority": priority, "timeout": timeout},
         )
 
     # --- repository -------------------------------------------------------------------------

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from ferry_client.protocol import model_config_pb2 as mc
+
+if TYPE_CHECKING:
+    from ..scheduling.interface import ModelScheduler
+    from ..scheduling.policy import SchedulingPolicy
+    from ..statistics import ModelStats
 
 
 def config_parameter(config: mc.ModelConfig, key: str) -> str | None:
@@ -77,7 +83,7 @@ class RequestBatches(Protocol):
 
     def run_requests(
         self, inputs: list[dict[str, np.ndarray]], outputs: list[list[str]]
-    ) -> list[dict[str, np.ndarray] | Exception]: ...
+    ) -> Sequence[dict[str, np.ndarray] | Exception]: ...
 
 
 class Backend(Protocol):
@@ -97,3 +103,12 @@ class Backend(Protocol):
         ...
 
     def create_instance(self, model_file: Path, config: mc.ModelConfig, spec: InstanceSpec) -> Instance: ...
+
+    def scheduler(
+        self, name: str, instances: Sequence[Instance], stats: ModelStats, policy: SchedulingPolicy
+    ) -> ModelScheduler:
+        """What queues a version's requests for its instances: the dynamic batcher, unless the
+        engine answers requests one by one (Python models override this)."""
+        from ..scheduling.scheduler import Scheduler  # the batcher imports this module
+
+        return Scheduler(name, instances, stats, policy)

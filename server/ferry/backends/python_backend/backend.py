@@ -7,6 +7,7 @@ process of its own with ``parameters { key: "FERRY_ISOLATION" value { string_val
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from google.protobuf import json_format
@@ -16,7 +17,11 @@ from ferry_client.protocol import model_config_pb2 as mc
 
 from ...errors import ModelLoadError, Unavailable
 from ...repository.config import config_to_dict
-from ..base import Backend, InstanceSpec, ModelIO, TensorInfo, config_parameter
+from ...scheduling.interface import ModelScheduler
+from ...scheduling.policy import SchedulingPolicy
+from ...scheduling.request_batches import RequestBatchScheduler
+from ...statistics import ModelStats
+from ..base import Backend, Instance, InstanceSpec, ModelIO, TensorInfo, config_parameter
 from .host import ALLOW_OPTION, HOST
 from .inprocess import InProcessInstance
 from .instance import PythonInstance
@@ -70,6 +75,15 @@ class PythonBackend(Backend):
             instance.close()
             raise
         return instance
+
+    def scheduler(
+        self, name: str, instances: Sequence[Instance], stats: ModelStats, policy: SchedulingPolicy
+    ) -> ModelScheduler:
+        """The Python-model runner: batches handed over as their requests (``execute(requests)``)."""
+        own = [instance for instance in instances if isinstance(instance, PythonInstance)]
+        if len(own) != len(instances):
+            raise ModelLoadError("python models run only instances the python backend created")
+        return RequestBatchScheduler(name, own, stats, policy)
 
 
 def _isolation(config: mc.ModelConfig) -> str:
