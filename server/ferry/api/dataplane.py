@@ -26,10 +26,9 @@ from ..inference.stages.detection_tensors import DetectionTensors
 from ..inference.stages.tasks import image_task
 from ..inference.validation import int_parameter
 from ..pipelines.postprocess import classification_strings
-from ..repository.config import TensorSpec
 from ..repository.manager import ModelManager
 from ..repository.model import ModelVersion
-from ..types import InferenceRequest, InferenceResponse, OutputTensor
+from ..types import InferenceRequest, InferenceResponse, OutputTensor, TensorSpec
 from .admission import Admission
 from .limits import Limits
 from .logging_ext import LoggingControl

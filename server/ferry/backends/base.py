@@ -5,16 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import numpy as np
 
 from ferry_client.protocol import model_config_pb2 as mc
-
-if TYPE_CHECKING:
-    from ..scheduling.interface import ModelScheduler
-    from ..scheduling.policy import SchedulingPolicy
-    from ..statistics import ModelStats
 
 
 def config_parameter(config: mc.ModelConfig, key: str) -> str | None:
@@ -92,6 +87,9 @@ class Backend(Protocol):
     platform: str
     name: str  # Triton's backend name, e.g. "onnxruntime"
     default_filename: str
+    #: The instances run a batch as its separate requests (``RequestBatches``: Python models), so
+    #: the version gets the Python-model runner instead of the tensor-concatenating batcher.
+    request_batches: bool = False
 
     def model_filename(self, config: mc.ModelConfig) -> str:
         """The file to load from a version directory: the config's ``default_model_filename``, else
@@ -103,12 +101,3 @@ class Backend(Protocol):
         ...
 
     def create_instance(self, model_file: Path, config: mc.ModelConfig, spec: InstanceSpec) -> Instance: ...
-
-    def scheduler(
-        self, name: str, instances: Sequence[Instance], stats: ModelStats, policy: SchedulingPolicy
-    ) -> ModelScheduler:
-        """What queues a version's requests for its instances: the dynamic batcher, unless the
-        engine answers requests one by one (Python models override this)."""
-        from ..scheduling.scheduler import Scheduler  # the batcher imports this module
-
-        return Scheduler(name, instances, stats, policy)

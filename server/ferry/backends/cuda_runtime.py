@@ -7,6 +7,7 @@ failure raises ``CudaError`` naming the call.
 
 from __future__ import annotations
 
+import importlib
 from types import ModuleType
 from typing import Any
 
@@ -23,14 +24,12 @@ class CudaError(FerryError):
 
 def import_cudart() -> ModuleType:
     """cuda-python's runtime module (``cuda.bindings.runtime``; ``cuda.cudart`` before 12.6)."""
-    try:
-        from cuda.bindings import runtime as cudart
-    except ImportError:
+    for name in ("cuda.bindings.runtime", "cuda.cudart"):
         try:
-            from cuda import cudart  # type: ignore[no-redef]
+            return importlib.import_module(name)
         except ImportError:
-            raise ModelLoadError(f"the CUDA runtime bindings (cuda-python) are not installed; {INSTALL_HINT}") from None
-    return cudart
+            continue
+    raise ModelLoadError(f"the CUDA runtime bindings (cuda-python) are not installed; {INSTALL_HINT}")
 
 
 def check(result: Any, call: str) -> Any:

@@ -19,10 +19,10 @@ import numpy as np
 from ferry_client.codec import numpy_dtype
 
 from ..errors import FerryError, ModelLoadError, Unavailable
-from ..repository.config import TensorSpec
 from ..scheduling.interface import ModelScheduler, RequestTiming
 from ..scheduling.timeline import Timeline
 from ..statistics import ModelStats
+from ..types import TensorSpec
 from .compose import check_composition
 from .plan import EnsemblePlan, Step
 from .step import StepModel

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from ..repository.config import TensorSpec
 from ..scheduling.interface import ModelScheduler
+from ..types import TensorSpec
 
 
 class StepModel(Protocol):

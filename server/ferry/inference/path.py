@@ -18,23 +18,38 @@ import dataclasses
 from collections.abc import Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from ..api.trace_ext import RequestTracing
 from ..errors import InvalidArgument
 from ..pipelines.preprocess import ImageTransform
 from ..pipelines.slices import ImageWork
 from ..repository.manager import ModelManager
 from ..repository.model import ModelVersion
 from ..scheduling.scheduler import Unloading
+from ..scheduling.timeline import Timeline
 from ..types import InferenceRequest
 from .stages import PostStage
 from .stages.image_input import ImageInput
 from .validation import check_requested_outputs, engine_output, int_parameter, validate_inputs
 
 Outputs = dict[str, np.ndarray]
+
+
+class Traced(Protocol):
+    """A request chosen for tracing: the scheduler fills its timeline."""
+
+    @property
+    def timeline(self) -> Timeline: ...
+
+
+class Tracing(Protocol):
+    """Where traced requests go (the trace extension's ``RequestTracing``)."""
+
+    def start(self, model: str, request_id: str) -> Traced | None: ...
+
+    def finish(self, handle: Any, version: str, error: str = "") -> None: ...
 
 
 @dataclass
@@ -77,7 +92,7 @@ class Executed:
 class RequestPath:
     """Runs requests on the models of ``manager``; pre- and post-stages use ``pool``."""
 
-    def __init__(self, manager: ModelManager, tracing: RequestTracing, pool: Executor, image_share: int) -> None:
+    def __init__(self, manager: ModelManager, tracing: Tracing, pool: Executor, image_share: int) -> None:
         self.manager = manager
         self.tracing = tracing
         self.pool = pool

@@ -5,9 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InvalidArgument
-from ..repository.config import TensorSpec
 from ..repository.model import ModelVersion
-from ..types import InferenceRequest
+from ..types import InferenceRequest, TensorSpec
 
 
 def int_parameter(request: InferenceRequest, key: str) -> int | None:

@@ -15,6 +15,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -122,7 +123,7 @@ async def run(assignment: Assignment) -> int:
     if client.lost.is_set():
         log.error("intake %d: the model process went away; exiting", assignment.row)
         code = 1
-    stops = []
+    stops: list[Awaitable[object]] = []
     if server is not None:
         stops.append(server.stop(grace=0 if code else settings.exit_timeout_secs))
     if http is not None:

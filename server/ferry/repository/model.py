@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -15,16 +16,18 @@ from ferry_client.codec import datatype_from_config, numpy_dtype
 from ferry_client.protocol import model_config_pb2 as mc
 
 from ..backends import InstanceSpec, backend_for
-from ..backends.base import Instance
+from ..backends.base import Backend, Instance
 from ..backends.registry import normalise_platform, platform_for_file
 from ..errors import FerryError, ModelLoadError
+from ..paths import inside
 from ..pipelines.runtime import ImagePipeline
 from ..scheduling.interface import ModelScheduler
 from ..scheduling.policy import SchedulingPolicy
+from ..scheduling.request_batches import RequestBatchInstance, RequestBatchScheduler
+from ..scheduling.scheduler import Scheduler
 from ..statistics import ModelStats
 from .autocomplete import complete_config
 from .config import TensorSpec, output_labels, tensor_specs, validate_config
-from .paths import inside
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +193,7 @@ def load_version(model_dir: Path, version: int, config: mc.ModelConfig, source: 
             version,
             model_dir,
             started,
-            lambda stats: backend.scheduler(name, instances, stats, policy),
+            lambda stats: _batcher(backend, name, instances, stats, policy),
             source,
             instances,
             pipeline,
@@ -199,6 +202,16 @@ def load_version(model_dir: Path, version: int, config: mc.ModelConfig, source: 
         for instance in instances:
             instance.close()
         raise
+
+
+def _batcher(
+    backend: Backend, name: str, instances: list[Instance], stats: ModelStats, policy: SchedulingPolicy
+) -> ModelScheduler:
+    """The dynamic batcher, or the Python-model runner for a backend whose instances answer a
+    batch's requests one by one (the backend declares it: ``Backend.request_batches``)."""
+    if backend.request_batches:
+        return RequestBatchScheduler(name, cast(list[RequestBatchInstance], instances), stats, policy)
+    return Scheduler(name, instances, stats, policy)
 
 
 def _warmup_input(name: str, spec: mc.ModelWarmup.Input, batch: int, model_dir: Path) -> np.ndarray:

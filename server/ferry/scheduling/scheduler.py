@@ -394,9 +394,8 @@ class Scheduler(ModelScheduler):
         outputs = instance.run(inputs, names)
         t2 = time.perf_counter_ns()
         total = sum(p.batch_size for p in batch)
-        split: list[Outputs | BaseException]
         if len(batch) == 1:
-            split = [outputs]
+            split: list[Outputs | BaseException] = [outputs]
         else:
             split = []
             offset = 0

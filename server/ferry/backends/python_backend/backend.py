@@ -7,21 +7,16 @@ process of its own with ``parameters { key: "FERRY_ISOLATION" value { string_val
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 from google.protobuf import json_format
 
 from ferry_client.codec import datatype_from_config
+from ferry_client.codec.messages import message_to_dict
 from ferry_client.protocol import model_config_pb2 as mc
 
 from ...errors import ModelLoadError, Unavailable
-from ...repository.config import config_to_dict
-from ...scheduling.interface import ModelScheduler
-from ...scheduling.policy import SchedulingPolicy
-from ...scheduling.request_batches import RequestBatchScheduler
-from ...statistics import ModelStats
-from ..base import Backend, Instance, InstanceSpec, ModelIO, TensorInfo, config_parameter
+from ..base import Backend, InstanceSpec, ModelIO, TensorInfo, config_parameter
 from .host import ALLOW_OPTION, HOST
 from .inprocess import InProcessInstance
 from .instance import PythonInstance
@@ -41,6 +36,7 @@ class PythonBackend(Backend):
     platform = "python"
     name = "python"
     default_filename = "model.py"
+    request_batches = True  # execute(requests) answers each request of a batch on its own
 
     def gpu_available(self) -> bool:
         return False  # KIND_AUTO means CPU; a KIND_GPU group still loads (the model decides what it does)
@@ -64,7 +60,7 @@ class PythonBackend(Backend):
         }
         kind = IsolatedInstance if isolation == "process" else InProcessInstance
         try:
-            instance = kind(model_file, config_to_dict(config), args, spec)
+            instance = kind(model_file, message_to_dict(config), args, spec)
         except ModelLoadFailure as exc:
             raise ModelLoadError(str(exc)) from None
         try:
@@ -75,15 +71,6 @@ class PythonBackend(Backend):
             instance.close()
             raise
         return instance
-
-    def scheduler(
-        self, name: str, instances: Sequence[Instance], stats: ModelStats, policy: SchedulingPolicy
-    ) -> ModelScheduler:
-        """The Python-model runner: batches handed over as their requests (``execute(requests)``)."""
-        own = [instance for instance in instances if isinstance(instance, PythonInstance)]
-        if len(own) != len(instances):
-            raise ModelLoadError("python models run only instances the python backend created")
-        return RequestBatchScheduler(name, own, stats, policy)
 
 
 def _isolation(config: mc.ModelConfig) -> str:

@@ -8,9 +8,8 @@ from typing import Any
 import numpy as np
 
 from ...errors import InvalidArgument
-from ...repository.config import TensorSpec
 from ...repository.model import ModelVersion
-from ...types import InferenceRequest
+from ...types import InferenceRequest, TensorSpec
 
 
 def encoded_images_request(

@@ -12,13 +12,13 @@ from typing import Protocol
 
 from ferry_client.protocol import model_config_pb2 as mc
 
+from ..ensembles.compose import check_composition
+from ..ensembles.plan import plan_ensemble
+from ..ensembles.scheduler import EnsembleScheduler
+from ..ensembles.step import StepModel
 from ..errors import FerryError, ModelLoadError
-from ..repository.config import validate_config
-from ..repository.model import ModelVersion, config_tensors, new_version
-from .compose import check_composition
-from .plan import plan_ensemble
-from .scheduler import EnsembleScheduler
-from .step import StepModel
+from .config import validate_config
+from .model import ModelVersion, config_tensors, new_version
 
 
 class ComposingModels(Protocol):

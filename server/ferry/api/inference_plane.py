@@ -1,0 +1,20 @@
+"""What the inference front doors (REST ``/infer``, gRPC ``ModelInfer``) need from a data plane.
+
+The model process's ``DataPlane`` has it, and so has an intake process's plane, which admits and
+checks requests itself and runs them in the model process: both front doors take either.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from ..types import InferenceRequest, InferenceResponse
+from .admission import Admission
+from .limits import Limits
+
+
+class InferencePlane(Protocol):
+    admission: Admission
+    limits: Limits
+
+    async def infer(self, request: InferenceRequest) -> InferenceResponse: ...
