@@ -7,6 +7,8 @@ order; see ``_opencv_nms`` for when and why.
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import cv2
 import numpy as np
 
@@ -102,13 +104,19 @@ def _opencv_nms(boxes: np.ndarray, scores: np.ndarray, iou_threshold: float, lim
     count = len(scores)
     considered = min(count, max(OPENCV_FIRST_CANDIDATES, 4 * limit))
     while True:
-        strict = np.asarray(cv2.dnn.NMSBoxes(rects, scores32, 0.0, low, 1.0, considered), np.int64).reshape(-1)
-        loose = np.asarray(cv2.dnn.NMSBoxes(rects, scores32, 0.0, high, 1.0, considered), np.int64).reshape(-1)
+        strict = _nms_boxes(rects, scores32, low, considered)
+        loose = _nms_boxes(rects, scores32, high, considered)
         if not np.array_equal(strict, loose):
             return None
         if len(strict) >= limit or considered == count:
             return strict[:limit]
         considered = min(count, 4 * considered)
+
+
+def _nms_boxes(rects: np.ndarray, scores: np.ndarray, threshold: float, top_k: int) -> np.ndarray:
+    """``cv2.dnn.NMSBoxes`` on x, y, w, h rows (its stubs ask for sequences; arrays convert alike)."""
+    found = cv2.dnn.NMSBoxes(cast(Any, rects), cast(Any, scores), 0.0, threshold, 1.0, top_k)
+    return np.asarray(found, np.int64).reshape(-1)
 
 
 def _separate_classes(boxes: np.ndarray, classes: np.ndarray) -> np.ndarray:
