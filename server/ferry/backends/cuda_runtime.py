@@ -7,7 +7,6 @@ failure raises ``CudaError`` naming the call.
 
 from __future__ import annotations
 
-import importlib
 from types import ModuleType
 from typing import Any
 
@@ -24,12 +23,17 @@ class CudaError(FerryError):
 
 def import_cudart() -> ModuleType:
     """cuda-python's runtime module (``cuda.bindings.runtime``; ``cuda.cudart`` before 12.6)."""
-    for name in ("cuda.bindings.runtime", "cuda.cudart"):
-        try:
-            return importlib.import_module(name)
-        except ImportError:
-            continue
-    raise ModelLoadError(f"the CUDA runtime bindings (cuda-python) are not installed; {INSTALL_HINT}")
+    try:
+        from cuda.bindings import runtime
+    except ImportError:
+        pass
+    else:
+        return runtime
+    try:
+        from cuda import cudart
+    except ImportError:
+        raise ModelLoadError(f"the CUDA runtime bindings (cuda-python) are not installed; {INSTALL_HINT}") from None
+    return cudart
 
 
 def check(result: Any, call: str) -> Any:
