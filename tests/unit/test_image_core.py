@@ -5,6 +5,7 @@ detection post-processing in the worker pool rather than on the event loop."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import io
 import shutil
 import threading
@@ -22,7 +23,9 @@ from ferry.api.http import create_http_app
 from ferry.backends.python_backend.host import HOST
 from ferry.errors import InvalidArgument, Unavailable
 from ferry.pipelines.runtime import ImagePipeline
-from ferry.repository.manager import ControlMode, ModelManager
+from ferry.repository.manager import ModelManager
+from ferry.scheduling import ModelScheduler, RequestBatchScheduler, Scheduler
+from ferry.types import ControlMode
 
 from .test_trace_ext import memory_tracing
 
@@ -168,3 +171,15 @@ async def test_detect_refuses_bad_thresholds_before_decoding(plane: DataPlane) -
     with pytest.raises(InvalidArgument, match="iou_threshold"):
         await plane.run_images("digit_detector", "", [png((0, 0, 0))], "detect", {"iou_threshold": 2.0})
     assert plane.image_work.decoded == before
+
+
+@pytest.mark.asyncio
+async def test_every_version_holds_the_one_scheduler_interface(plane: DataPlane) -> None:
+    """The dynamic batcher for an ONNX model, the Python-model runner for a Python model: both the
+    declared ``ModelScheduler``; a READY version cannot be changed afterwards."""
+    onnx_model, python_model = plane.model("digit_detector"), plane.model("image_means")
+    assert type(onnx_model.scheduler) is Scheduler
+    assert type(python_model.scheduler) is RequestBatchScheduler
+    assert all(isinstance(m.scheduler, ModelScheduler) for m in (onnx_model, python_model))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        python_model.scheduler = onnx_model.scheduler  # type: ignore[misc]

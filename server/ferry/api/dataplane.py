@@ -169,7 +169,7 @@ class DataPlane:
         outputs the decoder reads run too, and a post-stage maps the detections to each image's pixels.
         """
         pipeline = model.pipeline
-        decoded = [name for name in names if pipeline is not None and name in pipeline.decoded_outputs]
+        decoded = [name for name in names if name in pipeline.decoded_outputs] if pipeline is not None else []
         if not decoded:
             executed = await self.path.run(model, request, names)
             return executed.tensors()

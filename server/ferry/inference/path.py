@@ -52,7 +52,7 @@ class Tracing(Protocol):
     def finish(self, handle: Any, version: str, error: str = "") -> None: ...
 
 
-@dataclass
+@dataclass(slots=True)
 class Part:
     """One execution's outputs (config dims), its images' transforms, and its post-stage's result."""
 
@@ -62,7 +62,7 @@ class Part:
     post: Any = None
 
 
-@dataclass
+@dataclass(slots=True)
 class Executed:
     """What a request's executions returned, and the version that served the last of them (a
     reload may have handed the request to the version that replaced the one resolved)."""
@@ -115,6 +115,9 @@ class RequestPath:
         ``split``: images beyond ``max_batch_size`` become several executions (the image
         endpoints); otherwise that is the caller's error (V2 infer).
         """
+        if post is None and not split and not self.image_input.applies(model, request):  # tensors in, out
+            served, outputs, batch_size = await self._schedule(model, request, names)
+            return Executed(served, [Part(outputs, [], batch_size)])
         executions, transforms, decoded = await self._pre_stages(model, request, split)
         # A model that cannot batch gets an image axis on each execution's outputs where the
         # images are joined or handed to a post-stage (a declared leading 1 already is that axis).
