@@ -139,8 +139,9 @@ class ForwardToCore:
             if not relaying.done():  # the client went away (or the server is stopping): drop the request
                 relaying.cancel()
             await asyncio.gather(watching, relaying, return_exceptions=True)
-        if not relaying.cancelled() and relaying.exception() is not None:
-            raise relaying.exception()  # type: ignore[misc]
+        error = None if relaying.cancelled() else relaying.exception()
+        if error is not None:
+            raise error
 
     async def _relay(self, scope: Scope, body: _RequestBody, send: Send) -> None:
         headers = end_to_end(scope["headers"])

@@ -193,12 +193,12 @@ class ModelManager:
                     f"({status.state.value}" + (f": {status.reason})" if status.reason else ")")
                 )
             return self._serving(status.model)
-        ready = [v for v, s in record.versions.items() if s.state == ModelState.READY and s.model is not None]
+        ready = {v: s.model for v, s in record.versions.items() if s.state == ModelState.READY and s.model is not None}
         if not ready:
             raise Unavailable(
                 f"Request for unknown model: '{name}' has no available versions ({self._why_not_ready(record)})"
             )
-        return self._serving(record.versions[max(ready)].model)  # type: ignore[arg-type]
+        return self._serving(ready[max(ready)])
 
     @staticmethod
     def _serving(model: ModelVersion) -> ModelVersion:
