@@ -37,6 +37,7 @@ from ferry.api.connection_limits import HttpConnectionLimits, guarded_protocol
 from ferry.api.dataplane import DataPlane
 from ferry.api.grpc import InferenceServicer, create_grpc_server
 from ferry.api.http import create_http_app
+from ferry.api.shared_memory import SharedMemoryRegistry
 from ferry.dashboard import mount_dashboard
 from ferry.intake.forward_grpc import LOCAL_METHODS, SERVICE, ForwardingServicer
 from ferry.intake.forward_http import UNREACHABLE, ForwardToCore
@@ -182,7 +183,7 @@ class Stack:
             control_mode=ControlMode.EXPLICIT,
             startup_models=["simple", "dynamic_shape", "digits", BROKEN_MODEL],
         )
-        self.plane = DataPlane(manager)
+        self.plane = DataPlane(manager, shared_memory=SharedMemoryRegistry())
         if self.repository is not None:  # a real core; without one the front's sockets lead nowhere
             metrics = Metrics(manager.ready_models)
             manager.on_loaded = metrics.attach

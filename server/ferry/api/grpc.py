@@ -29,7 +29,7 @@ from .limits import OFF_LOOP_BYTES
 from .logging_ext import grpc_log_settings
 from .response_size import estimated_size, reserve_response
 from .shared_memory import cuda_unsupported
-from .shared_memory_grpc import register, status_response
+from .shared_memory_grpc import caller, register, status_response
 from .trace_ext import grpc_trace_setting
 
 log = logging.getLogger(__name__)
@@ -67,9 +67,9 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
 
     @_rpc
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Context) -> pb.ModelInferResponse:
-        return await self._infer(request)
+        return await self._infer(request, caller(self.plane.identify, context))
 
-    async def _infer(self, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
+    async def _infer(self, request: pb.ModelInferRequest, client: str) -> pb.ModelInferResponse:
         """Admit one request at its real cost: the message, typed contents decoded, the response."""
         size = request.ByteSize()
         with self.plane.admission.admit(size) as ticket:
@@ -77,6 +77,7 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
                 infer_request = decode_infer_request(request, self.plane.limits)
             else:
                 infer_request = await asyncio.to_thread(decode_infer_request, request, self.plane.limits)
+            infer_request.client = client
             if not request.raw_input_contents:  # typed contents were copied into new arrays
                 ticket.reserve(sum(array.nbytes for array in infer_request.inputs.values()))
             response = await self.plane.infer(infer_request)
@@ -93,10 +94,11 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
         Every response carries Triton's ``triton_final_response`` flag. A request that sets
         ``triton_enable_empty_final_response`` gets its response flagged not-final, then an empty
         final response, as Triton streams decoupled models, so clients that wait for it finish."""
+        client = caller(self.plane.identify, context)
         async for request in request_iterator:
             try:
                 empty_final = _wants_empty_final(request)
-                message = await self._infer(request)
+                message = await self._infer(request, client)
                 message.parameters[FINAL_FLAG].bool_param = not empty_final
                 yield pb.ModelStreamInferResponse(infer_response=message)
                 if empty_final:
@@ -203,20 +205,20 @@ class InferenceServicer(InferenceRpcs):
     async def SystemSharedMemoryStatus(
         self, request: pb.SystemSharedMemoryStatusRequest, context: Context
     ) -> pb.SystemSharedMemoryStatusResponse:
-        return status_response(self.plane.shared_memory, request.name)
+        return status_response(self.plane.shared_memory, caller(self.plane.identify, context), request.name)
 
     @_rpc
     async def SystemSharedMemoryRegister(
         self, request: pb.SystemSharedMemoryRegisterRequest, context: Context
     ) -> pb.SystemSharedMemoryRegisterResponse:
-        register(self.plane.shared_memory, request)
+        register(self.plane.shared_memory, caller(self.plane.identify, context), request)
         return pb.SystemSharedMemoryRegisterResponse()
 
     @_rpc
     async def SystemSharedMemoryUnregister(
         self, request: pb.SystemSharedMemoryUnregisterRequest, context: Context
     ) -> pb.SystemSharedMemoryUnregisterResponse:
-        self.plane.shared_memory.unregister(request.name)
+        self.plane.shared_memory.unregister(caller(self.plane.identify, context), request.name)
         return pb.SystemSharedMemoryUnregisterResponse()
 
     @_rpc

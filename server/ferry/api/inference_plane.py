@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from ..security.identity import Identify
 from ..types import InferenceRequest, InferenceResponse
 from .admission import Admission
 from .limits import Limits
@@ -16,5 +17,6 @@ from .limits import Limits
 class InferencePlane(Protocol):
     admission: Admission
     limits: Limits
+    identify: Identify  # who a caller is (its bearer token): requests carry it to shared memory
 
     async def infer(self, request: InferenceRequest) -> InferenceResponse: ...
