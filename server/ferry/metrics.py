@@ -112,8 +112,6 @@ class ModelCollector(Collector):
         }
         images = CounterMetricFamily("ferry_image_count", "Images decoded by the image pipeline", labels=_LABELS)
         for model in self._models():
-            if model.stats is None:
-                continue
             labels = [model.name, str(model.version)]
             snap = model.stats.snapshot()
             success.add_metric(labels, snap["success"])
@@ -246,8 +244,6 @@ class Metrics:
 
     def attach(self, model: ModelVersion) -> None:
         """Give a newly loaded version its histogram children."""
-        if model.stats is None:
-            return
         labels = (model.name, str(model.version))
         for family in (self._request, self._queue, self._input, self._infer, self._output, self._batch):
             # A reloaded version starts from zero, as its counters (its new statistics) do.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -77,7 +78,7 @@ class RequestBatches(Protocol):
 
     def run_requests(
         self, inputs: list[dict[str, np.ndarray]], outputs: list[list[str]]
-    ) -> list[dict[str, np.ndarray] | Exception]: ...
+    ) -> Sequence[dict[str, np.ndarray] | Exception]: ...
 
 
 class Backend(Protocol):
@@ -86,6 +87,9 @@ class Backend(Protocol):
     platform: str
     name: str  # Triton's backend name, e.g. "onnxruntime"
     default_filename: str
+    #: The instances run a batch as its separate requests (``RequestBatches``: Python models), so
+    #: the version gets the Python-model runner instead of the tensor-concatenating batcher.
+    request_batches: bool = False
 
     def model_filename(self, config: mc.ModelConfig) -> str:
         """The file to load from a version directory: the config's ``default_model_filename``, else

@@ -19,7 +19,7 @@ import numpy as np
 from ferry_client.codec import numpy_dtype
 
 from ..errors import FerryError, ModelLoadError, Unavailable
-from ..scheduling.scheduler import RequestTiming
+from ..scheduling.interface import ModelScheduler, RequestTiming
 from ..scheduling.timeline import Timeline
 from ..statistics import ModelStats
 from ..types import TensorSpec
@@ -31,8 +31,8 @@ Outputs = dict[str, np.ndarray]
 Resolve = Callable[[str, str], StepModel]  # (model name, version or "") -> the READY version
 
 
-class EnsembleScheduler:
-    """The scheduler of an ensemble's model version (same ``submit`` as a model's Scheduler)."""
+class EnsembleScheduler(ModelScheduler):
+    """The scheduler of an ensemble's model version: each request through every step."""
 
     def __init__(
         self,
@@ -70,6 +70,9 @@ class EnsembleScheduler:
 
     def start(self) -> None:
         """Nothing to start: the composing models' schedulers do the work."""
+
+    def hurry(self) -> None:
+        """Nothing waits here: the composing models' batchers are hurried themselves."""
 
     async def stop(self, timeout: float | None = None) -> None:
         """Refuse new requests and wait (up to ``timeout``) for those running to finish."""
@@ -206,8 +209,6 @@ class EnsembleScheduler:
         names = list(step.output_map)
         try:
             scheduler = model.scheduler
-            if scheduler is None:
-                raise Unavailable(f"model '{model.name}' has no scheduler")
             if model.max_batch_size <= 0:
                 return await scheduler.submit(args, names, 1, priority, timeout_us, timing=timing)
             items = _batch_items(args)

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..ensembles.step import StepModel
 from ..errors import FerryError, InvalidArgument, Unavailable
-from ..scheduling.scheduler import RequestTiming
+from ..scheduling.interface import ModelScheduler, RequestTiming
 from ..scheduling.timeline import Timeline
 from ..statistics import ModelStats
 from . import steps
@@ -27,7 +27,7 @@ Outputs = dict[str, np.ndarray]
 Resolve = Callable[[str, str], StepModel]
 
 
-class OcrScheduler:
+class OcrScheduler(ModelScheduler):
     """Runs OCR requests (one encoded page each) over three composing models."""
 
     def __init__(self, name: str, settings: OcrSettings, resolve: Resolve, stats: ModelStats, max_pixels: int) -> None:
@@ -61,6 +61,9 @@ class OcrScheduler:
         self._closing = True
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._idle.wait(), timeout)
+
+    def hurry(self) -> None:
+        """Nothing waits here: the composing models' batchers are hurried themselves."""
 
     def models(self) -> tuple[StepModel, StepModel, StepModel]:
         """The READY detector, angle classifier and recogniser."""

@@ -17,9 +17,8 @@ from ..ensembles.plan import plan_ensemble
 from ..ensembles.scheduler import EnsembleScheduler
 from ..ensembles.step import StepModel
 from ..errors import FerryError, ModelLoadError
-from ..statistics import ModelStats
-from .config import output_labels, tensor_specs, validate_config
-from .model import ModelVersion
+from .config import validate_config
+from .model import ModelVersion, config_tensors, new_version
 
 
 class ComposingModels(Protocol):
@@ -40,8 +39,7 @@ async def load_ensemble(
         config.name = model_dir.name
     validate_config(config, source)
     plan = plan_ensemble(config, source)
-    inputs = {s.name: s for s in tensor_specs(config.input, "input", source)}
-    outputs = {s.name: s for s in tensor_specs(config.output, "output", source)}
+    inputs, outputs = config_tensors(config, source)
     where = f"{source}: ensemble '{config.name}'"
     resolved: dict[int, StepModel] = {}
     for step in plan.steps:
@@ -51,21 +49,12 @@ async def load_ensemble(
         except FerryError as exc:
             raise ModelLoadError(f"{where}: {step.label}: {exc.message}") from None
     check_composition(plan, inputs, outputs, config.max_batch_size, resolved, where)
-    labels = output_labels(model_dir, outputs)
-    stats = ModelStats(config.name, str(version))
-    scheduler = EnsembleScheduler(plan, inputs, outputs, config.max_batch_size, models.get, stats)
-    return ModelVersion(
-        name=config.name,
-        version=version,
-        config=config,
-        inputs=inputs,
-        outputs=outputs,
-        labels=labels,
-        instances=[],
-        load_seconds=time.perf_counter() - started,
-        model_dir=model_dir,
-        scheduler=scheduler,  # type: ignore[arg-type]  # same submit/stop/in_flight as Scheduler
-        stats=stats,
+    return new_version(
+        config,
+        version,
+        model_dir,
+        started,
+        lambda stats: EnsembleScheduler(plan, inputs, outputs, config.max_batch_size, models.get, stats),
+        source,
         composing_models=plan.model_names,
-        unready_reason=scheduler.unready_reason,
     )

@@ -22,8 +22,6 @@ from ..ensembles.plan import is_ensemble
 from ..errors import FerryError, InvalidArgument, ModelLoadError, NotFound, Unavailable
 from ..ocr import is_ocr
 from ..paths import check_model_name, model_directory
-from ..scheduling import Scheduler, SchedulingPolicy
-from ..statistics import ModelStats
 from ..types import ControlMode
 from .config import CONFIG_FILENAME, parse_config_json, read_config_file
 from .ensemble_loader import load_ensemble
@@ -133,12 +131,11 @@ class ModelManager:
             )
 
     def hurry(self) -> None:
-        """Tell every loaded model's batcher that the server is draining (see ``Scheduler.hurry``)."""
+        """Tell every loaded model's batcher that the server is draining (see ``ModelScheduler.hurry``)."""
         for record in self._records.values():
             for status in record.versions.values():
-                scheduler = status.model.scheduler if status.model is not None else None
-                if isinstance(scheduler, Scheduler):
-                    scheduler.hurry()
+                if status.model is not None:
+                    status.model.scheduler.hurry()
 
     def _names_ensemble(self, name: str) -> bool:
         try:
@@ -185,9 +182,9 @@ class ModelManager:
                 continue
             for version, status in sorted(record.versions.items()):
                 state, reason = status.state, status.reason
-                if state == ModelState.READY and status.model is not None and status.model.unready_reason:
-                    reason = status.model.unready_reason()
-                    state = ModelState.UNAVAILABLE if reason else state
+                if state == ModelState.READY and status.model is not None:
+                    unready = status.model.unready_reason()
+                    reason, state = (unready, ModelState.UNAVAILABLE) if unready else (reason, state)
                 if ready_only and state != ModelState.READY:
                     continue
                 rows.append({"name": name, "version": str(version), "state": state.value, "reason": reason})
@@ -222,7 +219,7 @@ class ModelManager:
     @staticmethod
     def _serving(model: ModelVersion) -> ModelVersion:
         """A loaded version that can serve now (an ensemble needs its composing models READY)."""
-        reason = model.unready_reason() if model.unready_reason else ""
+        reason = model.unready_reason()
         if reason:
             raise Unavailable(f"model '{model.name}' is not ready: {reason}")
         return model
@@ -413,12 +410,6 @@ class ModelManager:
             log.exception("model '%s' version %d: unexpected load failure", record.name, version)
             reason = self._without_paths(f"unexpected error: {exc}")
         else:
-            if model.stats is None:
-                model.stats = ModelStats(model.name, str(version))
-            if model.scheduler is None:
-                model.scheduler = Scheduler(
-                    f"{model.name}:{version}", model.instances, model.stats, SchedulingPolicy.from_config(model.config)
-                )
             model.scheduler.start()
             if self.on_loaded:
                 self.on_loaded(model)
@@ -458,8 +449,7 @@ class ModelManager:
         model = status.model
         if model is None:
             return
-        if model.scheduler is not None:
-            await model.scheduler.stop(timeout)
+        await model.scheduler.stop(timeout)
         await asyncio.to_thread(model.close)
         status.model = None  # nothing keeps the closed version's buffers alive
         await asyncio.to_thread(release_free_memory)

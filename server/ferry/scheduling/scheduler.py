@@ -24,6 +24,7 @@ import numpy as np
 from ..backends.base import Instance
 from ..errors import FerryError, Unavailable
 from ..statistics import ModelStats
+from .interface import ModelScheduler, Outputs, RequestTiming
 from .policy import SchedulingPolicy
 from .timeline import Timeline
 
@@ -50,21 +51,9 @@ INLINE_MAX_BYTES_FACTOR = 2
 #: much as a fifth of the tiny model's whole execution when taken twice per batch.
 CPU_SAMPLE_EVERY = 8
 
-Outputs = dict[str, np.ndarray]
-
 
 class Unloading(Unavailable):
     """This version no longer takes requests; a version that replaced it may (see DataPlane.infer)."""
-
-
-@dataclass
-class RequestTiming:
-    """Where one request's time went (filled on success when the caller asks, e.g. an ensemble)."""
-
-    queue_ns: int = 0
-    compute_input_ns: int = 0
-    compute_infer_ns: int = 0
-    compute_output_ns: int = 0
 
 
 @dataclass(eq=False)
@@ -141,8 +130,8 @@ def assemble(
     return np.concatenate(parts, out=destination)
 
 
-class Scheduler:
-    """Queues requests for one model version and feeds batches to its instances."""
+class Scheduler(ModelScheduler):
+    """The dynamic batcher: queues requests for one model version and feeds batches to its instances."""
 
     def __init__(
         self, name: str, instances: Sequence[Instance], stats: ModelStats, policy: SchedulingPolicy | None = None
@@ -394,13 +383,6 @@ class Scheduler:
         sample = self._runs < INLINE_AFTER_RUNS or self._runs % CPU_SAMPLE_EVERY == 0
         cpu0 = time.thread_time_ns() if sample else 0
         t0 = time.perf_counter_ns()
-        if hasattr(instance, "run_requests"):  # see backends.base.RequestBatches
-            results = instance.run_requests([p.inputs for p in batch], [p.outputs for p in batch])
-            infer_ns = time.perf_counter_ns() - t0
-            for pending in batch:
-                pending.compute_ns = (0, infer_ns, 0)
-            self.stats.record_execution(sum(p.batch_size for p in batch), len(batch), 0, infer_ns, 0)
-            return results
         if len(batch) == 1:
             inputs = batch[0].inputs
             names = batch[0].outputs

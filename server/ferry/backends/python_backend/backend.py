@@ -36,6 +36,7 @@ class PythonBackend(Backend):
     platform = "python"
     name = "python"
     default_filename = "model.py"
+    request_batches = True  # execute(requests) answers each request of a batch on its own
 
     def gpu_available(self) -> bool:
         return False  # KIND_AUTO means CPU; a KIND_GPU group still loads (the model decides what it does)
