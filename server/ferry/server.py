@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 from collections.abc import Callable
 
@@ -163,9 +164,27 @@ class FerryServer:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
-        await self.start()
-        await self._stop.wait()
+        starting = asyncio.create_task(self.start(), name="start")
+        stopping = asyncio.create_task(self._stop.wait(), name="wait-for-stop")
+        await asyncio.wait((starting, stopping), return_when=asyncio.FIRST_COMPLETED)
+        abandoned = not starting.done()
+        if abandoned:  # SIGTERM while models still load: stop loading, shut down anyway
+            log.info("stop requested during start-up; model loads still running are abandoned")
+            starting.cancel()
+        try:
+            await starting
+        except asyncio.CancelledError:
+            pass
+        except BaseException:
+            stopping.cancel()
+            raise
+        await stopping
         await self.shutdown()
+        if abandoned:
+            # A load thread (a model's initialize()) cannot be interrupted, and the interpreter would
+            # wait for it at exit, perhaps forever: everything is closed, so leave without it.
+            logging.shutdown()
+            os._exit(0)
 
     async def shutdown(self) -> None:
         timeout = self.settings.exit_timeout_secs
