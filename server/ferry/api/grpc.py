@@ -20,6 +20,7 @@ from ferry_client.protocol import grpc_service_pb2 as pb
 from ferry_client.protocol import grpc_service_pb2_grpc as pb_grpc
 
 from ..errors import FerryError, InvalidArgument, Unimplemented
+from .cuda_shared_memory import cuda_register_refused, cuda_status, cuda_unregister
 from .dataplane import DataPlane
 from .grpc_codec import decode_infer_request, encode_infer_response
 from .grpc_decode import DecodeErrorInterceptor
@@ -27,7 +28,6 @@ from .grpc_limits import GrpcLimits
 from .limits import OFF_LOOP_BYTES
 from .logging_ext import grpc_log_settings
 from .response_size import estimated_size, reserve_response
-from .shared_memory import cuda_unsupported
 from .shared_memory_grpc import register, status_response
 from .trace_ext import grpc_trace_setting
 
@@ -203,15 +203,17 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     @_rpc
     async def CudaSharedMemoryStatus(self, request, context) -> pb.CudaSharedMemoryStatusResponse:
-        raise cuda_unsupported()
+        cuda_status(request.name)  # raises for a named region: none is ever registered
+        return pb.CudaSharedMemoryStatusResponse()
 
     @_rpc
     async def CudaSharedMemoryRegister(self, request, context) -> pb.CudaSharedMemoryRegisterResponse:
-        raise cuda_unsupported()
+        raise cuda_register_refused(request.name)
 
     @_rpc
     async def CudaSharedMemoryUnregister(self, request, context) -> pb.CudaSharedMemoryUnregisterResponse:
-        raise cuda_unsupported()
+        cuda_unregister(request.name)
+        return pb.CudaSharedMemoryUnregisterResponse()
 
 
 FINAL_FLAG = "triton_final_response"

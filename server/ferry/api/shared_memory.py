@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import ErrorKind, FerryError, InvalidArgument, NotFound, Unimplemented
+from ..errors import ErrorKind, FerryError, InvalidArgument, NotFound
 from ..types import SharedMemoryRef
 
 SHM_ROOT = Path("/dev/shm")  # where Linux keeps shm_open objects
@@ -187,8 +187,3 @@ def ref_parameters(ref: SharedMemoryRef, written: int) -> dict[str, Any]:
     if ref.offset:
         parameters[OFFSET] = ref.offset
     return parameters
-
-
-def cuda_unsupported() -> Unimplemented:
-    """CUDA shared memory needs CUDA IPC; this server does not provide it."""
-    return Unimplemented("CUDA shared memory is not supported by this server (no CUDA IPC); use system shared memory")
