@@ -24,6 +24,7 @@ from .api.http_fast import InferFastPath
 from .api.logging_ext import LoggingControl
 from .api.trace_ext import RequestTracing, file_exporter, otlp_exporter
 from .backends.python_backend import host as python_models
+from .backends.python_backend.custom_metrics import CustomMetricsCollector
 from .caching import ResponseCache
 from .caching.metrics import CacheCollector
 from .dashboard import mount_dashboard
@@ -85,6 +86,7 @@ class FerryServer:
         )
         self.metrics.registry.register(AdmissionCollector(self.plane.admission))
         self.metrics.registry.register(ImageWorkCollector(self.plane.image_work))
+        self.metrics.registry.register(CustomMetricsCollector())  # pb_utils.MetricFamily of Python models
         if self.intakes is not None:
             self.metrics.registry.register(IntakeCollector(self.intakes))
         self._stop = asyncio.Event()

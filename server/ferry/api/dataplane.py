@@ -21,7 +21,7 @@ from ferry_client.protocol import model_config_pb2 as mc
 from .. import __version__
 from ..caching import ResponseCache, images_key, request_key
 from ..ensembles.images import run_image_ensemble
-from ..errors import InvalidArgument
+from ..errors import FerryError, InvalidArgument
 from ..pipelines.postprocess import classification_strings
 from ..pipelines.preprocess import ImageTransform
 from ..pipelines.runtime import Prepared
@@ -145,7 +145,11 @@ class DataPlane:
         decoded = model.pipeline.decoded_outputs if model.pipeline is not None else {}
         for name in names:
             spec = model.outputs[name] if name in model.outputs else decoded[name]
-            array = results[name]
+            array = results.get(name)
+            if array is None:  # a Python model (or an ensemble's step) may leave an output out
+                if requested is None:
+                    continue
+                raise FerryError(f"model '{model.name}' returned no output '{name}', which the request asked for")
             flag = binary.get(name)
             datatype = spec.datatype
             if name in classify:

@@ -17,7 +17,7 @@ from ..repository.config import output_labels, tensor_specs, validate_config
 from ..repository.model import ModelVersion
 from ..statistics import ModelStats
 from .compose import check_composition
-from .plan import plan_ensemble
+from .plan import EnsemblePlan, plan_ensemble
 from .scheduler import EnsembleScheduler
 from .step import StepModel
 
@@ -51,7 +51,7 @@ async def load_ensemble(
         except FerryError as exc:
             raise ModelLoadError(f"{where}: {step.label}: {exc.message}") from None
     check_composition(plan, inputs, outputs, config.max_batch_size, resolved, where)
-    labels = output_labels(model_dir, outputs)
+    labels = {**_step_labels(plan, resolved, outputs), **output_labels(model_dir, outputs)}
     stats = ModelStats(config.name, str(version))
     scheduler = EnsembleScheduler(plan, inputs, outputs, config.max_batch_size, models.get, stats)
     return ModelVersion(
@@ -69,3 +69,15 @@ async def load_ensemble(
         composing_models=plan.model_names,
         unready_reason=scheduler.unready_reason,
     )
+
+
+def _step_labels(plan: EnsemblePlan, resolved: dict[int, StepModel], outputs: dict) -> dict[str, list[str]]:
+    """Labels an ensemble output takes from the composing model output that writes it (as Triton's
+    classification extension does), unless the ensemble names a ``label_filename`` of its own."""
+    labels: dict[str, list[str]] = {}
+    for step in plan.steps:
+        step_labels: dict[str, list[str]] = getattr(resolved[step.index], "labels", None) or {}
+        for model_output, tensor in step.output_map.items():
+            if tensor in outputs and model_output in step_labels:
+                labels[tensor] = step_labels[model_output]
+    return labels

@@ -24,7 +24,7 @@ from ..scheduling.scheduler import RequestTiming
 from ..scheduling.timeline import Timeline
 from ..statistics import ModelStats
 from .compose import check_composition
-from .plan import EnsemblePlan, Step
+from .plan import EnsemblePlan, PrunedPlan, Step
 from .step import StepModel
 
 Outputs = dict[str, np.ndarray]
@@ -50,6 +50,8 @@ class EnsembleScheduler:
         self.stats = stats
         self._resolve = resolve
         self._checked: list[weakref.ref] = []
+        #: one pruned plan per set of requested outputs (at most 2^outputs, all ensemble outputs)
+        self._pruned: dict[frozenset[str], PrunedPlan] = {}
         self._closing = False
         self._in_flight = 0
         self._idle = asyncio.Event()
@@ -133,7 +135,7 @@ class EnsembleScheduler:
         self._idle.clear()
         try:
             models = self.resolve_steps()
-            tensors = await self._run(models, inputs, priority, timeout_us, spent)
+            tensors = await self._run(models, self._plan_for(outputs), inputs, priority, timeout_us, spent)
         except asyncio.CancelledError:
             self.stats.record_failure(time.perf_counter_ns() - started, "CANCELED")
             raise
@@ -158,52 +160,71 @@ class EnsembleScheduler:
             timing.compute_input_ns += spent.compute_input_ns
             timing.compute_infer_ns += spent.compute_infer_ns
             timing.compute_output_ns += spent.compute_output_ns
-        return {name: tensors[name] for name in outputs}
+        # a step may leave out an output (a Python model can): the caller decides if it was needed
+        return {name: tensors[name] for name in outputs if name in tensors}
+
+    def _plan_for(self, outputs: list[str]) -> PrunedPlan:
+        key = frozenset(outputs)
+        pruned = self._pruned.get(key)
+        if pruned is None:
+            pruned = self._pruned[key] = self.plan.pruned(key)
+        return pruned
 
     async def _run(
         self,
         models: dict[int, StepModel],
+        plan: PrunedPlan,
         inputs: Outputs,
         priority: int | None,
         timeout_us: int | None,
         timing: RequestTiming,
     ) -> Outputs:
         tensors = dict(inputs)
-        for wave in self.plan.waves:
-            if len(wave) == 1:  # a chain: no task per step, the common case
-                results = [await self._step(wave[0], models, tensors, priority, timeout_us, timing=timing)]
-            else:
-                results = await asyncio.gather(
-                    *(self._step(step, models, tensors, priority, timeout_us, timing=timing) for step in wave)
-                )
+        for wave in plan.waves:
+            calls = [
+                self._step(step, plan.step_outputs[step.index], models, tensors, priority, timeout_us, timing)
+                for step in wave
+            ]
+            # a chain needs no task per step (the common case)
+            results = [await calls[0]] if len(calls) == 1 else await asyncio.gather(*calls)
             for step, outputs in zip(wave, results, strict=True):
                 for model_output, tensor in step.output_map.items():
-                    tensors[tensor] = outputs[model_output]
+                    if model_output in outputs:
+                        tensors[tensor] = outputs[model_output]
         return tensors
 
     async def _step(
         self,
         step: Step,
+        names: list[str],
         models: dict[int, StepModel],
         tensors: Outputs,
         priority: int | None,
         timeout_us: int | None,
         timing: RequestTiming,
     ) -> Outputs:
-        args = {model_input: tensors[tensor] for model_input, tensor in step.input_map.items()}
-        return await self._run_step(step, models[step.index], args, priority, timeout_us, timing=timing)
+        args = {}
+        for model_input, tensor in step.input_map.items():
+            if tensor not in tensors:
+                writer = next((s for s in self.plan.steps if tensor in s.output_map.values()), None)
+                raise FerryError(
+                    f"ensemble '{self.plan.name}' {step.label}: input '{model_input}' reads ensemble tensor "
+                    f"'{tensor}', which {writer.label if writer else 'no step'} did not produce"
+                )
+            args[model_input] = tensors[tensor]
+        return await self._run_step(step, models[step.index], args, names, priority, timeout_us, timing=timing)
 
     async def _run_step(
         self,
         step: Step,
         model: StepModel,
         args: Outputs,
+        names: list[str],
         priority: int | None,
         timeout_us: int | None,
         timing: RequestTiming,
     ) -> Outputs:
         """One step's request through the composing model's scheduler, split to its max_batch_size."""
-        names = list(step.output_map)
         try:
             scheduler = model.scheduler
             if scheduler is None:
@@ -229,7 +250,8 @@ class EnsembleScheduler:
                     for start in range(0, items, chunk)
                 )
             )
-            return {name: np.concatenate([part[name] for part in parts]) for name in names}
+            given = [name for name in names if all(name in part for part in parts)]
+            return {name: np.concatenate([part[name] for part in parts]) for name in given}
         except FerryError as exc:
             message = f"ensemble '{self.plan.name}' {step.label}: {exc.message}"
             if isinstance(exc, Unavailable):

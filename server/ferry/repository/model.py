@@ -119,7 +119,7 @@ def load_version(model_dir: Path, version: int, config: mc.ModelConfig, source: 
     platform = normalise_platform(config.platform, config.backend) or platform_for_file(model_dir / str(version))
     if not platform:
         raise ModelLoadError(
-            f"{source}: no platform/backend given and no model.onnx, model.plan or model.pt in "
+            f"{source}: no platform/backend given and no model.onnx, model.plan, model.pt or model.py in "
             f"{model_dir / str(version)}"
         )
     config.platform = platform

@@ -19,6 +19,8 @@ import numpy as np
 
 from ferry_client.codec import decode_bytes_elements, encode_bytes_elements
 
+from .custom_metrics import Metric, MetricFamily  # noqa: F401 - Triton models use pb_utils.MetricFamily
+
 _log = logging.getLogger("ferry.python_model")
 
 # Triton's config DataType enum: TYPE_BOOL = 1 ... TYPE_STRING = 13 (BF16 has no numpy type).
@@ -225,7 +227,7 @@ class InferenceRequest:
 
     def __init__(
         self,
-        model_name: str = "",
+        model_name: str | bytes = "",
         inputs: Sequence[Tensor] = (),
         requested_output_names: Sequence[str] = (),
         request_id: str = "",
@@ -237,7 +239,8 @@ class InferenceRequest:
         preferred_memory: Any = None,
         trace: Any = None,
     ) -> None:
-        self.model_name = model_name
+        # Triton accepts the name as bytes too (models written for Python 2 era APIs pass b"name")
+        self.model_name = model_name.decode() if isinstance(model_name, (bytes, bytearray)) else model_name
         self.model_version = model_version
         self._inputs = list(inputs)
         self._requested = list(requested_output_names)
