@@ -12,6 +12,7 @@ import asyncio
 import logging
 import os
 import signal
+import time
 from collections.abc import Callable
 
 import uvicorn
@@ -146,7 +147,9 @@ class FerryServer:
         elif s.grpc_port:
             self._grpc = public_grpc_server(self.plane, s, self.security)
             await self._grpc.start()
-        python_models.configure(s.allow_python_models, self.plane.infer, asyncio.get_running_loop())
+        python_models.configure(
+            s.allow_python_models, self.plane.infer, asyncio.get_running_loop(), self.plane.infer_stream
+        )
         await self.manager.start()
         if self._http is not None:
             await wait_started(self._http, self._http_task, f"REST server on {s.host}:{s.http_port}")
@@ -193,6 +196,11 @@ class FerryServer:
         log.info("shutting down: draining for up to %.0fs", timeout)
         self.plane.draining = True
         self.manager.hurry()  # queued requests run now instead of waiting for batch-mates that won't come
+        started = time.monotonic()
+        ended = await self.plane.end_streams(timeout)  # decoupled requests: their final response, or an error
+        if ended:
+            log.warning("ended %d decoupled request(s) still open after %.0fs with an error", ended, timeout)
+        timeout = max(1.0, timeout - (time.monotonic() - started))  # time to deliver those errors
         stops = []
         if self.intakes is not None:
             stops.append(self.intakes.stop(timeout))

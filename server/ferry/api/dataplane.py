@@ -6,10 +6,12 @@ every check and every error message exists once and both protocols behave the sa
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -21,7 +23,7 @@ from ferry_client.protocol import model_config_pb2 as mc
 from .. import __version__
 from ..caching import ResponseCache, images_key, request_key
 from ..ensembles.images import run_image_ensemble
-from ..errors import FerryError, InvalidArgument
+from ..errors import FerryError, InvalidArgument, Unavailable, Unimplemented
 from ..pipelines.postprocess import classification_strings
 from ..pipelines.preprocess import ImageTransform
 from ..pipelines.runtime import Prepared
@@ -29,6 +31,7 @@ from ..pipelines.slices import ImageWork, prepare_in_slices
 from ..repository.config import TensorSpec
 from ..repository.manager import ModelManager
 from ..repository.model import ModelVersion
+from ..scheduling.responses import ResponseStream
 from ..scheduling.scheduler import Unloading
 from ..types import InferenceRequest, InferenceResponse, OutputTensor
 from .admission import Admission
@@ -74,6 +77,8 @@ class DataPlane:
         self.shared_memory = SharedMemoryRegistry()
         self.started = False
         self.draining = False
+        self.open_streams: set[ResponseStream] = set()  # decoupled requests not yet final
+        self._streams_closed = asyncio.Event()
         self.start_time = time.time()
         workers = os.cpu_count() or 1
         self._image_pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ferry-image")
@@ -118,8 +123,12 @@ class DataPlane:
 
     # --- inference ------------------------------------------------------------------------------
 
-    async def infer(self, request: InferenceRequest) -> InferenceResponse:
+    async def infer(self, request: InferenceRequest, door: str = "HTTP end point") -> InferenceResponse:
+        """One request, one response. A decoupled model answers through ``infer_stream`` only: this
+        refuses it with Triton's words, naming the ``door`` (the front door's endpoint)."""
         model = self.manager.get(request.model_name, request.model_version)
+        if model.decoupled:
+            raise Unimplemented(f"{door} doesn't support models with decoupled transaction policy")
         if request.shared_memory_inputs:
             self._read_shared_memory(request)
         requested = request.outputs if request.outputs else None
@@ -136,6 +145,69 @@ class DataPlane:
                 request_key(model.name, model.version, request),
                 lambda: self._execute(model, request, names),
             )
+        return self._response(model, request, names, results, batch_size)
+
+    async def infer_stream(
+        self, request: InferenceRequest
+    ) -> AsyncIterator[tuple[InferenceResponse | FerryError, bool]]:
+        """Every response to one request, each with whether it is the final one.
+
+        A model that is not decoupled gives its one response, final. A decoupled model's responses
+        come as it sends them; an error it sends mid-stream is yielded (the stream goes on unless it
+        was final). Leaving the iteration early cancels the request (the model sees
+        ``is_cancelled()``); the server's shutdown ends streams still open past its drain time."""
+        model = self.manager.get(request.model_name, request.model_version)
+        if not model.decoupled:
+            yield await self.infer(request), True
+            return
+        if request.shared_memory_inputs:
+            self._read_shared_memory(request)
+        requested = request.outputs if request.outputs else None
+        names = [o.name for o in requested] if requested is not None else list(model.outputs)
+        stream = ResponseStream(asyncio.get_running_loop())
+        self.open_streams.add(stream)
+        try:
+            _, batch_size = await self._execute_tensors(model, request, names, sink=stream)
+            async for item in stream:
+                if item.error is not None:
+                    yield item.error, item.final
+                else:
+                    batched = model.max_batch_size > 0
+                    outputs = {
+                        k: engine_output(model.outputs[k], v, batch_size, batched)
+                        for k, v in item.outputs.items()
+                        if k in model.outputs
+                    }
+                    yield self._response(model, request, names, outputs, batch_size, streamed=True), item.final
+        finally:
+            stream.cancel()
+            self.open_streams.discard(stream)
+            if not self.open_streams:
+                self._streams_closed.set()
+
+    async def end_streams(self, timeout: float) -> int:
+        """Shutdown: wait up to ``timeout`` for open decoupled requests to finish, then end the rest
+        with an error (their clients get it as the last response). Returns how many were ended."""
+        self._streams_closed.clear()
+        if self.open_streams:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._streams_closed.wait(), timeout)
+        ended = list(self.open_streams)
+        for stream in ended:
+            stream.fail(Unavailable("the server is shutting down: the stream ended before its final response"))
+        return len(ended)
+
+    def _response(
+        self,
+        model: ModelVersion,
+        request: InferenceRequest,
+        names: list[str],
+        results: dict[str, np.ndarray],
+        batch_size: int,
+        streamed: bool = False,
+    ) -> InferenceResponse:
+        """The response holding ``results``: a streamed response may carry only some outputs."""
+        requested = request.outputs if request.outputs else None
         binary_default = request.binary_output_default
         binary = {o.name: o.binary for o in requested} if requested is not None else {}
         classify = {o.name: o.classification for o in requested or () if o.classification}
@@ -147,7 +219,7 @@ class DataPlane:
             spec = model.outputs[name] if name in model.outputs else decoded[name]
             array = results.get(name)
             if array is None:  # a Python model (or an ensemble's step) may leave an output out
-                if requested is None:
+                if requested is None or streamed:
                     continue
                 raise FerryError(f"model '{model.name}' returned no output '{name}', which the request asked for")
             flag = binary.get(name)
@@ -217,7 +289,7 @@ class DataPlane:
         return {output: np.concatenate(arrays) for output, arrays in parts.items()}, len(executions)
 
     async def _execute_tensors(
-        self, model: ModelVersion, request: InferenceRequest, names: list[str]
+        self, model: ModelVersion, request: InferenceRequest, names: list[str], sink: ResponseStream | None = None
     ) -> tuple[dict[str, np.ndarray], int]:
         requested = request.outputs if request.outputs else None
         try:
@@ -244,6 +316,7 @@ class DataPlane:
                 priority=_int_parameter(request, "priority"),
                 timeout_us=_int_parameter(request, "timeout"),
                 timeline=trace.timeline if trace else None,
+                **({"sink": sink} if sink is not None else {}),
             )
         except Exception as exc:
             if trace:

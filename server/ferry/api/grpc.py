@@ -20,6 +20,7 @@ from ferry_client.protocol import grpc_service_pb2 as pb
 from ferry_client.protocol import grpc_service_pb2_grpc as pb_grpc
 
 from ..errors import FerryError, InvalidArgument, Unimplemented
+from ..types import InferenceRequest
 from .cuda_shared_memory import cuda_register_refused, cuda_status, cuda_unregister
 from .dataplane import DataPlane
 from .grpc_codec import decode_infer_request, encode_infer_response
@@ -147,17 +148,21 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelInfer(self, request: pb.ModelInferRequest, context) -> pb.ModelInferResponse:
         return await self._infer(request)
 
+    async def _decode(self, request: pb.ModelInferRequest, ticket: Any) -> InferenceRequest:
+        if request.ByteSize() < OFF_LOOP_BYTES:
+            infer_request = decode_infer_request(request, self.plane.limits)
+        else:
+            infer_request = await asyncio.to_thread(decode_infer_request, request, self.plane.limits)
+        if not request.raw_input_contents:  # typed contents were copied into new arrays
+            ticket.reserve(sum(array.nbytes for array in infer_request.inputs.values()))
+        return infer_request
+
     async def _infer(self, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
         """Admit one request at its real cost: the message, typed contents decoded, the response."""
         size = request.ByteSize()
         with self.plane.admission.admit(size) as ticket:
-            if size < OFF_LOOP_BYTES:
-                infer_request = decode_infer_request(request, self.plane.limits)
-            else:
-                infer_request = await asyncio.to_thread(decode_infer_request, request, self.plane.limits)
-            if not request.raw_input_contents:  # typed contents were copied into new arrays
-                ticket.reserve(sum(array.nbytes for array in infer_request.inputs.values()))
-            response = await self.plane.infer(infer_request)
+            infer_request = await self._decode(request, ticket)
+            response = await self.plane.infer(infer_request, door="ModelInfer RPC")
             reserve_response(response, self.max_response_bytes, ticket, binary_only=True)
             if estimated_size(response, binary_only=True) < OFF_LOOP_BYTES:
                 return encode_infer_response(response)
@@ -166,24 +171,96 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
-        """Answer each streamed request in order; an error answers that request, not the stream.
+        """Answer streamed requests; an error answers that request, not the stream.
 
-        Every response carries Triton's ``triton_final_response`` flag. A request that sets
-        ``triton_enable_empty_final_response`` gets its response flagged not-final, then an empty
-        final response, as Triton streams decoupled models, so clients that wait for it finish."""
-        async for request in request_iterator:
-            try:
-                empty_final = _wants_empty_final(request)
-                message = await self._infer(request)
-                message.parameters[FINAL_FLAG].bool_param = not empty_final
-                yield pb.ModelStreamInferResponse(infer_response=message)
-                if empty_final:
-                    yield pb.ModelStreamInferResponse(infer_response=_empty_final(message))
-            except FerryError as exc:
-                yield pb.ModelStreamInferResponse(error_message=exc.message)
-            except Exception as exc:
-                log.exception("unexpected error in ModelStreamInfer")
-                yield pb.ModelStreamInferResponse(error_message=f"internal error: {exc}")
+        Requests to models that are not decoupled are answered one by one, in order, each with
+        Triton's ``triton_final_response`` flag (true; with ``triton_enable_empty_final_response``
+        the data response is flagged false and an empty final response follows). A decoupled
+        model's request runs alongside the others: each response it sends goes out as it comes,
+        flagged final only when the model sent it with the final flag; its empty final response
+        goes out only if the request set ``triton_enable_empty_final_response`` (as Triton). The
+        buffer toward a client that does not read is bounded: the model then waits to send."""
+        out: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue(STREAM_BUFFER)
+        running: set[asyncio.Task] = set()
+
+        async def read() -> None:
+            async for request in request_iterator:
+                if self._is_decoupled(request):
+                    task = asyncio.create_task(self._stream_decoupled(request, out))
+                    running.add(task)
+                    task.add_done_callback(running.discard)
+                else:
+                    await self._stream_one(request, out)
+            while running:
+                await asyncio.gather(*list(running), return_exceptions=True)
+            await out.put(None)
+
+        reader = asyncio.create_task(read())
+        try:
+            while True:
+                getting = asyncio.ensure_future(out.get())
+                await asyncio.wait((getting, reader), return_when=asyncio.FIRST_COMPLETED)
+                if not getting.done():  # the reader ended (or failed) with nothing left to send
+                    getting.cancel()
+                    if out.empty():
+                        reader.result()  # raises what broke the request stream
+                        return
+                    continue
+                message = getting.result()
+                if message is None:
+                    return
+                yield message
+        finally:
+            for task in (reader, *running):
+                task.cancel()
+            await asyncio.gather(reader, *running, return_exceptions=True)
+
+    def _is_decoupled(self, request: pb.ModelInferRequest) -> bool:
+        try:
+            return self.plane.model(request.model_name, request.model_version).decoupled
+        except FerryError:
+            return False  # the request's own answer says why
+
+    async def _stream_one(self, request: pb.ModelInferRequest, out: asyncio.Queue) -> None:
+        try:
+            empty_final = _wants_empty_final(request)
+            message = await self._infer(request)
+            message.parameters[FINAL_FLAG].bool_param = not empty_final
+            await out.put(pb.ModelStreamInferResponse(infer_response=message))
+            if empty_final:
+                await out.put(pb.ModelStreamInferResponse(infer_response=_empty_final(message)))
+        except FerryError as exc:
+            await out.put(pb.ModelStreamInferResponse(error_message=exc.message))
+        except Exception as exc:
+            log.exception("unexpected error in ModelStreamInfer")
+            await out.put(pb.ModelStreamInferResponse(error_message=f"internal error: {exc}"))
+
+    async def _stream_decoupled(self, request: pb.ModelInferRequest, out: asyncio.Queue) -> None:
+        """Every response of one decoupled request into the stream (holding its admission slot)."""
+        empty_final = _wants_empty_final(request)
+        answers = pb.ModelInferResponse(
+            model_name=request.model_name, model_version=request.model_version, id=request.id
+        )
+        try:
+            with self.plane.admission.admit(request.ByteSize()) as ticket:
+                infer_request = await self._decode(request, ticket)
+                async for item, final in self.plane.infer_stream(infer_request):
+                    if isinstance(item, FerryError):
+                        failed = pb.ModelInferResponse()
+                        failed.CopyFrom(answers)
+                        failed.parameters[FINAL_FLAG].bool_param = final
+                        await out.put(pb.ModelStreamInferResponse(error_message=item.message, infer_response=failed))
+                        continue
+                    if final and not item.outputs and not empty_final:
+                        continue  # the bare end of the request: sent only to clients that asked for it
+                    message = encode_infer_response(item)
+                    message.parameters[FINAL_FLAG].bool_param = final
+                    await out.put(pb.ModelStreamInferResponse(infer_response=message))
+        except FerryError as exc:
+            await out.put(pb.ModelStreamInferResponse(error_message=exc.message, infer_response=answers))
+        except Exception as exc:
+            log.exception("unexpected error in ModelStreamInfer")
+            await out.put(pb.ModelStreamInferResponse(error_message=f"internal error: {exc}"))
 
     # --- shared memory extensions (api/shared_memory.py) ---------------------------------------
 
@@ -217,6 +294,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
 
 FINAL_FLAG = "triton_final_response"
+#: Responses a gRPC stream holds for a client that is slow to read (then decoupled models wait).
+STREAM_BUFFER = 16
 EMPTY_FINAL_REQUEST = "triton_enable_empty_final_response"
 
 

@@ -26,6 +26,7 @@ from ..repository.config import config_to_dict
 from .admission import Ticket
 from .dataplane import DataPlane
 from .docs import mount_docs
+from .generate import add_generate_routes
 from .http_codec import compress_response, decode_infer_request, decompress, encode_infer_response
 from .json_body import parse_json_object
 from .limits import OFF_LOOP_BYTES
@@ -407,4 +408,5 @@ def create_http_app(
     add_shared_memory_routes(
         app, plane.shared_memory, lambda request: _json_body(request, max_body_bytes), json_response
     )
+    add_generate_routes(app, plane, lambda request: _json_body(request, max_body_bytes))
     return app

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -76,8 +76,10 @@ class RequestBatches(Protocol):
     """
 
     def run_requests(
-        self, inputs: list[dict[str, np.ndarray]], outputs: list[list[str]]
-    ) -> list[dict[str, np.ndarray] | Exception]: ...
+        self, inputs: list[dict[str, np.ndarray]], outputs: list[list[str]], sinks: list[Any] | None = None
+    ) -> list[dict[str, np.ndarray] | Exception]:
+        """``sinks`` (one ``scheduling.responses.ResponseStream`` per request) only for a decoupled model."""
+        ...
 
 
 class Backend(Protocol):

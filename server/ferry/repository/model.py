@@ -56,6 +56,12 @@ class ModelVersion:
     def platform(self) -> str:
         return self.config.platform
 
+    @property
+    def decoupled(self) -> bool:
+        """Whether requests get any number of responses (``model_transaction_policy { decoupled }``;
+        an ensemble is decoupled when one of its steps is)."""
+        return self.config.model_transaction_policy.decoupled
+
     def close(self) -> None:
         for instance in self.instances:
             instance.close()

@@ -25,6 +25,7 @@ from ..backends.base import Instance
 from ..errors import FerryError, Unavailable
 from ..statistics import ModelStats
 from .policy import SchedulingPolicy
+from .responses import ResponseStream
 from .timeline import Timeline
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,7 @@ class Pending:
     failure: str = "BACKEND"  # the failure reason reported if this request fails
     compute_ns: tuple[int, int, int] = (0, 0, 0)  # input, infer, output of the batch it ran in
     timeline: Timeline | None = field(default=None, repr=False)  # filled only for traced requests
+    sink: ResponseStream | None = field(default=None, repr=False)  # a decoupled model's responses go here
 
 
 def batch_signature(inputs: dict[str, np.ndarray], batched: bool) -> tuple:
@@ -197,8 +199,12 @@ class Scheduler:
         timeout_us: int | None = None,
         timeline: Timeline | None = None,
         timing: RequestTiming | None = None,
+        sink: ResponseStream | None = None,
     ) -> Outputs:
         """Queue one request and wait for its outputs.
+
+        A decoupled model's request passes a ``sink``: its responses go there as the model sends
+        them, and this returns (no outputs) once the model's ``execute`` has taken the request.
 
         Raises Unavailable at once when the queue of its priority level is full; a cancelled
         caller removes the request from the queue. ``timing``, when given, receives the request's
@@ -224,6 +230,7 @@ class Scheduler:
             level,
             loop.create_future(),
             timeline=timeline,
+            sink=sink,
         )
         if timeline is not None:
             timeline.queue_start = pending.enqueued_ns
@@ -395,7 +402,11 @@ class Scheduler:
         cpu0 = time.thread_time_ns() if sample else 0
         t0 = time.perf_counter_ns()
         if hasattr(instance, "run_requests"):  # see backends.base.RequestBatches
-            results = instance.run_requests([p.inputs for p in batch], [p.outputs for p in batch])
+            sinks = [p.sink for p in batch]
+            if any(sinks):  # a decoupled model: the responses go to the sinks
+                results = instance.run_requests([p.inputs for p in batch], [p.outputs for p in batch], sinks)
+            else:
+                results = instance.run_requests([p.inputs for p in batch], [p.outputs for p in batch])
             infer_ns = time.perf_counter_ns() - t0
             for pending in batch:
                 pending.compute_ns = (0, infer_ns, 0)

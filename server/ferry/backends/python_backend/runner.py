@@ -23,6 +23,8 @@ import numpy as np
 
 from ferry_client.codec import datatype_from_config, numpy_dtype
 
+from ...errors import ErrorKind, FerryError
+from ...scheduling.responses import StreamedResponse
 from . import triton_python_backend_utils as pb_utils
 
 UTILS_MODULE = "triton_python_backend_utils"
@@ -144,6 +146,73 @@ class ModelRunner:
             self._check(response, request, names)
             for response, request, names in zip(responses, inputs, outputs, strict=True)
         ]
+
+    def execute_decoupled(
+        self, inputs: list[dict[str, np.ndarray]], outputs: list[list[str]], sinks: list[Any]
+    ) -> list[Outputs | Failure]:
+        """Run one batch of a decoupled model: each request gets a response sender whose responses
+        go to that request's sink (a ``scheduling.responses.ResponseStream``), now or later, from any
+        thread. Returns once ``execute`` has returned: ``{}`` for a request that is answered through
+        its sender, a Failure for one that ``execute`` failed before anything was sent."""
+        requests = []
+        for request, names, sink in zip(inputs, outputs, sinks, strict=True):
+            call = pb_utils.InferenceRequest(
+                model_name=self.name,
+                inputs=[pb_utils.Tensor(name, array) for name, array in request.items()],
+                requested_output_names=names,
+            )
+            call._sender = pb_utils.InferenceResponseSender(
+                self._deliverer(sink, request, names), lambda sink=sink: sink.cancelled
+            )
+            requests.append(call)
+        try:
+            returned = self._call_execute(requests)
+        except BaseException as exc:
+            return self._end_unanswered(
+                requests, sinks, f"python model '{self.name}' execute() raised {_describe(exc)}"
+            )
+        if returned is not None:
+            return self._end_unanswered(
+                requests,
+                sinks,
+                f"python model '{self.name}' is decoupled: execute() must return None and send responses "
+                f"through request.get_response_sender() (it returned {type(returned).__name__})",
+            )
+        return [{} for _ in requests]
+
+    def _deliverer(self, sink: Any, inputs: dict[str, np.ndarray], names: list[str]) -> Any:
+        def deliver(response: pb_utils.InferenceResponse | None, final: bool) -> None:
+            if response is None:
+                sink.put(StreamedResponse({}, None, final))
+                return
+            checked = self._check(response, inputs, names)
+            if isinstance(checked, Failure):
+                sink.put(StreamedResponse({}, FerryError(checked.message, ErrorKind[checked.kind]), final))
+            else:
+                sink.put(StreamedResponse(checked, None, final))
+
+        return deliver
+
+    @staticmethod
+    def _end_unanswered(
+        requests: list[pb_utils.InferenceRequest], sinks: list[Any], message: str
+    ) -> list[Outputs | Failure]:
+        """execute() failed: a request with no response yet fails; one already streaming ends with the error."""
+        results: list[Outputs | Failure] = []
+        for request, sink in zip(requests, sinks, strict=True):
+            sender = request._sender
+            assert sender is not None
+            with sender._lock:  # no send slips in between the check and the close
+                unanswered = sink.responses == 0 and not sender.closed
+                if unanswered:
+                    sender._closed = True  # later sends from the model's threads are refused
+            if unanswered:
+                results.append(Failure(message))
+                continue
+            if not sink.finished:
+                sink.put(StreamedResponse({}, FerryError(message), final=True))
+            results.append({})
+        return results
 
     def _call_execute(self, requests: list[pb_utils.InferenceRequest]) -> Any:
         if not self._async:
