@@ -20,7 +20,7 @@ import tritonclient.http as thttp
 from tritonclient.utils import InferenceServerException
 
 from ..conftest import RunningServer, start_server
-from ..ensembles.repo import add_simple
+from ..ensembles.repo import add_ensemble, add_simple, scheduling, step, tensors
 
 MODELS = Path(__file__).parent / "decoupled_models"
 
@@ -31,6 +31,23 @@ def build_repository(root: Path) -> Path:
     for model in MODELS.iterdir():
         if model.is_dir():
             shutil.copytree(model, repo / model.name, ignore=shutil.ignore_patterns("__pycache__"))
+    io = tensors("input", "N", datatype="TYPE_INT32", dims="1") + tensors(
+        "output", "SQUARES", datatype="TYPE_INT32", dims="1"
+    )
+    add_ensemble(  # the last step is decoupled: the ensemble streams its responses
+        repo,
+        "plus_one_then_square",
+        "max_batch_size: 0\n"
+        + io
+        + scheduling(step("plus_one", {"IN": "N"}, {"OUT": "M"}), step("square", {"IN": "M"}, {"OUT": "SQUARES"})),
+    )
+    add_ensemble(  # refused: a step reads the decoupled step's output
+        repo,
+        "square_then_plus_one",
+        "max_batch_size: 0\n"
+        + io
+        + scheduling(step("square", {"IN": "N"}, {"OUT": "S"}), step("plus_one", {"IN": "S"}, {"OUT": "SQUARES"})),
+    )
     return repo
 
 
@@ -222,3 +239,23 @@ def test_generate_and_generate_stream(server: RunningServer) -> None:
     assert "missing input 'IN'" in missing.json()["error"]
     unknown = httpx.post(f"{base}/nope/generate", json={}, timeout=30)
     assert unknown.status_code == 404
+
+
+def test_an_ensemble_ending_in_a_decoupled_step_streams_its_responses(server: RunningServer, stream: Stream) -> None:
+    stream.client.async_stream_infer(
+        "plus_one_then_square", [_input(tgrpc, "N", np.array([2], dtype=np.int32), "INT32")], request_id="ens"
+    )
+    got = stream.until_final("ens")
+    assert [(int(r.as_numpy("SQUARES")[0]), e) for r, e in got] == [(3, None)] * 3
+    config = tgrpc.InferenceServerClient(server.grpc_url).get_model_config("plus_one_then_square").config
+    assert config.model_transaction_policy.decoupled
+    events = httpx.post(
+        f"http://{server.http_url}/v2/models/plus_one_then_square/generate_stream", json={"N": 1}, timeout=30
+    )
+    assert _sse(events.text) == [{"model_name": "plus_one_then_square", "model_version": "1", "SQUARES": 2}] * 2
+    rows = {r["name"]: r for r in httpx.post(f"http://{server.http_url}/v2/repository/index", timeout=10).json()}
+    assert rows["square_then_plus_one"]["state"] == "UNAVAILABLE"
+    assert (
+        "step 0 (model 'square') is decoupled, so it must be the last step, but step 1 (model 'plus_one') reads "
+        "its output 'S'" in rows["square_then_plus_one"]["reason"]
+    )

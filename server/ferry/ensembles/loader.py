@@ -17,7 +17,7 @@ from ..repository.config import output_labels, tensor_specs, validate_config
 from ..repository.model import ModelVersion
 from ..statistics import ModelStats
 from .compose import check_composition
-from .plan import EnsemblePlan, plan_ensemble
+from .plan import EnsemblePlan, Step, plan_ensemble
 from .scheduler import EnsembleScheduler
 from .step import StepModel
 
@@ -51,6 +51,8 @@ async def load_ensemble(
         except FerryError as exc:
             raise ModelLoadError(f"{where}: {step.label}: {exc.message}") from None
     check_composition(plan, inputs, outputs, config.max_batch_size, resolved, where)
+    if _decoupled_step(plan, resolved, where) is not None:
+        config.model_transaction_policy.decoupled = True  # its requests stream, as its last step's do
     labels = {**_step_labels(plan, resolved, outputs), **output_labels(model_dir, outputs)}
     stats = ModelStats(config.name, str(version))
     scheduler = EnsembleScheduler(plan, inputs, outputs, config.max_batch_size, models.get, stats)
@@ -81,3 +83,30 @@ def _step_labels(plan: EnsemblePlan, resolved: dict[int, StepModel], outputs: di
             if tensor in outputs and model_output in step_labels:
                 labels[tensor] = step_labels[model_output]
     return labels
+
+
+def _decoupled_step(plan: EnsemblePlan, resolved: dict[int, StepModel], where: str) -> Step | None:
+    """The one decoupled step of an ensemble, if any. Its responses become the ensemble's, so it
+    must be the last step: nothing reads its outputs, and every ensemble output comes from it."""
+    decoupled = [step for step in plan.steps if getattr(resolved[step.index], "decoupled", False)]
+    if not decoupled:
+        return None
+    if len(decoupled) > 1:
+        labels = ", ".join(step.label for step in decoupled)
+        raise ModelLoadError(f"{where}: only one step may be a decoupled model, not {labels}")
+    (last,) = decoupled
+    produced = set(last.output_map.values())
+    for step in plan.steps:
+        read = produced & set(step.input_map.values())
+        if read:
+            raise ModelLoadError(
+                f"{where}: {last.label} is decoupled, so it must be the last step, but {step.label} reads its "
+                f"output '{sorted(read)[0]}'"
+            )
+    for tensor in plan.outputs:
+        if tensor not in produced:
+            raise ModelLoadError(
+                f"{where}: ensemble output '{tensor}' does not come from the decoupled {last.label}: an ensemble "
+                "with a decoupled step streams that step's responses, so every output must come from it"
+            )
+    return last

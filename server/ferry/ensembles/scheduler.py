@@ -20,6 +20,7 @@ from ferry_client.codec import numpy_dtype
 
 from ..errors import FerryError, ModelLoadError, Unavailable
 from ..repository.config import TensorSpec
+from ..scheduling.responses import ResponseStream, StreamedResponse
 from ..scheduling.scheduler import RequestTiming
 from ..scheduling.timeline import Timeline
 from ..statistics import ModelStats
@@ -122,8 +123,12 @@ class EnsembleScheduler:
         timeout_us: int | None = None,
         timeline: Timeline | None = None,
         timing: RequestTiming | None = None,
+        sink: ResponseStream | None = None,
     ) -> Outputs:
         """Run one request through every step and return the asked ensemble outputs.
+
+        An ensemble whose last step is decoupled gets a ``sink``: the steps before run as usual,
+        then each response of the last step goes to the sink under the ensemble's output names.
 
         A traced request's ``timeline`` spans all steps as one compute stage (each step's own
         queue and compute times are in the composing models' statistics)."""
@@ -135,7 +140,7 @@ class EnsembleScheduler:
         self._idle.clear()
         try:
             models = self.resolve_steps()
-            tensors = await self._run(models, self._plan_for(outputs), inputs, priority, timeout_us, spent)
+            tensors = await self._run(models, self._plan_for(outputs), inputs, priority, timeout_us, spent, sink)
         except asyncio.CancelledError:
             self.stats.record_failure(time.perf_counter_ns() - started, "CANCELED")
             raise
@@ -178,9 +183,17 @@ class EnsembleScheduler:
         priority: int | None,
         timeout_us: int | None,
         timing: RequestTiming,
+        sink: ResponseStream | None = None,
     ) -> Outputs:
         tensors = dict(inputs)
         for wave in plan.waves:
+            if sink is not None:
+                last = next((step for step in wave if getattr(models[step.index], "decoupled", False)), None)
+                if last is not None:  # the loader made sure nothing comes after it
+                    await self._stream_step(last, models[last.index], tensors, sink, priority, timeout_us, timing)
+                    wave = tuple(step for step in wave if step is not last)
+                    if not wave:
+                        continue
             calls = [
                 self._step(step, plan.step_outputs[step.index], models, tensors, priority, timeout_us, timing)
                 for step in wave
@@ -192,6 +205,36 @@ class EnsembleScheduler:
                     if model_output in outputs:
                         tensors[tensor] = outputs[model_output]
         return tensors
+
+    async def _stream_step(
+        self,
+        step: Step,
+        model: StepModel,
+        tensors: Outputs,
+        sink: ResponseStream,
+        priority: int | None,
+        timeout_us: int | None,
+        timing: RequestTiming,
+    ) -> None:
+        """The decoupled last step: its responses go straight to the ensemble's sink, renamed."""
+        args = {model_input: tensors[tensor] for model_input, tensor in step.input_map.items()}
+        scheduler = model.scheduler
+        try:
+            if scheduler is None:
+                raise Unavailable(f"model '{model.name}' has no scheduler")
+            items = _batch_items(args) if model.max_batch_size > 0 else 1
+            renamed = RenamedStream(sink, step.output_map)
+            await scheduler.submit(
+                args,
+                list(step.output_map),
+                items,
+                priority,
+                timeout_us,
+                timing=timing,
+                sink=renamed,  # type: ignore[arg-type]
+            )
+        except FerryError as exc:
+            raise FerryError(f"ensemble '{self.plan.name}' {step.label}: {exc.message}", exc.kind) from None
 
     async def _step(
         self,
@@ -272,3 +315,27 @@ def _batch_items(args: Outputs) -> int:
 def _empty(spec: TensorSpec) -> np.ndarray:
     """An output with no items (a batch of zero detections), typed as the config declares."""
     return np.empty((0, *(max(d, 0) for d in spec.dims)), dtype=numpy_dtype(spec.datatype))
+
+
+class RenamedStream:
+    """A step's view of the ensemble's response stream: its output names become the ensemble's."""
+
+    def __init__(self, target: ResponseStream, output_map: dict[str, str]) -> None:
+        self._target = target
+        self._names = output_map
+
+    @property
+    def cancelled(self) -> bool:
+        return self._target.cancelled
+
+    @property
+    def finished(self) -> bool:
+        return self._target.finished
+
+    @property
+    def responses(self) -> int:
+        return self._target.responses
+
+    def put(self, response: StreamedResponse) -> bool:
+        outputs = {self._names[name]: array for name, array in response.outputs.items() if name in self._names}
+        return self._target.put(StreamedResponse(outputs, response.error, response.final))

@@ -7,7 +7,7 @@ contract other model kinds implement.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -28,10 +28,12 @@ class StepScheduler(Protocol):
         timeout_us: int | None = None,
         timeline: Timeline | None = None,
         timing: RequestTiming | None = None,
+        sink: Any = None,
     ) -> dict[str, np.ndarray]:
         """Run one request (``batch_size`` items when batched) and return the asked outputs.
 
         Fills ``timing`` (queue and compute durations) when given, for the ensemble's statistics.
+        A decoupled model takes a ``sink`` (``put``, ``cancelled``) that its responses go to.
         """
         ...
 
