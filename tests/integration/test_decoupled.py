@@ -259,3 +259,26 @@ def test_an_ensemble_ending_in_a_decoupled_step_streams_its_responses(server: Ru
         "step 0 (model 'square') is decoupled, so it must be the last step, but step 1 (model 'plus_one') reads "
         "its output 'S'" in rows["square_then_plus_one"]["reason"]
     )
+
+
+def _response_counts(server: RunningServer) -> dict[str, int]:
+    stats = httpx.get(f"http://{server.http_url}/v2/models/square/stats", timeout=10).json()["model_stats"][0]
+    return {index: entry["success"]["count"] for index, entry in stats["response_stats"].items()}
+
+
+def _response_metric(server: RunningServer, outcome: str) -> float:
+    text = httpx.get(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10).text
+    line = f'ferry_inference_response_count{{model="square",outcome="{outcome}",version="1"}} '
+    return next((float(row[len(line) :]) for row in text.splitlines() if row.startswith(line)), 0.0)
+
+
+def test_statistics_and_metrics_count_each_response(server: RunningServer) -> None:
+    before, metric_before = _response_counts(server), _response_metric(server, "success")
+    events = httpx.post(f"http://{server.http_url}/v2/models/square/generate_stream", json={"IN": 3}, timeout=30)
+    assert len(_sse(events.text)) == 3
+    after = _response_counts(server)
+    for index in ("0", "1", "2"):
+        assert after[index] == before.get(index, 0) + 1
+    assert _response_metric(server, "success") == metric_before + 3
+    grpc_stats = tgrpc.InferenceServerClient(server.grpc_url).get_inference_statistics("square")
+    assert grpc_stats.model_stats[0].response_stats["2"].success.count == after["2"]

@@ -166,9 +166,17 @@ class DataPlane:
         names = [o.name for o in requested] if requested is not None else list(model.outputs)
         stream = ResponseStream(asyncio.get_running_loop())
         self.open_streams.add(stream)
+        sent, last = 0, time.perf_counter_ns()
+        final = False
         try:
             _, batch_size = await self._execute_tensors(model, request, names, sink=stream)
             async for item in stream:
+                final = item.final
+                if model.stats is not None:
+                    now = time.perf_counter_ns()
+                    outcome = "fail" if item.error else "success" if item.outputs else "empty_response"
+                    model.stats.record_response(sent, now - last, outcome)
+                    sent, last = sent + 1, now
                 if item.error is not None:
                     yield item.error, item.final
                 else:
@@ -180,6 +188,8 @@ class DataPlane:
                     }
                     yield self._response(model, request, names, outputs, batch_size, streamed=True), item.final
         finally:
+            if not final and sent and model.stats is not None:  # the client went away mid-stream
+                model.stats.record_response(sent, time.perf_counter_ns() - last, "cancel")
             stream.cancel()
             self.open_streams.discard(stream)
             if not self.open_streams:
