@@ -25,7 +25,7 @@ from .api.http_fast import InferFastPath
 from .api.logging_ext import LoggingControl
 from .api.trace_ext import RequestTracing, file_exporter, otlp_exporter
 from .backends.python_backend import host as python_models
-from .backends.python_backend.custom_metrics import CustomMetricsCollector
+from .backends.python_backend.custom_metrics import metrics_app
 from .caching import ResponseCache
 from .caching.metrics import CacheCollector
 from .dashboard import mount_dashboard
@@ -87,7 +87,6 @@ class FerryServer:
         )
         self.metrics.registry.register(AdmissionCollector(self.plane.admission))
         self.metrics.registry.register(ImageWorkCollector(self.plane.image_work))
-        self.metrics.registry.register(CustomMetricsCollector())  # pb_utils.MetricFamily of Python models
         if self.intakes is not None:
             self.metrics.registry.register(IntakeCollector(self.intakes))
         self._stop = asyncio.Event()
@@ -122,10 +121,8 @@ class FerryServer:
                 self._http = QuietUvicornServer(config)
                 self._http_task = asyncio.create_task(self._http.serve(), name="http")
         if s.metrics_port:
-            from prometheus_client import make_asgi_app
-
             config = uvicorn.Config(
-                self.security.metrics_app(make_asgi_app(self.metrics.registry)),
+                self.security.metrics_app(metrics_app(self.metrics.registry)),  # + pb_utils.MetricFamily
                 host=s.host,
                 port=s.metrics_port,
                 log_level="warning",

@@ -113,19 +113,20 @@ def _metrics(server: RunningServer) -> str:
 def test_custom_metrics_of_a_python_model_reach_metrics(server: RunningServer) -> None:
     labels = 'model="metrics_model",version="1"'
     before = _metrics(server)
-    assert "# HELP ferry_test_requests requests this model saw" in before
+    assert "# HELP ferry_test_requests requests this model saw\n# TYPE ferry_test_requests counter\n" in before
     assert "# TYPE ferry_test_inputs histogram" in before
-    start = float(re.search(rf"^ferry_test_requests{{{labels}}} (\S+)$", before, re.M).group(1))
+    start = int(re.search(rf"^ferry_test_requests{{{labels}}} (\S+)$", before, re.M).group(1))
     client = _http(server)
     for value in (0.5, 2.0, 7.0):
         client.infer("metrics_model", [_input(thttp, "X", np.array([value], dtype=np.float32), "FP32")])
     text = _metrics(server)
     assert re.search(rf"^ferry_test_requests{{{labels}}} {start + 3}$", text, re.M), text
-    assert f"ferry_test_last_input{{{labels}}} 7.0" in text
+    assert f"ferry_test_last_input{{{labels}}} 7\n" in text
     for bound, count in (("1", 1), ("2.5", 2), ("10", 3), ("+Inf", 3)):
-        assert f'ferry_test_inputs_bucket{{le="{bound}",{labels}}} {count}.0' in text, text
-    assert f"ferry_test_inputs_count{{{labels}}} 3.0" in text
-    assert f"ferry_test_inputs_sum{{{labels}}} 9.5" in text
+        assert f'ferry_test_inputs_bucket{{{labels},le="{bound}"}} {count}\n' in text, text
+    assert f"ferry_test_inputs_count{{{labels}}} 3\n" in text
+    assert f"ferry_test_inputs_sum{{{labels}}} 9.5\n" in text
+    assert "nv_inference_request_success" in text  # the server's own metrics are still there
 
 
 def test_a_python_model_that_leaves_out_an_output_returns_the_others(server: RunningServer) -> None:

@@ -6,16 +6,13 @@ from __future__ import annotations
 import gc
 
 import pytest
-from prometheus_client import CollectorRegistry, generate_latest
 
 from ferry.backends.python_backend import triton_python_backend_utils as pb_utils
-from ferry.backends.python_backend.custom_metrics import CustomMetricsCollector
+from ferry.backends.python_backend.custom_metrics import exposition
 
 
 def _scrape() -> str:
-    registry = CollectorRegistry()
-    registry.register(CustomMetricsCollector())
-    return generate_latest(registry).decode()
+    return exposition()
 
 
 def test_counter_only_grows_and_cannot_be_set_or_observed() -> None:
@@ -27,7 +24,8 @@ def test_counter_only_grows_and_cannot_be_set_or_observed() -> None:
     for call, arg in ((metric.increment, -23.5), (metric.set, 9.0), (metric.observe, 0.05)):
         with pytest.raises(pb_utils.TritonModelException):
             call(arg)
-    assert 'unit_counter{a="1",b="2"} 2023.0' in _scrape()
+    text = _scrape()
+    assert '# TYPE unit_counter counter\nunit_counter{a="1",b="2"} 2023\n' in text  # Triton's layout
 
 
 def test_gauge_goes_both_ways_and_is_set() -> None:
@@ -56,8 +54,8 @@ def test_histogram_buckets_are_required_sorted_and_distinct() -> None:
         metric.observe(value)
     text = _scrape()
     for bound, count in (("0.1", 1), ("1", 1), ("2.5", 2), ("5", 2), ("10", 3), ("+Inf", 3)):
-        assert f'unit_histogram_bucket{{le="{bound}",x="y"}} {count}.0' in text
-    assert 'unit_histogram_count{x="y"} 3.0' in text and 'unit_histogram_sum{x="y"} 7.55' in text
+        assert f'unit_histogram_bucket{{x="y",le="{bound}"}} {count}\n' in text
+    assert 'unit_histogram_count{x="y"} 3\n' in text and 'unit_histogram_sum{x="y"} 7.55\n' in text
 
 
 def test_same_name_is_one_family_and_another_kind_is_refused() -> None:

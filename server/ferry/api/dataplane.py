@@ -102,6 +102,13 @@ class DataPlane:
     def model(self, name: str, version: str = "") -> ModelVersion:
         return self.manager.get(name, version)
 
+    def is_decoupled(self, name: str, version: str = "") -> bool:
+        """Whether requests to this model stream (False when it cannot serve: its request says why)."""
+        try:
+            return self.manager.get(name, version).decoupled
+        except FerryError:
+            return False
+
     def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
         model = self.manager.get(name, version)
         versions = [row["version"] for row in self.manager.index(ready_only=True) if row["name"] == name]

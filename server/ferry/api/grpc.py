@@ -216,10 +216,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             await asyncio.gather(reader, *running, return_exceptions=True)
 
     def _is_decoupled(self, request: pb.ModelInferRequest) -> bool:
-        try:
-            return self.plane.model(request.model_name, request.model_version).decoupled
-        except FerryError:
-            return False  # the request's own answer says why
+        return self.plane.is_decoupled(request.model_name, request.model_version)
 
     async def _stream_one(self, request: pb.ModelInferRequest, out: asyncio.Queue) -> None:
         try:

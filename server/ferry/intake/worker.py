@@ -78,8 +78,13 @@ class IntakePlane:
         self.limits = limits
         self._client = client
 
-    async def infer(self, request: InferenceRequest) -> InferenceResponse:
+    async def infer(self, request: InferenceRequest, door: str = "") -> InferenceResponse:
         return await self._client.infer(request)
+
+    def is_decoupled(self, name: str, version: str = "") -> bool:
+        """Decoupled models are not streamed through intake processes: their requests go to the
+        model process as one-response requests, which it refuses with Triton's error."""
+        return False
 
 
 async def run(assignment: Assignment) -> int:

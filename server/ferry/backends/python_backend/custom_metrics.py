@@ -16,11 +16,10 @@ import itertools
 import re
 import threading
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-from prometheus_client.core import Metric as PrometheusMetric
-from prometheus_client.registry import Collector
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 _NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 _LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
@@ -218,22 +217,49 @@ def _bound(value: float) -> str:
     return str(int(value)) if value.is_integer() else repr(value)
 
 
-class CustomMetricsCollector(Collector):
-    """Exposes the store on the server's /metrics at scrape time."""
+def exposition() -> str:
+    """Every custom metric in Prometheus' text format, exactly as Triton writes it (a counter keeps
+    its name: prometheus_client's own exposition would call it NAME_total)."""
+    lines: list[str] = []
+    for family, series in STORE.snapshot():
+        description = family.description.replace("\\", "\\\\").replace("\n", "\\n")
+        lines += [f"# HELP {family.name} {description}", f"# TYPE {family.name} {_KIND_NAMES[family.kind]}"]
+        for labels, values in series:
+            if family.kind != MetricFamily.HISTOGRAM:
+                lines.append(f"{family.name}{_labels(labels)} {_number(values.value)}")
+                continue
+            running = 0
+            for bound, count in zip((*values.buckets, float("inf")), values.counts, strict=True):
+                running += count
+                lines.append(f"{family.name}_bucket{_labels({**labels, 'le': _bound(bound)})} {running}")
+            lines.append(f"{family.name}_sum{_labels(labels)} {_number(values.total)}")
+            lines.append(f"{family.name}_count{_labels(labels)} {values.observations}")
+    return "\n".join(lines) + "\n" if lines else ""
 
-    def collect(self) -> Iterable[PrometheusMetric]:
-        for family, series in STORE.snapshot():
-            # a counter goes out untyped, as Ferry's own: prometheus_client would rename it NAME_total
-            kind = "unknown" if family.kind == MetricFamily.COUNTER else _KIND_NAMES[family.kind]
-            metric = PrometheusMetric(family.name, family.description, kind)
-            for labels, values in series:
-                if family.kind != MetricFamily.HISTOGRAM:
-                    metric.add_sample(family.name, labels, values.value)
-                    continue
-                running = 0
-                for bound, count in zip((*values.buckets, float("inf")), values.counts, strict=True):
-                    running += count
-                    metric.add_sample(f"{family.name}_bucket", {**labels, "le": _bound(bound)}, running)
-                metric.add_sample(f"{family.name}_count", labels, values.observations)
-                metric.add_sample(f"{family.name}_sum", labels, values.total)
-            yield metric
+
+def _labels(labels: dict[str, str]) -> str:
+    if not labels:
+        return ""
+    return "{" + ",".join(f'{key}="{_escape(value)}"' for key, value in labels.items()) + "}"
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if value.is_integer() and abs(value) < 2**53 else repr(value)
+
+
+def metrics_app(registry: CollectorRegistry) -> Callable[..., Awaitable[None]]:
+    """The /metrics ASGI app: the server's registry, then the Python models' custom metrics."""
+
+    async def app(scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            return
+        body = generate_latest(registry) + exposition().encode()
+        headers = [(b"content-type", CONTENT_TYPE_LATEST.encode()), (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    return app

@@ -439,3 +439,8 @@ def get_input_config_by_name(model_config: dict[str, Any], name: str) -> dict[st
 
 def get_output_config_by_name(model_config: dict[str, Any], name: str) -> dict[str, Any] | None:
     return next((t for t in model_config.get("output", []) if t.get("name") == name), None)
+
+
+def using_decoupled_model_transaction_policy(model_config: dict[str, Any]) -> bool:
+    """Whether the model config (as ``initialize`` gets it, parsed) makes the model decoupled."""
+    return bool(model_config.get("model_transaction_policy", {}).get("decoupled", False))

@@ -1,9 +1,15 @@
 """For input N, N responses of N (none for 0), sent from execute; the last one carries the final flag."""
 
+import json
+
 import triton_python_backend_utils as pb_utils
 
 
 class TritonPythonModel:
+    def initialize(self, args):
+        if not pb_utils.using_decoupled_model_transaction_policy(json.loads(args["model_config"])):
+            raise pb_utils.TritonModelException("square must be decoupled")
+
     def execute(self, requests):
         for request in requests:
             value = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
