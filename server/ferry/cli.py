@@ -20,9 +20,8 @@ from .cli_errors import (
     missing_extra,
     settings_error,
 )
-from .cli_help import describe_defaults
+from .cli_settings import add_settings_flags, flag_options
 from .errors import FerryError
-from .repository.manager import ControlMode
 from .settings import Settings
 
 
@@ -35,100 +34,7 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "repository", nargs="?", type=Path, metavar="REPOSITORY", help="model repository (same as --model-repository)"
     )
-    p.add_argument("--model-repository", "--model-repo", dest="model_repository", type=Path, metavar="DIR")
-    p.add_argument("--host")
-    p.add_argument("--http-port", type=int)
-    p.add_argument("--grpc-port", type=int)
-    p.add_argument("--metrics-port", type=int)
-    p.add_argument("--model-control-mode", choices=[m.value for m in ControlMode])
-    p.add_argument(
-        "--load-model",
-        action="append",
-        metavar="NAME",
-        help="model to load at start in explicit mode (repeatable; '*' loads all)",
-    )
-    p.add_argument("--repository-poll-secs", type=float)
-    p.add_argument("--exit-timeout-secs", "--exit-timeout", dest="exit_timeout_secs", type=float)
-    p.add_argument("--http-max-body-bytes", type=int)
-    p.add_argument("--grpc-max-message-bytes", type=int)
-    p.add_argument(
-        "--dashboard",
-        action=argparse.BooleanOptionalAction,
-        help="serve the web dashboard at / on the REST port (default: on)",
-    )
-    p.add_argument(
-        "--max-inflight-requests",
-        type=int,
-        help="server-wide cap on requests in flight; more get 503 + Retry-After / UNAVAILABLE",
-    )
-    p.add_argument("--max-inflight-bytes", type=int, help="server-wide cap on request bytes held at once")
-    p.add_argument("--max-tensor-elements", type=int, help="elements per request tensor (before decoding)")
-    p.add_argument("--max-bytes-elements", type=int, help="BYTES elements per request tensor")
-    p.add_argument("--max-inputs-per-request", type=int, help="input tensors per request")
-    p.add_argument("--http-max-json-bytes", type=int, help="JSON part of a REST inference body")
-    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
-    p.add_argument("--log-format", choices=["default", "ISO8601", "json"], help="log line format (json: JSON lines)")
-    p.add_argument("--trace-file", metavar="FILE", help="append traced requests' spans to FILE as JSON lines")
-    p.add_argument("--trace-otlp-endpoint", metavar="URL", help="export spans over OTLP/HTTP (needs ferry[otlp])")
-    p.add_argument(
-        "--cache-size",
-        type=int,
-        metavar="BYTES",
-        help="response cache size (Triton's --cache-config local,size=); used by models with response_cache enabled",
-    )
-    p.add_argument(
-        "--intake-processes",
-        type=int,
-        metavar="N",
-        help="processes serving the REST and gRPC ports, handing tensors to the model process through shared "
-        "memory (0 = one per four cores; 1 = a single process)",
-    )
-    p.add_argument("--intake-arena-bytes", type=int, help="shared memory per intake process and direction")
-    _limits_arguments(p)
-    security = p.add_argument_group("security", "bearer tokens may also come from FERRY_AUTH_TOKENS (comma separated)")
-    security.add_argument(
-        "--auth-token-file",
-        metavar="FILE",
-        help="require 'Authorization: Bearer <token>' with a token from FILE (one per line)",
-    )
-    security.add_argument(
-        "--auth-public-health",
-        action="store_true",
-        default=None,
-        help="let health, readiness and model-ready checks through without a token",
-    )
-    security.add_argument(
-        "--auth-metrics", action="store_true", default=None, help="require a token on the metrics port too"
-    )
-    security.add_argument(
-        "--allow-python-models",
-        action="store_true",
-        default=None,
-        help="load Triton Python models (model.py): the repository's code runs in the server (default: refused)",
-    )
-    security.add_argument("--tls-cert", metavar="PEM", help="serve REST and gRPC over TLS with this certificate")
-    security.add_argument("--tls-key", metavar="PEM", help="private key of --tls-cert")
-    security.add_argument(
-        "--tls-client-ca", metavar="PEM", help="require client certificates signed by this CA (mutual TLS)"
-    )
-    describe_defaults(p)
-
-
-def _limits_arguments(p: argparse.ArgumentParser) -> None:
-    limits = p.add_argument_group("connection limits", "against slow and hostile clients (docs/reliability.md)")
-    limits.add_argument("--http-max-connections", type=int, help="open REST connections (0 = no cap)")
-    limits.add_argument("--http-header-timeout-secs", type=float, help="time to send the headers")
-    limits.add_argument("--http-max-header-bytes", type=int, help="request line and headers")
-    limits.add_argument("--http-min-body-rate", type=int, help="slowest body upload in bytes/s (0 = any)")
-    limits.add_argument("--http-body-grace-secs", type=float, help="before the body rate counts")
-    limits.add_argument("--http-keep-alive-timeout-secs", type=float, help="idle keep-alive connections")
-    limits.add_argument("--max-response-bytes", type=int, help="largest inference response")
-    limits.add_argument("--grpc-max-concurrent-streams", type=int, help="calls per gRPC connection")
-    limits.add_argument("--grpc-max-concurrent-rpcs", type=int, help="unfinished gRPC calls server-wide")
-    limits.add_argument("--grpc-min-ping-interval-secs", type=float, help="fastest client keepalive ping")
-    limits.add_argument("--grpc-max-ping-strikes", type=int, help="bad pings before GOAWAY")
-    limits.add_argument("--grpc-max-metadata-bytes", type=int, help="metadata of one gRPC call")
-    limits.add_argument("--grpc-max-connection-idle-secs", type=float, help="idle gRPC connections")
+    add_settings_flags(p)
 
 
 def _optimize_parser(sub: argparse._SubParsersAction) -> None:
@@ -227,7 +133,7 @@ def _optimize(args: argparse.Namespace) -> int:
 
 def _serve_settings(args: argparse.Namespace) -> Settings:
     """Settings from flags and environment, checked for what can be checked before anything starts."""
-    options = {k: v for k, v in vars(args).items() if k not in ("command", "repository") and v is not None}
+    options = flag_options(args)
     if args.repository is not None:
         if args.model_repository is not None and args.model_repository != args.repository:
             raise UserError(
@@ -257,13 +163,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return fail("ferry", missing_extra(exc))
 
 
-def _main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """``ferry`` and its subcommands (``serve``'s flags come from ``Settings``; ``optimize`` has its own,
+    because its options describe one conversion, not the server)."""
     parser = OneLineArgumentParser(prog="ferry", description="Ferry inference server")
     parser.add_argument("--version", action="version", version=f"ferry {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     _serve_parser(sub)
     _optimize_parser(sub)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if args.command == "optimize":
         return _optimize(args)
     if args.command == "serve":

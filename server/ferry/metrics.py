@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Iterable
+from types import ModuleType
 
 import psutil
 from prometheus_client import CollectorRegistry, Histogram, disable_created_metrics
@@ -174,7 +175,7 @@ class HostCollector(Collector):
 class GpuCollector(Collector):
     """GPU utilisation, memory and power through NVML; absent when there is no NVIDIA GPU."""
 
-    def __init__(self, nvml) -> None:
+    def __init__(self, nvml: ModuleType) -> None:
         self._nvml = nvml
         self._handles = [(i, nvml.nvmlDeviceGetHandleByIndex(i)) for i in range(nvml.nvmlDeviceGetCount())]
 

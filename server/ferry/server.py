@@ -13,7 +13,8 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 import uvicorn
 
@@ -47,6 +48,10 @@ from .repository.model import ModelVersion
 from .security import SecurityConfigError, ServerSecurity
 from .settings import Settings
 from .startup_report import model_table, ready_line
+
+if TYPE_CHECKING:
+    import grpc
+    from starlette.types import ASGIApp
 
 log = logging.getLogger("ferry")
 
@@ -94,7 +99,7 @@ class FerryServer:
         self._http_task: asyncio.Task | None = None
         self._metrics_http: QuietUvicornServer | None = None
         self._metrics_task: asyncio.Task | None = None
-        self._grpc = None
+        self._grpc: grpc.aio.Server | None = None
 
     def _on_loaded(self, model: ModelVersion) -> None:
         self.metrics.attach(model)
@@ -110,7 +115,7 @@ class FerryServer:
 
     async def start(self) -> None:
         s = self.settings
-        app = None
+        app: ASGIApp | None = None
         if s.http_port or self.intakes is not None:
             app = create_http_app(self.plane, s.http_max_body_bytes, s.max_response_bytes)
             if s.dashboard:
@@ -140,6 +145,7 @@ class FerryServer:
             self.metrics.registry.register(ConnectionCollector(listeners))
             self._metrics_task = asyncio.create_task(self._metrics_http.serve(), name="metrics")
         if self.intakes is not None:
+            assert app is not None  # built above whenever there are intake processes
             await self.intakes.start(app, self.plane)
         elif s.grpc_port:
             self._grpc = public_grpc_server(self.plane, s, self.security)
@@ -148,7 +154,7 @@ class FerryServer:
             s.allow_python_models, self.plane.infer, asyncio.get_running_loop(), self.plane.infer_stream
         )
         await self.manager.start()
-        if self._http is not None:
+        if self._http is not None and self._http_task is not None:
             await wait_started(self._http, self._http_task, f"REST server on {s.host}:{s.http_port}")
         self.plane.started = True
         log.info("models in %s:\n%s", self.manager.repository, model_table(self.manager.index()))
@@ -198,7 +204,7 @@ class FerryServer:
         if ended:
             log.warning("ended %d decoupled request(s) still open after %.0fs with an error", ended, timeout)
         timeout = max(1.0, timeout - (time.monotonic() - started))  # time to deliver those errors
-        stops = []
+        stops: list[Awaitable[object]] = []
         if self.intakes is not None:
             stops.append(self.intakes.stop(timeout))
         if self._grpc is not None:
@@ -211,6 +217,7 @@ class FerryServer:
         await self.manager.stop(timeout)
         if self._metrics_http is not None:
             self._metrics_http.should_exit = True
+        if self._metrics_task is not None:
             await asyncio.gather(self._metrics_task, return_exceptions=True)
         self.metrics.close()
         self.plane.tracing.shutdown()  # flushes spans still batched for the exporters

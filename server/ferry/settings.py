@@ -1,16 +1,46 @@
-"""Server options: every flag of ``ferry serve`` also reads a ``FERRY_*`` environment variable,
-so a container or a Kubernetes manifest configures the server without wrapper scripts."""
+"""Server options, the single source of ``ferry serve``'s flags and ``FERRY_*`` environment variables.
+
+Each field is one option: its name gives the flag (``--http-port``) and the variable
+(``FERRY_HTTP_PORT``), its description the flag's help, its type and default the flag's parsing,
+choices and shown default (``cli_settings`` builds the parser from these fields). A ``Flag`` in a
+field's annotation adds what only the command line needs: aliases, a metavar, a help heading.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from .repository.manager import ControlMode
+from .types import ControlMode
 
 MIB = 1024 * 1024
+
+LIMITS = "connection limits"
+SECURITY = "security"
+#: Headings of ``ferry serve --help`` (flags without a group are listed first) and what each is for.
+FLAG_GROUPS = {
+    LIMITS: "against slow and hostile clients (docs/reliability.md)",
+    SECURITY: "bearer tokens, TLS and what the repository may run",
+}
+
+
+@dataclass(frozen=True)
+class Flag:
+    """What an option needs on the command line beyond its field: other names, a metavar, a heading.
+
+    ``env_only`` (the reason) keeps an option off the command line: a flag would show it in ``ps``."""
+
+    aliases: tuple[str, ...] = ()
+    metavar: str | None = None
+    group: str | None = None
+    env_only: str = ""
+
+
+LIMIT = Flag(group=LIMITS)
 
 
 class Settings(BaseSettings):
@@ -18,15 +48,24 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="FERRY_", protected_namespaces=())
 
-    model_repository: Path = Field(Path("model_repo"), description="model repository directory")
+    model_repository: Annotated[Path, Flag(aliases=("--model-repo",), metavar="DIR")] = Field(
+        Path("model_repo"), description="model repository directory"
+    )
     host: str = Field("127.0.0.1", description="address to bind (0.0.0.0 to serve other hosts)")
     http_port: int = Field(8000, ge=0, le=65535, description="REST port (0 disables REST)")
     grpc_port: int = Field(8001, ge=0, le=65535, description="gRPC port (0 disables gRPC)")
     metrics_port: int = Field(8002, ge=0, le=65535, description="Prometheus /metrics port (0 disables)")
-    model_control_mode: ControlMode = Field(ControlMode.NONE, description="none | explicit | poll")
-    load_model: list[str] = Field(default_factory=list, description="models to load at start (explicit mode)")
+    model_control_mode: ControlMode = Field(
+        ControlMode.NONE,
+        description="none: load all at start; explicit: the load/unload API; poll: rescan the repository",
+    )
+    load_model: Annotated[list[str], Flag(metavar="NAME")] = Field(
+        default_factory=list, description="model to load at start in explicit mode (repeatable; '*' loads all)"
+    )
     repository_poll_secs: float = Field(15.0, gt=0, description="rescan interval in poll mode")
-    exit_timeout_secs: float = Field(30.0, ge=0, description="time allowed to drain at shutdown")
+    exit_timeout_secs: Annotated[float, Flag(aliases=("--exit-timeout",))] = Field(
+        30.0, ge=0, description="time allowed to drain at shutdown"
+    )
     http_max_body_bytes: int = Field(256 * MIB, gt=0, description="largest accepted REST body")
     grpc_max_message_bytes: int = Field(256 * MIB, gt=0, description="largest gRPC message")
     dashboard: bool = Field(True, description="serve the web dashboard at / on the REST port")
@@ -36,15 +75,21 @@ class Settings(BaseSettings):
     max_inflight_bytes: int = Field(
         1024 * MIB, ge=0, description="request bytes held at once; more get 503/UNAVAILABLE (0 = no cap)"
     )
-    max_tensor_elements: int = Field(1 << 26, gt=0, description="elements per request tensor")
+    max_tensor_elements: int = Field(1 << 26, gt=0, description="elements per request tensor (before decoding)")
     max_bytes_elements: int = Field(1 << 20, gt=0, description="BYTES elements per request tensor")
     max_inputs_per_request: int = Field(128, gt=0, description="input tensors per request")
     http_max_json_bytes: int = Field(64 * MIB, gt=0, description="JSON part of a REST inference body")
-    log_level: str = Field("info", description="debug | info | warning | error")
-    log_format: str = Field("default", description="default | ISO8601 | json (one JSON object per line)")
-    trace_file: Path | None = Field(None, description="file that receives traced requests' spans (JSON lines)")
-    trace_otlp_endpoint: str | None = Field(None, description="OTLP/HTTP endpoint for traced requests' spans")
-    intake_processes: int = Field(
+    log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="log severity shown")
+    log_format: Literal["default", "ISO8601", "json"] = Field(
+        "default", description="log line format (json: one JSON object per line)"
+    )
+    trace_file: Annotated[Path | None, Flag(metavar="FILE")] = Field(
+        None, description="append traced requests' spans to FILE as JSON lines"
+    )
+    trace_otlp_endpoint: Annotated[str | None, Flag(metavar="URL")] = Field(
+        None, description="export traced requests' spans over OTLP/HTTP (needs ferry[otlp])"
+    )
+    intake_processes: Annotated[int, Flag(metavar="N")] = Field(
         0,
         ge=0,
         le=64,
@@ -54,38 +99,82 @@ class Settings(BaseSettings):
     intake_arena_bytes: int = Field(
         64 * MIB, ge=4096, description="shared memory per intake process and direction for tensors in flight"
     )
-    cache_size: int = Field(
-        0, ge=0, description="response cache bytes, shared by models with response_cache { enable: true } (0 = none)"
+    cache_size: Annotated[int, Flag(metavar="BYTES")] = Field(
+        0,
+        ge=0,
+        description="response cache bytes (Triton's --cache-config local,size=), shared by models with "
+        "response_cache { enable: true } (0 = none)",
     )
 
     # --- connection limits (see docs/reliability.md) --------------------------------------------
-    http_max_connections: int = Field(1000, ge=0, description="open REST connections; more get 503 and close")
-    http_header_timeout_secs: float = Field(10.0, ge=0, description="time to send a request line and headers")
-    http_max_header_bytes: int = Field(64 * 1024, ge=0, description="request line and headers of one request")
-    http_min_body_rate: int = Field(1024, ge=0, description="slowest accepted body upload (bytes/s) after the grace")
-    http_body_grace_secs: float = Field(10.0, ge=0, description="time a body may take before its rate counts")
-    http_keep_alive_timeout_secs: float = Field(5.0, gt=0, description="idle keep-alive connections close after")
-    max_response_bytes: int = Field(
+    http_max_connections: Annotated[int, LIMIT] = Field(
+        1000, ge=0, description="open REST connections; more get 503 and close"
+    )
+    http_header_timeout_secs: Annotated[float, LIMIT] = Field(
+        10.0, ge=0, description="time to send a request line and headers"
+    )
+    http_max_header_bytes: Annotated[int, LIMIT] = Field(
+        64 * 1024, ge=0, description="request line and headers of one request"
+    )
+    http_min_body_rate: Annotated[int, LIMIT] = Field(
+        1024, ge=0, description="slowest accepted body upload (bytes/s) after the grace"
+    )
+    http_body_grace_secs: Annotated[float, LIMIT] = Field(
+        10.0, ge=0, description="time a body may take before its rate counts"
+    )
+    http_keep_alive_timeout_secs: Annotated[float, LIMIT] = Field(
+        5.0, gt=0, description="idle keep-alive connections close after"
+    )
+    max_response_bytes: Annotated[int, LIMIT] = Field(
         256 * MIB, gt=0, description="largest inference response; larger ones are refused before they are built"
     )
-    grpc_max_concurrent_streams: int = Field(1000, gt=0, description="concurrent calls per gRPC connection")
-    grpc_max_concurrent_rpcs: int = Field(
+    grpc_max_concurrent_streams: Annotated[int, LIMIT] = Field(
+        1000, gt=0, description="concurrent calls per gRPC connection"
+    )
+    grpc_max_concurrent_rpcs: Annotated[int, LIMIT] = Field(
         2048, gt=0, description="unfinished gRPC calls server-wide; more get RESOURCE_EXHAUSTED"
     )
-    grpc_min_ping_interval_secs: float = Field(10.0, ge=0, description="clients may ping no more often than this")
-    grpc_max_ping_strikes: int = Field(2, ge=0, description="too-frequent pings tolerated before GOAWAY")
-    grpc_max_metadata_bytes: int = Field(16 * 1024, gt=0, description="request metadata (headers) of one call")
-    grpc_max_connection_idle_secs: float = Field(300.0, gt=0, description="idle gRPC connections close after")
+    grpc_min_ping_interval_secs: Annotated[float, LIMIT] = Field(
+        10.0, ge=0, description="clients may ping no more often than this"
+    )
+    grpc_max_ping_strikes: Annotated[int, LIMIT] = Field(
+        2, ge=0, description="too-frequent pings tolerated before GOAWAY"
+    )
+    grpc_max_metadata_bytes: Annotated[int, LIMIT] = Field(
+        16 * 1024, gt=0, description="request metadata (headers) of one call"
+    )
+    grpc_max_connection_idle_secs: Annotated[float, LIMIT] = Field(
+        300.0, gt=0, description="idle gRPC connections close after"
+    )
 
     # --- security (see README "Security") ---------------------------------------------------------
-    auth_token_file: Path | None = Field(None, description="file of accepted bearer tokens (one per line, # comments)")
-    # Environment only (FERRY_AUTH_TOKENS, comma or space separated): a flag would show tokens in `ps`.
-    auth_tokens: SecretStr | None = Field(None, description="accepted bearer tokens")
-    auth_public_health: bool = Field(False, description="health and readiness checks need no token")
-    auth_metrics: bool = Field(False, description="the metrics port needs a bearer token too")
-    allow_python_models: bool = Field(
+    auth_token_file: Annotated[Path | None, Flag(metavar="FILE", group=SECURITY)] = Field(
+        None, description="require 'Authorization: Bearer <token>' with a token from FILE (one per line, # comments)"
+    )
+    auth_tokens: Annotated[SecretStr | None, Flag(env_only="a flag would show the tokens in ps")] = Field(
+        None, description="accepted bearer tokens, comma or space separated"
+    )
+    auth_public_health: Annotated[bool, Flag(group=SECURITY)] = Field(
+        False, description="let health, readiness and model-ready checks through without a token"
+    )
+    auth_metrics: Annotated[bool, Flag(group=SECURITY)] = Field(
+        False, description="require a token on the metrics port too"
+    )
+    allow_python_models: Annotated[bool, Flag(group=SECURITY)] = Field(
         False, description="load Triton Python models (model.py): code from the repository runs in the server"
     )
-    tls_cert: Path | None = Field(None, description="PEM server certificate (chain) for REST and gRPC")
-    tls_key: Path | None = Field(None, description="PEM private key of --tls-cert")
-    tls_client_ca: Path | None = Field(None, description="PEM CA bundle; clients must present a certificate it signed")
+    tls_cert: Annotated[Path | None, Flag(metavar="PEM", group=SECURITY)] = Field(
+        None, description="serve REST and gRPC over TLS with this PEM certificate (chain)"
+    )
+    tls_key: Annotated[Path | None, Flag(metavar="PEM", group=SECURITY)] = Field(
+        None, description="PEM private key of --tls-cert"
+    )
+    tls_client_ca: Annotated[Path | None, Flag(metavar="PEM", group=SECURITY)] = Field(
+        None, description="PEM CA bundle; clients must present a certificate it signed (mutual TLS)"
+    )
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _lower_case_level(cls, value: object) -> object:
+        """FERRY_LOG_LEVEL=DEBUG worked before the level had choices; it still does."""
+        return value.lower() if isinstance(value, str) else value

@@ -1,11 +1,17 @@
-"""The protocol-neutral request and response that flow between front doors and the data plane."""
+"""Types every layer shares: the protocol-neutral request and response that flow between front doors
+and the data plane, a tensor as a model config declares it, and the repository's control mode.
+
+They live here, beneath every package, so that ``pipelines``, ``ensembles`` and ``backends`` never
+import ``repository`` (which imports them) and ``ferry.settings`` stays light."""
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:  # annotations only: importing the settings (which use ControlMode) stays light
+    import numpy as np
 
 
 @dataclass(frozen=True)
@@ -70,3 +76,26 @@ class InferenceResponse:
     id: str = ""
     outputs: list[OutputTensor] = field(default_factory=list)
     parameters: dict[str, Any] = field(default_factory=dict)
+
+
+class ControlMode(str, enum.Enum):
+    """How the model repository is managed (Triton's ``--model-control-mode``)."""
+
+    NONE = "none"
+    EXPLICIT = "explicit"
+    POLL = "poll"
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """An input or output as the config declares it (dims exclude the batch dimension)."""
+
+    name: str
+    datatype: str
+    dims: tuple[int, ...]
+    optional: bool = False
+    label_filename: str = ""
+    reshape: tuple[int, ...] | None = None
+
+    def full_shape(self, batched: bool) -> tuple[int, ...]:
+        return (-1, *self.dims) if batched else self.dims

@@ -17,7 +17,7 @@ from ferry.pipelines.detection import decode_detections
 from ferry.pipelines.nms import weighted_nms
 from ferry.pipelines.preprocess import ImageTransform
 from ferry.pipelines.runtime import ImagePipeline
-from ferry.repository.config import TensorSpec
+from ferry.types import TensorSpec
 from ferry_client.protocol import model_config_pb2 as mc
 
 D = mc.FerryDetection

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ferry.errors import InvalidArgument, ModelLoadError
-from ferry.repository.paths import check_model_name, inside, model_directory
+from ferry.paths import check_model_name, inside, model_directory
 from ferry.security import tokens as tokens_module
 from ferry.security.policy import INVALID_TOKEN, MISSING_TOKEN, AuthPolicy
 from ferry.security.tls import TlsConfigError, TlsFiles

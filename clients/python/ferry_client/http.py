@@ -61,7 +61,7 @@ __all__ = ["AsyncHttpClient", "HttpClient"]
 Compression = Literal["gzip", "deflate"]
 
 #: Failures where the server may simply not have been reachable yet; worth another attempt.
-_RETRYABLE_TRANSPORT: tuple[type[Exception], ...] = (
+_RETRYABLE_TRANSPORT: tuple[type[httpx.TransportError], ...] = (
     httpx.ConnectError,
     httpx.ConnectTimeout,
     httpx.RemoteProtocolError,

@@ -83,14 +83,19 @@ def parse_classifications(document: Any) -> list[list[Classification]]:
     ]
 
 
+def _box(values: Any) -> tuple[float, float, float, float]:
+    x1, y1, x2, y2 = (float(v) for v in values)
+    return x1, y1, x2, y2
+
+
 def parse_detections(document: Any) -> list[list[Detection]]:
     """The /detect response as one list of detections per image."""
     return [
         [
             Detection(
-                tuple(float(v) for v in d["box"]),
+                _box(d["box"]),
                 float(d["score"]),
-                int(d["class_id"]),  # type: ignore[arg-type]
+                int(d["class_id"]),
                 d.get("label"),
                 [(float(x), float(y)) for x, y in d["keypoints"]] if "keypoints" in d else None,
             )

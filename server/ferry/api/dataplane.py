@@ -22,19 +22,18 @@ from ferry_client.protocol import model_config_pb2 as mc
 
 from .. import __version__
 from ..caching import ResponseCache, images_key, request_key
-from ..ensembles.images import run_image_ensemble
 from ..errors import FerryError, InvalidArgument, Unavailable, Unimplemented
 from ..pipelines.postprocess import classification_strings
 from ..pipelines.preprocess import ImageTransform
 from ..pipelines.runtime import Prepared
 from ..pipelines.slices import ImageWork, prepare_in_slices
-from ..repository.config import TensorSpec
 from ..repository.manager import ModelManager
 from ..repository.model import ModelVersion
 from ..scheduling.responses import ResponseStream
 from ..scheduling.scheduler import Unloading
-from ..types import InferenceRequest, InferenceResponse, OutputTensor
+from ..types import InferenceRequest, InferenceResponse, OutputTensor, TensorSpec
 from .admission import Admission
+from .ensemble_images import run_image_ensemble
 from .limits import Limits
 from .logging_ext import LoggingControl
 from .shared_memory import SharedMemoryRegistry, ref_parameters

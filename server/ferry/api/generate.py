@@ -24,8 +24,7 @@ from starlette.responses import Response, StreamingResponse
 from ferry_client.codec import numpy_dtype
 
 from ..errors import FerryError, InvalidArgument
-from ..repository.config import TensorSpec
-from ..types import InferenceRequest, InferenceResponse, OutputTensor
+from ..types import InferenceRequest, InferenceResponse, OutputTensor, TensorSpec
 from .dataplane import DataPlane
 
 JsonBody = Callable[[Request], Awaitable[dict[str, Any]]]

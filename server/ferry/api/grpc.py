@@ -26,6 +26,7 @@ from .dataplane import DataPlane
 from .grpc_codec import decode_infer_request, encode_infer_response
 from .grpc_decode import DecodeErrorInterceptor
 from .grpc_limits import GrpcLimits
+from .inference_plane import InferencePlane
 from .limits import OFF_LOOP_BYTES
 from .logging_ext import grpc_log_settings
 from .response_size import estimated_size, reserve_response
@@ -35,13 +36,14 @@ from .trace_ext import grpc_trace_setting
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+Context = grpc.aio.ServicerContext[Any, Any]
 
 
 def _rpc(method: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
     """Turn data-plane errors into gRPC statuses; anything unexpected becomes INTERNAL."""
 
     @functools.wraps(method)
-    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> T:
+    async def wrapper(self: Any, request: Any, context: Context) -> T:
         try:
             return await method(self, request, context)
         except FerryError as exc:
@@ -56,96 +58,16 @@ def _rpc(method: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
     return wrapper
 
 
-class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
-    """Implements every RPC the server supports; the rest answer UNIMPLEMENTED by default."""
+class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
+    """``ModelInfer`` and ``ModelStreamInfer`` over any inference plane (an intake process's too);
+    every other RPC answers UNIMPLEMENTED unless a subclass implements it."""
 
-    def __init__(self, plane: DataPlane, max_response_bytes: int = 256 * 1024 * 1024) -> None:
+    def __init__(self, plane: InferencePlane, max_response_bytes: int = 256 * 1024 * 1024) -> None:
         self.plane = plane
         self.max_response_bytes = max_response_bytes
 
     @_rpc
-    async def ServerLive(self, request: pb.ServerLiveRequest, context) -> pb.ServerLiveResponse:
-        return pb.ServerLiveResponse(live=self.plane.live())
-
-    @_rpc
-    async def ServerReady(self, request: pb.ServerReadyRequest, context) -> pb.ServerReadyResponse:
-        return pb.ServerReadyResponse(ready=self.plane.ready())
-
-    @_rpc
-    async def ModelReady(self, request: pb.ModelReadyRequest, context) -> pb.ModelReadyResponse:
-        return pb.ModelReadyResponse(ready=self.plane.model_ready(request.name, request.version))
-
-    @_rpc
-    async def ServerMetadata(self, request: pb.ServerMetadataRequest, context) -> pb.ServerMetadataResponse:
-        return json_format.ParseDict(self.plane.server_metadata(), pb.ServerMetadataResponse())
-
-    @_rpc
-    async def ModelMetadata(self, request: pb.ModelMetadataRequest, context) -> pb.ModelMetadataResponse:
-        metadata = self.plane.model_metadata(request.name, request.version)
-        parameters = metadata.pop("parameters", {})
-        response = json_format.ParseDict(metadata, pb.ModelMetadataResponse())
-        for key, value in parameters.items():
-            set_parameter(response.parameters[key], key, value)
-        return response
-
-    @_rpc
-    async def ModelConfig(self, request: pb.ModelConfigRequest, context) -> pb.ModelConfigResponse:
-        response = pb.ModelConfigResponse()
-        response.config.CopyFrom(self.plane.model_config(request.name, request.version))
-        return response
-
-    @_rpc
-    async def ModelStatistics(self, request: pb.ModelStatisticsRequest, context) -> pb.ModelStatisticsResponse:
-        stats = self.plane.statistics(request.name, request.version)
-        return json_format.ParseDict({"model_stats": stats}, pb.ModelStatisticsResponse(), ignore_unknown_fields=True)
-
-    @_rpc
-    async def RepositoryIndex(self, request: pb.RepositoryIndexRequest, context) -> pb.RepositoryIndexResponse:
-        rows = self.plane.repository_index(ready_only=request.ready)
-        return json_format.ParseDict({"models": rows}, pb.RepositoryIndexResponse())
-
-    @_rpc
-    async def RepositoryModelLoad(
-        self, request: pb.RepositoryModelLoadRequest, context
-    ) -> pb.RepositoryModelLoadResponse:
-        config = None
-        for key, value in request.parameters.items():
-            if key == "config":
-                if value.WhichOneof("parameter_choice") != "string_param":
-                    raise InvalidArgument("parameter 'config' must be a string holding the model config as JSON")
-                config = value.string_param
-            elif key.startswith("file:"):
-                raise InvalidArgument(
-                    "loading model files through the API is not supported; place them in the repository"
-                )
-        await self.plane.load_model(request.model_name, config)
-        return pb.RepositoryModelLoadResponse()
-
-    @_rpc
-    async def RepositoryModelUnload(
-        self, request: pb.RepositoryModelUnloadRequest, context
-    ) -> pb.RepositoryModelUnloadResponse:
-        dependents = False
-        if "unload_dependents" in request.parameters:
-            value = request.parameters["unload_dependents"]
-            if value.WhichOneof("parameter_choice") != "bool_param":
-                raise InvalidArgument("parameter 'unload_dependents' must be a bool")
-            dependents = value.bool_param
-        await self.plane.unload_model(request.model_name, dependents)
-        return pb.RepositoryModelUnloadResponse()
-
-    @_rpc
-    async def TraceSetting(self, request: pb.TraceSettingRequest, context) -> pb.TraceSettingResponse:
-        return grpc_trace_setting(self.plane.tracing, self.plane.model, request)
-
-    @_rpc
-    async def LogSettings(self, request: pb.LogSettingsRequest, context) -> pb.LogSettingsResponse:
-        if self.plane.logging is None:
-            raise Unimplemented("the logging extension is not enabled on this server")
-        return grpc_log_settings(self.plane.logging, request)
-
-    @_rpc
-    async def ModelInfer(self, request: pb.ModelInferRequest, context) -> pb.ModelInferResponse:
+    async def ModelInfer(self, request: pb.ModelInferRequest, context: Context) -> pb.ModelInferResponse:
         return await self._infer(request)
 
     async def _decode(self, request: pb.ModelInferRequest, ticket: Any) -> InferenceRequest:
@@ -169,7 +91,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             return await asyncio.to_thread(encode_infer_response, response)
 
     async def ModelStreamInfer(
-        self, request_iterator: AsyncIterator[pb.ModelInferRequest], context
+        self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Context
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
         """Answer streamed requests; an error answers that request, not the stream.
 
@@ -259,33 +181,135 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             log.exception("unexpected error in ModelStreamInfer")
             await out.put(pb.ModelStreamInferResponse(error_message=f"internal error: {exc}"))
 
+
+class InferenceServicer(InferenceRpcs):
+    """Implements every RPC the server supports, over the model process's data plane."""
+
+    plane: DataPlane
+
+    def __init__(self, plane: DataPlane, max_response_bytes: int = 256 * 1024 * 1024) -> None:
+        super().__init__(plane, max_response_bytes)
+
+    @_rpc
+    async def ServerLive(self, request: pb.ServerLiveRequest, context: Context) -> pb.ServerLiveResponse:
+        return pb.ServerLiveResponse(live=self.plane.live())
+
+    @_rpc
+    async def ServerReady(self, request: pb.ServerReadyRequest, context: Context) -> pb.ServerReadyResponse:
+        return pb.ServerReadyResponse(ready=self.plane.ready())
+
+    @_rpc
+    async def ModelReady(self, request: pb.ModelReadyRequest, context: Context) -> pb.ModelReadyResponse:
+        return pb.ModelReadyResponse(ready=self.plane.model_ready(request.name, request.version))
+
+    @_rpc
+    async def ServerMetadata(self, request: pb.ServerMetadataRequest, context: Context) -> pb.ServerMetadataResponse:
+        return json_format.ParseDict(self.plane.server_metadata(), pb.ServerMetadataResponse())
+
+    @_rpc
+    async def ModelMetadata(self, request: pb.ModelMetadataRequest, context: Context) -> pb.ModelMetadataResponse:
+        metadata = self.plane.model_metadata(request.name, request.version)
+        parameters = metadata.pop("parameters", {})
+        response = json_format.ParseDict(metadata, pb.ModelMetadataResponse())
+        for key, value in parameters.items():
+            set_parameter(response.parameters[key], key, value)
+        return response
+
+    @_rpc
+    async def ModelConfig(self, request: pb.ModelConfigRequest, context: Context) -> pb.ModelConfigResponse:
+        response = pb.ModelConfigResponse()
+        response.config.CopyFrom(self.plane.model_config(request.name, request.version))
+        return response
+
+    @_rpc
+    async def ModelStatistics(self, request: pb.ModelStatisticsRequest, context: Context) -> pb.ModelStatisticsResponse:
+        stats = self.plane.statistics(request.name, request.version)
+        return json_format.ParseDict({"model_stats": stats}, pb.ModelStatisticsResponse(), ignore_unknown_fields=True)
+
+    @_rpc
+    async def RepositoryIndex(self, request: pb.RepositoryIndexRequest, context: Context) -> pb.RepositoryIndexResponse:
+        rows = self.plane.repository_index(ready_only=request.ready)
+        return json_format.ParseDict({"models": rows}, pb.RepositoryIndexResponse())
+
+    @_rpc
+    async def RepositoryModelLoad(
+        self, request: pb.RepositoryModelLoadRequest, context: Context
+    ) -> pb.RepositoryModelLoadResponse:
+        config = None
+        for key, value in request.parameters.items():
+            if key == "config":
+                if value.WhichOneof("parameter_choice") != "string_param":
+                    raise InvalidArgument("parameter 'config' must be a string holding the model config as JSON")
+                config = value.string_param
+            elif key.startswith("file:"):
+                raise InvalidArgument(
+                    "loading model files through the API is not supported; place them in the repository"
+                )
+        await self.plane.load_model(request.model_name, config)
+        return pb.RepositoryModelLoadResponse()
+
+    @_rpc
+    async def RepositoryModelUnload(
+        self, request: pb.RepositoryModelUnloadRequest, context: Context
+    ) -> pb.RepositoryModelUnloadResponse:
+        dependents = False
+        if "unload_dependents" in request.parameters:
+            value = request.parameters["unload_dependents"]
+            if value.WhichOneof("parameter_choice") != "bool_param":
+                raise InvalidArgument("parameter 'unload_dependents' must be a bool")
+            dependents = value.bool_param
+        await self.plane.unload_model(request.model_name, dependents)
+        return pb.RepositoryModelUnloadResponse()
+
+    @_rpc
+    async def TraceSetting(self, request: pb.TraceSettingRequest, context: Context) -> pb.TraceSettingResponse:
+        return grpc_trace_setting(self.plane.tracing, self.plane.model, request)
+
+    @_rpc
+    async def LogSettings(self, request: pb.LogSettingsRequest, context: Context) -> pb.LogSettingsResponse:
+        if self.plane.logging is None:
+            raise Unimplemented("the logging extension is not enabled on this server")
+        return grpc_log_settings(self.plane.logging, request)
+
     # --- shared memory extensions (api/shared_memory.py) ---------------------------------------
 
     @_rpc
-    async def SystemSharedMemoryStatus(self, request, context) -> pb.SystemSharedMemoryStatusResponse:
+    async def SystemSharedMemoryStatus(
+        self, request: pb.SystemSharedMemoryStatusRequest, context: Context
+    ) -> pb.SystemSharedMemoryStatusResponse:
         return status_response(self.plane.shared_memory, request.name)
 
     @_rpc
-    async def SystemSharedMemoryRegister(self, request, context) -> pb.SystemSharedMemoryRegisterResponse:
+    async def SystemSharedMemoryRegister(
+        self, request: pb.SystemSharedMemoryRegisterRequest, context: Context
+    ) -> pb.SystemSharedMemoryRegisterResponse:
         register(self.plane.shared_memory, request)
         return pb.SystemSharedMemoryRegisterResponse()
 
     @_rpc
-    async def SystemSharedMemoryUnregister(self, request, context) -> pb.SystemSharedMemoryUnregisterResponse:
+    async def SystemSharedMemoryUnregister(
+        self, request: pb.SystemSharedMemoryUnregisterRequest, context: Context
+    ) -> pb.SystemSharedMemoryUnregisterResponse:
         self.plane.shared_memory.unregister(request.name)
         return pb.SystemSharedMemoryUnregisterResponse()
 
     @_rpc
-    async def CudaSharedMemoryStatus(self, request, context) -> pb.CudaSharedMemoryStatusResponse:
+    async def CudaSharedMemoryStatus(
+        self, request: pb.CudaSharedMemoryStatusRequest, context: Context
+    ) -> pb.CudaSharedMemoryStatusResponse:
         cuda_status(request.name)  # raises for a named region: none is ever registered
         return pb.CudaSharedMemoryStatusResponse()
 
     @_rpc
-    async def CudaSharedMemoryRegister(self, request, context) -> pb.CudaSharedMemoryRegisterResponse:
+    async def CudaSharedMemoryRegister(
+        self, request: pb.CudaSharedMemoryRegisterRequest, context: Context
+    ) -> pb.CudaSharedMemoryRegisterResponse:
         raise cuda_register_refused(request.name)
 
     @_rpc
-    async def CudaSharedMemoryUnregister(self, request, context) -> pb.CudaSharedMemoryUnregisterResponse:
+    async def CudaSharedMemoryUnregister(
+        self, request: pb.CudaSharedMemoryUnregisterRequest, context: Context
+    ) -> pb.CudaSharedMemoryUnregisterResponse:
         cuda_unregister(request.name)
         return pb.CudaSharedMemoryUnregisterResponse()
 
@@ -316,7 +340,7 @@ def create_grpc_server(
     credentials: grpc.ServerCredentials | None = None,
     limits: GrpcLimits | None = None,
     max_response_bytes: int = 256 * 1024 * 1024,
-    servicer: InferenceServicer | None = None,
+    servicer: InferenceRpcs | None = None,
     reuse_port: bool = False,
 ) -> grpc.aio.Server:
     """A grpc.aio server bound to ``address`` with message and connection limits (TLS when given credentials).

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -18,10 +18,10 @@ from google.protobuf.message import DecodeError
 from ..errors import ErrorKind
 from .limits import OFF_LOOP_BYTES
 
+Context = grpc.aio.ServicerContext[Any, Any]
 
-async def _decode(
-    raw: bytes, deserialize: Callable[[bytes], Any], method: str, context: grpc.aio.ServicerContext
-) -> Any:
+
+async def _decode(raw: bytes, deserialize: Callable[[bytes], Any], method: str, context: Context) -> Any:
     try:
         if len(raw) < OFF_LOOP_BYTES:
             return deserialize(raw)
@@ -34,21 +34,29 @@ async def _decode(
         )
 
 
-def _decoding_handler(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+#: What grpc.aio keeps in an RpcMethodHandler: coroutine functions taking the aio context (the stubs
+#: describe the synchronous server's handlers, whose behaviours return values and iterators).
+UnaryBehaviour = Callable[[Any, Context], Awaitable[Any]]
+StreamBehaviour = Callable[[AsyncIterator[Any], Context], AsyncIterator[Any]]
+
+
+def _decoding_handler(handler: grpc.RpcMethodHandler[Any, Any], method: str) -> grpc.RpcMethodHandler[Any, Any]:
     """The same handler, receiving raw bytes and decoding them itself (unary and bidi-streaming RPCs)."""
     deserialize = handler.request_deserializer
     serializer = handler.response_serializer
-    if not handler.request_streaming and not handler.response_streaming:
-        behaviour = handler.unary_unary
+    if deserialize is None:
+        return handler  # nothing to decode
+    if not handler.request_streaming and not handler.response_streaming and handler.unary_unary is not None:
+        behaviour = cast(UnaryBehaviour, handler.unary_unary)
 
-        async def unary(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
+        async def unary(raw: bytes, context: Context) -> Any:
             return await behaviour(await _decode(raw, deserialize, method, context), context)
 
         return grpc.unary_unary_rpc_method_handler(unary, response_serializer=serializer)
-    if handler.request_streaming and handler.response_streaming:
-        streaming = handler.stream_stream
+    if handler.request_streaming and handler.response_streaming and handler.stream_stream is not None:
+        streaming = cast(StreamBehaviour, handler.stream_stream)
 
-        async def bidi(raw_requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        async def bidi(raw_requests: AsyncIterator[bytes], context: Context) -> AsyncIterator[Any]:
             async def requests() -> AsyncIterator[Any]:
                 async for raw in raw_requests:
                     yield await _decode(raw, deserialize, method, context)

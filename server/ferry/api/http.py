@@ -28,6 +28,7 @@ from .dataplane import DataPlane
 from .docs import mount_docs
 from .generate import add_generate_routes
 from .http_codec import compress_response, decode_infer_request, decompress, encode_infer_response
+from .inference_plane import InferencePlane
 from .json_body import parse_json_object
 from .limits import OFF_LOOP_BYTES
 from .logging_ext import log_router
@@ -188,7 +189,7 @@ def _as_handler(function: Callable[[Request, Any], Response]) -> Callable[[Reque
 
 
 async def infer_response(
-    plane: DataPlane, model: str, version: str, request: Request, max_body_bytes: int, max_response_bytes: int
+    plane: InferencePlane, model: str, version: str, request: Request, max_body_bytes: int, max_response_bytes: int
 ) -> Response:
     """``POST .../infer``: admit, read and decode the body, run the model, encode and compress."""
     plane.admission.check_room(_declared_length(request))

@@ -15,8 +15,8 @@ import re
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .dataplane import DataPlane
 from .http import error_to_response, infer_response
+from .inference_plane import InferencePlane
 
 #: The inference path as FastAPI routes it: a path segment each for model and version.
 INFER_PATH = re.compile(r"/v2/models/(?P<model>[^/]+)(?:/versions/(?P<version>[^/]+))?/infer")
@@ -25,7 +25,7 @@ INFER_PATH = re.compile(r"/v2/models/(?P<model>[^/]+)(?:/versions/(?P<version>[^
 class InferFastPath:
     """Serve inference requests directly; hand everything else to ``app``."""
 
-    def __init__(self, app: ASGIApp, plane: DataPlane, max_body_bytes: int, max_response_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, plane: InferencePlane, max_body_bytes: int, max_response_bytes: int) -> None:
         self.app = app
         self.plane = plane
         self.max_body_bytes = max_body_bytes

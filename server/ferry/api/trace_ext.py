@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -102,7 +102,7 @@ class RequestTracing:
         out["trace_mode"] = self.trace_mode
         return out
 
-    def update(self, changes: dict[str, list[str] | None], model: str = "") -> dict[str, Any]:
+    def update(self, changes: Mapping[str, list[str] | None], model: str = "") -> dict[str, Any]:
         """Apply changes (``None`` or an empty list resets a setting) after checking all of them."""
         checked = {key: _check(key, values, self, model) for key, values in changes.items()}
         with self._lock:

@@ -10,7 +10,7 @@ that a config fits an engine.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ferry_client.protocol import model_config_pb2 as mc
@@ -63,7 +63,7 @@ def batch_profile(config: mc.ModelConfig, input_dims: Mapping[str, Sequence[int]
 def profile_option_strings(profile: Mapping[str, ShapeRange]) -> dict[str, str]:
     """ONNX Runtime TensorRT provider options ``trt_profile_{min,opt,max}_shapes``."""
 
-    def text(pick) -> str:
+    def text(pick: Callable[[ShapeRange], Shape]) -> str:
         return ",".join(f"{name}:{'x'.join(str(d) for d in pick(r))}" for name, r in profile.items())
 
     return {

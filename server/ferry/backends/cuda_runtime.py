@@ -24,12 +24,15 @@ class CudaError(FerryError):
 def import_cudart() -> ModuleType:
     """cuda-python's runtime module (``cuda.bindings.runtime``; ``cuda.cudart`` before 12.6)."""
     try:
-        from cuda.bindings import runtime as cudart
+        from cuda.bindings import runtime
     except ImportError:
-        try:
-            from cuda import cudart  # type: ignore[no-redef]
-        except ImportError:
-            raise ModelLoadError(f"the CUDA runtime bindings (cuda-python) are not installed; {INSTALL_HINT}") from None
+        pass
+    else:
+        return runtime
+    try:
+        from cuda import cudart
+    except ImportError:
+        raise ModelLoadError(f"the CUDA runtime bindings (cuda-python) are not installed; {INSTALL_HINT}") from None
     return cudart
 
 

@@ -21,7 +21,7 @@ from ferry_client.codec import numpy_dtype
 from ferry_client.protocol import model_config_pb2 as mc
 
 from ..errors import InvalidArgument, ModelLoadError
-from ..repository.paths import inside
+from ..paths import inside
 from .base import Backend, InstanceSpec, ModelIO, TensorInfo, config_parameter
 from .batch_profile import batch_profile, profile_option_strings
 

@@ -80,7 +80,7 @@ def datatype_of(trt_dtype: Any) -> str | None:
     return _DATATYPE_BY_TRT_NAME.get(getattr(trt_dtype, "name", str(trt_dtype)).upper())
 
 
-def collecting_logger(trt: ModuleType) -> Any:
+def collecting_logger(trt: Any) -> Any:  # the tensorrt module (untyped: its classes are bases here)
     """A trt.ILogger that keeps TensorRT's error messages (``.errors``), so load errors can quote them."""
 
     class Logger(trt.ILogger):
@@ -198,7 +198,8 @@ class TensorRTInstance:
         for name in self._inputs:
             if name not in inputs:
                 raise InvalidArgument(f"input '{name}' is required by the engine")
-            array = np.ascontiguousarray(inputs[name], dtype=_NUMPY_BY_DATATYPE[self._types[name] or "FP32"])
+            dtype = _NUMPY_BY_DATATYPE[self._types[name] or "FP32"]
+            array: np.ndarray = np.ascontiguousarray(inputs[name], dtype=dtype)
             if not self.context.set_input_shape(name, array.shape):
                 raise InvalidArgument(f"input '{name}': shape {list(array.shape)} is not accepted by the engine")
             self._buffers[name].upload(array, self._stream)

@@ -10,8 +10,8 @@ from typing import Any
 
 from ..api.dataplane import DataPlane
 from ..errors import FerryError
-from ..repository.manager import ControlMode
 from ..repository.model import ModelVersion
+from ..types import ControlMode
 
 
 def _batching(model: ModelVersion) -> dict[str, Any] | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import ModelLoadError
-from ..repository.config import TensorSpec
+from ..types import TensorSpec
 from .plan import EnsemblePlan
 from .step import StepModel
 
@@ -81,13 +81,13 @@ def check_composition(
         sides = (("input", step.input_map, model.inputs), ("output", step.output_map, model.outputs))
         for kind, mapping, specs in sides:
             for key, tensor in mapping.items():
-                spec = specs.get(key)
-                if spec is None:
+                declared = specs.get(key)
+                if declared is None:
                     raise ModelLoadError(
                         f"{where}: {step.label}: {kind}_map key '{key}' is not an {kind} of the model "
                         f"({kind}s: {', '.join(specs)})"
                     )
-                use(tensor, _Use(spec.datatype, spec.dims, step_batched, f"{step.label} {kind} '{key}'"))
+                use(tensor, _Use(declared.datatype, declared.dims, step_batched, f"{step.label} {kind} '{key}'"))
         for name, spec in model.inputs.items():
             if name not in step.input_map and not spec.optional:
                 raise ModelLoadError(f"{where}: {step.label}: model input '{name}' is not mapped by input_map")

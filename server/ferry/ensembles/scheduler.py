@@ -19,11 +19,11 @@ import numpy as np
 from ferry_client.codec import numpy_dtype
 
 from ..errors import FerryError, ModelLoadError, Unavailable
-from ..repository.config import TensorSpec
 from ..scheduling.responses import ResponseStream, StreamedResponse
 from ..scheduling.scheduler import RequestTiming
 from ..scheduling.timeline import Timeline
 from ..statistics import ModelStats
+from ..types import TensorSpec
 from .compose import check_composition
 from .plan import EnsemblePlan, PrunedPlan, Step
 from .step import StepModel

@@ -11,9 +11,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..repository.config import TensorSpec
 from ..scheduling.scheduler import RequestTiming
 from ..scheduling.timeline import Timeline
+from ..types import TensorSpec
 
 
 class StepScheduler(Protocol):

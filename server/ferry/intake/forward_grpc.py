@@ -11,7 +11,7 @@ details and metadata come back unchanged; a core that cannot be reached is UNAVA
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 import grpc
@@ -20,8 +20,8 @@ from google.protobuf.message_factory import GetMessageClass
 
 from ferry_client.protocol import grpc_service_pb2 as pb
 
-from ..api.dataplane import DataPlane
-from ..api.grpc import InferenceServicer
+from ..api.grpc import InferenceRpcs
+from ..api.inference_plane import InferencePlane
 
 log = logging.getLogger(__name__)
 
@@ -44,12 +44,12 @@ def relayed_metadata(context: grpc.aio.ServicerContext) -> Metadata:
     )
 
 
-class ForwardingServicer(InferenceServicer):
-    """InferenceServicer whose non-inference RPCs are answered by the core behind ``core_channel``."""
+class ForwardingServicer(InferenceRpcs):
+    """The inference RPCs answered here; every other RPC relayed to the core behind ``core_channel``."""
 
     local_methods: frozenset[str] = LOCAL_METHODS
 
-    def __init__(self, plane: DataPlane, max_response_bytes: int, core_channel: grpc.aio.Channel) -> None:
+    def __init__(self, plane: InferencePlane, max_response_bytes: int, core_channel: grpc.aio.Channel) -> None:
         super().__init__(plane, max_response_bytes)
         self.core_channel = core_channel
         for method in SERVICE.methods:
@@ -124,5 +124,5 @@ async def _pass_trailing_metadata(call: Any, context: grpc.aio.ServicerContext) 
         context.set_trailing_metadata(_metadata_tuple(trailing))
 
 
-def _metadata_tuple(metadata: Sequence[tuple[str, str | bytes]] | None) -> Metadata:
+def _metadata_tuple(metadata: Iterable[tuple[str, str | bytes]] | None) -> Metadata:
     return tuple((key, value) for key, value in metadata or ())

@@ -400,7 +400,7 @@ class HubConnection:
             request = self._request(header)
             response = await self._hub.infer(request)
             del request  # the views of the request block go before the answer frees it
-            reply = ("result", call, self._pack_response(response))
+            reply: tuple[object, ...] = ("result", call, self._pack_response(response))
         except asyncio.CancelledError:
             reply = ("error", call, ErrorKind.CANCELLED.name, "the request was cancelled", None)
         except Exception as exc:  # every failure is answered, or the intake would wait forever

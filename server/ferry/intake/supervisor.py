@@ -178,6 +178,7 @@ class IntakeProcesses:
             await self._private_grpc.stop(grace=1)
         if self._private_http is not None:
             self._private_http.should_exit = True
+        if self._private_http_task is not None:
             await asyncio.gather(self._private_http_task, return_exceptions=True)
         for sock in self._reserved:
             sock.close()

@@ -15,6 +15,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +24,7 @@ import grpc
 from ..api.admission import Admission
 from ..api.http_fast import InferFastPath
 from ..api.limits import Limits
+from ..errors import FerryError
 from ..front_doors import (
     QuietUvicornServer,
     connection_options,
@@ -81,6 +83,11 @@ class IntakePlane:
     async def infer(self, request: InferenceRequest, door: str = "") -> InferenceResponse:
         return await self._client.infer(request)
 
+    async def infer_stream(
+        self, request: InferenceRequest
+    ) -> AsyncIterator[tuple[InferenceResponse | FerryError, bool]]:
+        yield await self.infer(request), True
+
     def is_decoupled(self, name: str, version: str = "") -> bool:
         """Decoupled models are not streamed through intake processes: their requests go to the
         model process as one-response requests, which it refuses with Triton's error."""
@@ -127,7 +134,7 @@ async def run(assignment: Assignment) -> int:
     if client.lost.is_set():
         log.error("intake %d: the model process went away; exiting", assignment.row)
         code = 1
-    stops = []
+    stops: list[Awaitable[object]] = []
     if server is not None:
         stops.append(server.stop(grace=0 if code else settings.exit_timeout_secs))
     if http is not None:

@@ -18,8 +18,8 @@ import numpy as np
 from ferry_client.protocol import model_config_pb2 as mc
 
 from ..backends.registry import normalise_platform, platform_for_file
+from ..paths import check_model_name
 from ..repository.config import CONFIG_FILENAME, read_config_file
-from ..repository.manager import check_model_name
 from ..repository.model import ModelVersion, load_version
 from ..repository.versions import versions_on_disk
 from .accuracy import AccuracyReport, EvalBatch, compare, read_annotations
@@ -306,8 +306,9 @@ def optimize(options: OptimizeOptions, say: Callable[[str], None] = print) -> Op
     repo = options.model_dir.parent
     if options.as_version is not None and (options.model_dir / str(options.as_version)).exists():
         raise OptimizeError(f"{options.model_dir / str(options.as_version)} exists; choose another --as-version")
-    if options.as_version is None and (repo / options.output_name).exists() and not options.overwrite:
-        raise OptimizeError(f"{repo / options.output_name} exists; pass --overwrite or choose --output-name")
+    new_model = options.output_name if options.as_version is None else None  # its name, settled above
+    if new_model is not None and (repo / new_model).exists() and not options.overwrite:
+        raise OptimizeError(f"{repo / new_model} exists; pass --overwrite or choose --output-name")
     gpu = mc.ModelInstanceGroup.KIND_GPU if options.engine == "tensorrt" else mc.ModelInstanceGroup.KIND_CPU
     reference = candidate = None
     staging = Path(tempfile.mkdtemp(prefix=".ferry-optimize-", dir=repo))  # "." hides it from the server

@@ -70,7 +70,8 @@ def derived_config(
             if group.kind == _GROUP.KIND_CPU:
                 group.kind = _GROUP.KIND_AUTO
     if target.fp16_io:
-        for tensor in (*config.input, *config.output):
+        tensors: list[mc.ModelInput | mc.ModelOutput] = [*config.input, *config.output]
+        for tensor in tensors:
             if tensor.data_type == mc.TYPE_FP32:
                 tensor.data_type = mc.TYPE_FP16
         if config.HasField("ferry_image") and config.ferry_image.preprocess.data_type == mc.TYPE_FP32:

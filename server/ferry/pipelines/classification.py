@@ -35,8 +35,8 @@ def top_k(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     indices = np.empty((rows.shape[0], k), dtype=np.int64)
     for r, row in enumerate(rows):
         indices[r] = _top_k_row(row, k)
-    indices = indices.reshape(values.shape[:-1] + (k,))
-    return indices, np.take_along_axis(values, indices, axis=-1)
+    shaped = indices.reshape(values.shape[:-1] + (k,))
+    return shaped, np.take_along_axis(values, shaped, axis=-1)
 
 
 def _top_k_row(row: np.ndarray, k: int) -> np.ndarray:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..repository.config import TensorSpec
+from ..types import TensorSpec
 from .detection import Detection
 
 NUM_DETECTIONS = "num_detections"

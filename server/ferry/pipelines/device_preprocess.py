@@ -29,7 +29,7 @@ from .preprocess import Placement, PreprocessSpec
 
 _PRE = mc.FerryPreprocess
 #: FerryPreprocess.Interpolation -> (interpolate mode, antialias), following Pillow's filters
-_MODES = {
+_MODES: dict[int, tuple[str, bool]] = {
     _PRE.BILINEAR: ("bilinear", True),
     _PRE.BICUBIC: ("bicubic", True),
     _PRE.NEAREST: ("nearest-exact", False),

@@ -26,7 +26,7 @@ __all__ = ["ImageTransform", "Placement", "PreprocessSpec", "pixels_of", "place"
 _PRE = mc.FerryPreprocess
 _FIELD = "ferry_image.preprocess"
 # V2 datatype name -> numpy dtype of the tensors this step can produce.
-_DTYPES = {"FP32": np.dtype(np.float32), "FP16": np.dtype(np.float16), "UINT8": np.dtype(np.uint8)}
+_DTYPES: dict[str, np.dtype] = {"FP32": np.dtype(np.float32), "FP16": np.dtype(np.float16), "UINT8": np.dtype(np.uint8)}
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,8 @@ pixels, and a model only reproduces its reference scores with the library it was
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import cv2
 import numpy as np
 from PIL import Image
@@ -34,7 +36,7 @@ PILLOW_FILTERS: dict[int, Image.Resampling] = {
     _PRE.LANCZOS: Image.Resampling.LANCZOS,
 }
 #: Filters each engine implements.
-ENGINE_FILTERS: dict[int, dict[int, object]] = {_PRE.OPENCV: OPENCV_FILTERS, _PRE.PILLOW: PILLOW_FILTERS}
+ENGINE_FILTERS: dict[int, Mapping[int, object]] = {_PRE.OPENCV: OPENCV_FILTERS, _PRE.PILLOW: PILLOW_FILTERS}
 
 
 def pixels_of(image: Image.Image) -> np.ndarray:

@@ -19,7 +19,7 @@ import numpy as np
 from ferry_client.protocol import model_config_pb2 as mc
 
 from ..errors import FerryError, InvalidArgument, ModelLoadError
-from ..repository.config import TensorSpec
+from ..types import TensorSpec
 from .classification import softmax, top_k
 from .decode import decode_image
 from .decoders import Decoder, InputSize

@@ -7,11 +7,16 @@ load time with a message naming the tensor, never at request time.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ferry_client.codec import config_type_from_datatype
 from ferry_client.protocol import model_config_pb2 as mc
 
 from ..backends.base import ModelIO, TensorInfo
 from ..errors import ModelLoadError
+
+if TYPE_CHECKING:
+    from .config import ConfigTensor, ConfigTensors
 
 DEFAULT_MAX_BATCH_SIZE = 4
 
@@ -39,7 +44,7 @@ def complete_config(config: mc.ModelConfig, io: ModelIO, source: str) -> None:
 
 
 def _complete_tensors(
-    declared, actual: list[TensorInfo], batched: bool, kind: str, source: str, add_missing: bool
+    declared: ConfigTensors, actual: list[TensorInfo], batched: bool, kind: str, source: str, add_missing: bool
 ) -> None:
     by_name = {t.name: t for t in actual}
     names = {t.name for t in declared}
@@ -75,7 +80,7 @@ def _shape_text(shape: tuple[int | None, ...]) -> str:
     return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
 
 
-def _check_tensor(tensor, info: TensorInfo, batched: bool, kind: str, source: str) -> None:
+def _check_tensor(tensor: ConfigTensor, info: TensorInfo, batched: bool, kind: str, source: str) -> None:
     if info.datatype is None:
         raise ModelLoadError(
             f"{source}: {kind} '{info.name}' has type {info.engine_type}, which the V2 protocol cannot carry"

@@ -7,9 +7,9 @@ fails to load and the user must be able to fix it without reading our code.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeAlias
 
 from google.protobuf import json_format, text_format
 
@@ -18,25 +18,20 @@ from ferry_client.codec.messages import message_to_dict
 from ferry_client.protocol import model_config_pb2 as mc
 
 from ..errors import ModelLoadError
-from .paths import inside
+from ..paths import inside
+from ..types import TensorSpec
+
+if TYPE_CHECKING:
+    from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
+
+    #: A config's input or output, and a config's list of them (both kinds share the fields used here).
+    ConfigTensor: TypeAlias = mc.ModelInput | mc.ModelOutput
+    ConfigTensors: TypeAlias = (
+        RepeatedCompositeFieldContainer[mc.ModelInput] | RepeatedCompositeFieldContainer[mc.ModelOutput]
+    )
 
 CONFIG_FILENAME = "config.pbtxt"
 _POSITION_PREFIX = re.compile(r"^\d+:\d+ : ")
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """An input or output as the config declares it (dims exclude the batch dimension)."""
-
-    name: str
-    datatype: str
-    dims: tuple[int, ...]
-    optional: bool = False
-    label_filename: str = ""
-    reshape: tuple[int, ...] | None = None
-
-    def full_shape(self, batched: bool) -> tuple[int, ...]:
-        return (-1, *self.dims) if batched else self.dims
 
 
 def parse_config_text(text: str, source: str) -> mc.ModelConfig:
@@ -81,7 +76,7 @@ def config_to_dict(config: mc.ModelConfig) -> dict:
     return message_to_dict(config)
 
 
-def tensor_specs(tensors, kind: str, source: str) -> list[TensorSpec]:
+def tensor_specs(tensors: Iterable[ConfigTensor], kind: str, source: str) -> list[TensorSpec]:
     """Turn config inputs or outputs into TensorSpecs, rejecting what the server cannot serve."""
     specs: list[TensorSpec] = []
     seen: set[str] = set()

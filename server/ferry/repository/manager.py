@@ -18,15 +18,16 @@ from pathlib import Path
 
 from ferry_client.protocol import model_config_pb2 as mc
 
-from ..ensembles.loader import load_ensemble
 from ..ensembles.plan import is_ensemble
 from ..errors import FerryError, InvalidArgument, ModelLoadError, NotFound, Unavailable
+from ..paths import check_model_name, model_directory
 from ..scheduling import Scheduler, SchedulingPolicy
 from ..statistics import ModelStats
+from ..types import ControlMode
 from .config import CONFIG_FILENAME, parse_config_json, read_config_file
+from .ensemble_loader import load_ensemble
 from .memory import release_free_memory
 from .model import ModelVersion, load_version
-from .paths import check_model_name, model_directory
 from .validation import validate_model_config
 from .versions import select_versions, versions_on_disk
 
@@ -34,12 +35,6 @@ log = logging.getLogger(__name__)
 
 #: The models whose loads led to the current one (an ensemble loading its steps), to refuse cycles.
 _LOAD_CHAIN: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("ferry_load_chain", default=())
-
-
-class ControlMode(str, enum.Enum):
-    NONE = "none"
-    EXPLICIT = "explicit"
-    POLL = "poll"
 
 
 class ModelState(str, enum.Enum):

@@ -18,12 +18,12 @@ from ..backends import InstanceSpec, backend_for
 from ..backends.base import Instance
 from ..backends.registry import normalise_platform, platform_for_file
 from ..errors import FerryError, ModelLoadError
+from ..paths import inside
 from ..pipelines.runtime import ImagePipeline
 from ..scheduling import Scheduler
 from ..statistics import ModelStats
 from .autocomplete import complete_config
 from .config import TensorSpec, output_labels, tensor_specs, validate_config
-from .paths import inside
 
 log = logging.getLogger(__name__)
 

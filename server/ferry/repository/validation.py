@@ -9,10 +9,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from google.protobuf.message import Message
 
 from ferry_client.protocol import model_config_pb2 as mc
 
 from ..errors import ModelLoadError
+
+if TYPE_CHECKING:
+    from .config import ConfigTensor
 
 ENSEMBLE_PLATFORM = "ensemble"
 
@@ -44,7 +50,7 @@ def _fail(message: str) -> None:
     raise ModelLoadError(message)
 
 
-def _is_set(message, field: str) -> bool:
+def _is_set(message: Message, field: str) -> bool:
     """True when a message field, repeated field or scalar differs from its default."""
     descriptor = message.DESCRIPTOR.fields_by_name[field]
     if descriptor.message_type is not None and descriptor.has_presence:
@@ -111,7 +117,7 @@ def _check_tensors(tensors: Iterable, kind: str, max_batch_size: int, model_name
             _check_reshape(tensor, kind, max_batch_size, model_name)
 
 
-def _check_reshape(tensor, kind: str, max_batch_size: int, model_name: str) -> None:
+def _check_reshape(tensor: ConfigTensor, kind: str, max_batch_size: int, model_name: str) -> None:
     """Triton's reshape rules: no scalar without batching, valid dims, and element counts that
     agree between every pair of variable-size dimensions."""
     dims, shape = list(tensor.dims), list(tensor.reshape.shape)
@@ -141,7 +147,8 @@ def _check_reshape(tensor, kind: str, max_batch_size: int, model_name: str) -> N
 
 def _fixed_segments(dims: Sequence[int]) -> list[int]:
     """Element counts of the fixed-size runs between variable-size (-1) dimensions."""
-    segments, current = [], []
+    segments: list[int] = []
+    current: list[int] = []
     for d in dims:
         if d == -1:
             segments.append(math.prod(current))

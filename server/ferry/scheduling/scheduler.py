@@ -424,7 +424,7 @@ class Scheduler:
         t2 = time.perf_counter_ns()
         total = sum(p.batch_size for p in batch)
         if len(batch) == 1:
-            split = [outputs]
+            split: list[Outputs | BaseException] = [outputs]
         else:
             split = []
             offset = 0

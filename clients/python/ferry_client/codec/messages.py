@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import json_format
 from google.protobuf.message import Message
+
+if TYPE_CHECKING:
+    from google._upb import _message as _upb
+
+    # protobuf's pure-Python and upb (C) implementations describe messages with different classes.
+    Descriptor: TypeAlias = _descriptor.Descriptor | _upb.Descriptor
+    FieldDescriptor: TypeAlias = _descriptor.FieldDescriptor | _upb.FieldDescriptor
 
 _INT64_TYPES = frozenset(
     {
@@ -32,7 +39,7 @@ def message_to_dict(message: Message) -> dict[str, Any]:
     return data
 
 
-def _int64_as_numbers(desc: _descriptor.Descriptor, data: dict[str, Any]) -> None:
+def _int64_as_numbers(desc: Descriptor, data: dict[str, Any]) -> None:
     for fd in desc.fields:
         if fd.name not in data:
             continue
@@ -48,7 +55,7 @@ def _int64_as_numbers(desc: _descriptor.Descriptor, data: dict[str, Any]) -> Non
             data[fd.name] = _convert(fd, value)
 
 
-def _convert(fd: _descriptor.FieldDescriptor, value: Any) -> Any:
+def _convert(fd: FieldDescriptor, value: Any) -> Any:
     if fd.type in _INT64_TYPES and isinstance(value, str):
         return int(value)
     if fd.message_type is not None and isinstance(value, dict):

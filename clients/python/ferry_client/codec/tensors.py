@@ -117,8 +117,8 @@ def tensor_to_bytes(array: np.ndarray, datatype: str) -> bytes | memoryview:
     if datatype == "BF16" and not (array.dtype.kind == "u" and array.dtype.itemsize == 2):  # not yet bit patterns
         array = float32_to_bf16(np.asarray(array, dtype=np.float32))
     contiguous = np.ascontiguousarray(array, dtype=dtype)
-    # A flat uint8 view, because memoryview.cast refuses zero-size shapes.
-    return memoryview(contiguous.reshape(-1).view(np.uint8))
+    # A flat uint8 view (its buffer, ``.data``), because memoryview.cast refuses zero-size shapes.
+    return contiguous.reshape(-1).view(np.uint8).data
 
 
 # --- JSON data -----------------------------------------------------------------------------

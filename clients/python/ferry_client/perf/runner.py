@@ -195,7 +195,7 @@ def run_step(
 
     def receive_until(deadline: float) -> None:
         while (left := deadline - time.monotonic()) > 0:
-            for conn in wait(active, timeout=left):
+            for conn in _readable(active, left):
                 message = conn.recv()
                 if message[0] == "records":
                     collected.add(message)
@@ -226,7 +226,7 @@ def run_step(
     pending = set(active)
     deadline = time.monotonic() + 180.0
     while pending and time.monotonic() < deadline:
-        for conn in wait(list(pending), timeout=1.0):
+        for conn in _readable(list(pending), 1.0):
             message = conn.recv()
             if message[0] == "records":
                 collected.add(message)
@@ -287,3 +287,9 @@ def progress_printer(stream: TextIO = sys.stderr) -> Callable[[str], None]:
         print(line, file=stream, flush=True)
 
     return show
+
+
+def _readable(connections: Sequence[Connection], timeout: float) -> list[Connection]:
+    """The connections with something to receive (``wait`` answers in its wider type: sockets, fds)."""
+    ready = wait(connections, timeout=timeout)
+    return [conn for conn in connections if conn in ready]

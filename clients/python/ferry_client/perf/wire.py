@@ -14,6 +14,7 @@ from __future__ import annotations
 import ssl
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from ssl import SSLContext
 from typing import Any, Protocol
 
 from ..grpc import _infer_request
@@ -39,7 +40,7 @@ class Security:
         with open(path, "rb") as handle:
             return handle.read()
 
-    def ssl_context(self) -> ssl.SSLContext | None:
+    def ssl_context(self) -> SSLContext | None:  # (the field ``ssl`` hides the module in annotations)
         if not (self.ssl or self.root_certificates or self.certificate_chain):
             return None
         context = ssl.create_default_context(cafile=self.root_certificates)
@@ -186,7 +187,9 @@ class GrpcSender:
         else:
             self._channel = grpc.aio.insecure_channel(url, options=options)
         self._metadata = tuple((k.lower(), v) for k, v in security.headers.items())
-        self._call = self._channel.unary_unary(GRPC_INFER_METHOD)  # bytes in, bytes out
+        self._call: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = self._channel.unary_unary(
+            GRPC_INFER_METHOD
+        )  # bytes in, bytes out
         self._rpc_error = grpc.aio.AioRpcError
 
     async def send(self, request: WireRequest) -> str | None:

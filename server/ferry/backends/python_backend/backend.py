@@ -12,10 +12,10 @@ from pathlib import Path
 from google.protobuf import json_format
 
 from ferry_client.codec import datatype_from_config
+from ferry_client.codec.messages import message_to_dict
 from ferry_client.protocol import model_config_pb2 as mc
 
 from ...errors import ModelLoadError, Unavailable
-from ...repository.config import config_to_dict
 from ..base import Backend, InstanceSpec, ModelIO, TensorInfo, config_parameter
 from .host import ALLOW_OPTION, HOST
 from .inprocess import InProcessInstance
@@ -64,7 +64,7 @@ class PythonBackend(Backend):
             )
         kind = IsolatedInstance if isolation == "process" else InProcessInstance
         try:
-            instance = kind(model_file, config_to_dict(config), args, spec)
+            instance = kind(model_file, message_to_dict(config), args, spec)
         except ModelLoadFailure as exc:
             raise ModelLoadError(str(exc)) from None
         try:

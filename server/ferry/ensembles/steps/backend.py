@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import numpy as np
 from google.protobuf import text_format
@@ -24,6 +24,7 @@ from ...errors import ModelLoadError
 from . import STEP_PARAMETER
 
 PLATFORM = "ferry_vision"
+M = TypeVar("M", bound=Message)
 
 
 class StepRun(Protocol):
@@ -57,7 +58,7 @@ def tensor_datatype(config: mc.ModelConfig, kind: str, name: str) -> str:
     return datatype_from_config(mc.DataType.Name(tensor.data_type))
 
 
-def settings(config: mc.ModelConfig, key: str, message: type[Message]) -> Message:
+def settings(config: mc.ModelConfig, key: str, message: type[M]) -> M:
     """A ``parameters`` entry holding a Ferry pipeline message in text format (e.g. FerryPreprocess)."""
     text = config_parameter(config, key)
     parsed = message()
@@ -75,7 +76,7 @@ def settings(config: mc.ModelConfig, key: str, message: type[Message]) -> Messag
 def _io(config: mc.ModelConfig) -> ModelIO:
     batched = config.max_batch_size > 0
 
-    def info(tensor) -> TensorInfo:
+    def info(tensor: mc.ModelInput | mc.ModelOutput) -> TensorInfo:
         dims = tuple(None if d == -1 else d for d in tensor.dims)
         return TensorInfo(
             tensor.name, datatype_from_config(mc.DataType.Name(tensor.data_type)), (None, *dims) if batched else dims

@@ -17,8 +17,11 @@ def pack(transforms: Sequence[ImageTransform]) -> np.ndarray:
 
 
 def unpack(rows: np.ndarray) -> list[ImageTransform]:
-    kinds = [f.type for f in fields(ImageTransform)]
-    return [
-        ImageTransform(*(int(v) if kind in ("int", int) else float(v) for v, kind in zip(row, kinds, strict=True)))
-        for row in np.asarray(rows, dtype=np.float64).reshape(-1, TRANSFORM_WIDTH)
-    ]
+    return [_transform(row) for row in np.asarray(rows, dtype=np.float64).reshape(-1, TRANSFORM_WIDTH)]
+
+
+def _transform(row: np.ndarray) -> ImageTransform:
+    scale_x, scale_y, offset_x, offset_y, original_w, original_h, input_w, input_h = (float(v) for v in row)
+    return ImageTransform(
+        scale_x, scale_y, offset_x, offset_y, int(original_w), int(original_h), int(input_w), int(input_h)
+    )

@@ -42,7 +42,8 @@ class DflDecoder(Decoder):
         classes = first_score[2] if len(first_score) == 3 and first_score[2] != -1 else ANY
         width = first_box[2] if len(first_box) == 3 and first_box[2] > 0 and first_box[2] % 4 == 0 else 8
         cells = self._cells()
-        return [(ANY, n, classes) for n in cells] + [(ANY, n, width) for n in cells]
+        expected: list[tuple[int | None, ...]] = [(ANY, n, classes) for n in cells]
+        return expected + [(ANY, n, width) for n in cells]
 
     def decode(self, tensors: Sequence[np.ndarray], score_threshold: float) -> list[Candidates]:
         levels = len(self.strides)

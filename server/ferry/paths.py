@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import InvalidArgument, ModelLoadError
+from .errors import InvalidArgument, ModelLoadError
 
 #: The longest file name most file systems allow (NAME_MAX): a longer name cannot be a model directory.
 MAX_NAME_BYTES = 255

@@ -12,14 +12,14 @@ from typing import Protocol
 
 from ferry_client.protocol import model_config_pb2 as mc
 
+from ..ensembles.compose import check_composition
+from ..ensembles.plan import EnsemblePlan, Step, plan_ensemble
+from ..ensembles.scheduler import EnsembleScheduler
+from ..ensembles.step import StepModel
 from ..errors import FerryError, ModelLoadError
-from ..repository.config import output_labels, tensor_specs, validate_config
-from ..repository.model import ModelVersion
 from ..statistics import ModelStats
-from .compose import check_composition
-from .plan import EnsemblePlan, Step, plan_ensemble
-from .scheduler import EnsembleScheduler
-from .step import StepModel
+from .config import output_labels, tensor_specs, validate_config
+from .model import ModelVersion
 
 
 class ComposingModels(Protocol):

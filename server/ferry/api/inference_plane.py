@@ -1,0 +1,30 @@
+"""What the inference front doors (REST ``/infer``, gRPC ``ModelInfer``) need from a data plane.
+
+The model process's ``DataPlane`` has it, and so has an intake process's plane, which admits and
+checks requests itself and runs them in the model process: both front doors take either.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Protocol
+
+from ..errors import FerryError
+from ..types import InferenceRequest, InferenceResponse
+from .admission import Admission
+from .limits import Limits
+
+
+class InferencePlane(Protocol):
+    admission: Admission
+    limits: Limits
+
+    async def infer(self, request: InferenceRequest, door: str = ...) -> InferenceResponse:
+        """One response; ``door`` names the endpoint in the error a decoupled model gets."""
+        ...
+
+    def is_decoupled(self, name: str, version: str = "") -> bool: ...
+
+    def infer_stream(self, request: InferenceRequest) -> AsyncIterator[tuple[InferenceResponse | FerryError, bool]]:
+        """Every response of one request, each with whether it is the final one."""
+        ...
