@@ -11,7 +11,7 @@ import contextlib
 import dataclasses
 import os
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -155,7 +155,7 @@ class DataPlane:
 
     async def infer_stream(
         self, request: InferenceRequest
-    ) -> AsyncIterator[tuple[InferenceResponse | FerryError, bool]]:
+    ) -> AsyncGenerator[tuple[InferenceResponse | FerryError, bool], None]:
         """Every response to one request, each with whether it is the final one.
 
         A model that is not decoupled gives its one response, final. A decoupled model's responses

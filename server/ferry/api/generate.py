@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import numpy as np
@@ -88,7 +88,7 @@ def add_generate_routes(app: FastAPI, plane: DataPlane, json_body: JsonBody) -> 
 
 
 async def _first_data(
-    responses: AsyncIterator[tuple[InferenceResponse | FerryError, bool]],
+    responses: AsyncGenerator[tuple[InferenceResponse | FerryError, bool], None],
 ) -> InferenceResponse | FerryError | None:
     """The first response worth an event (skipping a bare final one); an error raises."""
     async for item, _final in responses:

@@ -6,7 +6,7 @@ checks requests itself and runs them in the model process: both front doors take
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Protocol
 
 from ..errors import FerryError
@@ -25,6 +25,8 @@ class InferencePlane(Protocol):
 
     def is_decoupled(self, name: str, version: str = "") -> bool: ...
 
-    def infer_stream(self, request: InferenceRequest) -> AsyncIterator[tuple[InferenceResponse | FerryError, bool]]:
+    def infer_stream(
+        self, request: InferenceRequest
+    ) -> AsyncGenerator[tuple[InferenceResponse | FerryError, bool], None]:
         """Every response of one request, each with whether it is the final one."""
         ...

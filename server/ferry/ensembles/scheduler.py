@@ -231,7 +231,7 @@ class EnsembleScheduler:
                 priority,
                 timeout_us,
                 timing=timing,
-                sink=renamed,  # type: ignore[arg-type]
+                sink=renamed,
             )
         except FerryError as exc:
             raise FerryError(f"ensemble '{self.plan.name}' {step.label}: {exc.message}", exc.kind) from None

@@ -15,7 +15,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncGenerator, Awaitable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,7 +85,7 @@ class IntakePlane:
 
     async def infer_stream(
         self, request: InferenceRequest
-    ) -> AsyncIterator[tuple[InferenceResponse | FerryError, bool]]:
+    ) -> AsyncGenerator[tuple[InferenceResponse | FerryError, bool], None]:
         yield await self.infer(request), True
 
     def is_decoupled(self, name: str, version: str = "") -> bool:

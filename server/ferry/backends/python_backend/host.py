@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 
 from ferry_client.codec import CodecError, v2_datatype
@@ -19,7 +19,7 @@ from ...types import InferenceRequest, InferenceResponse, RequestedOutput
 from . import triton_python_backend_utils as pb_utils
 
 Infer = Callable[[InferenceRequest], Awaitable[InferenceResponse]]
-Stream = Callable[[InferenceRequest], AsyncIterator[tuple[InferenceResponse | FerryError, bool]]]
+Stream = Callable[[InferenceRequest], AsyncGenerator[tuple[InferenceResponse | FerryError, bool], None]]
 
 ALLOW_OPTION = "--allow-python-models (FERRY_ALLOW_PYTHON_MODELS=1)"
 
@@ -67,14 +67,18 @@ def call_model_stream(request: pb_utils.InferenceRequest) -> Iterator[pb_utils.I
     try:
         while True:
             try:
-                yield asyncio.run_coroutine_threadsafe(responses.__anext__(), loop).result()
+                yield asyncio.run_coroutine_threadsafe(_next(responses), loop).result()
             except StopAsyncIteration:
                 return
     finally:  # the model stopped early: cancel the called model's request
         asyncio.run_coroutine_threadsafe(responses.aclose(), loop).result()
 
 
-async def _stream(request: pb_utils.InferenceRequest) -> AsyncIterator[pb_utils.InferenceResponse]:
+async def _next(responses: AsyncGenerator[pb_utils.InferenceResponse, None]) -> pb_utils.InferenceResponse:
+    return await responses.__anext__()
+
+
+async def _stream(request: pb_utils.InferenceRequest) -> AsyncGenerator[pb_utils.InferenceResponse, None]:
     if HOST.stream is None:
         raise pb_utils.TritonModelException("exec(decoupled=True) needs a running Ferry server")
     try:

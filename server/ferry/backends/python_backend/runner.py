@@ -9,6 +9,7 @@ response is checked (count, names, datatypes, batch size) and turned into numpy 
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib.util
 import inspect
 import itertools
@@ -162,7 +163,7 @@ class ModelRunner:
                 requested_output_names=names,
             )
             call._sender = pb_utils.InferenceResponseSender(
-                self._deliverer(sink, request, names), lambda sink=sink: sink.cancelled
+                self._deliverer(sink, request, names), functools.partial(getattr, sink, "cancelled")
             )
             requests.append(call)
         try:
