@@ -282,3 +282,21 @@ def test_statistics_and_metrics_count_each_response(server: RunningServer) -> No
     assert _response_metric(server, "success") == metric_before + 3
     grpc_stats = tgrpc.InferenceServerClient(server.grpc_url).get_inference_statistics("square")
     assert grpc_stats.model_stats[0].response_stats["2"].success.count == after["2"]
+
+
+def test_streams_through_intake_processes(tmp_path: Path) -> None:
+    """With several intake processes the stream is relayed to the model process and still streams."""
+    repo = tmp_path / "models"
+    shutil.copytree(MODELS / "square", repo / "square", ignore=shutil.ignore_patterns("__pycache__"))
+    server = start_server(repo, tmp_path / "server.log", "--allow-python-models", "--intake-processes", "2")
+    opened = Stream(server)
+    try:
+        opened.client.async_stream_infer(
+            "square", [_input(tgrpc, "IN", np.array([3], dtype=np.int32), "INT32")], request_id="i"
+        )
+        assert [int(r.as_numpy("OUT")[0]) for r, _ in opened.until_final("i")] == [3, 3, 3]
+        events = httpx.post(f"http://{server.http_url}/v2/models/square/generate_stream", json={"IN": 2}, timeout=30)
+        assert _sse(events.text) == [{"model_name": "square", "model_version": "1", "OUT": 2}] * 2
+    finally:
+        opened.close()
+        server.stop()
