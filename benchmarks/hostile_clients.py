@@ -6,7 +6,8 @@ Run (about a minute; it opens a few thousand loopback sockets)::
 
 For each attack: the clean answer seen, the server's RSS and descriptor count while the attack holds,
 and the latency of a gRPC inference by another client measured while it holds (for the heavy-request
-rows: the worst REST health check while the request runs). Prints a table.
+rows: the worst REST health check while the request runs). The server allows system shared memory
+(off by default) for the last two rows. Prints a table.
 """
 
 from __future__ import annotations
@@ -228,6 +229,44 @@ def stalls(server: RunningServer, typed_millions: int) -> list[list[str]]:
     return rows
 
 
+def shared_memory(server: RunningServer) -> list[list[str]]:
+    """Shared memory abuse (the server allows it here): a region truncated under the server, and
+    registrations until the caps refuse them. Each row says the answer and what the server holds."""
+    import json
+    import os
+    import uuid
+
+    key = f"ferry_bench_{uuid.uuid4().hex[:12]}"
+    path = Path("/dev/shm") / key
+    path.write_bytes(bytes(2**20))
+    rows = []
+    try:
+        register = json.dumps({"key": f"/{key}", "offset": 0, "byte_size": 2**20}).encode()
+        json_headers = {"Content-Type": "application/json"}
+        assert _post_status(server, "/v2/systemsharedmemory/region/big/register", register, json_headers) == 200
+        shm = {"shared_memory_region": "big", "shared_memory_byte_size": 16}
+        infer = json.dumps({"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "parameters": shm}]})
+        before = _post_status(server, "/v2/models/wide/infer", infer.encode(), json_headers)
+        os.truncate(path, 0)
+        after = _post_status(server, "/v2/models/wide/infer", infer.encode(), json_headers)
+        alive = "alive" if server.process.poll() is None else f"exited {server.process.returncode}"
+        latency = f"{asyncio.run(_grpc_latency_ms(server)):.0f} ms"
+        rows.append(["1 MiB region truncated to 0, then read", f"{before} before, {after} after; {alive}", "", latency])
+        _post_status(server, "/v2/systemsharedmemory/unregister", b"", {})
+        path.write_bytes(bytes(2**20))
+        statuses: dict[int, int] = {}
+        for index in range(1000):
+            status = _post_status(server, f"/v2/systemsharedmemory/region/r{index}/register", register, json_headers)
+            statuses[status] = statuses.get(status, 0) + 1
+        answer = ", ".join(f"{count} x {status}" for status, count in sorted(statuses.items()))
+        latency = f"{asyncio.run(_grpc_latency_ms(server)):.0f} ms"
+        rows.append(["1000 registrations by one client", answer, _usage(server), latency])
+        _post_status(server, "/v2/systemsharedmemory/unregister", b"", {})
+    finally:
+        path.unlink(missing_ok=True)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--half-open", type=int, default=3000)
@@ -241,7 +280,7 @@ def main() -> None:
         shutil.copytree(ROOT / "model_repo" / "dynamic_shape", repo / "wide")
         config = repo / "wide" / "config.pbtxt"
         config.write_text(config.read_text().replace('name: "dynamic_shape"', 'name: "wide"'))
-        server = start_server(repo, Path(tmp) / "server.log")
+        server = start_server(repo, Path(tmp) / "server.log", "--allow-shared-memory")  # off by default
         try:
             rows = [["attack", "answer", "server while it holds", "another client's request (worst)"]]
             rows.append(["(idle)", "", _usage(server), f"{asyncio.run(_grpc_latency_ms(server)):.0f} ms"])
@@ -249,6 +288,7 @@ def main() -> None:
             rows.append(asyncio.run(huge_headers(server, args.header_mb)))
             rows.append(asyncio.run(grpc_streams(server, args.grpc_streams)))
             rows.extend(stalls(server, args.typed_millions))
+            rows.extend(shared_memory(server))
             rows.append(["(after)", "", _usage(server), f"{asyncio.run(_grpc_latency_ms(server)):.0f} ms"])
         finally:
             server.stop()

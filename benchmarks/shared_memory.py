@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--perf-analyzer", metavar="PATH", help="also measure with this perf_analyzer binary")
     args = parser.parse_args(argv)
     repo = build_repo(TMP / "shm_repo")
-    server = FerryProcess(repo)
+    server = FerryProcess(repo, extra=("--allow-shared-memory",))
     try:
         server.wait_ready([MODEL])
         image = np.random.default_rng(1).standard_normal(SHAPE, dtype=np.float32)

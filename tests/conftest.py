@@ -85,15 +85,16 @@ def start_server(
     env: dict[str, str] | None = None,
     probe_tls: ssl.SSLContext | None = None,
     probe_headers: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    launcher: list[str] | None = None,
 ) -> RunningServer:
     """Start ``ferry serve`` on free ports and wait until /v2/health/ready answers 200.
 
-    A server started with TLS or auth needs ``probe_tls`` / ``probe_headers`` for that wait."""
+    A server started with TLS or auth needs ``probe_tls`` / ``probe_headers`` for that wait;
+    ``launcher`` replaces ``python -m ferry`` (the ``ferry`` console script, say), run in ``cwd``."""
     http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
     cmd = [
-        sys.executable,
-        "-m",
-        "ferry",
+        *(launcher or [sys.executable, "-m", "ferry"]),
         "serve",
         "--model-repository",
         str(repository),
@@ -109,7 +110,7 @@ def start_server(
     ]
     log_file = open(log_path, "wb")  # noqa: SIM115 - closed with the process
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-    process = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env)
+    process = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env, cwd=cwd)
     server = RunningServer(process, http_port, grpc_port, metrics_port, repository, log_path)
     deadline = time.monotonic() + timeout
     url = f"{'https' if probe_tls else 'http'}://127.0.0.1:{http_port}/v2/health/{'ready' if wait_ready else 'live'}"
@@ -130,10 +131,15 @@ def start_server(
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    """The bundled example repository served in explicit mode with every model loaded."""
+    """The bundled example repository served in explicit mode with every model loaded (and system
+    shared memory allowed, for the tests of that extension)."""
     repo = tmp_path_factory.mktemp("repo") / "models"
     shutil.copytree(MODEL_REPO, repo)
-    running = start_server(repo, repo.parent / "server.log", "--model-control-mode", "explicit", "--load-model", "*")
+    running = start_server(
+        repo,
+        repo.parent / "server.log",
+        *("--model-control-mode", "explicit", "--load-model", "*", "--allow-shared-memory"),
+    )
     yield running
     running.stop()
 

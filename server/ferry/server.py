@@ -24,6 +24,7 @@ from .api.dataplane import DataPlane
 from .api.http import create_http_app
 from .api.http_fast import InferFastPath
 from .api.logging_ext import LoggingControl
+from .api.shared_memory import SharedMemoryRegistry
 from .api.trace_ext import RequestTracing, file_exporter, otlp_exporter
 from .backends.python_backend import host as python_models
 from .backends.python_backend.custom_metrics import metrics_app
@@ -89,6 +90,13 @@ class FerryServer:
             self.cache,
             tracing=RequestTracing(exporters, trace_file=str(settings.trace_file or "")),
             logging_control=LoggingControl.from_level(settings.log_level, settings.log_format),
+            shared_memory=SharedMemoryRegistry(
+                enabled=settings.allow_shared_memory,
+                owner_uids=frozenset(settings.shared_memory_owner_uids),
+                max_regions=settings.shared_memory_max_regions,
+                max_regions_per_owner=settings.shared_memory_max_regions_per_client,
+            ),
+            identify=self.security.identify,
         )
         self.metrics.registry.register(AdmissionCollector(self.plane.admission))
         self.metrics.registry.register(ImageWorkCollector(self.plane.image_work))

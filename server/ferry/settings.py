@@ -163,6 +163,23 @@ class Settings(BaseSettings):
     allow_python_models: Annotated[bool, Flag(group=SECURITY)] = Field(
         False, description="load Triton Python models (model.py): code from the repository runs in the server"
     )
+    allow_shared_memory: Annotated[bool, Flag(group=SECURITY)] = Field(
+        False,
+        description="serve system shared memory (Triton's extension): clients on this host register /dev/shm "
+        "objects that the server reads inputs from and writes outputs to",
+    )
+    shared_memory_owner_uids: Annotated[
+        list[int], Flag(aliases=("--shared-memory-owner-uid",), metavar="UID", group=SECURITY)
+    ] = Field(
+        default_factory=list,
+        description="a user whose /dev/shm objects may be registered (repeatable; none: the server's own uid)",
+    )
+    shared_memory_max_regions: Annotated[int, Flag(metavar="N", group=SECURITY)] = Field(
+        256, gt=0, description="registered shared memory regions, all clients together"
+    )
+    shared_memory_max_regions_per_client: Annotated[int, Flag(metavar="N", group=SECURITY)] = Field(
+        64, gt=0, description="registered shared memory regions per client (bearer token; one client without auth)"
+    )
     tls_cert: Annotated[Path | None, Flag(metavar="PEM", group=SECURITY)] = Field(
         None, description="serve REST and gRPC over TLS with this PEM certificate (chain)"
     )

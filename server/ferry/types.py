@@ -13,6 +13,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # annotations only: importing the settings (which use ControlMode) stays light
     import numpy as np
 
+#: The identity of every caller of a server without auth (``security/identity.py``).
+ANONYMOUS = "anonymous"
+
 
 @dataclass(frozen=True)
 class SharedMemoryRef:
@@ -54,6 +57,7 @@ class InferenceRequest:
     outputs: list[RequestedOutput] | None = None
     parameters: dict[str, Any] = field(default_factory=dict)
     shared_memory_inputs: dict[str, SharedMemoryInput] = field(default_factory=dict)
+    client: str = ANONYMOUS  # who sent it: the shared memory regions it may use are this identity's
 
     @property
     def binary_output_default(self) -> bool:

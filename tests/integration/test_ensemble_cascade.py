@@ -20,7 +20,14 @@ from ferry.pipelines import PreprocessSpec, decode_image, preprocess
 from ferry_client.protocol import model_config_pb2 as mc
 
 from ..conftest import RunningServer, start_server
-from ..ensembles.cascade import DIGIT_PREPROCESS, TOP_K, add_cascade, add_classify_ensemble, digit_scenes
+from ..ensembles.cascade import (
+    DIGIT_PREPROCESS,
+    MAX_DETECTIONS,
+    TOP_K,
+    add_cascade,
+    add_classify_ensemble,
+    digit_scenes,
+)
 from .triton_helpers import connect
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -173,3 +180,33 @@ def test_a_bad_image_fails_naming_the_step(cascade_server, scenes, protocol: str
         datatypes={"IMAGE": "BYTES"},
     )
     assert "truncated or corrupt PNG data" in message
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_hostile_boxes_sent_to_the_crop_step_are_invalid_arguments(cascade_server, scenes, protocol: str) -> None:
+    """A client calling the crop step directly with NaN or infinite boxes gets 400 / INVALID_ARGUMENT
+    (``math.floor(nan)`` used to make it INTERNAL), and the step still crops good boxes."""
+    images, _ = scenes
+    triton = connect(protocol, cascade_server)
+    picture = np.array([images[0]], dtype=object).reshape(1, 1)
+    count = np.array([[1]], np.int32)
+    for bad in (np.nan, np.inf, -np.inf):
+        boxes = np.zeros((1, MAX_DETECTIONS, 4), np.float32)
+        boxes[0, 0] = (0.0, 0.0, bad, 10.0)
+        message = triton.expect_error(
+            "invalid",
+            "image 0: detection_boxes must be finite numbers",
+            triton.infer,
+            "digit_crops",
+            {"IMAGE": picture, "num_detections": count, "detection_boxes": boxes},
+            datatypes={"IMAGE": "BYTES"},
+        )
+        assert str(cascade_server.repository) not in message
+    good = np.zeros((1, MAX_DETECTIONS, 4), np.float32)
+    good[0, 0] = (0.0, 0.0, 10.0, 10.0)
+    out = triton.infer(
+        "digit_crops",
+        {"IMAGE": picture, "num_detections": count, "detection_boxes": good},
+        datatypes={"IMAGE": "BYTES"},
+    )
+    assert out.as_numpy("CROP_IMAGE_INDEX").tolist() == [[0]]

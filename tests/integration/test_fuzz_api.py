@@ -67,6 +67,7 @@ def fuzz_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSer
         "*",
         "--grpc-max-message-bytes",
         str(MAX_GRPC_MESSAGE),
+        "--allow-shared-memory",  # so the fuzzer reaches the registry's validation, not the off switch
     )
     yield running
     running.stop()

@@ -9,11 +9,13 @@ import gzip
 import io
 import json
 import shutil
+import sys
 import time
 import urllib.error
 import urllib.request
 import zlib
 from collections.abc import Iterator
+from pathlib import Path
 
 import grpc
 import numpy as np
@@ -24,7 +26,7 @@ from ferry_client import GrpcClient, HttpClient
 from ferry_client.protocol import grpc_service_pb2 as pb
 from ferry_client.protocol import grpc_service_pb2_grpc as pb_grpc
 
-from ..conftest import MODEL_REPO, RunningServer, start_server
+from ..conftest import MODEL_REPO, ROOT, RunningServer, start_server
 from ..models import write_mlp_model
 from ..server_metrics import metric, scrape, wait_for_metric
 
@@ -237,3 +239,65 @@ def test_aborted_uploads_log_one_short_line_each(server) -> None:
     assert "Traceback" not in log, log[log.index("Traceback") - 500 :][:3000]
     lines = [line for line in log.splitlines() if marker in line]
     assert all(len(line) < 200 for line in lines), lines[:2]
+
+
+def test_shared_memory_is_off_unless_the_operator_allows_it(server) -> None:
+    """A server started without --allow-shared-memory refuses every shared memory call, naming the
+    flag, with Triton's answers for a restricted API (403 / UNAVAILABLE); the object is never opened."""
+    flag = "--allow-shared-memory"
+    body = json.dumps({"key": "/anything", "offset": 0, "byte_size": 64}).encode()
+    status, text = _post(server, "/v2/systemsharedmemory/region/r/register", body, {"Content-Type": "application/json"})
+    assert status == 403 and flag in text, (status, text)
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(f"http://{server.http_url}/v2/systemsharedmemory/status", timeout=30)
+    assert refused.value.code == 403
+    shm = {"shared_memory_region": "r", "shared_memory_byte_size": 64}
+    infer = {
+        "inputs": [{"name": n, "shape": [1, 16], "datatype": "INT32", "parameters": shm} for n in ("INPUT0", "INPUT1")]
+    }
+    status, text = _post(server, "/v2/models/simple/infer", json.dumps(infer).encode(), {})
+    assert status == 403 and flag in text, (status, text)
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        for method, request in (
+            ("SystemSharedMemoryRegister", pb.SystemSharedMemoryRegisterRequest(name="r", key="/x", byte_size=64)),
+            ("SystemSharedMemoryStatus", pb.SystemSharedMemoryStatusRequest()),
+            ("SystemSharedMemoryUnregister", pb.SystemSharedMemoryUnregisterRequest()),
+        ):
+            with pytest.raises(grpc.RpcError) as info:
+                getattr(stub, method)(request, timeout=30)
+            assert info.value.code() == grpc.StatusCode.UNAVAILABLE and flag in info.value.details(), method
+        extensions = stub.ServerMetadata(pb.ServerMetadataRequest()).extensions
+    assert "system_shared_memory" not in extensions
+
+
+def test_child_processes_never_import_from_the_working_directory(tmp_path) -> None:
+    """Started (by its console script) from a directory holding a hostile ``ferry/`` package, the
+    server's intake processes and isolated Python models import the installed package: the planted
+    code never runs (``python -m`` alone would have put that directory first on sys.path)."""
+    marker = tmp_path / "planted-code-ran"
+    hostile = tmp_path / "cwd" / "ferry"
+    hostile.mkdir(parents=True)
+    (hostile / "__init__.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\nraise SystemExit(3)\n")
+    repo = tmp_path / "models"
+    shutil.copytree(MODEL_REPO / "simple", repo / "simple")
+    shutil.copytree(ROOT / "tests" / "integration" / "python_models" / "add_sub", repo / "add_sub")
+    config = repo / "add_sub" / "config.pbtxt"
+    config.write_text(config.read_text() + 'parameters { key: "FERRY_ISOLATION" value { string_value: "process" } }\n')
+    launcher = [str(Path(sys.executable).with_name("ferry"))]
+    running = start_server(
+        repo,
+        tmp_path / "server.log",
+        *("--intake-processes", "2", "--allow-python-models"),
+        cwd=hostile.parent,
+        launcher=launcher,
+    )
+    try:
+        with HttpClient(running.http_url) as client:  # served by an intake process, run by a child
+            ones = np.ones((1, 4), np.float32)
+            assert client.infer("add_sub", {"INPUT0": ones, "INPUT1": ones})["OUTPUT0"].tolist() == [[2.0] * 4]
+            assert client.infer("simple", {"INPUT0": np.ones((1, 16), np.int32), "INPUT1": np.ones((1, 16), np.int32)})
+        assert "intake processes" in running.log() or "2 intake" in running.log()
+    finally:
+        running.stop()
+    assert not marker.exists(), running.log()[-3000:]

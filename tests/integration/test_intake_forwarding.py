@@ -37,6 +37,7 @@ from ferry.api.connection_limits import HttpConnectionLimits, guarded_protocol
 from ferry.api.dataplane import DataPlane
 from ferry.api.grpc import InferenceServicer, create_grpc_server
 from ferry.api.http import create_http_app
+from ferry.api.shared_memory import SharedMemoryRegistry
 from ferry.dashboard import mount_dashboard
 from ferry.intake.forward_grpc import LOCAL_METHODS, SERVICE, ForwardingServicer
 from ferry.intake.forward_http import UNREACHABLE, ForwardToCore
@@ -182,7 +183,7 @@ class Stack:
             control_mode=ControlMode.EXPLICIT,
             startup_models=["simple", "dynamic_shape", "digits", BROKEN_MODEL],
         )
-        self.plane = DataPlane(manager)
+        self.plane = DataPlane(manager, shared_memory=SharedMemoryRegistry())
         if self.repository is not None:  # a real core; without one the front's sockets lead nowhere
             metrics = Metrics(manager.ready_models)
             manager.on_loaded = metrics.attach
@@ -317,7 +318,7 @@ def test_errors_are_the_cores_own(stack: Stack) -> None:
 def test_every_rpc_but_inference_is_answered_by_the_core(stack: Stack) -> None:
     """Each relayed unary method, called with an empty request, reaches the core and answers as the
     core does (ModelStreamInfer is relayed too: see test_stream_infer)."""
-    assert LOCAL_METHODS == {"ModelInfer"}
+    assert {"ModelInfer"} == LOCAL_METHODS
     relayed = [m for m in SERVICE.methods if m.name not in LOCAL_METHODS and not m.client_streaming]
     assert len(relayed) == len(SERVICE.methods) - 2
     with (

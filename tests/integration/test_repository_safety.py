@@ -8,6 +8,7 @@ uploads) are tried on a real server over REST and gRPC.
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import re
 import shutil
@@ -287,3 +288,59 @@ def test_external_data_inside_the_model_directory_still_works(tmp_path: Path) ->
     onnx.checker.check_model(str(tmp_path / "1" / "model.onnx"))
     session = ort.InferenceSession(str(tmp_path / "1" / "model.onnx"), providers=["CPUExecutionProvider"])
     assert bytes(session.run(None, {})[0]) == b"inside-the-model"
+
+
+def _threads(server: RunningServer) -> int:
+    status = Path(f"/proc/{server.process.pid}/status").read_text()
+    return int(re.search(r"^Threads:\s+(\d+)", status, re.MULTILINE).group(1))
+
+
+def test_thread_counts_from_the_load_api_are_bounded_by_the_cores(hostile) -> None:
+    """A load API override asking for 1,000 intra- and inter-op threads (a 40-second reload that
+    starved every client) loads promptly with at most the usable cores, and says so in the log."""
+    server = hostile[0]
+    config = {
+        "max_batch_size": 8,
+        "instance_group": [{"kind": "KIND_CPU", "count": 1}],
+        "parameters": {
+            "intra_op_thread_count": {"string_value": "1000"},
+            "inter_op_thread_count": {"string_value": "1000"},
+        },
+    }
+    before = _threads(server)
+    body = {"parameters": {"config": json.dumps(config)}}
+    response = httpx.post(f"http://{server.http_url}/v2/repository/models/simple/load", json=body, timeout=120)
+    assert response.status_code == 200, response.text
+    grown = _threads(server) - before
+    cores = len(os.sched_getaffinity(server.process.pid))
+    assert grown <= 2 * cores + 8, (grown, cores)
+    assert re.search(r"parameter intra_op_thread_count 1000 exceeds the \d+ usable cores", server.log())
+    assert_simple_serves(server)
+    for bad in ("many", "-3"):
+        config["parameters"]["intra_op_thread_count"]["string_value"] = bad
+        body = {"parameters": {"config": json.dumps(config)}}
+        refused = httpx.post(f"http://{server.http_url}/v2/repository/models/simple/load", json=body, timeout=120)
+        assert refused.status_code == 400 and "intra_op_thread_count" in refused.text, refused.text
+    assert_simple_serves(server)
+
+
+def test_an_unreadable_repository_is_unavailable_without_its_path(hostile, stub) -> None:
+    """The repository directory goes away under a running server: the index and the dashboard
+    answer 503 / UNAVAILABLE with the reason but not the server's path; loaded models keep serving."""
+    server = hostile[0]
+    moved = server.repository.with_name("moved-away")
+    server.repository.rename(moved)
+    try:
+        for method, path in (("POST", "/v2/repository/index"), ("GET", "/dashboard/api/models")):
+            answer = httpx.request(method, f"http://{server.http_url}{path}", timeout=30)
+            assert answer.status_code == 503, (path, answer.status_code, answer.text)
+            assert "the model repository cannot be read" in answer.text
+            assert str(server.repository) not in answer.text and str(server.repository.parent) not in answer.text
+        with pytest.raises(grpc.RpcError) as info:
+            stub.RepositoryIndex(pb.RepositoryIndexRequest(), timeout=30)
+        assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert str(server.repository.parent) not in info.value.details()
+        assert_simple_serves(server)
+    finally:
+        moved.rename(server.repository)
+    assert "simple" in index(server)

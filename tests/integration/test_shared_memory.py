@@ -152,7 +152,7 @@ def test_register_checks_key_and_bounds(triton: Triton, regions: Regions) -> Non
     expect(
         triton,
         INVALID,
-        "cannot open shared memory key",
+        "cannot open the shared memory object",
         client.register_system_shared_memory,
         "nokey",
         "/ferry_no_such_key",

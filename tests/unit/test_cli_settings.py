@@ -44,7 +44,8 @@ def sample(name: str) -> tuple[Any, list[str], str]:
     if kind is bool:
         return (not default, [flag if not default else "--no-" + flag[2:]], str(not default).lower())
     if typing.get_origin(kind) is list:
-        return (["first", "second"], [flag, "first", flag, "second"], json.dumps(["first", "second"]))
+        values: list[Any] = [1000, 1001] if typing.get_args(kind) == (int,) else ["first", "second"]
+        return (values, [flag, str(values[0]), flag, str(values[1])], json.dumps(values))
     if typing.get_origin(kind) is typing.Literal:
         value = next(choice for choice in typing.get_args(kind) if choice != default)
         return (value, [flag, value], value)

@@ -1,7 +1,11 @@
-"""The shared memory registry on real mappings of files in a temporary directory (as /dev/shm)."""
+"""The shared memory registry on real files in a temporary directory (standing in for /dev/shm):
+windows, bounds, owners, and objects that shrink, move or belong to someone else."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -11,62 +15,167 @@ from ferry.api.shared_memory import SharedMemoryRegistry, tensor_ref
 from ferry.errors import ErrorKind, FerryError, InvalidArgument, NotFound
 from ferry.types import SharedMemoryRef
 
+A, B = "token:a", "token:b"
+
 
 @pytest.fixture
 def registry(tmp_path: Path) -> SharedMemoryRegistry:
     (tmp_path / "obj").write_bytes(bytes(range(256)))
-    return SharedMemoryRegistry(root=tmp_path)
+    return SharedMemoryRegistry(root=tmp_path, max_regions=8, max_regions_per_owner=3)
 
 
-def test_views_and_writes_are_relative_to_the_registered_window(registry: SharedMemoryRegistry, tmp_path: Path) -> None:
-    registry.register("r", "/obj", 16, 64)
-    assert bytes(registry.view(SharedMemoryRef("r", 4, 4), "x")) == bytes([20, 21, 22, 23])
-    assert registry.write(SharedMemoryRef("r", 0, 8), "y", b"\xff" * 3) == 3
+def test_reads_and_writes_are_relative_to_the_registered_window(registry: SharedMemoryRegistry, tmp_path: Path) -> None:
+    registry.register(A, "r", "/obj", 16, 64)
+    assert bytes(registry.read(A, SharedMemoryRef("r", 4, 4), "x")) == bytes([20, 21, 22, 23])
+    assert registry.write(A, SharedMemoryRef("r", 0, 8), "y", b"\xff" * 3) == 3
     assert (tmp_path / "obj").read_bytes()[15:20] == bytes([15, 255, 255, 255, 19])
-    assert registry.status() == [{"name": "r", "key": "/obj", "offset": 16, "byte_size": 64}]
+    assert registry.status(A) == [{"name": "r", "key": "/obj", "offset": 16, "byte_size": 64}]
 
 
 def test_register_validates_key_window_and_name(registry: SharedMemoryRegistry) -> None:
     with pytest.raises(InvalidArgument, match="exceeds the 256 bytes"):
-        registry.register("r", "obj", 200, 57)
+        registry.register(A, "r", "obj", 200, 57)
     with pytest.raises(InvalidArgument, match="cannot open"):
-        registry.register("r", "/missing", 0, 1)
-    for key in ("", "/", "/a/b", "/.."):
+        registry.register(A, "r", "/missing", 0, 1)
+    for key in ("", "/", "/a/b", "/..", "/.", "/o\x00bj", "/o bj", "/" + "k" * 256, "/\u00e9"):
         with pytest.raises(InvalidArgument, match="not a shared memory object name"):
-            registry.register("r", key, 0, 1)
+            registry.register(A, "r", key, 0, 1)
+    for name in ("", "a\x00b", "a/b", "line\nbreak", "n" * 256):
+        with pytest.raises(InvalidArgument, match="region"):
+            registry.register(A, name, "/obj", 0, 1)
     with pytest.raises(InvalidArgument, match="byte_size must be greater than 0"):
-        registry.register("r", "/obj", 0, 0)
-    registry.register("r", "obj", 200, 56)  # exactly to the end
+        registry.register(A, "r", "/obj", 0, 0)
+    registry.register(A, "r", "obj", 200, 56)  # exactly to the end
     with pytest.raises(FerryError, match="already registered") as info:
-        registry.register("r", "/obj", 0, 1)
+        registry.register(A, "r", "/obj", 0, 1)
     assert info.value.kind is ErrorKind.ALREADY_EXISTS
 
 
 def test_bounds_are_checked_per_tensor(registry: SharedMemoryRegistry) -> None:
-    registry.register("r", "/obj", 0, 32)
+    registry.register(A, "r", "/obj", 0, 32)
     with pytest.raises(InvalidArgument, match="offset 30 \\+ byte size 4 is outside region 'r' of 32 bytes"):
-        registry.view(SharedMemoryRef("r", 30, 4), "x")
+        registry.read(A, SharedMemoryRef("r", 30, 4), "x")
     with pytest.raises(InvalidArgument, match="needs 8 bytes but its shared memory byte size is 4"):
-        registry.write(SharedMemoryRef("r", 0, 4), "y", b"12345678")
+        registry.write(A, SharedMemoryRef("r", 0, 4), "y", b"12345678")
     with pytest.raises(InvalidArgument, match="unable to find system shared memory region 'other'"):
-        registry.view(SharedMemoryRef("other", 0, 4), "x")
+        registry.read(A, SharedMemoryRef("other", 0, 4), "x")
     with pytest.raises(NotFound):
-        registry.status("other")
+        registry.status(A, "other")
 
 
-def test_unregister_while_a_request_holds_a_view(registry: SharedMemoryRegistry) -> None:
-    """A running request keeps reading valid memory; the name is free again at once."""
-    registry.register("r", "/obj", 0, 64)
-    held = np.frombuffer(registry.view(SharedMemoryRef("r", 0, 8), "x"), dtype=np.uint8)
-    registry.unregister("r")
-    assert registry.status() == []
+def test_a_shrunk_object_is_an_invalid_argument_not_a_fault(registry: SharedMemoryRegistry, tmp_path: Path) -> None:
+    registry.register(A, "r", "/obj", 0, 256)
+    os.truncate(tmp_path / "obj", 0)  # what the client may do at any time
+    with pytest.raises(InvalidArgument, match="has been shrunk"):
+        registry.read(A, SharedMemoryRef("r", 0, 64), "x")
+    with pytest.raises(InvalidArgument, match="has been shrunk"):
+        registry.write(A, SharedMemoryRef("r", 0, 64), "y", b"\x01" * 64)
+    assert (tmp_path / "obj").stat().st_size == 0  # the refused write did not grow it back
+
+
+def test_regions_belong_to_the_identity_that_registered_them(registry: SharedMemoryRegistry) -> None:
+    registry.register(A, "r", "/obj", 0, 8)
+    assert registry.status(B) == []
+    with pytest.raises(NotFound):
+        registry.status(B, "r")
     with pytest.raises(InvalidArgument, match="unable to find"):
-        registry.view(SharedMemoryRef("r", 0, 8), "x")
-    np.testing.assert_array_equal(held, np.arange(8, dtype=np.uint8))  # still mapped
-    registry.register("r", "/obj", 8, 8)
-    assert bytes(registry.view(SharedMemoryRef("r", 0, 1), "x")) == bytes([8])
-    registry.unregister()
-    assert registry.status() == []
+        registry.read(B, SharedMemoryRef("r", 0, 8), "x")
+    registry.unregister(B, "r")  # as for any unknown name: nothing happens to A's region
+    registry.unregister(B)
+    assert [s["name"] for s in registry.status(A)] == ["r"]
+    registry.register(B, "r", "/obj", 8, 8)  # the same name is B's own region
+    assert bytes(registry.read(B, SharedMemoryRef("r", 0, 1), "x")) == bytes([8])
+    assert bytes(registry.read(A, SharedMemoryRef("r", 0, 1), "x")) == bytes([0])
+
+
+def test_regions_are_capped_per_identity_and_in_total(tmp_path: Path) -> None:
+    (tmp_path / "obj").write_bytes(bytes(64))
+    registry = SharedMemoryRegistry(root=tmp_path, max_regions=4, max_regions_per_owner=3)
+    for index in range(3):
+        registry.register(A, f"r{index}", "/obj", 0, 8)
+    with pytest.raises(FerryError, match="limit per client") as info:
+        registry.register(A, "r3", "/obj", 0, 8)
+    assert info.value.kind is ErrorKind.RESOURCE_EXHAUSTED
+    registry.register(B, "r0", "/obj", 0, 8)
+    with pytest.raises(FerryError, match="--shared-memory-max-regions") as info:
+        registry.register(B, "r1", "/obj", 0, 8)
+    assert info.value.kind is ErrorKind.RESOURCE_EXHAUSTED
+    registry.unregister(A)
+    registry.register(B, "r1", "/obj", 0, 8)
+    assert registry.count() == 2
+
+
+def test_links_other_owners_and_non_regular_objects_are_refused(registry: SharedMemoryRegistry, tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"s" * 64)
+    (tmp_path / "link").symlink_to(secret)
+    with pytest.raises(InvalidArgument, match="symbolic link"):
+        registry.register(A, "r", "/link", 0, 8)
+    (tmp_path / "dir").mkdir()
+    with pytest.raises(InvalidArgument, match="Is a directory"):
+        registry.register(A, "r", "/dir", 0, 8)
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(InvalidArgument, match="not a regular object"):
+        registry.register(A, "r", "/fifo", 0, 8)
+    strict = SharedMemoryRegistry(root=tmp_path, owner_uids=frozenset({os.geteuid() + 1}))
+    with pytest.raises(InvalidArgument, match="owned by a user this server does not accept"):
+        strict.register(A, "r", "/obj", 0, 8)
+    assert registry.count() == 0 and strict.count() == 0
+
+
+def test_a_disabled_registry_names_the_flag(tmp_path: Path) -> None:
+    (tmp_path / "obj").write_bytes(bytes(64))
+    registry = SharedMemoryRegistry(root=tmp_path, enabled=False)
+    for call in (
+        lambda: registry.register(A, "r", "/obj", 0, 8),
+        lambda: registry.status(A),
+        lambda: registry.unregister(A),
+        lambda: registry.read(A, SharedMemoryRef("r", 0, 8), "x"),
+    ):
+        with pytest.raises(FerryError, match="--allow-shared-memory") as info:
+            call()
+        assert info.value.kind is ErrorKind.RESTRICTED
+
+
+def test_unregister_while_a_read_holds_the_descriptor(registry: SharedMemoryRegistry, tmp_path: Path) -> None:
+    """The descriptor stays open until the read that leased it ends, then closes (never reused early)."""
+    registry.register(A, "r", "/obj", 0, 64)
+    with registry._lease(A, SharedMemoryRef("r", 0, 8), "x") as region:
+        registry.unregister(A, "r")
+        assert registry.status(A) == []
+        assert os.pread(region.fd, 4, 0) == bytes([0, 1, 2, 3])  # still open for the running request
+    with pytest.raises(OSError):
+        os.fstat(region.fd)
+    with pytest.raises(InvalidArgument, match="unable to find"):
+        registry.read(A, SharedMemoryRef("r", 0, 8), "x")
+
+
+def test_concurrent_reads_and_unregisters_never_fault(registry: SharedMemoryRegistry) -> None:
+    errors: list[BaseException] = []
+
+    def churn() -> None:
+        for _ in range(300):
+            with contextlib.suppress(FerryError):
+                registry.register(A, "r", "/obj", 0, 256)
+            registry.unregister(A, "r")
+
+    def read() -> None:
+        for _ in range(300):
+            try:
+                data = registry.read(A, SharedMemoryRef("r", 0, 256), "x")
+                np.testing.assert_array_equal(np.frombuffer(data, np.uint8), np.arange(256, dtype=np.uint8))
+            except InvalidArgument:
+                pass
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+    threads = [threading.Thread(target=churn), threading.Thread(target=read), threading.Thread(target=read)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    registry.close()
 
 
 def test_tensor_parameters() -> None:

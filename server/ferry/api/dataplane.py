@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import os
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
@@ -17,7 +18,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ferry_client.codec import CodecError, tensor_from_bytes, tensor_to_bytes
+from ferry_client.codec import CodecError, element_count, item_size, tensor_from_bytes, tensor_to_bytes
 from ferry_client.protocol import model_config_pb2 as mc
 
 from .. import __version__
@@ -31,10 +32,11 @@ from ..repository.manager import ModelManager
 from ..repository.model import ModelVersion
 from ..scheduling.responses import ResponseStream
 from ..scheduling.scheduler import Unloading
+from ..security.identity import Identify, anonymous
 from ..types import InferenceRequest, InferenceResponse, OutputTensor, TensorSpec
 from .admission import Admission
 from .ensemble_images import run_image_ensemble
-from .limits import Limits
+from .limits import OFF_LOOP_BYTES, Limits
 from .logging_ext import LoggingControl
 from .shared_memory import SharedMemoryRegistry, ref_parameters
 from .trace_ext import RequestTracing
@@ -66,6 +68,8 @@ class DataPlane:
         cache: ResponseCache | None = None,
         tracing: RequestTracing | None = None,
         logging_control: LoggingControl | None = None,
+        shared_memory: SharedMemoryRegistry | None = None,
+        identify: Identify = anonymous,
     ) -> None:
         self.manager = manager
         self.cache = cache
@@ -73,7 +77,8 @@ class DataPlane:
         self.logging = logging_control  # None: the logging extension answers UNIMPLEMENTED
         self.admission = admission or Admission()
         self.limits = limits or Limits()
-        self.shared_memory = SharedMemoryRegistry()
+        self.shared_memory = shared_memory or SharedMemoryRegistry(enabled=False)
+        self.identify = identify  # who a caller is, from its Authorization value (security/identity.py)
         self.started = False
         self.draining = False
         self.open_streams: set[ResponseStream] = set()  # decoupled requests not yet final
@@ -93,7 +98,8 @@ class DataPlane:
         return self.started and not self.draining
 
     def server_metadata(self) -> dict[str, Any]:
-        return {"name": "ferry", "version": __version__, "extensions": list(EXTENSIONS)}
+        extensions = [e for e in EXTENSIONS if e != "system_shared_memory" or self.shared_memory.enabled]
+        return {"name": "ferry", "version": __version__, "extensions": extensions}
 
     def model_ready(self, name: str, version: str = "") -> bool:
         return self.manager.is_ready(name, version)
@@ -136,7 +142,7 @@ class DataPlane:
         if model.decoupled:
             raise Unimplemented(f"{door} doesn't support models with decoupled transaction policy")
         if request.shared_memory_inputs:
-            self._read_shared_memory(request)
+            await self._read_shared_memory(request)
         requested = request.outputs if request.outputs else None
         names = [o.name for o in requested] if requested is not None else list(model.outputs)
         cache = self._cache_for(model)
@@ -151,7 +157,7 @@ class DataPlane:
                 request_key(model.name, model.version, request),
                 lambda: self._execute(model, request, names),
             )
-        return self._response(model, request, names, results, batch_size)
+        return await self._response(model, request, names, results, batch_size)
 
     async def infer_stream(
         self, request: InferenceRequest
@@ -192,7 +198,7 @@ class DataPlane:
                         for k, v in item.outputs.items()
                         if k in model.outputs
                     }
-                    yield self._response(model, request, names, outputs, batch_size, streamed=True), item.final
+                    yield await self._response(model, request, names, outputs, batch_size, streamed=True), item.final
         finally:
             if not final and sent and model.stats is not None:  # the client went away mid-stream
                 model.stats.record_response(sent, time.perf_counter_ns() - last, "cancel")
@@ -213,7 +219,7 @@ class DataPlane:
             stream.fail(Unavailable("the server is shutting down: the stream ended before its final response"))
         return len(ended)
 
-    def _response(
+    async def _response(
         self,
         model: ModelVersion,
         request: InferenceRequest,
@@ -245,7 +251,9 @@ class DataPlane:
                 datatype = "BYTES"
             output = OutputTensor(name, datatype, array, binary_default if flag is None else flag)
             if name in shared:
-                written = self.shared_memory.write(shared[name], name, tensor_to_bytes(array, datatype))
+                data = tensor_to_bytes(array, datatype)
+                write = functools.partial(self.shared_memory.write, request.client, shared[name], name, data)
+                written = write() if memoryview(data).nbytes < OFF_LOOP_BYTES else await asyncio.to_thread(write)
                 output.shared_memory = ref_parameters(shared[name], written)
             outputs.append(output)
         return InferenceResponse(model.name, str(model.version), request.id, outputs)
@@ -365,10 +373,24 @@ class DataPlane:
             model.stats.record_cache_miss(lookup_ns + time.perf_counter_ns() - inserted)
         return stored
 
-    def _read_shared_memory(self, request: InferenceRequest) -> None:
-        """Inputs left in registered shared memory become arrays viewing it (no copy)."""
+    async def _read_shared_memory(self, request: InferenceRequest) -> None:
+        """Inputs left in the client's shared memory regions become arrays (copies: see shared_memory.py)."""
         for name, shared in request.shared_memory_inputs.items():
-            view = self.shared_memory.view(shared.ref, name)
+            self.limits.check_tensor(name, shared.datatype, shared.shape)
+            try:  # a byte size the shape cannot use is refused before anything is copied
+                size = item_size(shared.datatype)
+                expected = None if size is None else element_count(name, shared.shape) * size
+            except CodecError as exc:
+                raise InvalidArgument(str(exc)) from None
+            if expected is not None and expected != shared.ref.byte_size:
+                raise InvalidArgument(
+                    f"tensor '{name}': expected {expected} bytes for {shared.datatype} shape {list(shared.shape)}, "
+                    f"got shared memory byte size {shared.ref.byte_size}"
+                )
+            if shared.ref.byte_size < OFF_LOOP_BYTES:
+                view = self.shared_memory.read(request.client, shared.ref, name)
+            else:
+                view = await asyncio.to_thread(self.shared_memory.read, request.client, shared.ref, name)
             try:
                 request.inputs[name] = tensor_from_bytes(name, shared.datatype, list(shared.shape), view)
             except CodecError as exc:

@@ -30,7 +30,7 @@ from .inference_plane import InferencePlane
 from .limits import OFF_LOOP_BYTES
 from .logging_ext import grpc_log_settings
 from .response_size import estimated_size, reserve_response
-from .shared_memory_grpc import register, status_response
+from .shared_memory_grpc import caller, register, status_response
 from .trace_ext import grpc_trace_setting
 
 log = logging.getLogger(__name__)
@@ -68,22 +68,23 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
 
     @_rpc
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Context) -> pb.ModelInferResponse:
-        return await self._infer(request)
+        return await self._infer(request, caller(self.plane.identify, context))
 
-    async def _decode(self, request: pb.ModelInferRequest, ticket: Any) -> InferenceRequest:
+    async def _decode(self, request: pb.ModelInferRequest, ticket: Any, client: str) -> InferenceRequest:
         if request.ByteSize() < OFF_LOOP_BYTES:
             infer_request = decode_infer_request(request, self.plane.limits)
         else:
             infer_request = await asyncio.to_thread(decode_infer_request, request, self.plane.limits)
+        infer_request.client = client
         if not request.raw_input_contents:  # typed contents were copied into new arrays
             ticket.reserve(sum(array.nbytes for array in infer_request.inputs.values()))
         return infer_request
 
-    async def _infer(self, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
+    async def _infer(self, request: pb.ModelInferRequest, client: str) -> pb.ModelInferResponse:
         """Admit one request at its real cost: the message, typed contents decoded, the response."""
         size = request.ByteSize()
         with self.plane.admission.admit(size) as ticket:
-            infer_request = await self._decode(request, ticket)
+            infer_request = await self._decode(request, ticket, client)
             response = await self.plane.infer(infer_request, door="ModelInfer RPC")
             reserve_response(response, self.max_response_bytes, ticket, binary_only=True)
             if estimated_size(response, binary_only=True) < OFF_LOOP_BYTES:
@@ -102,17 +103,18 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
         flagged final only when the model sent it with the final flag; its empty final response
         goes out only if the request set ``triton_enable_empty_final_response`` (as Triton). The
         buffer toward a client that does not read is bounded: the model then waits to send."""
+        client = caller(self.plane.identify, context)
         out: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue(STREAM_BUFFER)
         running: set[asyncio.Task] = set()
 
         async def read() -> None:
             async for request in request_iterator:
                 if self._is_decoupled(request):
-                    task = asyncio.create_task(self._stream_decoupled(request, out))
+                    task = asyncio.create_task(self._stream_decoupled(request, out, client))
                     running.add(task)
                     task.add_done_callback(running.discard)
                 else:
-                    await self._stream_one(request, out)
+                    await self._stream_one(request, out, client)
             while running:
                 await asyncio.gather(*list(running), return_exceptions=True)
             await out.put(None)
@@ -140,10 +142,10 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
     def _is_decoupled(self, request: pb.ModelInferRequest) -> bool:
         return self.plane.is_decoupled(request.model_name, request.model_version)
 
-    async def _stream_one(self, request: pb.ModelInferRequest, out: asyncio.Queue) -> None:
+    async def _stream_one(self, request: pb.ModelInferRequest, out: asyncio.Queue, client: str) -> None:
         try:
             empty_final = _wants_empty_final(request)
-            message = await self._infer(request)
+            message = await self._infer(request, client)
             message.parameters[FINAL_FLAG].bool_param = not empty_final
             await out.put(pb.ModelStreamInferResponse(infer_response=message))
             if empty_final:
@@ -154,7 +156,7 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
             log.exception("unexpected error in ModelStreamInfer")
             await out.put(pb.ModelStreamInferResponse(error_message=f"internal error: {exc}"))
 
-    async def _stream_decoupled(self, request: pb.ModelInferRequest, out: asyncio.Queue) -> None:
+    async def _stream_decoupled(self, request: pb.ModelInferRequest, out: asyncio.Queue, client: str) -> None:
         """Every response of one decoupled request into the stream (holding its admission slot)."""
         empty_final = _wants_empty_final(request)
         answers = pb.ModelInferResponse(
@@ -162,7 +164,7 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
         )
         try:
             with self.plane.admission.admit(request.ByteSize()) as ticket:
-                infer_request = await self._decode(request, ticket)
+                infer_request = await self._decode(request, ticket, client)
                 async for item, final in self.plane.infer_stream(infer_request):
                     if isinstance(item, FerryError):
                         failed = pb.ModelInferResponse()
@@ -277,20 +279,20 @@ class InferenceServicer(InferenceRpcs):
     async def SystemSharedMemoryStatus(
         self, request: pb.SystemSharedMemoryStatusRequest, context: Context
     ) -> pb.SystemSharedMemoryStatusResponse:
-        return status_response(self.plane.shared_memory, request.name)
+        return status_response(self.plane.shared_memory, caller(self.plane.identify, context), request.name)
 
     @_rpc
     async def SystemSharedMemoryRegister(
         self, request: pb.SystemSharedMemoryRegisterRequest, context: Context
     ) -> pb.SystemSharedMemoryRegisterResponse:
-        register(self.plane.shared_memory, request)
+        register(self.plane.shared_memory, caller(self.plane.identify, context), request)
         return pb.SystemSharedMemoryRegisterResponse()
 
     @_rpc
     async def SystemSharedMemoryUnregister(
         self, request: pb.SystemSharedMemoryUnregisterRequest, context: Context
     ) -> pb.SystemSharedMemoryUnregisterResponse:
-        self.plane.shared_memory.unregister(request.name)
+        self.plane.shared_memory.unregister(caller(self.plane.identify, context), request.name)
         return pb.SystemSharedMemoryUnregisterResponse()
 
     @_rpc

@@ -199,6 +199,7 @@ async def infer_response(
             len(body), decode_infer_request, model, version, body, request.headers.get(HEADER_LENGTH), plane.limits
         )
         del body  # the tensors are views of it where possible; drop the name early
+        infer_request.client = plane.identify(request.headers.get("authorization"))
         response = await _unless_disconnected(request, plane.infer(infer_request))
         if response is None:
             return Response(status_code=499)  # the caller is gone; nobody reads this
@@ -407,7 +408,7 @@ def create_http_app(
         return Response(status_code=200)
 
     add_shared_memory_routes(
-        app, plane.shared_memory, lambda request: _json_body(request, max_body_bytes), json_response
+        app, plane.shared_memory, plane.identify, lambda request: _json_body(request, max_body_bytes), json_response
     )
     add_generate_routes(app, plane, lambda request: _json_body(request, max_body_bytes))
     return app

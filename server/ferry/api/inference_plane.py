@@ -10,6 +10,7 @@ from collections.abc import AsyncGenerator
 from typing import Protocol
 
 from ..errors import FerryError
+from ..security.identity import Identify
 from ..types import InferenceRequest, InferenceResponse
 from .admission import Admission
 from .limits import Limits
@@ -18,6 +19,7 @@ from .limits import Limits
 class InferencePlane(Protocol):
     admission: Admission
     limits: Limits
+    identify: Identify  # who a caller is (its bearer token): requests carry it to shared memory
 
     async def infer(self, request: InferenceRequest, door: str = ...) -> InferenceResponse:
         """One response; ``door`` names the endpoint in the error a decoupled model gets."""

@@ -2,24 +2,37 @@
 
 A client creates a POSIX shared memory object (``shm_open`` key), registers a window of it under a
 name, then sends inference requests whose tensors say ``shared_memory_region`` / ``_offset`` /
-``_byte_size`` instead of carrying their bytes. Inputs are read as views of the mapping (no copy)
-and outputs are written into it. The REST and gRPC adapters only translate to these calls.
+``_byte_size`` instead of carrying their bytes. The REST and gRPC adapters only translate to these
+calls.
 
-Unregistering removes the name at once; requests that already resolved a region keep its mapping
-until they finish (the mapping closes when its last view is released), so a concurrent unregister
-never invalidates memory under a running request.
+Why descriptors and ``pread``/``pwrite``, not a mapping: the client owns the object and may shrink
+it at any time (``ftruncate``); touching a mapped page past the new end raises SIGBUS, which kills
+the process. A read or write through the descriptor just comes back short, which is a clear error
+for the caller. Inputs are therefore copied out of the region (the client may also rewrite it while
+the request runs), outputs copied in.
+
+Why the checks at registration: a key is opened without following symbolic links and must name a
+regular object owned by an allowed user (the server's own by default), so a key cannot reach another
+user's object or a file a link points to. Each region belongs to the identity that registered it
+(``security/identity.py``): other identities neither see, use nor unregister it. Regions are capped
+per identity and in total, since each holds a descriptor. The whole extension is off unless the
+operator enables it (``--allow-shared-memory``).
 """
 
 from __future__ import annotations
 
-import contextlib
-import mmap
+import errno
 import os
+import re
+import stat
 import threading
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from ..errors import ErrorKind, FerryError, InvalidArgument, NotFound
 from ..types import SharedMemoryRef
@@ -28,138 +41,263 @@ SHM_ROOT = Path("/dev/shm")  # where Linux keeps shm_open objects
 REGION = "shared_memory_region"
 OFFSET = "shared_memory_offset"
 BYTE_SIZE = "shared_memory_byte_size"
+MAX_NAME_BYTES = 255  # NAME_MAX, for keys; region names get the same bound
+#: What a key may hold after its leading '/': a portable file name, no '/' and no control bytes.
+KEY_CHARACTERS = re.compile(r"[A-Za-z0-9._:@+=~,%-]+")
+DISABLED = (
+    "system shared memory is disabled on this server; the operator can enable it with "
+    "--allow-shared-memory (FERRY_ALLOW_SHARED_MEMORY=true)"
+)
+_OPEN_FLAGS = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
 
 
-@dataclass(frozen=True)
+@dataclass
 class Region:
-    """A registered window [offset, offset + byte_size) of one shared memory object."""
+    """A registered window [offset, offset + byte_size) of one shared memory object, open as ``fd``.
 
+    ``users`` counts reads and writes in progress; an unregistered region's descriptor closes when
+    the last of them ends, so a concurrent unregister never lets a request use a reused descriptor.
+    """
+
+    owner: str
     name: str
     key: str
     offset: int
     byte_size: int
-    mapping: mmap.mmap
+    fd: int
+    users: int = 0
+    retired: bool = field(default=False)
 
     def status(self) -> dict[str, Any]:
         return {"name": self.name, "key": self.key, "offset": self.offset, "byte_size": self.byte_size}
 
 
 class SharedMemoryRegistry:
-    """The server's registered system shared memory regions, by name."""
+    """The registered system shared memory regions, by owner and name.
 
-    def __init__(self, root: Path = SHM_ROOT) -> None:
+    ``enabled`` False: every call answers that the extension is off (``DISABLED``)."""
+
+    def __init__(
+        self,
+        root: Path = SHM_ROOT,
+        *,
+        enabled: bool = True,
+        owner_uids: frozenset[int] | None = None,
+        max_regions: int = 256,
+        max_regions_per_owner: int = 64,
+    ) -> None:
         self._root = root
-        self._regions: dict[str, Region] = {}
+        self.enabled = enabled
+        self._owner_uids = owner_uids or frozenset({os.geteuid()})
+        self._max_regions = max_regions
+        self._max_per_owner = max_regions_per_owner
+        self._regions: dict[tuple[str, str], Region] = {}
         self._lock = threading.Lock()
 
-    def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
-        """Map ``byte_size`` bytes at ``offset`` of the object ``key``; the window must lie inside it."""
-        if not name:
-            raise InvalidArgument("a shared memory region needs a name")
-        for field, value in (("offset", offset), ("byte_size", byte_size)):
+    def check_enabled(self) -> None:
+        if not self.enabled:
+            raise FerryError(DISABLED, ErrorKind.RESTRICTED)
+
+    # --- registration ---------------------------------------------------------------------------
+
+    def register(self, owner: str, name: str, key: str, offset: int, byte_size: int) -> None:
+        """Open the object ``key`` for ``owner`` and remember the window; it must lie inside the object."""
+        self.check_enabled()
+        check_region_name(name)
+        for label, value in (("offset", offset), ("byte_size", byte_size)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise InvalidArgument(f"shared memory region '{name}': {field} must be a non-negative integer")
+                raise InvalidArgument(f"shared memory region '{name}': {label} must be a non-negative integer")
         if byte_size == 0:
             raise InvalidArgument(f"shared memory region '{name}': byte_size must be greater than 0")
+        path = self._root / _object_name(name, key)
         with self._lock:
-            if name in self._regions:
+            if (owner, name) in self._regions:
                 raise FerryError(
                     f"shared memory region '{name}' is already registered; unregister it first",
                     ErrorKind.ALREADY_EXISTS,
                 )
-            mapping = self._map(name, key, offset + byte_size)
-            self._regions[name] = Region(name, key, offset, byte_size, mapping)
+            self._check_room(owner, name)
+            fd = self._open(name, key, path, offset + byte_size)
+            self._regions[(owner, name)] = Region(owner, name, key, offset, byte_size, fd)
 
-    def _map(self, name: str, key: str, needed: int) -> mmap.mmap:
-        path = self._root / _object_name(name, key)
+    def _check_room(self, owner: str, name: str) -> None:
+        held = sum(1 for region_owner, _ in self._regions if region_owner == owner)
+        if held >= self._max_per_owner:
+            raise FerryError(
+                f"cannot register shared memory region '{name}': this client already holds {held} regions, the "
+                f"limit per client (--shared-memory-max-regions-per-client); unregister some first",
+                ErrorKind.RESOURCE_EXHAUSTED,
+            )
+        if len(self._regions) >= self._max_regions:
+            raise FerryError(
+                f"cannot register shared memory region '{name}': the server holds {len(self._regions)} regions, "
+                "its limit (--shared-memory-max-regions); try again later",
+                ErrorKind.RESOURCE_EXHAUSTED,
+            )
+
+    def _open(self, name: str, key: str, path: Path, needed: int) -> int:
+        """A descriptor of the object at ``path``, after every check a hostile key could defeat."""
+        where = f"shared memory region '{name}': key '{key}'"
         try:
-            fd = os.open(path, os.O_RDWR)
+            fd = os.open(path, _OPEN_FLAGS)
         except OSError as exc:
-            raise InvalidArgument(
-                f"shared memory region '{name}': cannot open shared memory key '{key}': {exc.strerror}"
-            ) from None
+            reason = "it is a symbolic link, which is never followed" if exc.errno == errno.ELOOP else exc.strerror
+            raise InvalidArgument(f"{where}: cannot open the shared memory object: {reason}") from None
         try:
-            size = os.fstat(fd).st_size
-            if needed > size:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise InvalidArgument(f"{where} does not name a shared memory object (not a regular object)")
+            if info.st_uid not in self._owner_uids:
+                raise InvalidArgument(
+                    f"{where}: the object is owned by a user this server does not accept "
+                    "(--shared-memory-owner-uid; default: the server's own user)"
+                )
+            if needed > info.st_size:
                 raise InvalidArgument(
                     f"shared memory region '{name}': offset + byte_size ({needed}) exceeds the "
-                    f"{size} bytes of shared memory key '{key}'"
+                    f"{info.st_size} bytes of shared memory key '{key}'"
                 )
-            return mmap.mmap(fd, needed)
-        finally:
+        except BaseException:
             os.close(fd)
+            raise
+        return fd
 
-    def unregister(self, name: str = "") -> None:
-        """Forget one region (or all, when ``name`` is empty); unknown names are not an error, as in Triton."""
+    def unregister(self, owner: str, name: str = "") -> None:
+        """Forget one of ``owner``'s regions (or all of them, when ``name`` is empty). Unknown names are
+        not an error, as in Triton; another owner's region is unknown to this one and stays registered."""
+        self.check_enabled()
+        if name:
+            check_region_name(name)
         with self._lock:
-            removed = list(self._regions.values()) if not name else [self._regions.pop(name, None)]
-            if not name:
-                self._regions.clear()
-        for region in removed:
-            if region is not None:
-                _close_when_unused(region.mapping)
+            keys = [k for k in self._regions if k[0] == owner] if not name else [(owner, name)]
+            for region in (self._regions.pop(k, None) for k in keys):
+                if region is not None:
+                    region.retired = True
+                    if region.users == 0:
+                        os.close(region.fd)
 
-    def status(self, name: str = "") -> list[dict[str, Any]]:
-        """Every region's status, or one region's (NOT_FOUND when it is not registered)."""
+    def status(self, owner: str, name: str = "") -> list[dict[str, Any]]:
+        """Every region of ``owner``, or one of them (NOT_FOUND when ``owner`` has none of that name)."""
+        self.check_enabled()
+        if name:
+            check_region_name(name)
         with self._lock:
             if not name:
-                return [r.status() for r in sorted(self._regions.values(), key=lambda r: r.name)]
-            return [self._get(name).status()]
-
-    def _get(self, name: str) -> Region:
-        region = self._regions.get(name)
+                mine = (r for (o, _), r in self._regions.items() if o == owner)
+                return [r.status() for r in sorted(mine, key=lambda r: r.name)]
+            region = self._regions.get((owner, name))
         if region is None:
             raise NotFound(f"unable to find system shared memory region '{name}'")
-        return region
+        return [region.status()]
 
-    def view(self, ref: SharedMemoryRef, tensor: str) -> memoryview:
-        """The bytes of an input tensor, as a view of the region (checked against its bounds)."""
-        region = self._window(ref, tensor)
-        start = region.offset + ref.offset
-        return memoryview(region.mapping)[start : start + ref.byte_size]
+    def count(self) -> int:
+        with self._lock:
+            return len(self._regions)
 
-    def write(self, ref: SharedMemoryRef, tensor: str, data: bytes | memoryview) -> int:
+    # --- use by requests ------------------------------------------------------------------------
+
+    def read(self, owner: str, ref: SharedMemoryRef, tensor: str) -> memoryview:
+        """A copy of an input tensor's bytes (checked against the region's bounds and the object's size)."""
+        with self._lease(owner, ref, tensor) as region:
+            start = region.offset + ref.offset
+            buffer = np.empty(ref.byte_size, np.uint8)  # numpy: aligned for any element type
+            view = buffer.data
+            done = 0
+            while done < ref.byte_size:
+                got = os.preadv(region.fd, [view[done:]], start + done)
+                if got <= 0:
+                    raise _shrunk(region, tensor, start + ref.byte_size)
+                done += got
+        return view
+
+    def write(self, owner: str, ref: SharedMemoryRef, tensor: str, data: bytes | memoryview) -> int:
         """Copy an output tensor into its region; returns the bytes written."""
-        region = self._window(ref, tensor)
-        size = memoryview(data).nbytes
+        source = memoryview(data).cast("B")
+        size = source.nbytes
         if size > ref.byte_size:
             raise InvalidArgument(
                 f"output '{tensor}' needs {size} bytes but its shared memory byte size is {ref.byte_size}"
             )
-        start = region.offset + ref.offset
-        region.mapping[start : start + size] = data
+        with self._lease(owner, ref, tensor) as region:
+            start = region.offset + ref.offset
+            if os.fstat(region.fd).st_size < start + size:  # writing on would grow the client's object
+                raise _shrunk(region, tensor, start + size)
+            done = 0
+            while done < size:
+                done += os.pwrite(region.fd, source[done:], start + done)
         return size
 
-    def _window(self, ref: SharedMemoryRef, tensor: str) -> Region:
+    @contextmanager
+    def _lease(self, owner: str, ref: SharedMemoryRef, tensor: str) -> Iterator[Region]:
+        """The region ``ref`` names, kept open until the block ends."""
+        self.check_enabled()
         with self._lock:
-            region = self._regions.get(ref.region)
+            region = self._regions.get((owner, ref.region))
+            if region is not None:
+                region.users += 1
         if region is None:
             raise InvalidArgument(f"tensor '{tensor}': unable to find system shared memory region '{ref.region}'")
-        if ref.offset + ref.byte_size > region.byte_size:
-            raise InvalidArgument(
-                f"tensor '{tensor}': shared memory offset {ref.offset} + byte size {ref.byte_size} is outside "
-                f"region '{ref.region}' of {region.byte_size} bytes"
-            )
-        return region
+        try:
+            if ref.offset + ref.byte_size > region.byte_size:
+                raise InvalidArgument(
+                    f"tensor '{tensor}': shared memory offset {ref.offset} + byte size {ref.byte_size} is outside "
+                    f"region '{ref.region}' of {region.byte_size} bytes"
+                )
+            yield region
+        finally:
+            with self._lock:
+                region.users -= 1
+                if region.retired and region.users == 0:
+                    os.close(region.fd)
 
     def close(self) -> None:
-        self.unregister()
+        with self._lock:
+            regions = list(self._regions.values())
+            self._regions.clear()
+        for region in regions:
+            region.retired = True
+            if region.users == 0:
+                os.close(region.fd)
+
+
+def _shrunk(region: Region, tensor: str, end: int) -> InvalidArgument:
+    return InvalidArgument(
+        f"tensor '{tensor}': shared memory region '{region.name}' needs {end} bytes of key '{region.key}', "
+        "but the object has been shrunk below that; register it again at its new size"
+    )
+
+
+def check_region_name(name: Any) -> None:
+    """A region name: 1 to 255 bytes of printable characters, no '/' (it is a REST path segment)."""
+    if not isinstance(name, str) or not name:
+        raise InvalidArgument("a shared memory region needs a name")
+    if len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES or not name.isprintable() or "/" in name:
+        raise InvalidArgument(
+            f"shared memory region name {_shown(name)} is not valid: at most {MAX_NAME_BYTES} bytes of "
+            "printable characters, without '/'"
+        )
 
 
 def _object_name(name: str, key: str) -> str:
-    """The file name of a shm_open key: leading slashes dropped (as glibc does), then no other '/'."""
-    stripped = key.lstrip("/")
-    if not stripped or "/" in stripped or stripped in (".", ".."):
+    """The file name of a shm_open key: leading slashes dropped (as glibc does), then a plain name."""
+    stripped = key.lstrip("/") if isinstance(key, str) else ""
+    if (
+        not stripped
+        or len(stripped) > MAX_NAME_BYTES
+        or stripped in (".", "..")
+        or KEY_CHARACTERS.fullmatch(stripped) is None
+    ):
         raise InvalidArgument(
-            f"shared memory region '{name}': key '{key}' is not a shared memory object name ('/name', no other '/')"
+            f"shared memory region '{name}': key {_shown(key)} is not a shared memory object name "
+            f"('/name': at most {MAX_NAME_BYTES} letters, digits and ._:@+=~,%- characters, no other '/')"
         )
     return stripped
 
 
-def _close_when_unused(mapping: mmap.mmap) -> None:
-    """Close now unless a running request still holds a view; then the last view's release closes it."""
-    with contextlib.suppress(BufferError):
-        mapping.close()
+def _shown(text: Any) -> str:
+    """A caller's string for an error message: quoted and escaped (NUL and control bytes visible), cut short."""
+    shown = ascii(text) if isinstance(text, str) else repr(type(text).__name__)
+    return shown if len(shown) <= 80 else shown[:77] + "..."
 
 
 def tensor_ref(tensor: str, parameters: Mapping[str, Any]) -> SharedMemoryRef | None:
@@ -172,6 +310,7 @@ def tensor_ref(tensor: str, parameters: Mapping[str, Any]) -> SharedMemoryRef | 
     region = parameters[REGION]
     if not isinstance(region, str) or not region:
         raise InvalidArgument(f"tensor '{tensor}': {REGION} must be a region name")
+    check_region_name(region)
     if BYTE_SIZE not in parameters:
         raise InvalidArgument(f"tensor '{tensor}': {REGION} needs {BYTE_SIZE}")
     values = {key: parameters.get(key, 0) for key in (OFFSET, BYTE_SIZE)}

@@ -1,5 +1,6 @@
 """REST routes of the shared memory extensions (Triton's ``/v2/systemsharedmemory`` and
-``/v2/cudasharedmemory`` paths): JSON in and out, every rule lives in the registry."""
+``/v2/cudasharedmemory`` paths): JSON in and out, every rule lives in the registry. Each call acts
+for the caller's identity (its bearer token), read from the Authorization header."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from starlette.responses import Response
 
+from ..security.identity import Identify
 from .cuda_shared_memory import cuda_register_refused, cuda_status, cuda_unregister
 from .shared_memory import SharedMemoryRegistry
 
@@ -17,29 +19,33 @@ JsonResponse = Callable[[Any], Response]
 
 
 def add_shared_memory_routes(
-    app: FastAPI, registry: SharedMemoryRegistry, json_body: JsonBody, json_response: JsonResponse
+    app: FastAPI, registry: SharedMemoryRegistry, identify: Identify, json_body: JsonBody, json_response: JsonResponse
 ) -> None:
     """Register, unregister and status for system shared memory; CUDA shared memory as a
     Triton built without GPUs answers it (``cuda_shared_memory``)."""
 
+    def owner(request: Request) -> str:
+        return identify(request.headers.get("authorization"))
+
     @app.get("/v2/systemsharedmemory/status")
     @app.get("/v2/systemsharedmemory/region/{name}/status")
-    async def system_status(name: str = "") -> Response:
-        return json_response(registry.status(name))
+    async def system_status(request: Request, name: str = "") -> Response:
+        return json_response(registry.status(owner(request), name))
 
     @app.post("/v2/systemsharedmemory/region/{name}/register")
     async def system_register(name: str, request: Request) -> Response:
+        registry.check_enabled()  # a disabled extension says so before the body is read
         body = await json_body(request)
         key = body.get("key")
         if not isinstance(key, str):
             key = ""  # the registry names the bad key
-        registry.register(name, key, body.get("offset", 0), body.get("byte_size", 0))
+        registry.register(owner(request), name, key, body.get("offset", 0), body.get("byte_size", 0))
         return Response(status_code=200)
 
     @app.post("/v2/systemsharedmemory/unregister")
     @app.post("/v2/systemsharedmemory/region/{name}/unregister")
-    async def system_unregister(name: str = "") -> Response:
-        registry.unregister(name)
+    async def system_unregister(request: Request, name: str = "") -> Response:
+        registry.unregister(owner(request), name)
         return Response(status_code=200)
 
     @app.get("/v2/cudasharedmemory/status")

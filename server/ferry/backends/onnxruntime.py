@@ -20,6 +20,7 @@ import onnxruntime as ort
 from ferry_client.codec import numpy_dtype
 from ferry_client.protocol import model_config_pb2 as mc
 
+from ..cores import usable_cores
 from ..errors import InvalidArgument, ModelLoadError
 from ..paths import inside
 from .base import Backend, InstanceSpec, ModelIO, TensorInfo, config_parameter
@@ -268,6 +269,30 @@ def _numpy_type(ort_type: str) -> type:
     return numpy_dtype(datatype).type
 
 
+def thread_count(config: mc.ModelConfig, name: str) -> int | None:
+    """A thread-count parameter, at most the usable cores (None: not set, or 0 = ORT decides).
+
+    Why clamp: the parameter may come from anyone allowed to call the load API, and ORT starts the
+    threads it is told to (1,000 of them took a reload 40 s and starved every client); a config
+    tuned for a bigger machine still loads, with a warning saying what it got."""
+    value = config_parameter(config, name)
+    if not value:
+        return None
+    try:
+        count = int(value)
+    except ValueError:
+        raise ModelLoadError(f"parameter {name} must be a whole number of threads, got '{value}'") from None
+    if count < 0:
+        raise ModelLoadError(f"parameter {name} must not be negative, got {count}")
+    cores = usable_cores()
+    if count > cores:
+        log.warning(
+            "model '%s': parameter %s %d exceeds the %d usable cores; using %d", config.name, name, count, cores, cores
+        )
+        return cores
+    return count or None
+
+
 class OnnxRuntimeInstance:
     """One ORT session. ``run`` releases the GIL inside ORT, so instances run in parallel threads."""
 
@@ -279,11 +304,11 @@ class OnnxRuntimeInstance:
         options.graph_optimization_level = _GRAPH_LEVELS.get(
             config.optimization.graph.level, ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         )
-        intra = config_parameter(config, "intra_op_thread_count")
-        inter = config_parameter(config, "inter_op_thread_count")
-        options.intra_op_num_threads = int(intra) if intra else spec.threads
-        if inter:
-            options.inter_op_num_threads = int(inter)
+        intra = thread_count(config, "intra_op_thread_count")
+        inter = thread_count(config, "inter_op_thread_count")
+        options.intra_op_num_threads = intra if intra is not None else spec.threads
+        if inter is not None:
+            options.inter_op_num_threads = inter
         options.log_severity_level = 3
         dims = input_dims_of(config, model_file) if spec.kind == "GPU" else None  # only GPU options use them
         providers = choose_providers(config, spec, model_file.parent.parent, ort.get_available_providers(), dims)

@@ -9,7 +9,7 @@ every header, the body still compressed), so a client sees what one process woul
 Hop-by-hop headers are not relayed (each connection has its own), nor the core's ``Server`` and
 ``Date``: the intake's uvicorn adds its own, as for the responses it makes itself. A client that
 goes away cancels its forwarded request, which closes that connection to the core. The core being
-unreachable is a 503 with a JSON error.
+unreachable is a 503 with a JSON error; a request that cannot be relayed as sent is a 400.
 """
 
 from __future__ import annotations
@@ -31,6 +31,10 @@ HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"te
 #: Response headers the intake's own HTTP server writes (uvicorn's defaults); the core's are dropped.
 SERVER_HEADERS = frozenset({b"server", b"date"})
 UNREACHABLE = "the model process is not reachable; try again later"
+#: Optional white space around a field value is not part of it (RFC 9110 section 5.5). The intake's
+#: parser keeps trailing OWS, which httpx refuses to send; stripped, every header a client may
+#: legally send is relayed.
+OWS = b" \t"
 
 
 def end_to_end(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
@@ -139,11 +143,12 @@ class ForwardToCore:
             if not relaying.done():  # the client went away (or the server is stopping): drop the request
                 relaying.cancel()
             await asyncio.gather(watching, relaying, return_exceptions=True)
-        if not relaying.cancelled() and relaying.exception() is not None:
-            raise relaying.exception()  # type: ignore[misc]
+        error = None if relaying.cancelled() else relaying.exception()
+        if error is not None:
+            raise error
 
     async def _relay(self, scope: Scope, body: _RequestBody, send: Send) -> None:
-        headers = end_to_end(scope["headers"])
+        headers = [(name, value.strip(OWS)) for name, value in end_to_end(scope["headers"])]
         if _declares_body(scope["headers"]):
             content: AsyncIterator[bytes] | None = body.chunks()
         else:
@@ -157,6 +162,11 @@ class ForwardToCore:
             # ``send`` of a built request: the client adds none of its default headers
             response = await self._client.send(request, stream=True)
         except _ClientGone:
+            return
+        except httpx.LocalProtocolError as exc:  # the request itself cannot be sent on: the client's fault
+            await error_response(f"the request cannot be relayed to the model process: {exc}", 400)(
+                scope, body.receive, send
+            )
             return
         except httpx.TransportError as exc:
             if body.gone.is_set():

@@ -291,6 +291,7 @@ class HandoffClient:
             request.outputs,
             request.parameters,
             request.shared_memory_inputs,
+            request.client,
         )
         call = next(self._calls)
         future = asyncio.get_running_loop().create_future()
@@ -412,7 +413,7 @@ class HubConnection:
         self.channel.send(reply)
 
     def _request(self, header: tuple) -> InferenceRequest:
-        model, version, request_id, where, descs, datatypes, outputs, parameters, shared = header
+        model, version, request_id, where, descs, datatypes, outputs, parameters, shared, client = header
         assert self._requests is not None
         buffer, base = self._requests.buffer(where)
         return InferenceRequest(
@@ -424,6 +425,7 @@ class HubConnection:
             None if outputs is None else [_requested_output(output) for output in outputs],
             parameters,
             {name: _shared_memory_input(value) for name, value in shared.items()},
+            client,
         )
 
     def _pack_response(self, response: InferenceResponse) -> tuple:

@@ -16,7 +16,6 @@ import os
 import shutil
 import signal
 import socket
-import sys
 import tempfile
 from collections.abc import Iterable
 
@@ -28,6 +27,7 @@ from starlette.types import ASGIApp
 
 from ..api.dataplane import DataPlane
 from ..api.grpc import create_grpc_server
+from ..child_processes import python_module_command
 from ..cores import usable_cores
 from ..front_doors import QuietUvicornServer, reuse_port_socket, wait_started
 from ..security import ServerSecurity
@@ -123,7 +123,7 @@ class IntakeProcesses:
             settings=self.settings.model_dump(mode="json", exclude={"auth_tokens"}),
         )
         self._processes[row] = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "ferry.intake.worker", env={**os.environ, ENV: assignment.to_env()}
+            *python_module_command("ferry.intake.worker"), env={**os.environ, ENV: assignment.to_env()}
         )
         self._watchers[row] = asyncio.create_task(self._watch(row), name=f"intake-{row}")
 

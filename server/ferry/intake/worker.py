@@ -35,6 +35,7 @@ from ..front_doors import (
     wait_started,
 )
 from ..security import ServerSecurity
+from ..security.identity import Identify
 from ..settings import Settings
 from ..types import InferenceRequest, InferenceResponse
 from .forward_grpc import ForwardingServicer
@@ -75,9 +76,10 @@ class IntakePlane:
     """What the inference front doors need from a data plane, in an intake process: admission and
     limits here (admission counted in the shared table), execution in the model process."""
 
-    def __init__(self, admission: Admission, limits: Limits, client: HandoffClient) -> None:
+    def __init__(self, admission: Admission, limits: Limits, client: HandoffClient, identify: Identify) -> None:
         self.admission = admission
         self.limits = limits
+        self.identify = identify  # the core uses the identity the request arrives with
         self._client = client
 
     async def infer(self, request: InferenceRequest, door: str = "") -> InferenceResponse:
@@ -105,6 +107,7 @@ async def run(assignment: Assignment) -> int:
         Admission(settings.max_inflight_requests, settings.max_inflight_bytes, table.counts(assignment.row)),
         request_limits(settings),
         client,
+        security.identify,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -145,12 +145,22 @@ class ModelManager:
         return config is not None and is_ensemble(config)
 
     def scan(self) -> list[str]:
-        """Model directories in the repository (hidden and ``_``-prefixed ones are skipped)."""
-        return sorted(
-            entry.name
-            for entry in self.repository.iterdir()
-            if entry.is_dir() and not entry.name.startswith((".", "_"))
-        )
+        """Model directories in the repository (hidden and ``_``-prefixed ones are skipped).
+
+        A repository that cannot be listed (removed, unmounted, permissions) is UNAVAILABLE for the
+        caller, with the reason but not the server's path; the log names the path."""
+        try:
+            return sorted(
+                entry.name
+                for entry in self.repository.iterdir()
+                if entry.is_dir() and not entry.name.startswith((".", "_"))
+            )
+        except OSError as exc:
+            log.warning("cannot list the model repository %s: %s", self.repository, exc)
+            raise Unavailable(
+                f"the model repository cannot be read ({exc.strerror or type(exc).__name__}); "
+                "the server log names the path"
+            ) from None
 
     # --- queries ----------------------------------------------------------------------------
 
@@ -199,12 +209,12 @@ class ModelManager:
                     f"({status.state.value}" + (f": {status.reason})" if status.reason else ")")
                 )
             return self._serving(status.model)
-        ready = [v for v, s in record.versions.items() if s.state == ModelState.READY and s.model is not None]
+        ready = {v: s.model for v, s in record.versions.items() if s.state == ModelState.READY and s.model is not None}
         if not ready:
             raise Unavailable(
                 f"Request for unknown model: '{name}' has no available versions ({self._why_not_ready(record)})"
             )
-        return self._serving(record.versions[max(ready)].model)  # type: ignore[arg-type]
+        return self._serving(ready[max(ready)])
 
     @staticmethod
     def _serving(model: ModelVersion) -> ModelVersion:

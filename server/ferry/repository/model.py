@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from ferry_client.protocol import model_config_pb2 as mc
 from ..backends import InstanceSpec, backend_for
 from ..backends.base import Instance
 from ..backends.registry import normalise_platform, platform_for_file
+from ..cores import usable_cores
 from ..errors import FerryError, ModelLoadError
 from ..paths import inside
 from ..pipelines.runtime import ImagePipeline
@@ -90,7 +90,7 @@ def instance_specs(config: mc.ModelConfig, gpu_available: bool) -> list[Instance
                 f"instance_group[{index}]: kind {mc.ModelInstanceGroup.Kind.Name(kind)} is not supported"
             )
     cpu_instances = sum(1 for spec in specs if spec.kind == "CPU")
-    threads = max(1, (os.cpu_count() or 1) // max(1, cpu_instances))
+    threads = max(1, usable_cores() // max(1, cpu_instances))
     return [
         InstanceSpec(name=s.name, kind=s.kind, device_id=s.device_id, threads=threads if s.kind == "CPU" else 0)
         for s in specs

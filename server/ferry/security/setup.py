@@ -10,6 +10,7 @@ from starlette.types import ASGIApp
 
 from .grpc_auth import BearerAuthInterceptor
 from .http_auth import BearerAuthMiddleware
+from .identity import Identify, anonymous, token_identity
 from .policy import AuthPolicy
 from .tls import TlsFiles
 from .tokens import TokenStore
@@ -34,6 +35,11 @@ class ServerSecurity:
         policy = AuthPolicy(tokens, settings.auth_public_health) if tokens is not None else None
         tls = TlsFiles.from_options(settings.tls_cert, settings.tls_key, settings.tls_client_ca)
         return cls(policy, tls, settings.auth_metrics)
+
+    @property
+    def identify(self) -> Identify:
+        """Callers told apart by their bearer token, or all one anonymous client without auth."""
+        return anonymous if self.policy is None else token_identity
 
     def http_app(self, app: ASGIApp) -> ASGIApp:
         return app if self.policy is None else BearerAuthMiddleware(app, self.policy)

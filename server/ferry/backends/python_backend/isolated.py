@@ -12,7 +12,6 @@ import logging
 import signal
 import socket
 import subprocess
-import sys
 import threading
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from ...child_processes import python_module_command
 from ...errors import ModelLoadError
 from ..base import InstanceSpec, ModelIO
 from .host import call_model
@@ -40,7 +40,7 @@ class _Child:
         ours, theirs = socket.socketpair()
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "ferry.backends.python_backend.child", str(theirs.fileno())],
+                python_module_command("ferry.backends.python_backend.child", str(theirs.fileno())),
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
             )

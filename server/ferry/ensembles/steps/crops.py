@@ -15,7 +15,7 @@ from PIL import Image
 
 from ferry_client.protocol import model_config_pb2 as mc
 
-from ...errors import ModelLoadError
+from ...errors import InvalidArgument, ModelLoadError
 from ...pipelines.decode import decode_image
 from ...pipelines.preprocess import PreprocessSpec, preprocess
 from ...pipelines.runtime import DEFAULT_MAX_PIXELS
@@ -58,8 +58,11 @@ def crop_step(config: mc.ModelConfig) -> StepRun:
             count = int(counts[number])
             if count <= 0:
                 continue
+            chosen = boxes[number, :count]
+            if not np.isfinite(chosen).all():  # a client may call the step directly with any numbers
+                raise InvalidArgument(f"image {number}: detection_boxes must be finite numbers (got NaN or infinity)")
             image = decode_image(bytes(data), max_pixels=max_pixels, index=number)
-            for box in boxes[number, :count]:
+            for box in chosen:
                 crops.append(preprocess(cut(image, box), spec)[0])
                 index.append(number)
         batch = np.stack(crops) if crops else np.empty((0, *spec.tensor_shape), spec.dtype)
