@@ -173,7 +173,7 @@ class DataPlane:
             yield await self.infer(request), True
             return
         if request.shared_memory_inputs:
-            self._read_shared_memory(request)
+            await self._read_shared_memory(request)
         requested = request.outputs if request.outputs else None
         names = [o.name for o in requested] if requested is not None else list(model.outputs)
         stream = ResponseStream(asyncio.get_running_loop())
