@@ -30,7 +30,7 @@ from ..pipelines.runtime import Prepared
 from ..pipelines.slices import ImageWork, prepare_in_slices
 from ..repository.manager import ModelManager
 from ..repository.model import ModelVersion
-from ..scheduling.responses import ResponseStream
+from ..response_streams import ResponseStream
 from ..scheduling.scheduler import Unloading
 from ..security.identity import Identify, anonymous
 from ..types import InferenceRequest, InferenceResponse, OutputTensor, TensorSpec

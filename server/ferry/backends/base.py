@@ -78,7 +78,7 @@ class RequestBatches(Protocol):
     def run_requests(
         self, inputs: list[dict[str, np.ndarray]], outputs: list[list[str]], sinks: list[Any] | None = None
     ) -> list[dict[str, np.ndarray] | Exception]:
-        """``sinks`` (one ``scheduling.responses.ResponseStream`` per request) only for a decoupled model."""
+        """``sinks`` (one ``response_streams.ResponseStream`` per request) only for a decoupled model."""
         ...
 
 

@@ -19,7 +19,7 @@ import numpy as np
 from ferry_client.codec import numpy_dtype
 
 from ..errors import FerryError, ModelLoadError, Unavailable
-from ..scheduling.responses import ResponseStream, StreamedResponse
+from ..response_streams import ResponseStream, StreamedResponse
 from ..scheduling.scheduler import RequestTiming
 from ..scheduling.timeline import Timeline
 from ..statistics import ModelStats

@@ -23,9 +23,9 @@ import numpy as np
 
 from ..backends.base import Instance
 from ..errors import FerryError, Unavailable
+from ..response_streams import ResponseStream
 from ..statistics import ModelStats
 from .policy import SchedulingPolicy
-from .responses import ResponseStream
 from .timeline import Timeline
 
 log = logging.getLogger(__name__)

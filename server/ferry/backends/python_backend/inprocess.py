@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ...scheduling.responses import ResponseStream
+from ...response_streams import ResponseStream
 from ..base import InstanceSpec, ModelIO
 from .instance import PythonInstance
 from .runner import Failure, ModelRunner, Outputs

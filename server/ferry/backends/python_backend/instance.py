@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import ErrorKind, FerryError
-from ...scheduling.responses import ResponseStream
+from ...response_streams import ResponseStream
 from ..base import InstanceSpec, ModelIO
 from .runner import Failure, Outputs
 

@@ -25,7 +25,7 @@ import numpy as np
 from ferry_client.codec import datatype_from_config, numpy_dtype
 
 from ...errors import ErrorKind, FerryError
-from ...scheduling.responses import StreamedResponse
+from ...response_streams import StreamedResponse
 from . import triton_python_backend_utils as pb_utils
 
 UTILS_MODULE = "triton_python_backend_utils"
@@ -152,7 +152,7 @@ class ModelRunner:
         self, inputs: list[dict[str, np.ndarray]], outputs: list[list[str]], sinks: list[Any]
     ) -> list[Outputs | Failure]:
         """Run one batch of a decoupled model: each request gets a response sender whose responses
-        go to that request's sink (a ``scheduling.responses.ResponseStream``), now or later, from any
+        go to that request's sink (a ``response_streams.ResponseStream``), now or later, from any
         thread. Returns once ``execute`` has returned: ``{}`` for a request that is answered through
         its sender, a Failure for one that ``execute`` failed before anything was sent."""
         requests = []

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ErrorKind, FerryError
+from .errors import ErrorKind, FerryError
 
 #: Responses a stream holds before its producer waits for the reader.
 BUFFERED_RESPONSES = 16
