@@ -27,6 +27,14 @@ MODEL_REPO = ROOT / "model_repo"
 EXTRAS_REPO = ROOT / "model_repo_extras"
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The OCR models of ``model_repo/`` are committed; should one be missing (a sparse checkout),
+    copy it from the rapidocr-onnxruntime wheel, so every test that serves the repository finds them."""
+    from tests.ocr_reference import ensure_models
+
+    ensure_models()
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -1,4 +1,5 @@
-"""The ``ferry`` command: ``ferry serve`` runs the server, ``ferry optimize`` makes FP16/INT8/TensorRT models."""
+"""The ``ferry`` command: ``ferry serve`` runs the server, ``ferry optimize`` makes FP16/INT8/TensorRT models,
+``ferry tune`` recommends a serving config."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from .cli_errors import (
 from .cli_settings import add_settings_flags, flag_options
 from .errors import FerryError
 from .settings import Settings
+from .tune.arguments import add_tune_parser
 
 
 def _serve_parser(sub: argparse._SubParsersAction) -> None:
@@ -107,6 +109,12 @@ def _optimize_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fp16-io", action="store_true", help="FP16 inputs and outputs too (default: kept FP32)")
     p.add_argument("--gpu", type=int, default=0, dest="device_id", help="GPU to build the TensorRT engine on")
     p.add_argument("--workspace-bytes", type=int, help="TensorRT builder workspace limit")
+    p.add_argument(
+        "--quantize-output-heads",
+        action="store_true",
+        dest="quantize_outputs",
+        help="INT8: quantize the output heads too (default: kept in float, as outputs often mix value ranges)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
@@ -171,11 +179,16 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _serve_parser(sub)
     _optimize_parser(sub)
+    add_tune_parser(sub)
     return parser
 
 
 def _main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "tune":
+        from .tune.command import run_tune
+
+        return run_tune(args)
     if args.command == "optimize":
         return _optimize(args)
     if args.command == "serve":

@@ -99,11 +99,16 @@ def check_ports_free(host: str, ports: dict[str, int]) -> None:
                 raise UserError(f"{flag} {port} on {host}: {exc.strerror}") from None
 
 
+def install_hint(extra: str) -> str:
+    """The command that installs a Ferry extra from the checkout (``ferry[...]`` on PyPI is another project)."""
+    return f"pip install '.[{extra}]' in the Ferry checkout"
+
+
 def missing_extra(exc: ModuleNotFoundError) -> UserError:
     """An optional package that is not installed, with the install command that brings it."""
     module = (exc.name or "").split(".")[0]
     extra = EXTRA_OF_MODULE.get(module)
-    hint = f"pip install 'ferry[{extra}]'" if extra else f"pip install {module}"
+    hint = install_hint(extra) if extra else f"pip install {module}"
     return UserError(f"this needs the Python package '{module}', which is not installed ({hint})")
 
 

@@ -97,6 +97,8 @@ def public_grpc_server(
             s.grpc_max_ping_strikes,
             s.grpc_max_metadata_bytes,
             s.grpc_max_connection_idle_secs,
+            s.grpc_max_calls_per_peer,
+            s.grpc_request_timeout_secs,
         ),
         s.max_response_bytes,
         servicer=servicer,

@@ -31,6 +31,7 @@ from .backends.python_backend.custom_metrics import metrics_app
 from .caching import ResponseCache
 from .caching.metrics import CacheCollector
 from .dashboard import mount_dashboard
+from .environment_check import warn_unknown_variables
 from .errors import FerryError
 from .front_doors import (
     QuietUvicornServer,
@@ -97,6 +98,8 @@ class FerryServer:
                 max_regions_per_owner=settings.shared_memory_max_regions_per_client,
             ),
             identify=self.security.identify,
+            image_workers=settings.image_workers,
+            strict_readiness=settings.strict_readiness,
         )
         self.metrics.registry.register(AdmissionCollector(self.plane.admission))
         self.metrics.registry.register(ImageWorkCollector(self.plane.image_work))
@@ -239,6 +242,7 @@ def _open_connections(server: uvicorn.Server) -> Callable[[], int]:
 def serve(settings: Settings) -> None:
     """Run the server until SIGTERM or SIGINT."""
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    warn_unknown_variables(os.environ)
     try:
         import uvloop
 

@@ -69,6 +69,11 @@ class Settings(BaseSettings):
     http_max_body_bytes: int = Field(256 * MIB, gt=0, description="largest accepted REST body")
     grpc_max_message_bytes: int = Field(256 * MIB, gt=0, description="largest gRPC message")
     dashboard: bool = Field(True, description="serve the web dashboard at / on the REST port")
+    strict_readiness: bool = Field(
+        False,
+        description="/v2/health/ready answers ready only while every model the repository or --load-model "
+        "names is READY (as Triton's --strict-readiness, whose default is on)",
+    )
     max_inflight_requests: int = Field(
         1024, ge=0, description="requests received, queued or running at once; more get 503/UNAVAILABLE (0 = no cap)"
     )
@@ -87,7 +92,7 @@ class Settings(BaseSettings):
         None, description="append traced requests' spans to FILE as JSON lines"
     )
     trace_otlp_endpoint: Annotated[str | None, Flag(metavar="URL")] = Field(
-        None, description="export traced requests' spans over OTLP/HTTP (needs ferry[otlp])"
+        None, description="export traced requests' spans over OTLP/HTTP (needs the otlp extra: pip install '.[otlp]')"
     )
     intake_processes: Annotated[int, Flag(metavar="N")] = Field(
         0,
@@ -98,6 +103,9 @@ class Settings(BaseSettings):
     )
     intake_arena_bytes: int = Field(
         64 * MIB, ge=4096, description="shared memory per intake process and direction for tensors in flight"
+    )
+    image_workers: Annotated[int, Flag(metavar="N")] = Field(
+        0, ge=0, le=1024, description="threads that decode and pre-process images (0 = one per core)"
     )
     cache_size: Annotated[int, Flag(metavar="BYTES")] = Field(
         0,
@@ -145,6 +153,12 @@ class Settings(BaseSettings):
     )
     grpc_max_connection_idle_secs: Annotated[float, LIMIT] = Field(
         300.0, gt=0, description="idle gRPC connections close after"
+    )
+    grpc_max_calls_per_peer: Annotated[int, LIMIT] = Field(
+        1024, gt=0, description="unfinished gRPC calls of one client address (per process); more get RESOURCE_EXHAUSTED"
+    )
+    grpc_request_timeout_secs: Annotated[float, LIMIT] = Field(
+        60.0, gt=0, description="a unary gRPC call's request message must arrive within this (DEADLINE_EXCEEDED)"
     )
 
     # --- security (see README "Security") ---------------------------------------------------------

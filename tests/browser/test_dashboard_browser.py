@@ -350,3 +350,38 @@ def test_with_the_servers_own_bearer_auth(browser, tmp_path: Path) -> None:
     finally:
         context.close()
         server.stop()
+
+
+def test_face_keypoints_are_drawn(dashboard, tmp_path: Path) -> None:
+    """face_detector returns six landmarks per face: each is a dot in the box's colour on the canvas."""
+    from skimage import data
+
+    path = tmp_path / "astronaut.png"
+    path.write_bytes(png_file(data.astronaut()))
+    expected = httpx.post(
+        f"{dashboard['base']}v2/models/face_detector/detect",
+        content=path.read_bytes(),
+        headers={"Content-Type": "image/png"},
+    ).json()["results"][0]["detections"]
+    assert len(expected) == 1 and len(expected[0]["keypoints"]) == 6
+    page = dashboard["page"]
+    page.select_option("#try-model", "face_detector")
+    page.set_input_files("#try-file", str(path))
+    expect(page.locator("#try-result canvas")).to_have_attribute(
+        "aria-label", f"the uploaded image with 1 boxes: face ({expected[0]['score']:.2f}, 6 keypoints)"
+    )
+    drawn = page.evaluate(
+        """async (detection) => {
+        const { PALETTE } = await import("./dashboard/static/charts.js");
+        const canvas = document.querySelector("#try-result canvas");
+        const scale = Number(canvas.dataset.scale);
+        const pixels = canvas.getContext("2d").getImageData(0, 0, canvas.width, canvas.height).data;
+        const colour = [1, 3, 5].map((i) => parseInt(PALETTE[detection.class_id % PALETTE.length].slice(i, i + 2), 16));
+        return detection.keypoints.map(([x, y]) => {
+            const i = (Math.round(y * scale) * canvas.width + Math.round(x * scale)) * 4;
+            return colour.every((c, k) => Math.abs(pixels[i + k] - c) < 8);
+        });
+    }""",
+        expected[0],
+    )
+    assert drawn == [True] * 6, drawn

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -229,3 +230,22 @@ def settings_from_env(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> A
         if key.startswith("FERRY_"):
             monkeypatch.setenv(key, str(value))
     return Settings()
+
+
+@pytest.fixture(scope="session")
+def cpu_image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The CPU image built once per test run with podman, shared by the container and kube tests
+    (a (Podman, BuiltImage) pair; the base image is kept for the next run, the image removed)."""
+    from tests.deploy.podman import Podman, build_image, ensure_base_image, missing_tools
+
+    why = missing_tools()
+    if why is not None:
+        pytest.skip(why)
+    workdir = tmp_path_factory.mktemp("podman")
+    podman = Podman.configured(workdir)
+    ensure_base_image(podman, workdir)
+    tag = f"localhost/ferry:cpu-test-{uuid.uuid4().hex[:8]}"  # runs side by side must not share a tag
+    built = build_image(podman, ROOT, DOCKER / "Dockerfile.cpu", tag)
+    print(f"\nCPU image {tag}: built in {built.seconds:.0f} s, {built.size_bytes / 1e6:.0f} MB")
+    yield podman, built
+    podman.run("rmi", "--force", tag, check=False)

@@ -18,6 +18,8 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -146,3 +148,14 @@ def build_image(podman: Podman, root: Path, dockerfile: Path, tag: str) -> Built
     seconds = time.monotonic() - started
     size = int(podman.inspect("image", "inspect", tag)["Size"])
     return BuiltImage(tag, seconds, size)
+
+
+def http_status(url: str) -> int:
+    """The HTTP status ``url`` answers with, or 0 when nothing answers (yet)."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            return reply.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError:
+        return 0

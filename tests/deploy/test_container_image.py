@@ -19,8 +19,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import MODEL_REPO, free_port
-from tests.deploy.conftest import DOCKER, ROOT
-from tests.deploy.podman import BuiltImage, Podman, build_image, ensure_base_image, missing_tools
+from tests.deploy.podman import BuiltImage, Podman, http_status, missing_tools
 from tests.models import write_mlp_model
 
 pytestmark = [
@@ -29,7 +28,6 @@ pytestmark = [
     pytest.mark.timeout(1200),
 ]
 
-IMAGE = "localhost/ferry:cpu-test"
 WIDTH = 64
 #: The "held" model's batcher waits this long for a batch of 16; the test sends 4 requests, so they
 #: stay queued for this long: the state SIGTERM must drain (the drain itself waits this long too).
@@ -50,25 +48,10 @@ class Container:
         return self.podman.run("exec", self.name, *args, check=False)
 
 
-def _status(url: str) -> int:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as reply:
-            return reply.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
-    except OSError:
-        return 0
-
-
 @pytest.fixture(scope="module")
-def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Podman, BuiltImage]]:
-    workdir = tmp_path_factory.mktemp("podman")
-    podman = Podman.configured(workdir)
-    ensure_base_image(podman, workdir)
-    built = build_image(podman, ROOT, DOCKER / "Dockerfile.cpu", IMAGE)
-    print(f"\nCPU image {IMAGE}: built in {built.seconds:.0f} s, {built.size_bytes / 1e6:.0f} MB")
-    yield podman, built
-    podman.run("rmi", "--force", IMAGE, check=False)  # the base image stays, for the next run
+def image(cpu_image: tuple[Podman, BuiltImage]) -> tuple[Podman, BuiltImage]:
+    """The session's CPU image (tests/deploy/conftest.py builds it once for this and the kube test)."""
+    return cpu_image
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +88,7 @@ def container(image: tuple[Podman, BuiltImage], tmp_path_factory: pytest.TempPat
     )
     try:
         deadline = time.monotonic() + 180
-        while _status(f"http://{box.http}/v2/health/ready") != 200:
+        while http_status(f"http://{box.http}/v2/health/ready") != 200:
             state = podman.inspect("container", "inspect", name)["State"]
             assert state["Running"], podman.run("logs", name, check=False).stderr
             assert time.monotonic() < deadline, podman.run("logs", name, check=False).stderr
@@ -189,7 +172,7 @@ def test_sigterm_drains_queued_requests_and_exits_0(container: Container) -> Non
         time.sleep(0.05)
     signalled = time.monotonic()  # before the kill: draining answers at once, maybe before podman returns
     container.podman.run("kill", "--signal", "TERM", container.name)
-    while _status(f"http://{container.http}/v2/health/ready") == 200:  # readiness goes off while draining
+    while http_status(f"http://{container.http}/v2/health/ready") == 200:  # readiness goes off while draining
         assert time.monotonic() < signalled + WAIT_S, "still ready after SIGTERM"
         time.sleep(0.05)
     for thread in threads:

@@ -166,6 +166,7 @@ def test_ports_entrypoint_and_environment(dockerfile: Dockerfile, clean_ferry_en
     assert env["PATH"].startswith("/opt/ferry/bin:")
     settings = settings_from_env(clean_ferry_env, {k: v for k, v in env.items() if k.startswith("FERRY_")})
     assert str(settings.model_repository) == "/models"
+    assert settings.strict_readiness, "HEALTHCHECK must fail while a model is not READY"
     assert {str(settings.http_port), str(settings.grpc_port), str(settings.metrics_port)} == PORTS
     # The venv the builder made is what the runtime stage runs.
     assert ["--from=builder", "/opt/ferry", "/opt/ferry"] in [i.value.split() for i in dockerfile.final.all("COPY")]
@@ -230,6 +231,80 @@ def test_jetson_image_keeps_the_jetson_onnxruntime() -> None:
     assert "--no-dist onnxruntime " in run
     assert "venv --system-site-packages" in run, "system TensorRT (python3-libnvinfer) stays visible"
     assert "python3-libnvinfer" in run
+
+
+#: What each GPU image serves with, and so must import at build time (check_image.py --module), or
+#: at least find (--present) where the import needs the device's driver libraries.
+GPU_BACKEND_MODULES = {
+    "cuda": {
+        "ferry.backends.onnxruntime": "module",
+        "ferry.backends.tensorrt": "module",
+        "tensorrt": "module",
+        "cuda.bindings.runtime": "module",
+        "pynvml": "module",
+    },
+    "jetson": {
+        "ferry.backends.onnxruntime": "module",
+        "ferry.backends.tensorrt": "module",
+        "tensorrt": "present",
+        "cuda.bindings.runtime": "present",
+    },
+}
+
+
+def _check_image_arguments(variant: str) -> dict[str, list[str]]:
+    """The options of the Dockerfile's check_image.py call, by option name."""
+    run = _run_text(parse_dockerfile(VARIANTS[variant])).replace("\\\n", " ")
+    call = run.split("deploy/docker/check_image.py", 1)[1].split("&&", 1)[0].split()
+    options: dict[str, list[str]] = {}
+    for flag, value in zip(call, call[1:], strict=False):
+        if flag.startswith("--") and not value.startswith("--"):
+            options.setdefault(flag, []).append(value)
+    options["flags"] = [word for word in call if word.startswith("--")]
+    return options
+
+
+@pytest.mark.parametrize("variant", sorted(GPU_BACKEND_MODULES))
+def test_gpu_image_build_imports_every_backend_it_serves(variant: str) -> None:
+    options = _check_image_arguments(variant)
+    assert "--no-import" not in options["flags"], "imports are skipped per module (--present), not wholesale"
+    for module, how in GPU_BACKEND_MODULES[variant].items():
+        assert module in options.get(f"--{how}", []), f"{variant}: check_image.py --{how} {module}"
+    assert "cuda-python" in options["--dist"], "the native TensorRT backend's cuda.bindings comes from cuda-python"
+
+
+def test_cuda_image_installs_cuda_python_and_names_the_tensorrt_index() -> None:
+    from packaging.requirements import Requirement
+
+    requirements = {Requirement(line).name: Requirement(line) for line in _requirement_lines("requirements-cuda12.txt")}
+    constraints = {Requirement(line).name: Requirement(line) for line in _requirement_lines("constraints-cuda12.txt")}
+    assert "cuda-python" in requirements
+    assert constraints["cuda-python"].specifier.contains("12.8.0")  # cuda.bindings.runtime, CUDA 12
+    assert not constraints["cuda-python"].specifier.contains("12.6.0")  # no cuda.bindings yet
+    assert not constraints["cuda-python"].specifier.contains("13.0.0")  # CUDA 13
+    df = parse_dockerfile(VARIANTS["cuda"])
+    builder_args = {i.value.partition("=")[0]: i.value.partition("=")[2] for i in df.stages[0].all("ARG")}
+    assert builder_args["TENSORRT_PIP_INDEX"] == "https://pypi.nvidia.com"
+    run = _run_text(df)
+    # PyPI's tensorrt-cu12-libs/-bindings are stub sdists that download from that index when built:
+    # the build names the index and never builds the stubs.
+    assert '--extra-index-url "$TENSORRT_PIP_INDEX"' in run
+    assert "--only-binary tensorrt-cu12-libs,tensorrt-cu12-bindings" in run
+    assert "pypi.nvidia.com" in (ROOT / "docs" / "deploy.md").read_text()
+
+
+def test_jetson_image_is_pinned_to_the_release_its_wheels_match() -> None:
+    df = parse_dockerfile(VARIANTS["jetson"])
+    base = _expand(df.stages[0].base, df.global_args)
+    assert re.fullmatch(r"nvcr\.io/nvidia/l4t-jetpack:r36\.4\.\d+", base), "JetPack 6.1/6.2: CUDA 12.6, TensorRT 10"
+    builder_args = {i.value.partition("=")[0]: i.value.partition("=")[2] for i in df.stages[0].all("ARG")}
+    assert builder_args["JETSON_PIP_INDEX"].endswith("/jp6/cu126")
+    run = _run_text(df)
+    assert "python3-libnvinfer" in run and "10.*)" in run, "the build refuses a base without TensorRT 10"
+    assert "cuda-cudart-12-6" in run, "... and without CUDA 12.6"
+    assert '"cuda-python>=12.6.2,<12.7"' in run
+    docs = (ROOT / "docs" / "deploy.md").read_text()
+    assert "r36.2 and r36.3 exist" not in docs and "r36.4.x" in docs
 
 
 def _requirement_lines(name: str) -> list[str]:
@@ -524,3 +599,14 @@ def test_healthcheck_fails_when_not_ready_or_down() -> None:
         closed_port = sock.getsockname()[1]
     result = _healthcheck(closed_port)
     assert result.returncode == 1 and result.stderr.strip()
+
+
+def test_check_image_imports_modules_and_finds_present_ones() -> None:
+    script = str(DOCKER / "check_image.py")
+    ok = [sys.executable, script, "--module", "ferry.backends.onnxruntime", "--present", "json.decoder"]
+    assert subprocess.run(ok, capture_output=True, text=True, timeout=120).returncode == 0
+    bad = [sys.executable, script, "--module", "no_such_backend", "--present", "no_such_driver_module.runtime"]
+    result = subprocess.run(bad, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1
+    assert "import no_such_backend failed" in result.stderr
+    assert "module no_such_driver_module.runtime cannot be found" in result.stderr

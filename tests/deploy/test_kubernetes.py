@@ -190,6 +190,7 @@ def test_deployment_configuration(
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"http": settings.http_port, "grpc": settings.grpc_port, "metrics": settings.metrics_port}
     assert settings.host == "0.0.0.0"
+    assert settings.strict_readiness, "the readiness probe must fail while a model is not READY"
 
     probes = {kind: container[kind] for kind in ("startupProbe", "livenessProbe", "readinessProbe")}
     assert probes["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
@@ -233,6 +234,11 @@ def test_deployment_configuration(
         assert any(t["key"] == "nvidia.com/gpu" for t in pod["spec"]["tolerations"])
     else:
         assert gpus is None
+        # Engines size their thread pools from the CPU limit (ferry.cores): it must be set, in whole
+        # cores, and equal to the request so the pod is not throttled below what they planned for.
+        cpu = {kind: container["resources"][kind].get("cpu") for kind in ("requests", "limits")}
+        assert cpu["limits"] is not None and cpu["limits"].isdigit(), cpu
+        assert cpu["requests"] == cpu["limits"], cpu
 
 
 def test_service_pdb_hpa_and_servicemonitor_match(overlay: tuple[str, dict[tuple[str, str], dict[str, Any]]]) -> None:
@@ -359,7 +365,11 @@ def test_kserve_example(clean_ferry_env: pytest.MonkeyPatch) -> None:
     assert container["image"].endswith("-cpu"), "the CPU image"
     settings = settings_from_env(clean_ferry_env, {e["name"]: e["value"] for e in container["env"]})
     assert str(settings.model_repository) == "/mnt/models", "where KServe's storage initializer puts the model"
-    assert container["ports"][0]["containerPort"] == settings.http_port
+    assert settings.strict_readiness, "the readiness probe must fail while a model is not READY"
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports["http1"] == settings.http_port
+    assert "grpc-v2" in runtime["spec"]["protocolVersions"]
+    assert ports["h2c"] == settings.grpc_port, "the gRPC port protocolVersions promises is exposed"
     assert container["readinessProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": settings.http_port}
     annotations = runtime["spec"]["annotations"]
     assert int(annotations["prometheus.kserve.io/port"]) == settings.metrics_port

@@ -238,3 +238,73 @@ def test_unknown_route_and_method(http: httpx.Client) -> None:
     assert response.status_code == 404 and "error" in response.json()
     response = http.get("/v2/models/simple/infer")
     assert response.status_code == 405 and "error" in response.json()
+
+
+# --- image endpoints' query parameters, empty bodies, the OpenAPI document ------------------------
+
+
+@pytest.fixture(scope="module")
+def png() -> bytes:
+    import io
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.fromarray(np.full((16, 16), 200, np.uint8), mode="L").save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("path", "query", "message"),
+    [
+        ("digits/classify", "threshold=0.5", "unknown query parameter 'threshold' for /classify (accepted: top_k)"),
+        ("digits/classify", "top_k=0", "query parameter 'top_k' must be an integer >= 1, got 0"),
+        ("digits/classify", "top_k=abc", "query parameter 'top_k' must be an integer >= 1, got 'abc'"),
+        ("digits/classify", "top_k=1&top_k=2", "query parameter 'top_k' given 2 times; give it once"),
+        ("digits/classify", "topk=2", "did you mean 'top_k'?"),
+        ("digit_detector/detect", "score_threshold=2", "'score_threshold' must be a number between 0 and 1, got 2"),
+        ("digit_detector/detect", "score_threshold=", "query parameter 'score_threshold' is empty"),
+        ("digit_detector/detect", "iou_threshold=nan", "'iou_threshold' must be a number between 0 and 1, got nan"),
+        ("digit_detector/detect", "max_detections=0", "'max_detections' must be an integer >= 1, got 0"),
+        ("digit_detector/detect", "threshold=0.3", "unknown query parameter 'threshold' for /detect"),
+    ],
+)
+def test_image_endpoint_query_mistakes_are_named(http, png: bytes, path: str, query: str, message: str) -> None:
+    response = http.post(f"/v2/models/{path}?{query}", content=png, headers={"Content-Type": "image/png"})
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert message in error
+    assert "{'" not in error and "[{" not in error  # no Python repr of a validation error
+
+
+def test_image_endpoint_accepts_its_documented_parameters(http, png: bytes) -> None:
+    response = http.post("/v2/models/digits/classify?top_k=2", content=png, headers={"Content-Type": "image/png"})
+    assert response.status_code == 200 and len(response.json()["results"][0]["classes"]) == 2
+    query = "score_threshold=0.1&iou_threshold=0.5&max_detections=3"
+    response = http.post(
+        f"/v2/models/digit_detector/detect?{query}", content=png, headers={"Content-Type": "image/png"}
+    )
+    assert response.status_code == 200 and len(response.json()["results"][0]["detections"]) <= 3
+
+
+def test_unknown_model_with_empty_body_is_not_found(http) -> None:
+    response = http.post("/v2/models/nope/infer", json={})
+    assert response.status_code == 404 and "unknown model: 'nope'" in response.json()["error"]
+    response = http.post("/v2/models/simple/infer", json={})
+    assert response.status_code == 400
+    assert "expects 2 inputs but the request has 0" in response.json()["error"]
+
+
+def test_openapi_documents_the_errors_the_server_sends(http) -> None:
+    document = http.get("/openapi.json").json()
+    statuses = {status for path in document["paths"].values() for op in path.values() for status in op["responses"]}
+    assert "422" not in statuses
+    assert "HTTPValidationError" not in document["components"]["schemas"]
+    classify = document["paths"]["/v2/models/{model}/classify"]["post"]
+    assert classify["responses"]["400"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/Error"
+    }
+    assert {p["name"] for p in classify["parameters"] if p["in"] == "query"} == {"top_k", "version"}
+    detect = document["paths"]["/v2/models/{model}/detect"]["post"]
+    query = {p["name"]: p["schema"] for p in detect["parameters"] if p["in"] == "query"}
+    assert query["score_threshold"] == {"type": "number", "minimum": 0.0, "maximum": 1.0}

@@ -37,6 +37,24 @@ def test_health_metadata_config(client) -> None:
     assert {row["name"] for row in client.repository_index()} >= {"simple", "digits"}
 
 
+def test_metadata_is_the_same_dict_over_http_and_grpc(server) -> None:
+    """Including ``parameters``: plain values on both (gRPC's InferParameter wrappers unwrapped), and
+    absent on both for a model without any."""
+    with HttpClient(server.http_url) as http, GrpcClient(server.grpc_url) as grpc_client:
+        for model in ("digits", "digit_detector", "face_detector", "simple"):
+            over_http, over_grpc = http.model_metadata(model), grpc_client.model_metadata(model)
+            assert over_grpc == over_http, model
+        assert http.model_metadata("digit_detector")["parameters"]["image_task"] == "detect"
+        assert "parameters" not in grpc_client.model_metadata("simple")
+
+    async def both() -> tuple[dict, dict]:
+        async with AsyncHttpClient(server.http_url) as http, AsyncGrpcClient(server.grpc_url) as grpc_client:
+            return await http.model_metadata("digits"), await grpc_client.model_metadata("digits")
+
+    over_http, over_grpc = asyncio.run(both())
+    assert over_grpc == over_http
+
+
 @pytest.mark.parametrize("binary", [True, False])
 def test_infer_every_datatype(client, binary: bool) -> None:
     arrays = all_type_inputs()

@@ -164,7 +164,7 @@ def test_gpu_preprocessing_classifies_like_the_cpu_path(torch_server: RunningSer
 @pytest.mark.gpu
 @needs_cuda
 def test_nvml_gpu_metrics_have_real_values(torch_server: RunningServer) -> None:
-    pytest.importorskip("pynvml", reason="nvidia-ml-py is not installed (pip install 'ferry[gpu]')")
+    pytest.importorskip("pynvml", reason="nvidia-ml-py is not installed (pip install '.[gpu]')")
     with urllib.request.urlopen(f"http://127.0.0.1:{torch_server.metrics_port}/metrics", timeout=10) as response:
         text = response.read().decode()
     values = {name: float(value) for name, value in re.findall(r'^(nv_gpu_\w+)\{gpu="0"\} (\S+)$', text, re.M)}

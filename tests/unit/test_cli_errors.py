@@ -132,5 +132,9 @@ def test_missing_extra_is_one_line_with_the_install_command(capsys, monkeypatch:
     code, err = run(["optimize", "some_model", "--precision", "fp16"], capsys)
     assert code == 1
     assert_one_line(err, "'tensorrt_is_not_installed_here'", "not installed")
-    assert "pip install 'ferry[torch]'" in str(missing_extra(ModuleNotFoundError("no torch", name="torch")))
-    assert "pip install 'ferry[tensorrt]'" in str(missing_extra(ModuleNotFoundError("x", name="tensorrt.plugin")))
+    assert "pip install '.[torch]' in the Ferry checkout" in str(
+        missing_extra(ModuleNotFoundError("no torch", name="torch"))
+    )
+    assert "pip install '.[tensorrt]' in the Ferry checkout" in str(
+        missing_extra(ModuleNotFoundError("x", name="tensorrt.plugin"))
+    )

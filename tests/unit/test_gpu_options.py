@@ -94,7 +94,7 @@ def test_tensorrt_model_without_tensorrt_fails_to_load_clearly(tmp_path: Path) -
         'platform: "tensorrt_plan" max_batch_size: 8 cc_model_filenames { key: "9.0" value: "model_sm90.plan" }'
     )
     config = read_config_file(model_dir)
-    with pytest.raises(ModelLoadError, match=r"tensorrt_plan needs the tensorrt package.*ferry\[tensorrt\]"):
+    with pytest.raises(ModelLoadError, match=r"tensorrt_plan needs the tensorrt package.*pip install '\.\[tensorrt\]'"):
         load_version(model_dir, 1, config, "test")
     config.instance_group.add(kind=mc.ModelInstanceGroup.KIND_CPU)
     with pytest.raises(ModelLoadError, match="TensorRT engines run only on GPUs"):

@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 from onnxruntime.quantization import QuantType
 from PIL import Image
@@ -238,6 +239,18 @@ def test_detector_int8_reports_map_against_fp32_and_ground_truth(tmp_path: Path)
     report = result.report
     assert report.task == "detect" and report.top1_agreement is None
     assert 0.9 <= report.map_vs_reference <= 1.0
+    # The one output mixes boxes (0..128 px) and sigmoid scores: kept in float, scores stay
+    # probabilities and close to FP32's (quantized with one scale they came out 0.501 or 1.0025).
+    assert report.scores_outside_unit == 0
+    assert report.matched_share is not None and report.matched_share > 0.95
+    assert report.score_diff_p95 is not None and report.score_diff_p95 <= 0.1
+    assert report.box_iou_mean is not None and report.box_iou_mean >= 0.95
+    written = onnx.load(str(result.model_file))
+    producer = {out: node for node in written.graph.node for out in node.output}
+    head = producer["output0"]
+    assert head.op_type == "Concat"
+    assert all(producer[name].op_type != "DequantizeLinear" for name in head.input if name in producer)
+    assert any("output heads kept in float" in note for note in result.notes)
     assert report.map_reference > 0.85  # the FP32 detector on held-out scenes (README: 0.97 on 200)
     assert abs(report.map_delta) < 0.05
     assert any("delta" in line for line in report.lines())
@@ -253,3 +266,90 @@ def test_detector_int8_reports_map_against_fp32_and_ground_truth(tmp_path: Path)
             ),
             say=lambda _: None,
         )
+
+
+def test_quantized_output_heads_are_caught_by_the_score_and_box_gate(tmp_path: Path) -> None:
+    """With --quantize-output-heads the mixed output shares one INT8 scale: mAP still looks fine, but
+    the scores leave 0..1 and move by far more than the gate allows, so nothing is written."""
+    build = _detector_build()
+    shutil.copytree(REPO / "digit_detector", tmp_path / "repo" / "digit_detector")
+    (tmp_path / "scenes").mkdir()
+    for index, scene in enumerate(build.held_out_scenes(count=24)):
+        Image.fromarray(scene.image).save(tmp_path / "scenes" / f"{index:03d}.png")
+    options = OptimizeOptions(
+        model_dir=tmp_path / "repo" / "digit_detector",
+        precision="int8",
+        calibration_images=tmp_path / "scenes",
+        quantize_outputs=True,
+        show_progress=False,
+    )
+    with pytest.raises(AccuracyRefused, match=r"detection scores (are outside 0\.\.1|moved by)") as refused:
+        optimize(options, say=lambda _: None)
+    report = refused.value.report
+    assert report.map_vs_reference > 0.9  # what the old gate looked at, and passed
+    assert report.scores_outside_unit > 0 or report.score_diff_p95 > 0.1
+    assert not (tmp_path / "repo" / "digit_detector_int8").exists()
+
+
+def test_float_output_nodes_stop_at_the_last_weighted_layers() -> None:
+    from ferry.optimize.int8 import float_output_nodes
+
+    model = onnx.load(str(REPO / "digit_detector" / "1" / "model.onnx"))
+    kept = set(float_output_nodes(model))
+    ops = {node.name: node.op_type for node in model.graph.node}
+    assert {"/Concat_4", "/Sigmoid", "/Exp"} <= kept  # decode arithmetic and the mixing Concat
+    assert sum(ops[name] == "Conv" for name in kept) == 4  # the box and class convs of two heads
+    assert sum(op == "Conv" for op in ops.values()) > 4  # the backbone stays quantizable
+
+
+def test_int8_of_a_model_without_batch_dimension(tmp_path: Path) -> None:
+    """face_detector (max_batch_size 0, opset 11) is calibrated and compared one image per execution."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("face_reference", REPO / "face_detector" / "reference.py")
+    reference = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(reference)
+    shutil.copytree(REPO / "face_detector", tmp_path / "repo" / "face_detector")
+    (tmp_path / "photos").mkdir()
+    for name, data in reference.photos().items():
+        (tmp_path / "photos" / f"{name}.png").write_bytes(data)
+    result = optimize(
+        OptimizeOptions(
+            model_dir=tmp_path / "repo" / "face_detector",
+            precision="int8",
+            calibration_images=tmp_path / "photos",
+            show_progress=False,
+        ),
+        say=lambda _: None,
+    )
+    report = result.report
+    assert report.task == "detect" and report.samples == len(reference.photos())
+    assert report.map_vs_reference >= 0.9 and report.scores_outside_unit == 0
+    assert count_qdq_nodes(result.model_file)["QuantizeLinear"] > 0
+    config = read_config_file(tmp_path / "repo" / "face_detector_int8")
+    assert config.max_batch_size == 0 and list(config.input[0].dims) == [1, 3, 128, 128]
+    model = load_version(tmp_path / "repo" / "face_detector_int8", 1, config, "test")
+    try:
+        prepared = model.pipeline.prepare([reference.photos()["astronaut"]])
+        [(_, tensor)] = model.pipeline.executions(prepared.batch)
+        outputs = model.instances[0].run({model.pipeline.input_name: tensor}, list(model.outputs))
+        assert outputs["regressors"].shape == (1, 896, 16)
+    finally:
+        model.close()
+
+
+def test_no_progress_bars_when_stderr_is_not_a_terminal(digits_repo) -> None:
+    """stderr to a file or a log collector gets the plain progress lines, never a bar's \\r updates."""
+    import subprocess
+    import sys
+
+    repo, calib, test = digits_repo
+    command = [
+        *(sys.executable, "-m", "ferry", "optimize", str(repo / "digits"), "--precision", "int8"),
+        *("--calibration-images", str(calib), "--calibration-count", "64", "--eval-images", str(test)),
+        *("--eval-count", "64", "--output-name", "digits_int8_pipe", "--batch-size", "8"),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "\r" not in done.stderr and "img/s" not in done.stderr and "calibrating" not in done.stderr
+    assert "checking digits_int8_pipe against the FP32 model" in done.stderr  # the plain lines remain

@@ -271,7 +271,8 @@ def test_raw_engine_without_hpack_fails_before_any_request(capsys, monkeypatch) 
     code = main(["perf", "-m", "simple", "-i", "grpc", "-u", "127.0.0.1:9", "--grpc-engine", "raw"])
     assert code == 2
     assert capsys.readouterr().err.strip() == (
-        "ferry-client perf: --grpc-engine raw needs hpack, which is not installed (pip install 'ferry-client[perf]')"
+        "ferry-client perf: --grpc-engine raw needs hpack, which is not installed "
+        "(pip install './clients/python[perf]' in the Ferry checkout)"
     )
 
 

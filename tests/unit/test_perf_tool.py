@@ -239,7 +239,8 @@ def test_plot_without_matplotlib_fails_before_any_request(capsys, monkeypatch, t
     code, err = _perf(["-m", "simple", "-u", "127.0.0.1:9", "--plot", str(tmp_path / "out.png")], capsys)
     assert code == 2
     assert err.strip() == (
-        "ferry-client perf: --plot needs matplotlib, which is not installed (pip install 'ferry-client[perf]')"
+        "ferry-client perf: --plot needs matplotlib, which is not installed "
+        "(pip install './clients/python[perf]' in the Ferry checkout)"
     )
 
 

@@ -178,7 +178,7 @@ def test_request_overrides_win_over_the_spec() -> None:
     ("overrides", "message"),
     [
         ({"iou_threshold": 1.5}, "iou_threshold must be between 0 and 1, got 1.5"),
-        ({"score_threshold": float("nan")}, "score_threshold must be a finite number"),
+        ({"score_threshold": float("nan")}, "score_threshold must be between 0 and 1"),
         ({"max_detections": 0}, "max_detections must be at least 1, got 0"),
     ],
 )

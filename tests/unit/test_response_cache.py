@@ -58,26 +58,26 @@ def _request(**changes) -> InferenceRequest:
 
 
 def test_request_key_covers_what_changes_the_answer() -> None:
-    base = request_key("m", 1, _request())
-    assert request_key("m", 1, _request()) == base
+    base = request_key("m/1", _request())
+    assert request_key("m/1", _request()) == base
     different = [
-        request_key("m", 2, _request()),
-        request_key("other", 1, _request()),
-        request_key("m", 1, _request(inputs={"x": np.arange(1, 5, dtype=np.float32).reshape(1, 4)})),
-        request_key("m", 1, _request(inputs={"x": np.arange(4, dtype=np.float32).reshape(2, 2)})),
-        request_key("m", 1, _request(input_datatypes={"x": "INT32"}, inputs={"x": np.arange(4, dtype=np.int32)})),
-        request_key("m", 1, _request(outputs=[RequestedOutput("y", classification=3)])),
-        request_key("m", 1, _request(outputs=None)),
-        request_key("m", 1, _request(parameters={"custom": 1})),
+        request_key("m/2", _request()),
+        request_key("other/1", _request()),
+        request_key("m/1", _request(inputs={"x": np.arange(1, 5, dtype=np.float32).reshape(1, 4)})),
+        request_key("m/1", _request(inputs={"x": np.arange(4, dtype=np.float32).reshape(2, 2)})),
+        request_key("m/1", _request(input_datatypes={"x": "INT32"}, inputs={"x": np.arange(4, dtype=np.int32)})),
+        request_key("m/1", _request(outputs=[RequestedOutput("y", classification=3)])),
+        request_key("m/1", _request(outputs=None)),
+        request_key("m/1", _request(parameters={"custom": 1})),
     ]
     assert len({base, *different}) == len(different) + 1
     delivery = {"priority": 2, "timeout": 1000, "binary_data_output": True}
-    assert request_key("m", 1, _request(parameters=delivery, outputs=[RequestedOutput("y", binary=True)])) == base
+    assert request_key("m/1", _request(parameters=delivery, outputs=[RequestedOutput("y", binary=True)])) == base
 
 
 def test_images_key_uses_encoded_bytes_and_options() -> None:
-    base = images_key("m", 1, "classify", [b"png-1", b"png-2"], {"top_k": 3})
-    assert images_key("m", 1, "classify", [b"png-1", b"png-2"], {"top_k": 3}) == base
-    assert images_key("m", 1, "classify", [b"png-1png-2"], {"top_k": 3}) != base  # no joining collisions
-    assert images_key("m", 1, "classify", [b"png-1", b"png-2"], {"top_k": 4}) != base
-    assert images_key("m", 1, "detect", [b"png-1", b"png-2"], {"top_k": 3}) != base
+    base = images_key("m/1", "classify", [b"png-1", b"png-2"], {"top_k": 3})
+    assert images_key("m/1", "classify", [b"png-1", b"png-2"], {"top_k": 3}) == base
+    assert images_key("m/1", "classify", [b"png-1png-2"], {"top_k": 3}) != base  # no joining collisions
+    assert images_key("m/1", "classify", [b"png-1", b"png-2"], {"top_k": 4}) != base
+    assert images_key("m/1", "detect", [b"png-1", b"png-2"], {"top_k": 3}) != base

@@ -99,6 +99,6 @@ def test_without_torch_the_platform_fails_to_load_with_the_install_hint(monkeypa
 
     for name in ("torch", "ferry.backends.pytorch", "ferry.backends.torch_loading", "ferry.backends.cuda_graphs"):
         monkeypatch.setitem(sys.modules, name, None)  # as if torch were not installed
-    hint = re.escape("platform 'pytorch_libtorch' needs torch") + r".*pip install 'ferry\[torch\]'"
+    hint = re.escape("platform 'pytorch_libtorch' needs torch") + r".*pip install '\.\[torch\]' in the Ferry checkout"
     with pytest.raises(ModelLoadError, match=hint):
         backend_for("pytorch_libtorch")

@@ -18,7 +18,7 @@ import grpc.aio
 from google.protobuf.message import Message
 
 from .codec import CodecError, tensor_from_proto, tensor_to_bytes
-from .codec.messages import message_to_dict
+from .codec.messages import message_to_dict, metadata_to_dict
 from .codec.parameters import parameter_value, set_parameter
 from .errors import (
     FerryClientError,
@@ -286,7 +286,7 @@ class GrpcClient(_GrpcBase):
 
     def model_metadata(self, model: str, version: str | int = "") -> dict[str, Any]:
         """ModelMetadata as a dict."""
-        return message_to_dict(self._call("ModelMetadata", pb.ModelMetadataRequest(name=model, version=str(version))))
+        return metadata_to_dict(self._call("ModelMetadata", pb.ModelMetadataRequest(name=model, version=str(version))))
 
     def model_config(self, model: str, version: str | int = "") -> dict[str, Any]:
         """ModelConfig: the ``config`` field as a dict, as REST returns it."""
@@ -448,7 +448,7 @@ class AsyncGrpcClient(_GrpcBase):
     async def model_metadata(self, model: str, version: str | int = "") -> dict[str, Any]:
         """ModelMetadata as a dict."""
         request = pb.ModelMetadataRequest(name=model, version=str(version))
-        return message_to_dict(await self._call("ModelMetadata", request))
+        return metadata_to_dict(await self._call("ModelMetadata", request))
 
     async def model_config(self, model: str, version: str | int = "") -> dict[str, Any]:
         """ModelConfig: the ``config`` field as a dict."""

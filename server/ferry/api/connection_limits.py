@@ -5,15 +5,21 @@ size in memory and lets a body trickle in at one byte a second. A slow or hostil
 hold file descriptors, memory and admission slots without limit. This protocol class (uvicorn's own,
 with a few hooks) refuses a connection past ``max_connections`` with a short 503 and closes it, gives
 each request ``header_timeout`` seconds and ``max_header_bytes`` for its request line and headers
-(408 / 431), and closes a request whose body arrives slower than ``min_body_rate`` bytes/s once
-``body_grace`` seconds have passed (408). Idle keep-alive connections close after uvicorn's
-``timeout_keep_alive``.
+(408 / 431; the timeout measures the client, not the server: when it fires while bytes the client
+sent wait unread in the kernel, because a burst or a stall kept this process from reading, the
+client is timed again from then), and closes a request whose body arrives slower than ``min_body_rate`` bytes/s once
+``body_grace`` seconds have passed (408), and
+closes one whose client reads its response slower than that rate after the same grace (the unsent
+answer is dropped, so a client that never reads cannot hold it). Idle keep-alive connections close
+after uvicorn's ``timeout_keep_alive``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import logging
+import termios
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -85,6 +91,10 @@ def guarded_protocol(limits: HttpConnectionLimits) -> type[HttpToolsProtocol]:
             self._body_timer: asyncio.TimerHandle | None = None
             self._body_bytes = 0
             self._body_clock = 0.0  # seconds the body has been receivable (reading not paused)
+            self._send_timer: asyncio.TimerHandle | None = None
+            self._send_clock = 0.0  # seconds writing has been paused (the client not reading)
+            self._sent = 0  # bytes the client took meanwhile
+            self._unsent = 0  # the transport's buffer at the last check
 
         # --- connections ---------------------------------------------------------------------
 
@@ -149,7 +159,44 @@ def guarded_protocol(limits: HttpConnectionLimits) -> type[HttpToolsProtocol]:
             self._body_timer = None
             super().on_message_complete()
 
+        def pause_writing(self) -> None:
+            super().pause_writing()
+            if limits.min_body_rate and self._send_timer is None:
+                self._send_clock = 0.0
+                self._sent = 0
+                self._unsent = self.transport.get_write_buffer_size()
+                self._send_timer = self.loop.call_later(BODY_CHECK_INTERVAL_S, self._check_send_rate)
+
+        def resume_writing(self) -> None:
+            super().resume_writing()
+            self._cancel(self._send_timer)
+            self._send_timer = None
+
         # --- enforcement ---------------------------------------------------------------------
+
+        def _check_send_rate(self) -> None:
+            """Close a connection whose client reads the response slower than ``min_body_rate`` once
+            ``body_grace`` has passed: its unread answer is memory held (and admission counts it)."""
+            self._send_timer = None
+            if self._closing or self.transport.is_closing():
+                return
+            unsent = self.transport.get_write_buffer_size()
+            self._sent += max(0, self._unsent - unsent)
+            self._unsent = unsent
+            self._send_clock += BODY_CHECK_INTERVAL_S
+            if self._sent < limits.min_body_rate * max(0.0, self._send_clock - limits.body_grace):
+                log.info(
+                    "closing connection from %s: the response was read slower than %d bytes/s "
+                    "(--http-min-body-rate, --http-body-grace-secs); %d bytes unsent",
+                    _peer(self.client),
+                    limits.min_body_rate,
+                    unsent,
+                )
+                self._closing = True
+                self._stop_timers()
+                self.transport.abort()  # drop the unsent bytes now; uvicorn's send sees the disconnect
+                return
+            self._send_timer = self.loop.call_later(BODY_CHECK_INTERVAL_S, self._check_send_rate)
 
         def _begin_headers(self) -> None:
             self._in_headers = True
@@ -159,11 +206,17 @@ def guarded_protocol(limits: HttpConnectionLimits) -> type[HttpToolsProtocol]:
 
         def _header_timed_out(self) -> None:
             self._header_timer = None
-            if self._in_headers and not self._closing and not self.transport.is_closing():
-                self._close(
-                    HTTPStatus.REQUEST_TIMEOUT,
-                    f"request headers not received within {limits.header_timeout:g} s (--http-header-timeout-secs)",
-                )
+            if not self._in_headers or self._closing or self.transport.is_closing():
+                return
+            if _unread_bytes(self.transport) > 0:
+                # the client sent more than this process has read: the server is behind (a burst,
+                # a stalled loop), not the client; time the client again from now
+                self._header_timer = self.loop.call_later(limits.header_timeout, self._header_timed_out)
+                return
+            self._close(
+                HTTPStatus.REQUEST_TIMEOUT,
+                f"request headers not received within {limits.header_timeout:g} s (--http-header-timeout-secs)",
+            )
 
         def _check_body_rate(self) -> None:
             """Close the request if its body fell behind ``min_body_rate`` after the grace period.
@@ -202,7 +255,8 @@ def guarded_protocol(limits: HttpConnectionLimits) -> type[HttpToolsProtocol]:
         def _stop_timers(self) -> None:
             self._cancel(self._header_timer)
             self._cancel(self._body_timer)
-            self._header_timer = self._body_timer = None
+            self._cancel(self._send_timer)
+            self._header_timer = self._body_timer = self._send_timer = None
 
         @staticmethod
         def _cancel(timer: asyncio.TimerHandle | None) -> None:
@@ -233,6 +287,18 @@ def _answer_and_close(transport: asyncio.Transport, response: bytes) -> None:
         transport.close()
 
     asyncio.get_running_loop().call_later(LINGER_S, close)
+
+
+def _unread_bytes(transport: asyncio.Transport) -> int:
+    """Bytes the kernel holds for this connection that this process has not read yet (0 if unknown)."""
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return 0
+    try:
+        raw = fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
+    except OSError:
+        return 0
+    return int.from_bytes(raw, "little", signed=True)
 
 
 def _peer(client: tuple[str, int] | None) -> str:

@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
-import os
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -22,8 +21,10 @@ from ferry_client.codec import CodecError, element_count, item_size, tensor_from
 from ferry_client.protocol import model_config_pb2 as mc
 
 from .. import __version__
-from ..caching import ResponseCache, images_key, request_key
+from ..caching import ResponseCache, entry_size, images_key, request_key
+from ..cores import usable_cores
 from ..errors import FerryError, InvalidArgument, Unavailable, Unimplemented
+from ..ocr import is_ocr
 from ..pipelines.postprocess import classification_strings
 from ..pipelines.preprocess import ImageTransform
 from ..pipelines.runtime import Prepared
@@ -38,6 +39,7 @@ from .admission import Admission
 from .ensemble_images import run_image_ensemble
 from .limits import OFF_LOOP_BYTES, Limits
 from .logging_ext import LoggingControl
+from .ocr_pages import read_pages
 from .shared_memory import SharedMemoryRegistry, ref_parameters
 from .trace_ext import RequestTracing
 
@@ -70,8 +72,11 @@ class DataPlane:
         logging_control: LoggingControl | None = None,
         shared_memory: SharedMemoryRegistry | None = None,
         identify: Identify = anonymous,
+        image_workers: int = 0,
+        strict_readiness: bool = False,
     ) -> None:
         self.manager = manager
+        self.strict_readiness = strict_readiness
         self.cache = cache
         self.tracing = tracing or RequestTracing()
         self.logging = logging_control  # None: the logging extension answers UNIMPLEMENTED
@@ -84,7 +89,7 @@ class DataPlane:
         self.open_streams: set[ResponseStream] = set()  # decoupled requests not yet final
         self._streams_closed = asyncio.Event()
         self.start_time = time.time()
-        workers = os.cpu_count() or 1
+        workers = image_workers or usable_cores()  # ferry tune measures other sizes
         self._image_pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ferry-image")
         self._image_share = max(1, workers // 2)  # pool workers one request may occupy at once
         self.image_work = ImageWork()
@@ -95,7 +100,10 @@ class DataPlane:
         return True
 
     def ready(self) -> bool:
-        return self.started and not self.draining
+        """Serving; with strict readiness (Triton's --strict-readiness) also every named model READY."""
+        if not self.started or self.draining:
+            return False
+        return not (self.strict_readiness and self.manager.unready_named_models())
 
     def server_metadata(self) -> dict[str, Any]:
         extensions = [e for e in EXTENSIONS if e != "system_shared_memory" or self.shared_memory.enabled]
@@ -154,7 +162,7 @@ class DataPlane:
             results, batch_size = await self._cached(
                 model,
                 cache,
-                request_key(model.name, model.version, request),
+                request_key(self._cache_identity(model), request),
                 lambda: self._execute(model, request, names),
             )
         return await self._response(model, request, names, results, batch_size)
@@ -292,7 +300,7 @@ class DataPlane:
             results, batch_size = await self._execute_tensors(model, request, raw)
         if decoded:
             if model.max_batch_size == 0 and batch_size == 1:
-                results = {name: _as_batch_of_one(array) for name, array in results.items()}
+                results = {name: as_batch_of_one(array) for name, array in results.items()}
             results.update(pipeline.detection_tensors(results, transforms))
             results = {name: results[name] for name in names}
         return results, batch_size
@@ -309,7 +317,7 @@ class DataPlane:
             one = dataclasses.replace(request, inputs={**request.inputs, name: tensor})
             results, _ = await self._execute_tensors(model, one, names)
             for output, array in results.items():
-                parts[output].append(_as_batch_of_one(array))
+                parts[output].append(as_batch_of_one(array))
         return {output: np.concatenate(arrays) for output, arrays in parts.items()}, len(executions)
 
     async def _execute_tensors(
@@ -354,6 +362,17 @@ class DataPlane:
     def _cache_for(self, model: ModelVersion) -> ResponseCache | None:
         return self.cache if self.cache is not None and model.config.response_cache.enable else None
 
+    def _cache_identity(self, model: ModelVersion) -> str:
+        """What the cache keys ``model`` by: its own load, and for an ensemble the loads of the
+        models it runs now (reloading a step changes the ensemble's answers too)."""
+        parts = [model.identity]
+        for name in model.composing_models:
+            try:
+                parts.append(self.manager.get(name).identity)
+            except FerryError:
+                parts.append(f"{name}\x00unavailable")
+        return "\x01".join(parts)
+
     async def _cached(
         self, model: ModelVersion, cache: ResponseCache, key: bytes, compute: Callable[[], Awaitable[T]]
     ) -> T:
@@ -368,7 +387,7 @@ class DataPlane:
         value = await compute()
         inserted = time.perf_counter_ns()
         stored = _owned(value)
-        cache.put(key, stored, _size_of(stored))
+        cache.put(key, stored, entry_size(stored))
         if model.stats is not None:
             model.stats.record_cache_miss(lookup_ns + time.perf_counter_ns() - inserted)
         return stored
@@ -474,6 +493,12 @@ class DataPlane:
         More images than max_batch_size are split into several requests, so callers need not know it.
         """
         model = self.manager.get(name, version)
+        if is_ocr(model.config) != (task == "ocr"):
+            raise InvalidArgument(
+                f"model '{model.name}' is an OCR model; use /ocr"
+                if task != "ocr"
+                else f"model '{model.name}' is not an OCR model (platform ferry_ocr); /ocr needs one"
+            )
         pipeline = model.pipeline
         if pipeline is None and not model.composing_models:  # an ensemble checks its own outputs
             raise InvalidArgument(f"model '{model.name}' has no image pipeline (ferry_image in its config)")
@@ -482,12 +507,14 @@ class DataPlane:
         cache = self._cache_for(model)
         if cache is None:
             return model, await self._run_images(model, images, task, options)
-        key = images_key(model.name, model.version, task, images, options)
+        key = images_key(self._cache_identity(model), task, images, options)
         return model, await self._cached(model, cache, key, lambda: self._run_images(model, images, task, options))
 
     async def _run_images(
         self, model: ModelVersion, images: list[bytes], task: str, options: dict[str, Any]
     ) -> list[Any]:
+        if task == "ocr":
+            return await read_pages(model, images)
         if model.composing_models:  # an ensemble of vision steps
             return await run_image_ensemble(model, images, task, options)
         pipeline = model.pipeline
@@ -509,7 +536,7 @@ class DataPlane:
                 for k, v in outputs.items()
             }
             if not batched:
-                outputs = {k: _as_batch_of_one(v) for k, v in outputs.items()}
+                outputs = {k: as_batch_of_one(v) for k, v in outputs.items()}
             if task == "classify":
                 results.extend(pipeline.classify(outputs, options.get("top_k")))
             else:
@@ -567,17 +594,6 @@ def _owned(value: Any) -> Any:
     return value
 
 
-def _size_of(value: Any) -> int:
-    """Bytes a cached value holds: tensor bytes for outputs (BYTES elements by length); image results,
-    small records, by the length of their text."""
-    if isinstance(value, tuple):
-        return sum(
-            sum(len(item) for item in array.reshape(-1)) if array.dtype == object else array.nbytes
-            for array in value[0].values()
-        )
-    return len(repr(value))
-
-
 def _int_parameter(request: InferenceRequest, key: str) -> int | None:
     value = request.parameters.get(key)
     if value is None:
@@ -601,7 +617,7 @@ def engine_output(spec: TensorSpec, array: np.ndarray, batch_size: int, batched:
     return array.reshape((batch_size, *spec.dims) if batched else spec.dims)
 
 
-def _as_batch_of_one(array: np.ndarray) -> np.ndarray:
+def as_batch_of_one(array: np.ndarray) -> np.ndarray:
     """One execution's output of a model that cannot batch, with a leading image axis of 1: a
     declared leading 1 (output ``[1, K]``) already is that axis."""
     return array if array.ndim > 1 and array.shape[0] == 1 else array[np.newaxis]

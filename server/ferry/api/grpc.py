@@ -23,6 +23,7 @@ from ..errors import FerryError, InvalidArgument, Unimplemented
 from ..types import InferenceRequest
 from .cuda_shared_memory import cuda_register_refused, cuda_status, cuda_unregister
 from .dataplane import DataPlane
+from .grpc_calls import CallGuard
 from .grpc_codec import decode_infer_request, encode_infer_response
 from .grpc_decode import DecodeErrorInterceptor
 from .grpc_limits import GrpcLimits
@@ -352,7 +353,11 @@ def create_grpc_server(
     (otherwise a port in use is an error)."""
     limits = limits or GrpcLimits()
     server = grpc.aio.server(
-        interceptors=[*interceptors, DecodeErrorInterceptor()],
+        interceptors=[
+            *interceptors,
+            CallGuard(limits.max_calls_per_peer, limits.request_timeout_secs),
+            DecodeErrorInterceptor(),
+        ],
         options=[
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes),

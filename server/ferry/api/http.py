@@ -7,8 +7,8 @@ the status code the error kind carries.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-import os
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -20,6 +20,7 @@ from starlette.responses import Response
 
 from ferry_client.codec import HEADER_LENGTH, dumps
 
+from ..cores import usable_cores
 from ..errors import FerryError, InvalidArgument, PayloadTooLarge
 from ..pipelines.detection import Detection
 from ..repository.config import config_to_dict
@@ -27,12 +28,14 @@ from .admission import Ticket
 from .dataplane import DataPlane
 from .docs import mount_docs
 from .generate import add_generate_routes
+from .held_response import HeldResponse
 from .http_codec import compress_response, decode_infer_request, decompress, encode_infer_response
+from .image_query import CLASSIFY_QUERY, DETECT_QUERY, openapi_query, parse_image_query
 from .inference_plane import InferencePlane
 from .json_body import parse_json_object
 from .limits import OFF_LOOP_BYTES
 from .logging_ext import log_router
-from .openapi import INDEX_BODY, INFER_BODY, LOAD_BODY, UNLOAD_BODY
+from .openapi import INDEX_BODY, INFER_BODY, LOAD_BODY, UNLOAD_BODY, document_real_errors
 from .response_size import estimated_size, reserve_response
 from .shared_memory_http import add_shared_memory_routes
 from .trace_ext import trace_router
@@ -42,7 +45,7 @@ log = logging.getLogger(__name__)
 JSON = "application/json"
 T = TypeVar("T")
 #: Request bodies inflating at once (the rest wait their turn).
-_INFLATE_SLOTS = asyncio.Semaphore(max(1, (os.cpu_count() or 2) // 2))
+_INFLATE_SLOTS = asyncio.Semaphore(max(1, usable_cores() // 2))
 
 
 def json_response(content: Any, status: int = 200) -> Response:
@@ -157,7 +160,12 @@ def _http_error_response(_: Request, exc: StarletteHTTPException) -> Response:
 
 
 def _validation_error_response(_: Request, exc: RequestValidationError) -> Response:
-    return error_response(f"invalid request: {exc.errors()}", 400)
+    """A parameter FastAPI could not convert, as one readable line (never a Python repr)."""
+    problems = []
+    for error in exc.errors():
+        where = " ".join(str(part) for part in error.get("loc", ()))
+        problems.append(f"{where}: {error.get('msg', 'invalid')}")
+    return error_response(f"invalid request: {'; '.join(problems)}", 400)
 
 
 def client_gone_response(request: Request, _: ClientDisconnect) -> Response:
@@ -193,7 +201,9 @@ async def infer_response(
 ) -> Response:
     """``POST .../infer``: admit, read and decode the body, run the model, encode and compress."""
     plane.admission.check_room(_declared_length(request))
-    with plane.admission.admit() as ticket:
+    held = contextlib.ExitStack()  # the admission, held until the answer is written (HeldResponse)
+    ticket = held.enter_context(plane.admission.admit())
+    try:
         body = await _read_body(request, max_body_bytes, ticket)
         infer_request = await _off_loop_if_large(
             len(body), decode_infer_request, model, version, body, request.headers.get(HEADER_LENGTH), plane.limits
@@ -202,19 +212,24 @@ async def infer_response(
         infer_request.client = plane.identify(request.headers.get("authorization"))
         response = await _unless_disconnected(request, plane.infer(infer_request))
         if response is None:
+            held.close()
             return Response(status_code=499)  # the caller is gone; nobody reads this
         reserve_response(response, max_response_bytes, ticket, binary_only=False)
         payload, header_length = await _off_loop_if_large(
             estimated_size(response, binary_only=False), encode_infer_response, response
         )
-    headers = {} if header_length is None else {HEADER_LENGTH: str(header_length)}
-    payload, encoding = await _off_loop_if_large(
-        len(payload), compress_response, payload, request.headers.get("accept-encoding")
-    )
+        del response
+        headers = {} if header_length is None else {HEADER_LENGTH: str(header_length)}
+        payload, encoding = await _off_loop_if_large(
+            len(payload), compress_response, payload, request.headers.get("accept-encoding")
+        )
+    except BaseException:
+        held.close()
+        raise
     if encoding:
         headers["Content-Encoding"] = encoding
     media_type = JSON if header_length is None else "application/octet-stream"
-    return Response(payload, media_type=media_type, headers=headers)
+    return HeldResponse(payload, held.close, media_type=media_type, headers=headers)
 
 
 def create_http_app(
@@ -229,6 +244,8 @@ def create_http_app(
         redoc_url=None,  # ReDoc would load from a CDN too
     )
     mount_docs(app)
+    build_openapi = app.openapi
+    app.openapi = lambda: document_real_errors(build_openapi())  # type: ignore[method-assign]
 
     app.add_exception_handler(FerryError, _as_handler(ferry_error_response))
     app.add_exception_handler(StarletteHTTPException, _as_handler(_http_error_response))
@@ -347,29 +364,34 @@ def create_http_app(
             }
         )
 
-    @app.post("/v2/models/{model}/classify", openapi_extra=image_body)
-    @app.post("/v2/models/{model}/versions/{version}/classify", openapi_extra=image_body)
-    async def classify(model: str, request: Request, version: str = "", top_k: int | None = None) -> Response:
+    classify_doc = {**image_body, "parameters": openapi_query(CLASSIFY_QUERY)}
+    detect_doc = {**image_body, "parameters": openapi_query(DETECT_QUERY)}
+
+    @app.post("/v2/models/{model}/classify", openapi_extra=classify_doc)
+    @app.post("/v2/models/{model}/versions/{version}/classify", openapi_extra=classify_doc)
+    async def classify(model: str, request: Request, version: str = "") -> Response:
         """Classify one image (raw body) or several (multipart): top-k labels and scores per image."""
+        options = parse_image_query(request.query_params, CLASSIFY_QUERY, "classify")
         return await run_image_endpoint(
-            request, model, version, "classify", {"top_k": top_k}, lambda classes: {"classes": classes}
+            request, model, version, "classify", options, lambda classes: {"classes": classes}
         )
 
-    @app.post("/v2/models/{model}/detect", openapi_extra=image_body)
-    @app.post("/v2/models/{model}/versions/{version}/detect", openapi_extra=image_body)
-    async def detect(
-        model: str,
-        request: Request,
-        version: str = "",
-        score_threshold: float | None = None,
-        iou_threshold: float | None = None,
-        max_detections: int | None = None,
-    ) -> Response:
+    @app.post("/v2/models/{model}/detect", openapi_extra=detect_doc)
+    @app.post("/v2/models/{model}/versions/{version}/detect", openapi_extra=detect_doc)
+    async def detect(model: str, request: Request, version: str = "") -> Response:
         """Detect objects in one or several images: boxes in original pixels, labels and scores."""
-        options = {"score_threshold": score_threshold, "iou_threshold": iou_threshold, "max_detections": max_detections}
+        options = parse_image_query(request.query_params, DETECT_QUERY, "detect")
         return await run_image_endpoint(
             request, model, version, "detect", options, lambda image: {"detections": [detection_json(d) for d in image]}
         )
+
+    @app.post("/v2/models/{model}/ocr", openapi_extra=image_body)
+    @app.post("/v2/models/{model}/versions/{version}/ocr", openapi_extra=image_body)
+    async def read_text(model: str, request: Request, version: str = "") -> Response:
+        """Read the text of one page (raw body) or several (multipart): per line its four corners
+        (original pixels, clockwise from the top-left), text and confidence, in reading order."""
+        options = parse_image_query(request.query_params, (), "ocr")  # none: an unknown one is a 400
+        return await run_image_endpoint(request, model, version, "ocr", options, lambda lines: {"lines": lines})
 
     # --- repository -------------------------------------------------------------------------
 

@@ -72,10 +72,11 @@ def decode_infer_request(
         parameters = header.get("parameters") or {}
         if not isinstance(parameters, dict):
             raise CodecError("'parameters' must be a JSON object")
-        if "inputs" not in header:
-            raise CodecError("request has no 'inputs'")
-        _check_entries(header["inputs"], limits)
-        in_memory, shared = _split_shared_memory(header["inputs"])
+        # No 'inputs' at all reads as none: the model is resolved first (an unknown one is 404, as in
+        # Triton), then its input check names what is missing.
+        entries = header.get("inputs", [])
+        _check_entries(entries, limits)
+        in_memory, shared = _split_shared_memory(entries)
         decoded = read_tensors(in_memory, blob, "inputs")
     except CodecError as exc:
         raise InvalidArgument(str(exc)) from None

@@ -84,3 +84,33 @@ LOAD_BODY = _body(
     }
 )
 UNLOAD_BODY = _body({"type": "object", "properties": {"parameters": _PARAMETERS}})
+
+
+#: What every error answer holds (``http.error_response``).
+ERROR_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {"error": {"type": "string"}},
+}
+_ERROR_RESPONSE = {
+    "description": "Bad request: the message says what is wrong",
+    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+}
+
+
+def document_real_errors(schema: dict[str, Any]) -> dict[str, Any]:
+    """Replace FastAPI's default 422 answers, which Ferry never sends, by its 400 ``{"error": ...}``.
+
+    Request validation errors are answered 400 (``http._validation_error_response``), so a client
+    generated from the document must expect that, not a 422 with FastAPI's ``detail`` list.
+    """
+    for operations in schema.get("paths", {}).values():
+        for operation in operations.values():
+            responses = operation.get("responses", {})
+            if responses.pop("422", None) is not None:
+                responses.setdefault("400", _ERROR_RESPONSE)
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    for name in ("HTTPValidationError", "ValidationError"):
+        components.pop(name, None)
+    components["Error"] = ERROR_SCHEMA
+    return schema

@@ -28,6 +28,7 @@ from starlette.responses import Response
 from ferry_client.protocol import grpc_service_pb2 as pb
 
 from .. import __version__
+from ..cli_errors import install_hint
 from ..errors import InvalidArgument
 from ..scheduling.timeline import EPOCH_OFFSET_NS, Timeline
 from .json_body import json_object, json_response
@@ -54,7 +55,7 @@ def otlp_exporter(endpoint: str) -> SpanExporter:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     except ImportError:
         raise InvalidArgument(
-            "--trace-otlp-endpoint needs opentelemetry-exporter-otlp-proto-http; install ferry[otlp]"
+            f"--trace-otlp-endpoint needs opentelemetry-exporter-otlp-proto-http: {install_hint('otlp')}"
         ) from None
     return OTLPSpanExporter(endpoint=endpoint)
 

@@ -12,9 +12,10 @@ from typing import Any
 
 import numpy as np
 
+from ..cli_errors import install_hint
 from ..errors import FerryError, ModelLoadError
 
-INSTALL_HINT = "install the TensorRT extra: pip install 'ferry[tensorrt]'"
+INSTALL_HINT = f"install the TensorRT extra: {install_hint('tensorrt')}"
 
 
 class CudaError(FerryError):

@@ -20,6 +20,7 @@ import onnxruntime as ort
 from ferry_client.codec import numpy_dtype
 from ferry_client.protocol import model_config_pb2 as mc
 
+from ..cli_errors import install_hint
 from ..cores import usable_cores
 from ..errors import InvalidArgument, ModelLoadError
 from ..paths import inside
@@ -196,7 +197,7 @@ def choose_providers(
             raise ModelLoadError(
                 f"instance '{spec.name}' is KIND_GPU but onnxruntime has no GPU execution provider "
                 f"(missing: {', '.join(missing)}; available: {', '.join(available)}); "
-                "install ferry[gpu] or use KIND_CPU / KIND_AUTO"
+                f"{install_hint('gpu')}, or use KIND_CPU / KIND_AUTO"
             )
         log.warning(
             "model '%s' instance '%s': execution providers %s are not available; using %s",

@@ -22,6 +22,7 @@ import torch
 
 from ferry_client.protocol import model_config_pb2 as mc
 
+from ..cores import usable_cores
 from ..errors import FerryError, InvalidArgument, ModelLoadError
 from .base import InstanceSpec, ModelIO
 from .cuda_graphs import CudaGraphs
@@ -46,6 +47,13 @@ def device_for(spec: InstanceSpec) -> torch.device:
     return torch.device("cuda", spec.device_id)
 
 
+def cap_torch_threads(cores: int) -> None:
+    """Keep torch's intra-op pool within the usable cores: the pool is process-wide (shared by every
+    CPU instance), and its default counts the machine's cores, not a container's CPU quota."""
+    if torch.get_num_threads() > cores:
+        torch.set_num_threads(cores)
+
+
 class PyTorchInstance:
     """One module on one device. ``run`` is called from the scheduler's worker thread for this instance."""
 
@@ -55,6 +63,8 @@ class PyTorchInstance:
         self._device = device_for(spec)
         self.device = str(self._device)
         self._cuda = self._device.type == "cuda"
+        if not self._cuda:
+            cap_torch_threads(usable_cores())
         with self._device_context():
             loaded = (
                 load_onnx(model_file)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..cli_errors import install_hint
 from ..errors import ModelLoadError
 from .base import Backend
 
@@ -65,7 +66,7 @@ def backend_for(platform: str) -> Backend:
         except ImportError as exc:
             raise ModelLoadError(
                 f"platform 'pytorch_libtorch' needs torch, which could not be imported ({exc}); "
-                "install the extra: pip install 'ferry[torch]'"
+                f"install the extra: {install_hint('torch')}"
             ) from None
         return PyTorchBackend()
     if platform == "ferry_vision":

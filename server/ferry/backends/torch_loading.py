@@ -21,6 +21,7 @@ import torch
 from ferry_client.codec import datatype_from_config, v2_datatype
 from ferry_client.protocol import model_config_pb2 as mc
 
+from ..cli_errors import install_hint
 from ..errors import ModelLoadError
 from .base import ModelIO, TensorInfo
 
@@ -92,7 +93,7 @@ def load_onnx(path: Path) -> LoadedModule:
     except Exception as exc:  # ImportError, or torchvision failing to load against this torch build
         raise ModelLoadError(
             f"ferry_convert_from 'onnx' needs onnx2torch, which could not be imported ({type(exc).__name__}: "
-            f"{exc}); install ferry[torch] with a torchvision build that matches torch {torch.__version__}"
+            f"{exc}); {install_hint('torch')}, with a torchvision build that matches torch {torch.__version__}"
         ) from None
     io = onnx_io(model)
     try:

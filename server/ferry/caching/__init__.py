@@ -2,5 +2,6 @@
 
 from .keys import images_key, request_key
 from .response_cache import CacheCounters, ResponseCache
+from .sizes import entry_size
 
-__all__ = ["CacheCounters", "ResponseCache", "images_key", "request_key"]
+__all__ = ["CacheCounters", "ResponseCache", "entry_size", "images_key", "request_key"]

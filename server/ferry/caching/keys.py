@@ -1,4 +1,8 @@
-"""Cache keys: a digest of the model version and of every request field that changes the answer.
+"""Cache keys: a digest of the loaded model and of every request field that changes the answer.
+
+The model counts by its identity as loaded (name, version and load generation, see
+``ModelVersion.identity``), not by name and version alone: a model file replaced under the same
+version and reloaded is a new load, so the old model's answers are never served for it.
 
 Inputs count by datatype, shape and bytes; encoded images by their encoded bytes, so the same image
 sent again hits before it is decoded. Parameters that only change how or when the answer is
@@ -21,9 +25,10 @@ from ..types import InferenceRequest
 DELIVERY_PARAMETERS = frozenset({"priority", "timeout", "binary_data_output"})
 
 
-def request_key(model: str, version: int, request: InferenceRequest) -> bytes:
-    """The key of an inference request (inputs already decoded from the wire, images still encoded)."""
-    digest = _start(model, version, "infer")
+def request_key(model: str, request: InferenceRequest) -> bytes:
+    """The key of an inference request to the model loaded as ``model`` (its identity) (inputs
+    already decoded from the wire, images still encoded)."""
+    digest = _start(model, "infer")
     for name in sorted(request.inputs):
         array = request.inputs[name]
         datatype = request.input_datatypes.get(name) or v2_datatype(array.dtype)
@@ -34,18 +39,19 @@ def request_key(model: str, version: int, request: InferenceRequest) -> bytes:
     return digest.digest()
 
 
-def images_key(model: str, version: int, task: str, images: Iterable[bytes], options: Mapping[str, Any]) -> bytes:
-    """The key of a /classify or /detect call: its encoded images and its options."""
-    digest = _start(model, version, task)
+def images_key(model: str, task: str, images: Iterable[bytes], options: Mapping[str, Any]) -> bytes:
+    """The key of a /classify or /detect call to the model loaded as ``model``: its encoded images
+    and its options."""
+    digest = _start(model, task)
     _add(digest, _parameters(options))
     for image in images:
         _add_bytes(digest, memoryview(image))
     return digest.digest()
 
 
-def _start(model: str, version: int, kind: str) -> Any:
+def _start(model: str, kind: str) -> Any:
     digest = hashlib.blake2b(digest_size=32)
-    _add(digest, model, str(version), kind)
+    _add(digest, model, kind)
     return digest
 
 

@@ -1,7 +1,9 @@
 """An LRU of responses bounded by bytes, shared by every model whose config enables ``response_cache``.
 
-Entries are keyed by a digest of everything that decides the answer (see ``keys.py``), so the cache
-holds only the values and their sizes. An entry larger than the whole cache is not stored.
+Entries are keyed by a digest of everything that decides the answer, the loaded model's identity
+included (see ``keys.py``), so the cache holds only the values and their sizes. Sizes are the memory
+an entry keeps alive, Python objects and the entry's own bookkeeping included (``sizes.py``), so
+the capacity bounds RSS. An entry larger than the whole cache is not stored.
 """
 
 from __future__ import annotations

@@ -154,9 +154,9 @@ class Blocks:
 
     def close(self) -> None:
         for spill in self._spills.values():
-            spill.close()
+            spill.release()
         self._spills.clear()
-        self.arena.close()
+        self.arena.release()
 
     @property
     def used_bytes(self) -> int:
@@ -180,7 +180,7 @@ class PeerBlocks:
         return spill.buffer, 0
 
     def close(self) -> None:
-        self.arena.close()
+        self.arena.release()
 
 
 def _payload(array: np.ndarray) -> np.ndarray | bytes:
@@ -443,13 +443,23 @@ class HubConnection:
         )
 
     def _on_lost(self) -> None:
-        for task in self._calls.values():
+        """The intake died or closed: cancel its calls, then, once they have settled (their views of
+        the arenas gone), unmap both arenas, so an intake killed again and again leaves nothing."""
+        calls = list(self._calls.values())
+        for task in calls:
             task.cancel()
+        self._hub.on_lost(self)
+        if calls:
+            asyncio.gather(*calls, return_exceptions=True).add_done_callback(lambda _: self._release_arenas())
+        else:
+            self._release_arenas()
+
+    def _release_arenas(self) -> None:
         if self._responses is not None:
             self._responses.close()
         if self._requests is not None:
             self._requests.close()
-        self._hub.on_lost(self)
+        self._responses = self._requests = None  # a view that outlives its call frees the mapping
 
     @property
     def response_bytes(self) -> int:

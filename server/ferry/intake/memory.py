@@ -8,6 +8,7 @@ to travel over a socket.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 from dataclasses import dataclass
@@ -49,6 +50,13 @@ class Segment:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+
+    def release(self) -> None:
+        """Drop the descriptor and unmap now, unless numpy views still use the mapping (then it
+        goes with the last of them): a segment of a process that died must not outlive its use."""
+        self.close()
+        with contextlib.suppress(BufferError):  # exported views: the mapping is freed with them
+            self.buffer.close()
 
 
 def aligned(nbytes: int) -> int:

@@ -16,11 +16,12 @@ from pathlib import Path
 
 import numpy as np
 
+from ..api.dataplane import as_batch_of_one, engine_input, engine_output
 from ..pipelines.detection import Detection
 from ..pipelines.preprocess import ImageTransform
 from ..repository.model import ModelVersion
 from .calibration import OptimizeError
-from .detection_map import mean_average_precision
+from .detection_map import box_iou, mean_average_precision
 
 # (boxes [K, 4] xyxy, scores [K], classes [K]) for one image.
 Boxes = tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -39,6 +40,16 @@ class AccuracyReport:
     map_reference: float | None = None  # against ground truth, when given
     map_candidate: float | None = None
     inputs: str = "inputs"  # what the samples were, for the report
+    # Detectors, per detection: the FP32 detections the candidate found again (same class, IoU >= 0.5),
+    # and for those pairs how far the score moved and how well the boxes overlap. mAP alone is blind
+    # to scores that all moved together (it only ranks them) and to boxes that shifted a little.
+    matched_share: float | None = None
+    score_diff_max: float | None = None
+    score_diff_p95: float | None = None
+    box_iou_mean: float | None = None
+    box_iou_min: float | None = None
+    scores_outside_unit: int = 0  # candidate scores below 0 or above 1 ...
+    reference_scores_outside_unit: int = 0  # ... and the FP32 model's (a detector may not output probabilities)
 
     @property
     def agreement(self) -> float | None:
@@ -60,6 +71,15 @@ class AccuracyReport:
             out.append(f"top-1 agreement with FP32: {self.top1_agreement:.2%}")
         if self.map_vs_reference is not None:
             out.append(f"mAP@0.5 against the FP32 model's detections: {self.map_vs_reference:.4f}")
+        if self.matched_share is not None:
+            out.append(f"FP32 detections found again (same class, IoU >= 0.5): {self.matched_share:.2%}")
+        if self.score_diff_max is not None:
+            out.append(
+                f"score change of those: p95 {self.score_diff_p95:.4f}, max {self.score_diff_max:.4f}; "
+                f"box IoU: mean {self.box_iou_mean:.4f}, min {self.box_iou_min:.4f}"
+            )
+        if self.scores_outside_unit or self.reference_scores_outside_unit:
+            out.append(f"scores outside 0..1: {self.scores_outside_unit} (FP32: {self.reference_scores_outside_unit})")
         if self.map_delta is not None:
             out.append(
                 f"mAP@0.5 against ground truth: FP32 {self.map_reference:.4f}, optimized "
@@ -76,7 +96,21 @@ class EvalBatch:
 
 
 def _run(model: ModelVersion, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    return model.instances[0].run(inputs, list(model.outputs))
+    """Outputs with a leading image axis; a model without a batch dimension (``max_batch_size: 0``)
+    runs one image per execution, as the server runs it."""
+    instance = model.instances[0]
+    if model.max_batch_size > 0:
+        return instance.run(inputs, list(model.outputs))
+    [(name, images)] = inputs.items()
+    spec = model.inputs[name]
+    runs = [
+        instance.run({name: engine_input(spec, image.reshape(spec.dims), False)}, list(model.outputs))
+        for image in images
+    ]
+    return {
+        out: np.concatenate([as_batch_of_one(engine_output(model.outputs[out], run[out], 1, False)) for run in runs])
+        for out in model.outputs
+    }
 
 
 def _as_arrays(found: list[Detection]) -> Boxes:
@@ -127,6 +161,7 @@ def compare(
         return report
     pseudo_truth = [(boxes, classes) for boxes, _, classes in ref_boxes]
     report.map_vs_reference = mean_average_precision(cand_boxes, pseudo_truth)[0]
+    _compare_detections(report, ref_boxes, cand_boxes)
     if annotations is not None:
         missing = [name for name in names if name not in annotations]
         if missing:
@@ -135,6 +170,45 @@ def compare(
         report.map_reference = mean_average_precision(ref_boxes, truth)[0]
         report.map_candidate = mean_average_precision(cand_boxes, truth)[0]
     return report
+
+
+def match_detections(reference: Boxes, candidate: Boxes, iou_threshold: float = 0.5) -> list[tuple[int, int, float]]:
+    """Pairs (reference index, candidate index, IoU): each reference detection, best score first, takes
+    the unmatched candidate of its class that overlaps it most, if that overlap reaches the threshold."""
+    ref_xyxy, ref_scores, ref_classes = reference
+    cand_xyxy, _, cand_classes = candidate
+    ious = box_iou(ref_xyxy, cand_xyxy)
+    taken = np.zeros(len(cand_xyxy), dtype=bool)
+    pairs = []
+    for r in np.argsort(-ref_scores, kind="stable"):
+        allowed = (cand_classes == ref_classes[r]) & ~taken
+        if not allowed.any():
+            continue
+        overlaps = np.where(allowed, ious[r], -1.0)
+        c = int(overlaps.argmax())
+        if overlaps[c] >= iou_threshold:
+            taken[c] = True
+            pairs.append((int(r), c, float(overlaps[c])))
+    return pairs
+
+
+def _compare_detections(report: AccuracyReport, reference: list[Boxes], candidate: list[Boxes]) -> None:
+    score_diffs: list[float] = []
+    ious: list[float] = []
+    total = 0
+    for ref, cand in zip(reference, candidate, strict=True):
+        total += len(ref[1])
+        for r, c, iou in match_detections(ref, cand):
+            score_diffs.append(abs(float(ref[1][r]) - float(cand[1][c])))
+            ious.append(iou)
+        report.scores_outside_unit += int(((cand[1] < 0) | (cand[1] > 1)).sum())
+        report.reference_scores_outside_unit += int(((ref[1] < 0) | (ref[1] > 1)).sum())
+    report.matched_share = len(ious) / total if total else None
+    if ious:
+        report.score_diff_max = max(score_diffs)
+        report.score_diff_p95 = float(np.percentile(score_diffs, 95))
+        report.box_iou_mean = float(np.mean(ious))
+        report.box_iou_min = min(ious)
 
 
 def read_annotations(path: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:

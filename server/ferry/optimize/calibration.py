@@ -39,7 +39,9 @@ def image_batches(
     pipeline: ImagePipeline, files: Sequence[Path], batch_size: int, description: str | None = None
 ) -> Iterator[tuple[np.ndarray, list[ImageTransform]]]:
     """(batch tensor, transforms) for consecutive groups of ``files``, with a progress bar."""
-    with tqdm(total=len(files), desc=description, unit="img", disable=description is None, leave=False) as bar:
+    # disable=None: no bar when stderr is not a terminal, so a bar never runs into log lines
+    disable = True if description is None else None
+    with tqdm(total=len(files), desc=description, unit="img", disable=disable, leave=False) as bar:
         for start in range(0, len(files), batch_size):
             chunk = files[start : start + batch_size]
             try:
@@ -56,12 +58,14 @@ class PipelineCalibrationReader(CalibrationDataReader):
     def __init__(
         self, pipeline: ImagePipeline, files: Sequence[Path], batch_size: int, show_progress: bool = True
     ) -> None:
-        self._input = pipeline.input_name
-        self._batches = image_batches(pipeline, files, batch_size, "calibrating" if show_progress else None)
+        batches = image_batches(pipeline, files, batch_size, "calibrating" if show_progress else None)
+        # one feed per model execution: a model without a batch dimension takes one image, as declared
+        self._feeds = (
+            {pipeline.input_name: tensor} for batch, _ in batches for _, tensor in pipeline.executions(batch)
+        )
 
     def get_next(self) -> dict[str, np.ndarray] | None:
-        batch = next(self._batches, None)
-        return None if batch is None else {self._input: batch[0]}
+        return next(self._feeds, None)
 
 
 class TensorCalibrationReader(CalibrationDataReader):

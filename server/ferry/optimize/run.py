@@ -46,6 +46,11 @@ ENGINES = ("onnxruntime", "tensorrt")
 #: Below these, an INT8 model is not written without --force: top-1 agreement for classifiers,
 #: mAP@0.5 against the FP32 model's detections for detectors.
 DEFAULT_MIN_AGREEMENT = {"classify": 0.98, "tensor": 0.98, "detect": 0.90}
+#: Detectors also keep each FP32 detection's score and box: for the detections found again, the 95th
+#: percentile of the score change and the mean box IoU (mAP only ranks scores, so it misses scores that
+#: all moved, even above 1).
+MAX_SCORE_CHANGE_P95 = 0.1
+MIN_MEAN_BOX_IOU = 0.9
 RANDOM_EVAL_SAMPLES = 32
 
 
@@ -82,6 +87,7 @@ class OptimizeOptions:
     device_id: int = 0
     workspace_bytes: int | None = None
     show_progress: bool = True
+    quantize_outputs: bool = False  # also quantize the output heads (float_output_nodes); off by default
 
 
 @dataclass
@@ -150,8 +156,10 @@ def _check_options(options: OptimizeOptions) -> None:
 
 
 def _batch_size(options: OptimizeOptions, config: mc.ModelConfig) -> int:
+    """Images per calibration and comparison step: up to --batch-size; a model without a batch
+    dimension (``max_batch_size: 0``) is calibrated and compared one image per execution."""
     if config.max_batch_size <= 0:
-        raise OptimizeError("models without a batch dimension (max_batch_size 0) are not supported")
+        return 1
     return max(1, min(options.batch_size, config.max_batch_size))
 
 
@@ -250,11 +258,15 @@ def _produce(
             samples = _tensors(options.calibration_tensors, options.calibration_count, reference)
             reader = TensorCalibrationReader(next(iter(reference.inputs)), samples, batch)
             calibration = f"{len(samples)} tensors from {options.calibration_tensors}"
-        quantize_int8(source_file, onnx_out, reader, scheme, options.calibration_method)
+        kept = quantize_int8(
+            source_file, onnx_out, reader, scheme, options.calibration_method, quantize_outputs=options.quantize_outputs
+        )
         notes.append(
             f"INT8 QDQ, per-channel weights, {scheme.name} ({scheme.reason}; CPU {features.describe()}), "
             f"{options.calibration_method} calibration on {calibration}"
         )
+        if kept:
+            notes.append(f"output heads kept in float: {len(kept)} node(s) after the last weighted layer")
     if options.engine != "tensorrt":
         return Produced(onnx_out, scheme)
     from .tensorrt_build import build_engine
@@ -283,14 +295,33 @@ def _check_agreement(options: OptimizeOptions, report: AccuracyReport) -> None:
             "pass --force to write it anyway",
             report,
         )
+    remedies = (
+        "more or more representative calibration images, --calibration-method entropy or percentile, "
+        "no --quantize-output-heads, or --force"
+    )
     if agreement < threshold:
         what = "mAP@0.5 against FP32 detections" if report.task == "detect" else "top-1 agreement with FP32"
         raise AccuracyRefused(
-            f"INT8 {what} is {agreement:.4f}, below --min-agreement {threshold}; not written "
-            "(more or more representative calibration images, --calibration-method entropy or "
-            "percentile, or --force)",
+            f"INT8 {what} is {agreement:.4f}, below --min-agreement {threshold}; not written ({remedies})",
             report,
         )
+    if report.task == "detect":
+        problem = _detection_drift(report)
+        if problem:
+            raise AccuracyRefused(f"INT8 {problem}; not written ({remedies})", report)
+
+
+def _detection_drift(report: AccuracyReport) -> str:
+    """Why the detections' scores or boxes moved too far from FP32 ("" when they did not)."""
+    if report.scores_outside_unit > report.reference_scores_outside_unit:
+        outside, reference = report.scores_outside_unit, report.reference_scores_outside_unit
+        return f"{outside} detection scores are outside 0..1 (FP32: {reference})"
+    if report.score_diff_p95 is not None and report.score_diff_p95 > MAX_SCORE_CHANGE_P95:
+        return f"detection scores moved by {report.score_diff_p95:.4f} (p95), more than {MAX_SCORE_CHANGE_P95}"
+    if report.box_iou_mean is not None and report.box_iou_mean < MIN_MEAN_BOX_IOU:
+        overlap = report.box_iou_mean
+        return f"detection boxes overlap their FP32 boxes by {overlap:.4f} (mean IoU), below {MIN_MEAN_BOX_IOU}"
+    return ""
 
 
 def optimize(options: OptimizeOptions, say: Callable[[str], None] = print) -> OptimizeResult:

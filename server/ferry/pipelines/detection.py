@@ -102,8 +102,8 @@ def _thresholds(
     spec: mc.FerryDetection, decoder: Decoder, score: float | None, iou: float | None, max_detections: int | None
 ) -> _Thresholds:
     """Merge request overrides with the spec, validating what the caller sent."""
-    if score is not None and not np.isfinite(score):
-        raise InvalidArgument(f"score_threshold must be a finite number, got {score}")
+    if score is not None and not (np.isfinite(score) and 0.0 <= score <= 1.0):
+        raise InvalidArgument(f"score_threshold must be between 0 and 1, got {score}")
     if iou is not None and not (np.isfinite(iou) and 0.0 <= iou <= 1.0):
         raise InvalidArgument(f"iou_threshold must be between 0 and 1, got {iou}")
     if max_detections is not None and max_detections < 1:

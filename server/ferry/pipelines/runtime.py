@@ -18,6 +18,7 @@ import numpy as np
 
 from ferry_client.protocol import model_config_pb2 as mc
 
+from ..cli_errors import install_hint
 from ..errors import FerryError, InvalidArgument, ModelLoadError
 from ..types import TensorSpec
 from .classification import softmax, top_k
@@ -182,7 +183,8 @@ class ImagePipeline:
         """Top-k classes per image as {index, label, score} (softmax applied when configured)."""
         logits = outputs[self.output_names[0]].reshape(len(outputs[self.output_names[0]]), -1)
         scores = softmax(logits) if self.classification is None or self.classification.softmax else logits
-        count = k or (self.classification.top_k if self.classification and self.classification.top_k else 5)
+        default = self.classification.top_k if self.classification and self.classification.top_k else 5
+        count = default if k is None else k  # 0 is a mistake to report, not "the default"
         if count < 1:
             raise InvalidArgument(f"top_k must be >= 1, got {count}")
         indices, values = top_k(scores, min(count, scores.shape[1]))
@@ -250,7 +252,7 @@ def _gpu_preprocessor(spec: PreprocessSpec, gpu: int) -> Callable[..., np.ndarra
 
         from .device_preprocess import DevicePreprocessor
     except ImportError as exc:
-        raise ModelLoadError(f"{field}: GPU needs torch ({exc}); install ferry[torch]") from None
+        raise ModelLoadError(f"{field}: GPU needs torch ({exc}); {install_hint('torch')}") from None
     if not torch.cuda.is_available():
         raise ModelLoadError(
             f"{field}: GPU, but torch {torch.__version__} sees no CUDA device; use device: CPU (the default)"

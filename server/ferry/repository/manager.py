@@ -20,6 +20,7 @@ from ferry_client.protocol import model_config_pb2 as mc
 
 from ..ensembles.plan import is_ensemble
 from ..errors import FerryError, InvalidArgument, ModelLoadError, NotFound, Unavailable
+from ..ocr import is_ocr
 from ..paths import check_model_name, model_directory
 from ..scheduling import Scheduler, SchedulingPolicy
 from ..statistics import ModelStats
@@ -28,6 +29,7 @@ from .config import CONFIG_FILENAME, parse_config_json, read_config_file
 from .ensemble_loader import load_ensemble
 from .memory import release_free_memory
 from .model import ModelVersion, load_version
+from .ocr_loader import load_ocr
 from .validation import validate_model_config
 from .versions import select_versions, versions_on_disk
 
@@ -94,6 +96,8 @@ class ModelManager:
         self.poll_interval = poll_interval
         self.on_loaded = on_loaded
         self._records: dict[str, ModelRecord] = {}
+        #: The models strict readiness waits for (None: the repository as it is now, in poll mode).
+        self._named: set[str] | None = None
         self._poll_task: asyncio.Task | None = None
         self._closing = False
         #: Which model's load waits for which other model's load (ensembles loading their steps):
@@ -110,6 +114,8 @@ class ModelManager:
             names = self.startup_models
         else:
             names = self.scan()
+        if self.control_mode != ControlMode.POLL:
+            self._named = set(names)
         ensembles = [name for name in names if self._names_ensemble(name)]
         await asyncio.gather(*(self._load_logged(name) for name in names if name not in ensembles))
         await asyncio.gather(*(self._load_logged(name) for name in ensembles))  # their steps are loaded now
@@ -142,7 +148,7 @@ class ModelManager:
             config = read_config_file(model_directory(self.repository, name))
         except (FerryError, OSError):  # OSError: an unreadable directory or file
             return False  # the load reports the error
-        return config is not None and is_ensemble(config)
+        return config is not None and (is_ensemble(config) or is_ocr(config))
 
     def scan(self) -> list[str]:
         """Model directories in the repository (hidden and ``_``-prefixed ones are skipped).
@@ -241,6 +247,14 @@ class ModelManager:
             return False
         return True
 
+    def unready_named_models(self) -> list[str]:
+        """The models the server is meant to serve that are not READY now (strict readiness).
+
+        Meant to serve: the repository's models, or in explicit mode those --load-model names and
+        the repository API has loaded since (an unloaded one no longer counts)."""
+        names = sorted(self._named) if self._named is not None else self.scan()
+        return [name for name in names if not self.is_ready(name)]
+
     def ready_models(self) -> list[ModelVersion]:
         return [
             s.model
@@ -263,12 +277,15 @@ class ModelManager:
         self._require_explicit("load")
         if not model_directory(self.repository, name).is_dir():
             raise NotFound(f"failed to load '{name}': no model directory '{name}' in the model repository")
+        if self._named is not None:
+            self._named.add(name)
         await self._load(name, config_json)
 
     async def unload(self, name: str, unload_dependents: bool = False) -> None:
         """Unload a model; with ``unload_dependents`` also the ensembles that use it (as Triton)."""
         self._require_explicit("unload")
         check_model_name(name)
+        self._forget(name)
         record = self._records.get(name)
         if record is None or not record.versions:
             if not (self.repository / name).is_dir():
@@ -276,8 +293,14 @@ class ModelManager:
             return
         if unload_dependents:
             for dependent in self._dependents(name):
+                self._forget(dependent)
                 await self._unload(self._records[dependent], f"unloaded with '{name}' (unload_dependents)")
         await self._unload(record, "unloaded")
+
+    def _forget(self, name: str) -> None:
+        """An unloaded model no longer holds strict readiness back."""
+        if self._named is not None:
+            self._named.discard(name)
 
     def _dependents(self, name: str) -> list[str]:
         """Loaded ensembles that run ``name``, directly or through another ensemble (outermost first)."""
@@ -334,10 +357,20 @@ class ModelManager:
     # --- loading and unloading ----------------------------------------------------------------
 
     async def _load_logged(self, name: str) -> None:
+        """Load at start-up or on a poll: a failure is in the log (``_failed``) and the index, not raised."""
         try:
             await self._load(name, None)
+        except ModelLoadError:
+            pass  # logged once where it was raised
         except FerryError as exc:
-            log.error("%s", exc.message)  # already "failed to load 'NAME': why"
+            log.error("%s", exc.message)
+
+    @staticmethod
+    def _failed(name: str, reason: str) -> ModelLoadError:
+        """The one log line of a failed load (whoever asked for it), and the error to raise."""
+        error = ModelLoadError(f"failed to load '{name}': {reason}")
+        log.error("%s", error.message)
+        return error
 
     async def _load(self, name: str, config_json: str | None) -> None:
         record = self._records.setdefault(name, ModelRecord(name))
@@ -356,7 +389,7 @@ class ModelManager:
                 reason = exc.message if isinstance(exc, FerryError) else f"cannot read {model_dir}: {exc.strerror}"
                 record.error = self._without_paths(reason)
                 record.fingerprint = fingerprint
-                raise ModelLoadError(f"failed to load '{name}': {record.error}") from None
+                raise self._failed(name, record.error) from None
             record.error = ""
             record.fingerprint = fingerprint
             failures = await asyncio.gather(*(self._load_version(record, model_dir, v, config, source) for v in wanted))
@@ -366,7 +399,7 @@ class ModelManager:
             )
             errors = [f for f in failures if f]
             if errors:
-                raise ModelLoadError(f"failed to load '{name}': {'; '.join(errors)}")
+                raise self._failed(name, "; ".join(errors))
 
     def _without_paths(self, message: str) -> str:
         """A load error as callers see it: repository paths become repository-relative, so no
@@ -389,10 +422,11 @@ class ModelManager:
         if old is None or old.model is None:
             record.versions[version] = VersionStatus(ModelState.LOADING)
         try:
-            if is_ensemble(config):
+            if is_ensemble(config) or is_ocr(config):
                 chain = _LOAD_CHAIN.set((*_LOAD_CHAIN.get(), record.name))  # this load task's context only
+                load = load_ocr if is_ocr(config) else load_ensemble
                 try:
-                    model = await load_ensemble(model_dir, version, config, source, self)
+                    model = await load(model_dir, version, config, source, self)
                 finally:
                     _LOAD_CHAIN.reset(chain)
             else:
@@ -423,7 +457,6 @@ class ModelManager:
             if old is not None and old.model is not None:
                 await self._retire(old)
             return ""
-        log.error("model '%s' version %d failed to load: %s", record.name, version, reason)
         if old is None or old.model is None:
             record.versions[version] = VersionStatus(ModelState.UNAVAILABLE, reason)
         return f"version {version}: {reason}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Callable
@@ -16,7 +17,7 @@ from ferry_client.protocol import model_config_pb2 as mc
 from ..backends import InstanceSpec, backend_for
 from ..backends.base import Instance
 from ..backends.registry import normalise_platform, platform_for_file
-from ..cores import usable_cores
+from ..cores import engine_threads
 from ..errors import FerryError, ModelLoadError
 from ..paths import inside
 from ..pipelines.runtime import ImagePipeline
@@ -26,6 +27,9 @@ from .autocomplete import complete_config
 from .config import TensorSpec, output_labels, tensor_specs, validate_config
 
 log = logging.getLogger(__name__)
+
+#: Load generations: every ModelVersion built in this process gets the next one.
+_load_generations = itertools.count(1)
 
 
 @dataclass
@@ -47,6 +51,13 @@ class ModelVersion:
     # Ensembles: the models the version runs, and why it cannot serve now ("" when it can).
     composing_models: tuple[str, ...] = ()
     unready_reason: Callable[[], str] | None = field(default=None, repr=False)
+    #: Which load this is: a file replaced under the same version and reloaded is a new generation.
+    load_generation: int = field(default_factory=lambda: next(_load_generations))
+
+    @property
+    def identity(self) -> str:
+        """This loaded model among all others: name, version and load generation (cache keys use it)."""
+        return f"{self.name}\x00{self.version}\x00{self.load_generation}"
 
     @property
     def max_batch_size(self) -> int:
@@ -90,7 +101,7 @@ def instance_specs(config: mc.ModelConfig, gpu_available: bool) -> list[Instance
                 f"instance_group[{index}]: kind {mc.ModelInstanceGroup.Kind.Name(kind)} is not supported"
             )
     cpu_instances = sum(1 for spec in specs if spec.kind == "CPU")
-    threads = max(1, usable_cores() // max(1, cpu_instances))
+    threads = engine_threads(cpu_instances)  # the usable cores (affinity, cgroup quota), not os.cpu_count()
     return [
         InstanceSpec(name=s.name, kind=s.kind, device_id=s.device_id, threads=threads if s.kind == "CPU" else 0)
         for s in specs

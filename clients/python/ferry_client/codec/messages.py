@@ -61,3 +61,16 @@ def _convert(fd: FieldDescriptor, value: Any) -> Any:
     if fd.message_type is not None and isinstance(value, dict):
         _int64_as_numbers(fd.message_type, value)
     return value
+
+
+def metadata_to_dict(response: Any) -> dict[str, Any]:
+    """ModelMetadataResponse as REST's ``GET /v2/models/{m}`` body: ``parameters`` as plain values
+    (``{"image_task": "detect"}``, not ``{"image_task": {"string_param": "detect"}}``), and absent when
+    the model has none, so both clients return the same dict."""
+    from .parameters import parameter_value
+
+    data = message_to_dict(response)
+    data.pop("parameters", None)
+    if response.parameters:
+        data["parameters"] = {key: parameter_value(value) for key, value in response.parameters.items()}
+    return data

@@ -198,7 +198,8 @@ def tensor_to_json(array: np.ndarray, datatype: str) -> list[Any]:
         array = bf16_to_float32(array)
     flat = np.asarray(array).reshape(-1)
     if flat.dtype.kind == "f" and not np.isfinite(flat).all():
-        # JSON has no NaN or infinity; Triton sends null for them too.
+        # Standard JSON has no NaN or infinity, so they travel as null (and return as NaN). Triton
+        # writes the non-standard literals NaN/Infinity instead; binary_data carries both exactly.
         return [value if math.isfinite(value) else None for value in flat.tolist()]
     return flat.tolist()
 

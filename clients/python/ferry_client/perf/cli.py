@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import FerryClientError
+from .extra import PERF_INSTALL_HINT
 from .inputs import (
     datatype_overrides,
     file_samples,
@@ -150,12 +151,12 @@ def check_before_measuring(args: argparse.Namespace) -> None:
     """Everything that would fail only after the measurement (a missing extra, an output folder that does
     not exist, impossible numbers) fails now, before any load is sent."""
     if args.plot and importlib.util.find_spec("matplotlib") is None:
-        raise ValueError("--plot needs matplotlib, which is not installed (pip install 'ferry-client[perf]')")
+        raise ValueError(f"--plot needs matplotlib, which is not installed ({PERF_INSTALL_HINT})")
     for flag, path in (("--csv", args.csv), ("--json", args.json), ("--plot", args.plot)):
         if path is not None and not path.parent.is_dir():
             raise ValueError(f"{flag} {path}: folder '{path.parent}' does not exist")
     if args.grpc_engine == "raw" and importlib.util.find_spec("hpack") is None:
-        raise ValueError("--grpc-engine raw needs hpack, which is not installed (pip install 'ferry-client[perf]')")
+        raise ValueError(f"--grpc-engine raw needs hpack, which is not installed ({PERF_INSTALL_HINT})")
     if args.measurement_interval <= 0:
         raise ValueError("--measurement-interval must be > 0 ms")
     if args.max_trials < 1:
@@ -258,13 +259,13 @@ def _run_perf(args: argparse.Namespace) -> int:
         if args.protocol == "http" and not fast_http_available():
             show(
                 "note: neither httptools nor aiohttp is installed; HTTP load goes through httpx, which caps "
-                "the rate a process can offer (pip install 'ferry-client[perf]')"
+                f"the rate a process can offer ({PERF_INSTALL_HINT})"
             )
         grpc_engine = args.grpc_engine or default_grpc_engine()
         if args.protocol == "grpc" and grpc_engine == "grpcio" and args.grpc_engine is None:
             show(
                 "note: hpack is not installed; gRPC load goes through grpcio, whose client CPU per call (~3x the "
-                "raw engine's) is taken from a server on the same machine (pip install 'ferry-client[perf]')"
+                f"raw engine's) is taken from a server on the same machine ({PERF_INSTALL_HINT})"
             )
         over = f"grpc ({grpc_engine} engine)" if args.protocol == "grpc" else args.protocol
         show(

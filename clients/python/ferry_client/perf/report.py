@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .extra import PERF_INSTALL_HINT
 from .runner import StepResult
 
 _COLUMNS = (
@@ -125,7 +126,7 @@ def write_plot(path: Path, steps: Sequence[StepResult], title: str) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise RuntimeError("--plot needs matplotlib: pip install 'ferry-client[perf]'") from None
+        raise RuntimeError(f"--plot needs matplotlib: {PERF_INSTALL_HINT}") from None
     figure, axes = plt.subplots(figsize=(7, 4.5))
     throughput = [s.client.throughput for s in steps]
     for key, label in (("p50_us", "p50"), ("p95_us", "p95"), ("p99_us", "p99")):

@@ -3,7 +3,7 @@
 A load generator must measure the server, not its own encoding: every request is turned into
 wire bytes once (reusing the SDK's own builders, so the tool sends exactly what the clients
 send), and the hot loop only ships bytes. HTTP goes through pre-built request bytes parsed
-with httptools when installed (the ``ferry-client[perf]`` extra), else aiohttp, else httpx (whose
+with httptools when installed (the client's ``perf`` extra), else aiohttp, else httpx (whose
 asyncio pool is several times slower under concurrency). gRPC goes as pre-built HTTP/2 frames
 (rawgrpc.py, needs hpack from the same extra) or through a grpc.aio channel with identity
 serializers (``--grpc-engine grpcio``).

@@ -6,6 +6,7 @@ import { formatNumber, PALETTE } from "./charts.js";
 
 const MAX_CANVAS_SIDE = 640;
 const MIN_CANVAS_SIDE = 256;
+const KEYPOINT_RADIUS = 4;
 
 function element(tag, properties = {}, children = []) {
   const node = Object.assign(document.createElement(tag), properties);
@@ -52,6 +53,12 @@ async function detectionView(result, file) {
     const colour = PALETTE[d.class_id % PALETTE.length];
     context.strokeStyle = colour;
     context.strokeRect(x1, y1, x2 - x1, y2 - y1);
+    context.fillStyle = colour;
+    for (const [x, y] of d.keypoints ?? []) {  // landmarks (a face's eyes, nose, ...), when the model has them
+      context.beginPath();
+      context.arc(x * scale, y * scale, KEYPOINT_RADIUS, 0, 2 * Math.PI);
+      context.fill();
+    }
     const text = `${d.label ?? d.class_id} ${d.score.toFixed(2)}`;
     const width = context.measureText(text).width + 6;
     const top = y1 >= 18 ? y1 - 18 : y1;
@@ -60,7 +67,8 @@ async function detectionView(result, file) {
     context.fillStyle = "#fff";
     context.fillText(text, x1 + 3, top + 2);
   }
-  const names = result.detections.map((d) => `${d.label ?? d.class_id} (${d.score.toFixed(2)})`);
+  const names = result.detections.map((d) => `${d.label ?? d.class_id} (${d.score.toFixed(2)}`
+                                             + (d.keypoints ? `, ${d.keypoints.length} keypoints)` : ")"));
   canvas.setAttribute("role", "img");
   canvas.setAttribute("aria-label", result.detections.length
     ? `the uploaded image with ${names.length} boxes: ${names.join(", ")}` : "the uploaded image; nothing detected");

@@ -1,0 +1,77 @@
+"""Write the sample images the README and these examples use, from data that ships in PyPI packages.
+
+    python clients/examples/make_images.py [DIR]      # default: the current directory
+
+needs numpy, Pillow, scikit-learn and scikit-image (all in Ferry's test extra: pip install '.[test]'):
+
+- ``digit.png``, ``seven.png``: held-out 8x8 digits from scikit-learn's digits set (the first one of
+  the test split, and the first 7), for ``digits``;
+- ``scene.png``: the first held-out synthetic scene of ``model_repo/digit_detector/build.py``, for
+  ``digit_detector``;
+- ``photo.jpg``: scikit-image's ``astronaut`` photo as a JPEG (quality 90), for ``face_detector``;
+- ``scan.png``: scikit-image's ``page`` scan turned 90 degrees clockwise, for ``document_orientation``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+from PIL import Image
+
+MODEL_REPO = Path(__file__).resolve().parents[2] / "model_repo"
+
+
+def _module(path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(path.parent.name + "_" + path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _encode(pixels: np.ndarray, format: str, **options: object) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format=format, **options)
+    return buffer.getvalue()
+
+
+def _digit(index: int) -> np.ndarray:
+    from sklearn.datasets import load_digits
+
+    return np.round(load_digits().images[index] * 255 / 16).astype(np.uint8)
+
+
+def example_images() -> dict[str, bytes]:
+    """The sample images by file name, encoded."""
+    from skimage import data
+    from sklearn.datasets import load_digits
+
+    split = np.load(MODEL_REPO / "digits" / "test_split.npz")
+    targets = load_digits().target
+    indices = [int(i) for i in split["test_indices"]]
+    seven = next(i for i in indices if targets[i] == 7)
+    scene = _module(MODEL_REPO / "digit_detector" / "build.py").held_out_scenes(count=1)[0]
+    return {
+        "digit.png": _encode(_digit(indices[0]), "PNG"),
+        "seven.png": _encode(_digit(seven), "PNG"),
+        "scene.png": _encode(scene.image, "PNG"),
+        "photo.jpg": _encode(data.astronaut(), "JPEG", quality=90),
+        "scan.png": _encode(np.ascontiguousarray(np.rot90(data.page(), k=-1)), "PNG"),
+    }
+
+
+def main(argv: list[str]) -> None:
+    folder = Path(argv[0]) if argv else Path.cwd()
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, encoded in example_images().items():
+        (folder / name).write_bytes(encoded)
+        print(folder / name)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

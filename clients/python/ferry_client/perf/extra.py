@@ -1,0 +1,3 @@
+"""How to install the perf extra: from the Ferry checkout (``ferry-client`` on PyPI is not this project)."""
+
+PERF_INSTALL_HINT = "pip install './clients/python[perf]' in the Ferry checkout"

@@ -1,0 +1,137 @@
+"""The steps around the three OCR models, as rapidocr_onnxruntime 1.4.4's ``RapidOCR`` runs them:
+bound the page size, pad very flat pages, sort the boxes into reading order, cut a perspective
+crop per box, turn crops the angle classifier reads as upside down, group crops into recognition
+batches and map the boxes back to the caller's pixels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+
+from .sizes import recognition_width
+
+
+@dataclass(frozen=True)
+class PageOptions:
+    """RapidOCR's page-level settings (its ``Global`` config defaults)."""
+
+    max_side: int = 2000
+    min_side: int = 30
+    min_height: int = 30
+    width_height_ratio: float = 8.0
+    text_score: float = 0.5
+    angle_threshold: float = 0.9
+    recognition_batch: int = 6
+    recognition_height: int = 48
+    recognition_min_width: int = 320
+
+
+@dataclass(frozen=True)
+class Page:
+    """The image the detector sees and how to map its pixels back to the original."""
+
+    pixels: np.ndarray
+    ratio_width: float
+    ratio_height: float
+    top: int
+    original_width: int
+    original_height: int
+
+
+def prepare_page(bgr: np.ndarray, options: PageOptions) -> Page:
+    """Shrink a page whose longer side exceeds ``max_side``, enlarge one whose shorter side is
+    below ``min_side`` (each to multiples of 32), then pad a page at most ``min_height`` tall or
+    wider than ``width_height_ratio`` with black rows above and below."""
+    height, width = bgr.shape[:2]
+    pixels, ratio_height, ratio_width = bgr, 1.0, 1.0
+    if max(height, width) > options.max_side:
+        pixels, ratio_height, ratio_width = _resize_to_side(pixels, options.max_side, shrink=True)
+    if min(pixels.shape[:2]) < options.min_side:
+        pixels, ratio_height, ratio_width = _resize_to_side(pixels, options.min_side, shrink=False)
+    resized_height, resized_width = pixels.shape[:2]
+    top = 0
+    too_flat = options.width_height_ratio != -1 and resized_width / resized_height > options.width_height_ratio
+    if resized_height <= options.min_height or too_flat:
+        padded_height = max(int(resized_width / options.width_height_ratio), options.min_height) * 2
+        top = int(abs(padded_height - resized_height) / 2)
+        pixels = cv2.copyMakeBorder(pixels, top, top, 0, 0, cv2.BORDER_CONSTANT, value=(0, 0, 0))
+    return Page(pixels, ratio_width, ratio_height, top, width, height)
+
+
+def _resize_to_side(bgr: np.ndarray, side: int, shrink: bool) -> tuple[np.ndarray, float, float]:
+    """The page scaled so its longer (``shrink``) or shorter side is ``side``, each side rounded
+    to a multiple of 32, and the original-over-resized ratios (height, width)."""
+    height, width = bgr.shape[:2]
+    ratio = float(side) / (max(height, width) if shrink else min(height, width))
+    new_height = int(round(int(height * ratio) / 32) * 32)
+    new_width = int(round(int(width * ratio) / 32) * 32)
+    if new_height <= 0 or new_width <= 0:
+        raise ValueError(f"a {width}x{height} page cannot be resized for OCR")
+    return cv2.resize(bgr, (new_width, new_height)), height / new_height, width / new_width
+
+
+def reading_order(quads: np.ndarray) -> list[int]:
+    """Indices of the quadrilaterals top to bottom, left to right: sorted by the top-left corner
+    (y, then x), then a box whose top-left y is within 10 px of the previous box's and lies to
+    its left moves before it (bubbling back while that holds)."""
+    order = sorted(range(len(quads)), key=lambda i: (quads[i][0][1], quads[i][0][0]))
+    for i in range(len(order) - 1):
+        for j in range(i, -1, -1):
+            upper, lower = quads[order[j]][0], quads[order[j + 1]][0]
+            if abs(lower[1] - upper[1]) < 10 and lower[0] < upper[0]:
+                order[j], order[j + 1] = order[j + 1], order[j]
+            else:
+                break
+    return order
+
+
+def crop_quad(bgr: np.ndarray, quad: np.ndarray) -> np.ndarray:
+    """The quadrilateral warped to an upright rectangle (bicubic, replicated border), its size
+    the longer of each pair of opposite edges (truncated); turned 90 degrees counter-clockwise
+    when it comes out at least 1.5 times taller than wide (vertical text)."""
+    points = quad.astype(np.float32)
+    width = int(max(np.linalg.norm(points[0] - points[1]), np.linalg.norm(points[2] - points[3])))
+    height = int(max(np.linalg.norm(points[0] - points[3]), np.linalg.norm(points[1] - points[2])))
+    target = np.array([[0, 0], [width, 0], [width, height], [0, height]], dtype=np.float32)
+    matrix = cv2.getPerspectiveTransform(points, target)
+    crop = cv2.warpPerspective(bgr, matrix, (width, height), borderMode=cv2.BORDER_REPLICATE, flags=cv2.INTER_CUBIC)
+    if crop.shape[0] * 1.0 / crop.shape[1] >= 1.5:
+        crop = np.rot90(crop)
+    return crop
+
+
+def upright(crop: np.ndarray, label: str, score: float, threshold: float) -> np.ndarray:
+    """The crop turned 180 degrees when the angle classifier says "180" above ``threshold``."""
+    return cv2.rotate(crop, cv2.ROTATE_180) if "180" in label and score > threshold else crop
+
+
+def recognition_batches(crops: Sequence[np.ndarray], options: PageOptions) -> list[tuple[list[int], int]]:
+    """Crop indices grouped as the reference groups them (sorted by aspect ratio, then
+    ``recognition_batch`` at a time) with each group's tensor width (its widest line)."""
+    ratios = [crop.shape[1] / float(crop.shape[0]) for crop in crops]
+    order = np.argsort(np.array(ratios)).tolist()
+    batches = []
+    for start in range(0, len(order), options.recognition_batch):
+        members = order[start : start + options.recognition_batch]
+        width = recognition_width(
+            [ratios[i] for i in members], options.recognition_height, options.recognition_min_width
+        )
+        batches.append((members, width))
+    return batches
+
+
+def to_original(quads: np.ndarray, page: Page) -> np.ndarray:
+    """Detector-image corners to the caller's pixels: padding removed, ratios applied, clipped to
+    0..width and 0..height (float32)."""
+    mapped = np.asarray(quads, dtype=np.float32).reshape(-1, 4, 2).copy()
+    mapped[:, :, 1] -= page.top
+    mapped[:, :, 0] *= page.ratio_width
+    mapped[:, :, 1] *= page.ratio_height
+    mapped = np.where(mapped < 0, 0, mapped)
+    mapped[..., 0] = np.minimum(mapped[..., 0], page.original_width)
+    mapped[..., 1] = np.minimum(mapped[..., 1], page.original_height)
+    return mapped.astype(np.float32)

@@ -1,0 +1,68 @@
+"""Building an OCR model's (``ferry.ocr``) version: read its settings, load the three composing models it
+names (as an ensemble loads its steps) and check they have the inputs and outputs OCR needs."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from ferry_client.protocol import model_config_pb2 as mc
+
+from ..errors import FerryError, ModelLoadError
+from ..ocr.scheduler import OcrScheduler
+from ..ocr.settings import INPUT, OUTPUTS, ocr_settings
+from ..statistics import ModelStats
+from .config import output_labels, tensor_specs, validate_config
+from .ensemble_loader import ComposingModels
+from .model import ModelVersion
+
+#: Decoded pages above this many pixels are refused (as the image endpoints' default).
+MAX_PIXELS = 40_000_000
+
+
+async def load_ocr(
+    model_dir: Path, version: int, config: mc.ModelConfig, source: str, models: ComposingModels
+) -> ModelVersion:
+    """The READY-to-serve version of an OCR model."""
+    started = time.perf_counter()
+    config = mc.ModelConfig.FromString(config.SerializeToString())
+    if not config.name:
+        config.name = model_dir.name
+    validate_config(config, source)
+    settings = ocr_settings(config, source)
+    inputs = {s.name: s for s in tensor_specs(config.input, "input", source)}
+    outputs = {s.name: s for s in tensor_specs(config.output, "output", source)}
+    if list(inputs) != [INPUT] or inputs[INPUT].datatype != "BYTES":
+        raise ModelLoadError(f"{source}: an OCR model takes one input '{INPUT}' of TYPE_STRING (the encoded page)")
+    if config.max_batch_size != 0:
+        raise ModelLoadError(f"{source}: an OCR model reads one page per request: set max_batch_size: 0")
+    missing = sorted(set(outputs) - set(OUTPUTS))
+    if missing:
+        raise ModelLoadError(f"{source}: an OCR model has no output {', '.join(missing)} (it has {', '.join(OUTPUTS)})")
+    names = (settings.detector, settings.angle_classifier, settings.recognizer)
+    for name in names:
+        try:
+            await models.ensure_loaded(name)
+            model = models.get(name, "")
+        except FerryError as exc:
+            raise ModelLoadError(f"{source}: OCR model '{config.name}': '{name}': {exc.message}") from None
+        if len(model.inputs) != 1 or len(model.outputs) != 1:
+            raise ModelLoadError(f"{source}: OCR model '{config.name}': '{name}' must have one input and one output")
+    stats = ModelStats(config.name, str(version))
+    scheduler = OcrScheduler(config.name, settings, models.get, stats, MAX_PIXELS)
+    scheduler.models()  # the recogniser's dictionary is read per request; check the models now
+    return ModelVersion(
+        name=config.name,
+        version=version,
+        config=config,
+        inputs=inputs,
+        outputs=outputs,
+        labels=output_labels(model_dir, outputs),
+        instances=[],
+        load_seconds=time.perf_counter() - started,
+        model_dir=model_dir,
+        scheduler=scheduler,  # type: ignore[arg-type]  # same submit/stop/in_flight as Scheduler
+        stats=stats,
+        composing_models=names,
+        unready_reason=scheduler.unready_reason,
+    )

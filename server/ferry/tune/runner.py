@@ -1,0 +1,158 @@
+"""The real server the candidates run in: ``ferry serve`` on loopback over a private copy of the model.
+
+A candidate with another image pre-processing pool size (a server setting, not a model config)
+runs in a server of its own, started when first needed and kept, so rounds still interleave.
+The copy (hard links where the file system allows, so large models cost no space) keeps the
+user's repository untouched and gives precision variants somewhere to be built. Each candidate
+is loaded through the repository API with its config as the load's ``config`` parameter, which
+replaces the serving version only once the new one is ready.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+from google.protobuf import json_format
+
+from ferry_client.http import HttpClient
+from ferry_client.protocol import model_config_pb2 as mc
+
+from ..repository.config import read_config_file
+from .candidates import Candidate
+
+START_TIMEOUT_S = 120.0
+
+
+class TuningError(RuntimeError):
+    """The tuner cannot go on (the server would not start, a candidate would not load)."""
+
+
+def _link_or_copy(source: str, destination: str) -> None:
+    try:
+        os.link(source, destination)
+    except OSError:
+        shutil.copy2(source, destination)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class PrivateRepository:
+    """A temporary repository holding a copy of the model (and the variants built from it)."""
+
+    def __init__(self, model_dir: Path) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="ferry-tune-"))
+        self.name = model_dir.name
+        shutil.copytree(model_dir, self.root / self.name, copy_function=_link_or_copy, symlinks=False)
+
+    @property
+    def model_dir(self) -> Path:
+        return self.root / self.name
+
+    def config(self, name: str) -> mc.ModelConfig:
+        config = read_config_file(self.root / name) or mc.ModelConfig()
+        config.name = config.name or name
+        return config
+
+    def remove(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+class TuningServer:
+    """``ferry serve`` in explicit mode on free loopback ports; stopped by its pid on exit."""
+
+    def __init__(self, repository: PrivateRepository, extra_args: tuple[str, ...] = (), image_workers: int = 0) -> None:
+        self.repository = repository
+        self.http_port = _free_port()
+        self.log_path = repository.root / f"server-{image_workers}.log"
+        command = [
+            sys.executable,
+            "-m",
+            "ferry",
+            "serve",
+            str(repository.root),
+            "--host",
+            "127.0.0.1",
+            "--http-port",
+            str(self.http_port),
+            "--grpc-port",
+            str(_free_port()),
+            "--metrics-port",
+            "0",
+            "--model-control-mode",
+            "explicit",
+            "--no-dashboard",
+            *extra_args,
+        ]
+        env = {**os.environ, "FERRY_IMAGE_WORKERS": str(image_workers)} if image_workers else None
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+        self.url = f"127.0.0.1:{self.http_port}"
+        self.client = HttpClient(self.url, timeout=300.0)
+        self._loaded: dict[str, Candidate] = {}
+        self._configs: dict[str, mc.ModelConfig] = {}
+        self._wait_ready()
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise TuningError(f"the server exited with {self.process.returncode}:\n{self.log_tail()}")
+            with contextlib.suppress(Exception):
+                if self.client.is_server_ready():
+                    return
+            time.sleep(0.1)
+        self.stop()
+        raise TuningError(f"the server was not ready within {START_TIMEOUT_S:.0f} s:\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def config(self, name: str) -> mc.ModelConfig:
+        if name not in self._configs:
+            self._configs[name] = self.repository.config(name)
+        return self._configs[name]
+
+    def use(self, candidate: Candidate) -> None:
+        """Make ``candidate`` the serving config of its model (no reload when it already is)."""
+        if self._loaded.get(candidate.model) == candidate:
+            return
+        config = candidate.apply(self.config(candidate.model))
+        try:
+            self.client.load_model(candidate.model, json_format.MessageToJson(config))
+        except Exception as exc:
+            raise TuningError(f"{candidate.label()} did not load: {exc}") from None
+        self._loaded[candidate.model] = candidate
+
+    def stop(self) -> None:
+        self.client.close()
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def __enter__(self) -> TuningServer:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop()

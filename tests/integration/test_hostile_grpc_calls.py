@@ -1,0 +1,178 @@
+"""One gRPC client must not hold every call slot (issue 24).
+
+The attacker speaks raw HTTP/2 from its own loopback address (127.0.0.2), so the server sees it as
+another peer than the well-behaved client (127.0.0.1): it opens streams, sends their headers and
+never a request message or the end of the stream. The test establishes the attack (the server's
+answers to the attacker's streams are read: refused ones carry RESOURCE_EXHAUSTED naming the peer
+cap), shows that the other peer is served while it holds, and that unary calls whose message never
+arrives end with DEADLINE_EXCEEDED after ``--grpc-request-timeout-secs``. Both process modes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+
+import grpc
+import hpack
+import numpy as np
+import pytest
+
+from ferry_client.perf.rawgrpc import frame
+from ferry_client.protocol import grpc_service_pb2 as pb
+from ferry_client.protocol import grpc_service_pb2_grpc as pb_grpc
+
+from ..conftest import RunningServer, start_server
+from ..models import write_mlp_model
+
+pytestmark = pytest.mark.timeout(120)
+
+PER_PEER = 8
+MAX_RPCS = 48
+REQUEST_TIMEOUT_S = 3
+CONNECTIONS, STREAMS = 4, 24  # 96 streams from one peer: twice the server-wide cap
+ATTACKER = "127.0.0.2"
+HEADERS, RST_STREAM, SETTINGS, PING = 1, 3, 4, 6
+END_STREAM, END_HEADERS, ACK = 1, 4, 1
+
+
+@pytest.fixture(scope="module", params=["one process", "2 intake processes"])
+def grpc_server(request, tmp_path_factory) -> Iterator[tuple[RunningServer, int]]:
+    repo = tmp_path_factory.mktemp("hostile_grpc") / "models"
+    write_mlp_model(repo / "quick", width=16, layers=1)
+    processes = 2 if request.param == "2 intake processes" else 1
+    extra = ["--intake-processes", "2"] if processes == 2 else []
+    running = start_server(
+        repo,
+        repo.parent / "server.log",
+        "--grpc-max-calls-per-peer",
+        str(PER_PEER),
+        "--grpc-max-concurrent-rpcs",
+        str(MAX_RPCS),
+        "--grpc-request-timeout-secs",
+        str(REQUEST_TIMEOUT_S),
+        *extra,
+    )
+    yield running, processes
+    running.stop()
+
+
+class Attacker(asyncio.Protocol):
+    """One HTTP/2 connection that opens streams and never finishes them; records each stream's end."""
+
+    def __init__(self) -> None:
+        self.encoder, self.decoder = hpack.Encoder(), hpack.Decoder()
+        self.buffer = b""
+        self.ended: dict[int, str] = {}  # stream -> grpc-status (or "RST")
+        self.messages: dict[int, str] = {}
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport) -> None:  # type: ignore[override]
+        self.transport = transport
+        transport.write(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + frame(SETTINGS, 0, 0))
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while len(self.buffer) >= 9:
+            length = int.from_bytes(self.buffer[:3], "big")
+            if len(self.buffer) < 9 + length:
+                return
+            kind, flags = self.buffer[3], self.buffer[4]
+            stream = int.from_bytes(self.buffer[5:9], "big") & 0x7FFFFFFF
+            payload, self.buffer = self.buffer[9 : 9 + length], self.buffer[9 + length :]
+            assert self.transport is not None
+            if kind == SETTINGS and not flags & ACK:
+                self.transport.write(frame(SETTINGS, ACK, 0))
+            elif kind == PING and not flags & ACK:
+                self.transport.write(frame(PING, ACK, 0, payload))
+            elif kind == HEADERS:
+                headers = dict(self.decoder.decode(payload))
+                if "grpc-status" in headers:
+                    self.ended[stream] = headers["grpc-status"]
+                    self.messages[stream] = headers.get("grpc-message", "")
+            elif kind == RST_STREAM:  # after trailers it only closes our half (we never finish)
+                self.ended.setdefault(stream, "RST")
+
+    def open(self, stream: int, method: str) -> None:
+        block = self.encoder.encode(
+            [
+                (":method", "POST"),
+                (":scheme", "http"),
+                (":path", f"/inference.GRPCInferenceService/{method}"),
+                (":authority", "localhost"),
+                ("content-type", "application/grpc"),
+                ("te", "trailers"),
+            ]
+        )
+        assert self.transport is not None
+        self.transport.write(frame(HEADERS, END_HEADERS, stream, block))
+
+
+async def _attack(port: int, method: str, connections: int, streams: int) -> list[Attacker]:
+    loop = asyncio.get_running_loop()
+    attackers = []
+    for _ in range(connections):
+        _, attacker = await loop.create_connection(Attacker, "127.0.0.1", port, local_addr=(ATTACKER, 0))
+        for index in range(streams):
+            attacker.open(1 + 2 * index, method)
+        attackers.append(attacker)
+    return attackers
+
+
+def _statuses(attackers: list[Attacker]) -> list[str]:
+    return [status for attacker in attackers for status in attacker.ended.values()]
+
+
+async def _wait(condition, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.05)
+
+
+async def _infer(server: RunningServer) -> float:
+    """One ModelInfer from the other peer (127.0.0.1) on a fresh connection; returns its latency."""
+    started = time.monotonic()
+    options = [("grpc.use_local_subchannel_pool", 1)]
+    async with grpc.aio.insecure_channel(server.grpc_url, options=options) as channel:
+        request = pb.ModelInferRequest(model_name="quick")
+        request.inputs.add(name="x", datatype="FP32", shape=[1, 16])
+        request.raw_input_contents.append(np.ones((1, 16), np.float32).tobytes())
+        await pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=30)
+    return time.monotonic() - started
+
+
+async def test_one_peer_cannot_hold_every_call_slot(grpc_server) -> None:
+    server, processes = grpc_server
+    attackers = await _attack(server.grpc_port, "ModelStreamInfer", CONNECTIONS, STREAMS)
+    total = CONNECTIONS * STREAMS
+    held_at_most = PER_PEER * processes  # the cap is per process
+    # the attack state: every stream past the peer's cap refused, naming the cap
+    await _wait(lambda: len(_statuses(attackers)) >= total - held_at_most)
+    await asyncio.sleep(0.5)  # nothing more is refused: the held ones stay open
+    statuses = _statuses(attackers)
+    assert total - held_at_most <= len(statuses) < total
+    assert set(statuses) == {str(grpc.StatusCode.RESOURCE_EXHAUSTED.value[0])}, statuses
+    messages = {m for a in attackers for m in a.messages.values()}
+    assert any(f"too many unfinished calls from {ATTACKER}" in m for m in messages), messages
+    for _ in range(3):  # the other peer is served while the attacker holds its share
+        assert await _infer(server) < 2.0
+    for attacker in attackers:
+        assert attacker.transport is not None
+        attacker.transport.close()
+
+
+async def test_a_request_message_that_never_arrives_times_out(grpc_server) -> None:
+    server, processes = grpc_server
+    attackers = await _attack(server.grpc_port, "ModelInfer", 2, PER_PEER // 2)
+    started = time.monotonic()
+    await _wait(lambda: len(_statuses(attackers)) == PER_PEER, timeout=REQUEST_TIMEOUT_S + 20)
+    assert time.monotonic() - started >= REQUEST_TIMEOUT_S - 0.5
+    assert set(_statuses(attackers)) == {str(grpc.StatusCode.DEADLINE_EXCEEDED.value[0])}
+    messages = {m for a in attackers for m in a.messages.values()}
+    assert any("did not arrive within 3 s" in m for m in messages), messages
+    for attacker in attackers:
+        assert attacker.transport is not None
+        attacker.transport.close()
+    assert await _infer(server) < 2.0

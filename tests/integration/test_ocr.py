@@ -1,0 +1,218 @@
+"""OCR served by the real server against rapidocr_onnxruntime 1.4.4's own answers
+(``model_repo/ocr/reference.json``, made by ``model_repo/ocr/reference.py`` with the package):
+the ``ocr`` model over ``/ocr``, REST and gRPC V2 infer, and the three composing models alone
+over V2 infer. Same strings, boxes within 1 px, confidences within 1e-3, on every reference page.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+import tritonclient.grpc as tgrpc
+import tritonclient.http as thttp
+
+from ferry.pipelines.text import ctc, db, reading, sizes, tensors
+from tests import ocr_reference as ocr
+
+from ..conftest import RunningServer, start_server
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+SCORE_TOLERANCE = 1e-3
+PIXEL_TOLERANCE = 1.0
+#: Pages for the models-alone test: a scan, turned 90 and 180 degrees, a crop, a strip RapidOCR
+#: pads, a rendered upside-down line.
+ALONE_PAGES = (
+    "page",
+    "page_turned_90",
+    "page_upside_down",
+    "page_left_crop",
+    "page_wide_strip",
+    "rendered_upside_down",
+)
+#: Two pages of "page" give two recognition batches of 5 lines of one width.
+GATED_BATCH = 10
+
+
+@pytest.fixture(scope="module")
+def ocr_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    """The OCR models, plus ``ocr_gated``: the same pipeline over a recogniser whose batcher
+    holds lines until it has ``GATED_BATCH`` of them (so two concurrent pages must share one
+    execution)."""
+    source = ocr.ensure_models()
+    repo = tmp_path_factory.mktemp("ocr") / "models"
+    for model in (*ocr.MODELS, "ocr"):
+        shutil.copytree(source / model, repo / model)
+    gated = repo / "text_recognizer_gated"
+    shutil.copytree(source / "text_recognizer", gated)
+    config = (gated / "config.pbtxt").read_text()
+    config = config.replace('name: "text_recognizer"', 'name: "text_recognizer_gated"').replace(
+        "dynamic_batching { }",
+        f"dynamic_batching {{ preferred_batch_size: [ {GATED_BATCH} ] max_queue_delay_microseconds: 30000000 }}",
+    )
+    (gated / "config.pbtxt").write_text(config)
+    shutil.copytree(source / "ocr", repo / "ocr_gated")
+    pipeline = (repo / "ocr_gated" / "config.pbtxt").read_text()
+    (repo / "ocr_gated" / "config.pbtxt").write_text(
+        pipeline.replace('name: "ocr"', 'name: "ocr_gated"').replace(
+            'string_value: "text_recognizer"', 'string_value: "text_recognizer_gated"'
+        )
+    )
+    running = start_server(repo, repo.parent / "server.log")
+    yield running
+    running.stop()
+
+
+def assert_lines_match(found: list[dict[str, Any]], expected: list[dict[str, Any]]) -> None:
+    assert [line["text"] for line in found] == [line["text"] for line in expected]
+    for line, want in zip(found, expected, strict=True):
+        assert np.abs(np.array(line["box"]) - np.array(want["box"])).max() <= PIXEL_TOLERANCE, (line, want)
+        assert line["score"] == pytest.approx(want["score"], abs=SCORE_TOLERANCE)
+
+
+def test_ocr_endpoint_reads_every_page_as_rapidocr(ocr_server: RunningServer) -> None:
+    names = list(ocr.photos())
+    files = [("images", (f"{name}.png", ocr.photos()[name], "image/png")) for name in names]
+    response = httpx.post(f"http://{ocr_server.http_url}/v2/models/ocr/ocr", files=files, timeout=300)
+    assert response.status_code == 200, response.text
+    results = response.json()["results"]
+    assert len(results) == len(names) >= 12
+    for name, result in zip(names, results, strict=True):
+        assert_lines_match(result["lines"], ocr.reference()[name]["ocr"])
+    assert sum(len(result["lines"]) for result in results) > 50
+
+
+def _v2_lines(boxes: np.ndarray, text: np.ndarray, scores: np.ndarray) -> list[dict[str, Any]]:
+    return [
+        {"box": box.tolist(), "text": line.decode("utf-8"), "score": float(score)}
+        for box, line, score in zip(boxes, text, scores, strict=True)
+    ]
+
+
+def test_v2_infer_over_rest_and_grpc(ocr_server: RunningServer) -> None:
+    name = "page_left_crop"  # the cheapest page for the detector (1216x736)
+    page = np.array([ocr.photos()[name]], dtype=object)
+    expected = ocr.reference()[name]["ocr"]
+    rest = thttp.InferenceServerClient(ocr_server.http_url, network_timeout=120)
+    tensor = thttp.InferInput("IMAGE", [1], "BYTES")
+    tensor.set_data_from_numpy(page, binary_data=True)
+    found = rest.infer("ocr", [tensor])
+    assert_lines_match(_v2_lines(found.as_numpy("boxes"), found.as_numpy("text"), found.as_numpy("scores")), expected)
+    grpc = tgrpc.InferenceServerClient(ocr_server.grpc_url)
+    tensor = tgrpc.InferInput("IMAGE", [1], "BYTES")
+    tensor.set_data_from_numpy(page)
+    found = grpc.infer("ocr", [tensor])
+    assert found.as_numpy("boxes").shape == (len(expected), 4, 2)
+    assert_lines_match(_v2_lines(found.as_numpy("boxes"), found.as_numpy("text"), found.as_numpy("scores")), expected)
+    rest.close()
+    grpc.close()
+
+
+def _infer(client: thttp.InferenceServerClient, model: str, batch: np.ndarray) -> np.ndarray:
+    tensor = thttp.InferInput("x", list(batch.shape), "FP32")
+    tensor.set_data_from_numpy(batch, binary_data=True)
+    result = client.infer(model, [tensor])
+    return result.as_numpy(result.get_response()["outputs"][0]["name"])
+
+
+def test_the_three_models_alone_match_their_reference_classes(ocr_server: RunningServer) -> None:
+    """TextDetector's boxes from the served detector's map; TextClassifier's and
+    TextRecognizer's answers from the served models on the crops RapidOCR cut (on the pages
+    that cost the detector least; the /ocr test above covers every page)."""
+    client = thttp.InferenceServerClient(ocr_server.http_url, network_timeout=300)
+    characters = ctc.ctc_characters(ocr.characters())
+    crops_seen = 0
+    for name in ALONE_PAGES:
+        encoded = ocr.photos()[name]
+        expected = ocr.reference()[name]
+        image = ocr.bgr(encoded)
+        probabilities = _infer(client, "text_detector", tensors.detector_tensor(image, 736, sizes.LimitType.MIN)[None])
+        quads, _ = db.text_quads(probabilities[0, 0], image.shape[1], image.shape[0], db.DbOptions())
+        np.testing.assert_array_equal(quads, np.array(expected["detector"], dtype=np.float32).reshape(-1, 4, 2))
+
+        page = reading.prepare_page(image, reading.PageOptions())
+        if page.pixels.shape != image.shape:  # RapidOCR padded or resized the page: detect on that
+            page_map = _infer(
+                client, "text_detector", tensors.detector_tensor(page.pixels, 736, sizes.LimitType.MIN)[None]
+            )
+            height, width = page.pixels.shape[:2]
+            quads, _ = db.text_quads(page_map[0, 0], width, height, db.DbOptions())
+        crops = [reading.crop_quad(page.pixels, quads[i]) for i in reading.reading_order(quads)]
+        assert [ocr.reference_module().crop_digest(c)["sha256"] for c in crops] == [
+            c["sha256"] for c in expected["crops"]
+        ]
+        if not crops:
+            continue
+        angles = _infer(client, "text_angle", np.stack([tensors.text_line_tensor(c, 48, 192) for c in crops]))
+        widths = [sizes.recognition_width([c.shape[1] / c.shape[0]], 48, 320) for c in crops]
+        recognised: dict[int, tuple[str, float]] = {}
+        for width in set(widths):  # each line at its own width, lines of one width in one request
+            members = [i for i, w in enumerate(widths) if w == width]
+            lines = _infer(
+                client, "text_recognizer", np.stack([tensors.text_line_tensor(crops[i], 48, width) for i in members])
+            )
+            recognised.update(zip(members, ctc.ctc_greedy(lines, characters), strict=True))
+        for index, (row, want) in enumerate(zip(angles, expected["crops"], strict=True)):
+            assert ["0", "180"][int(row.argmax())] == want["angle"]["label"]
+            assert float(row.max()) == pytest.approx(want["angle"]["score"], abs=SCORE_TOLERANCE)
+            text, score = recognised[index]
+            assert text == want["recognised"]["text"]
+            assert score == pytest.approx(want["recognised"]["score"], abs=SCORE_TOLERANCE)
+            crops_seen += 1
+    assert crops_seen == 26
+    client.close()
+
+
+def test_recognition_lines_of_concurrent_pages_share_executions(ocr_server: RunningServer) -> None:
+    """Two pages at once: the gated recogniser runs only once it holds both pages' lines."""
+    page = ocr.photos()["page"]
+    assert len(ocr.reference()["page"]["crops"]) * 2 == GATED_BATCH
+
+    def read(_: int) -> list[dict[str, Any]]:
+        response = httpx.post(
+            f"http://{ocr_server.http_url}/v2/models/ocr_gated/ocr",
+            content=page,
+            headers={"content-type": "image/png"},
+            timeout=120,
+        )
+        assert response.status_code == 200, response.text
+        return response.json()["results"][0]["lines"]
+
+    with ThreadPoolExecutor(2) as pool:
+        for lines in pool.map(read, range(2)):
+            assert_lines_match(lines, ocr.reference()["page"]["ocr"])
+    client = thttp.InferenceServerClient(ocr_server.http_url)
+    stats = client.get_inference_statistics("text_recognizer_gated")["model_stats"][0]
+    assert stats["execution_count"] == 1
+    assert stats["inference_count"] == GATED_BATCH
+    assert client.get_inference_statistics("ocr_gated")["model_stats"][0]["inference_count"] == 2
+    client.close()
+
+
+def test_bad_pages_get_precise_errors(ocr_server: RunningServer) -> None:
+    url = f"http://{ocr_server.http_url}/v2/models"
+    response = httpx.post(f"{url}/ocr/ocr", content=b"not an image", timeout=30)
+    assert response.status_code == 400 and "not a recognised image format" in response.json()["error"]
+    response = httpx.post(f"{url}/ocr/ocr?top_k=3", content=ocr.photos()["page"], timeout=30)
+    assert response.status_code == 400 and "unknown query parameter 'top_k' for /ocr" in response.json()["error"]
+    response = httpx.post(f"{url}/ocr/detect", content=ocr.photos()["page"], timeout=30)
+    assert response.status_code == 400 and "use /ocr" in response.json()["error"]
+    response = httpx.post(f"{url}/text_angle/ocr", content=ocr.photos()["page"], timeout=30)
+    assert response.status_code == 400 and "not an OCR model" in response.json()["error"]
+    grpc = tgrpc.InferenceServerClient(ocr_server.grpc_url)
+    tensor = tgrpc.InferInput("IMAGE", [1], "BYTES")
+    tensor.set_data_from_numpy(np.array([b"\x89PNG\r\n\x1a\ntruncated"], dtype=object))
+    with pytest.raises(Exception, match="INVALID_ARGUMENT|truncated or corrupt"):
+        grpc.infer("ocr", [tensor])
+    grpc.close()
+    # The server still reads pages.
+    response = httpx.post(f"{url}/ocr/ocr", content=ocr.photos()["rendered_lines"], timeout=60)
+    assert [line["text"] for line in response.json()["results"][0]["lines"]] == [
+        line["text"] for line in ocr.reference()["rendered_lines"]["ocr"]
+    ]

@@ -1,0 +1,46 @@
+"""Every install hint Ferry prints or writes works from the checkout.
+
+``ferry`` and ``ferry-client`` are not Ferry's names on PyPI (``ferry[gpu]`` there installs another
+project), so a hint must name the checkout: ``pip install '.[gpu]'``,
+``pip install './clients/python[perf]'``.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+from ferry.cli_errors import install_hint, missing_extra
+from ferry_client.perf.extra import PERF_INSTALL_HINT
+
+ROOT = Path(__file__).resolve().parents[2]
+#: "install ferry[x]", "pip install 'ferry-client[perf]'", "install `ferry[torch]`" ...
+BY_PYPI_NAME = re.compile(r"install\s+[`'\"]?ferry(-client)?\[", re.IGNORECASE)
+
+
+def tracked_text_files() -> list[Path]:
+    names = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    paths = [ROOT / name for name in names.splitlines()]
+    return [p for p in paths if p.suffix in {".py", ".md", ".txt", ".toml", ".yaml", ".yml", ".pbtxt", ""}]
+
+
+def test_no_hint_installs_by_a_pypi_name_ferry_does_not_own() -> None:
+    found = []
+    for path in tracked_text_files():
+        if not path.is_file() or path == Path(__file__).resolve():
+            continue
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError:
+            continue
+        for number, line in enumerate(text.splitlines(), 1):
+            if BY_PYPI_NAME.search(line):
+                found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert not found, "\n".join(found)
+
+
+def test_printed_hints_name_the_checkout() -> None:
+    assert install_hint("gpu") == "pip install '.[gpu]' in the Ferry checkout"
+    assert "pip install '.[torch]' in the Ferry checkout" in str(missing_extra(ModuleNotFoundError(name="torch")))
+    assert PERF_INSTALL_HINT == "pip install './clients/python[perf]' in the Ferry checkout"

@@ -1,0 +1,57 @@
+"""An OCR model's ``parameters``: RapidOCR's defaults where left out, overrides parsed by type,
+and a load error naming the key for anything unknown or malformed."""
+
+from __future__ import annotations
+
+import pytest
+from google.protobuf import text_format
+
+from ferry.errors import ModelLoadError
+from ferry.ocr.settings import ocr_settings
+from ferry.pipelines.text.sizes import LimitType
+from ferry_client.protocol import model_config_pb2 as mc
+
+
+def config(**parameters: str) -> mc.ModelConfig:
+    text = 'name: "ocr" platform: "ferry_ocr"\n' + "\n".join(
+        f'parameters {{ key: "{key}" value {{ string_value: "{value}" }} }}' for key, value in parameters.items()
+    )
+    return text_format.Parse(text, mc.ModelConfig())
+
+
+def test_left_out_parameters_take_rapidocr_defaults() -> None:
+    settings = ocr_settings(config(), "ocr/config.pbtxt")
+    assert (settings.detector, settings.angle_classifier, settings.recognizer) == (
+        "text_detector",
+        "text_angle",
+        "text_recognizer",
+    )
+    assert (settings.limit_side_len, settings.limit_type) == (736, LimitType.MIN)
+    assert (settings.db.binarize_threshold, settings.db.box_threshold, settings.db.unclip_ratio) == (0.3, 0.5, 1.6)
+    assert settings.db.dilate and not settings.db.slow_score
+    assert (settings.page.text_score, settings.page.angle_threshold, settings.page.recognition_batch) == (0.5, 0.9, 6)
+
+
+def test_overrides_are_parsed_by_type() -> None:
+    settings = ocr_settings(
+        config(recognizer="my_rec", limit_type="max", limit_side_len="960", dilate="false", unclip_ratio="2"),
+        "ocr/config.pbtxt",
+    )
+    assert settings.recognizer == "my_rec"
+    assert (settings.limit_side_len, settings.limit_type) == (960, LimitType.MAX)
+    assert settings.db.dilate is False and settings.db.unclip_ratio == 2.0
+
+
+@pytest.mark.parametrize(
+    ("parameters", "message"),
+    [
+        ({"unclip": "1.6"}, "does not know parameters unclip"),
+        ({"box_threshold": "high"}, "'box_threshold' must be a float, got 'high'"),
+        ({"dilate": "yes"}, "'dilate' must be a bool"),
+        ({"limit_type": "long"}, "'limit_type' must be min or max"),
+        ({"recognition_batch": "0"}, "must be positive"),
+    ],
+)
+def test_unknown_or_malformed_parameters_fail_the_load(parameters: dict[str, str], message: str) -> None:
+    with pytest.raises(ModelLoadError, match=message):
+        ocr_settings(config(**parameters), "ocr/config.pbtxt")
