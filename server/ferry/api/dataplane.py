@@ -7,10 +7,11 @@ every check and every error message exists once and both protocols behave the sa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -22,15 +23,16 @@ from ferry_client.protocol import model_config_pb2 as mc
 from .. import __version__
 from ..caching import ResponseCache, entry_size, images_key, request_key
 from ..cores import usable_cores
-from ..errors import FerryError, InvalidArgument
+from ..errors import FerryError, InvalidArgument, Unavailable, Unimplemented
 from ..inference.path import RequestPath
 from ..inference.stages.detection_tensors import DetectionTensors
 from ..inference.stages.tasks import image_task
-from ..inference.validation import int_parameter
+from ..inference.validation import engine_output, int_parameter
 from ..ocr import is_ocr
 from ..pipelines.postprocess import classification_strings
 from ..repository.manager import ModelManager
 from ..repository.model import ModelVersion
+from ..response_streams import ResponseStream
 from ..security.identity import Identify, anonymous
 from ..types import InferenceRequest, InferenceResponse, OutputTensor, TensorSpec
 from .admission import Admission
@@ -83,6 +85,8 @@ class DataPlane:
         self.identify = identify  # who a caller is, from its Authorization value (security/identity.py)
         self.started = False
         self.draining = False
+        self.open_streams: set[ResponseStream] = set()  # decoupled requests not yet final
+        self._streams_closed = asyncio.Event()
         self.start_time = time.time()
         workers = image_workers or usable_cores()  # ferry tune measures other sizes
         # decode, pre- and post-stages: CPU work kept off the event loop, shared by every request
@@ -111,6 +115,13 @@ class DataPlane:
     def model(self, name: str, version: str = "") -> ModelVersion:
         return self.manager.get(name, version)
 
+    def is_decoupled(self, name: str, version: str = "") -> bool:
+        """Whether requests to this model stream (False when it cannot serve: its request says why)."""
+        try:
+            return self.manager.get(name, version).decoupled
+        except FerryError:
+            return False
+
     def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
         model = self.manager.get(name, version)
         versions = [row["version"] for row in self.manager.index(ready_only=True) if row["name"] == name]
@@ -132,9 +143,13 @@ class DataPlane:
 
     # --- inference ------------------------------------------------------------------------------
 
-    async def infer(self, request: InferenceRequest) -> InferenceResponse:
-        """V2 infer (REST, gRPC, a Python model's ``exec()``): the request path, then the response."""
+    async def infer(self, request: InferenceRequest, door: str = "HTTP end point") -> InferenceResponse:
+        """V2 infer (REST, gRPC, a Python model's ``exec()``): the request path, then one response.
+        A decoupled model answers through ``infer_stream`` only: this refuses it with Triton's words,
+        naming the ``door`` (the front door's endpoint)."""
         model = self.path.resolve(request.model_name, request.model_version)
+        if model.decoupled:
+            raise Unimplemented(f"{door} doesn't support models with decoupled transaction policy")
         if request.shared_memory_inputs:
             await self._read_shared_memory(request)
         requested = request.outputs if request.outputs else None
@@ -151,6 +166,79 @@ class DataPlane:
                 request_key(self._cache_identity(model), request),
                 lambda: self._execute(model, request, names),
             )
+        return await self._response(model, request, names, results, batch_size)
+
+    async def infer_stream(
+        self, request: InferenceRequest
+    ) -> AsyncGenerator[tuple[InferenceResponse | FerryError, bool], None]:
+        """Every response to one request, each with whether it is the final one.
+
+        A model that is not decoupled gives its one response, final. A decoupled model's responses
+        come as it sends them; an error it sends mid-stream is yielded (the stream goes on unless it
+        was final). Leaving the iteration early cancels the request (the model sees
+        ``is_cancelled()``); the server's shutdown ends streams still open past its drain time."""
+        model = self.manager.get(request.model_name, request.model_version)
+        if not model.decoupled:
+            yield await self.infer(request), True
+            return
+        if request.shared_memory_inputs:
+            await self._read_shared_memory(request)
+        requested = request.outputs if request.outputs else None
+        names = [o.name for o in requested] if requested is not None else list(model.outputs)
+        stream = ResponseStream(asyncio.get_running_loop())
+        self.open_streams.add(stream)
+        sent, last = 0, time.perf_counter_ns()
+        final = False
+        try:
+            _, batch_size = (await self.path.run(model, request, names, sink=stream)).tensors()
+            async for item in stream:
+                final = item.final
+                if model.stats is not None:
+                    now = time.perf_counter_ns()
+                    outcome = "fail" if item.error else "success" if item.outputs else "empty_response"
+                    model.stats.record_response(sent, now - last, outcome)
+                    sent, last = sent + 1, now
+                if item.error is not None:
+                    yield item.error, item.final
+                else:
+                    batched = model.max_batch_size > 0
+                    outputs = {
+                        k: engine_output(model.outputs[k], v, batch_size, batched)
+                        for k, v in item.outputs.items()
+                        if k in model.outputs
+                    }
+                    yield await self._response(model, request, names, outputs, batch_size, streamed=True), item.final
+        finally:
+            if not final and sent and model.stats is not None:  # the client went away mid-stream
+                model.stats.record_response(sent, time.perf_counter_ns() - last, "cancel")
+            stream.cancel()
+            self.open_streams.discard(stream)
+            if not self.open_streams:
+                self._streams_closed.set()
+
+    async def end_streams(self, timeout: float) -> int:
+        """Shutdown: wait up to ``timeout`` for open decoupled requests to finish, then end the rest
+        with an error (their clients get it as the last response). Returns how many were ended."""
+        self._streams_closed.clear()
+        if self.open_streams:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._streams_closed.wait(), timeout)
+        ended = list(self.open_streams)
+        for stream in ended:
+            stream.fail(Unavailable("the server is shutting down: the stream ended before its final response"))
+        return len(ended)
+
+    async def _response(
+        self,
+        model: ModelVersion,
+        request: InferenceRequest,
+        names: list[str],
+        results: dict[str, np.ndarray],
+        batch_size: int,
+        streamed: bool = False,
+    ) -> InferenceResponse:
+        """The response holding ``results``: a streamed response may carry only some outputs."""
+        requested = request.outputs if request.outputs else None
         binary_default = request.binary_output_default
         binary = {o.name: o.binary for o in requested} if requested is not None else {}
         classify = {o.name: o.classification for o in requested or () if o.classification}
@@ -160,7 +248,11 @@ class DataPlane:
         decoded = model.pipeline.decoded_outputs if model.pipeline is not None else {}
         for name in names:
             spec = model.outputs[name] if name in model.outputs else decoded[name]
-            array = results[name]
+            array = results.get(name)
+            if array is None:  # a Python model (or an ensemble's step) may leave an output out
+                if requested is None or streamed:
+                    continue
+                raise FerryError(f"model '{model.name}' returned no output '{name}', which the request asked for")
             flag = binary.get(name)
             datatype = spec.datatype
             if name in classify:

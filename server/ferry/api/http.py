@@ -27,6 +27,7 @@ from ..repository.config import config_to_dict
 from .admission import Ticket
 from .dataplane import DataPlane
 from .docs import mount_docs
+from .generate import add_generate_routes
 from .held_response import HeldResponse
 from .http_codec import compress_response, decode_infer_request, decompress, encode_infer_response
 from .image_query import CLASSIFY_QUERY, DETECT_QUERY, INFER_PARAMETERS, INFER_QUERY, openapi_query, parse_image_query
@@ -447,4 +448,5 @@ def create_http_app(
     add_shared_memory_routes(
         app, plane.shared_memory, plane.identify, lambda request: _json_body(request, max_body_bytes), json_response
     )
+    add_generate_routes(app, plane, lambda request: _json_body(request, max_body_bytes))
     return app

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -77,8 +77,10 @@ class RequestBatches(Protocol):
     """
 
     def run_requests(
-        self, inputs: list[dict[str, np.ndarray]], outputs: list[list[str]]
-    ) -> Sequence[dict[str, np.ndarray] | Exception]: ...
+        self, inputs: list[dict[str, np.ndarray]], outputs: list[list[str]], sinks: list[Any] | None = None
+    ) -> Sequence[dict[str, np.ndarray] | Exception]:
+        """``sinks`` (one ``response_streams.ResponseStream`` per request) only for a decoupled model."""
+        ...
 
 
 class Backend(Protocol):

@@ -27,6 +27,7 @@ from ..pipelines.preprocess import ImageTransform
 from ..pipelines.slices import ImageWork
 from ..repository.manager import ModelManager
 from ..repository.model import ModelVersion
+from ..response_streams import ResponseSink
 from ..scheduling.scheduler import Unloading
 from ..scheduling.timeline import Timeline
 from ..types import InferenceRequest
@@ -109,14 +110,16 @@ class RequestPath:
         names: list[str],
         post: PostStage | None = None,
         split: bool = False,
+        sink: ResponseSink | None = None,
     ) -> Executed:
         """Run ``request`` on ``model`` for outputs ``names``, then ``post`` on each execution.
 
         ``split``: images beyond ``max_batch_size`` become several executions (the image
-        endpoints); otherwise that is the caller's error (V2 infer).
+        endpoints); otherwise that is the caller's error (V2 infer). ``sink``: a decoupled model's
+        responses go there (tensors only); the outputs returned are then empty.
         """
-        if post is None and not split and not self.image_input.applies(model, request):  # tensors in, out
-            served, outputs, batch_size = await self._schedule(model, request, names)
+        if sink is not None or (post is None and not split and not self.image_input.applies(model, request)):
+            served, outputs, batch_size = await self._schedule(model, request, names, sink)
             return Executed(served, [Part(outputs, [], batch_size)])
         executions, transforms, decoded = await self._pre_stages(model, request, split)
         # A model that cannot batch gets an image axis on each execution's outputs where the
@@ -181,7 +184,7 @@ class RequestPath:
     # --- validate and schedule --------------------------------------------------------------------
 
     async def _schedule(
-        self, model: ModelVersion, request: InferenceRequest, names: Sequence[str]
+        self, model: ModelVersion, request: InferenceRequest, names: Sequence[str], sink: ResponseSink | None = None
     ) -> tuple[ModelVersion, Outputs, int]:
         """Validate one execution, queue it on the model's scheduler (traced) and return its
         outputs in the config's dims, with the version that ran it and the batch size."""
@@ -197,7 +200,7 @@ class RequestPath:
         timeline = trace.timeline if trace else None
         try:
             served, results = await self._submit(
-                model, request.model_version, inputs, list(names), batch_size, priority, timeout_us, timeline
+                model, request.model_version, sink, inputs, list(names), batch_size, priority, timeout_us, timeline
             )
         except Exception as exc:
             if trace:
@@ -210,17 +213,30 @@ class RequestPath:
         return served, outputs, batch_size
 
     async def _submit(
-        self, model: ModelVersion, version: str, *args: Any
+        self,
+        model: ModelVersion,
+        version: str,
+        sink: ResponseSink | None,
+        inputs: Outputs,
+        names: list[str],
+        batch_size: int,
+        priority: int | None,
+        timeout_us: int | None,
+        timeline: Timeline | None,
     ) -> tuple[ModelVersion, dict[str, np.ndarray]]:
         """Queue on ``model``'s scheduler; if a reload retired that version since it was looked up
         (while images decoded, say), queue on the version that replaced it, so reloads drop nothing."""
         try:
-            return model, await model.scheduler.submit(*args)
+            return model, await model.scheduler.submit(
+                inputs, names, batch_size, priority, timeout_us, timeline, sink=sink
+            )
         except Unloading:
             replacement = self.manager.get(model.name, version)  # raises when nothing replaced it
             if replacement is model:
                 raise
-            return replacement, await replacement.scheduler.submit(*args)
+            return replacement, await replacement.scheduler.submit(
+                inputs, names, batch_size, priority, timeout_us, timeline, sink=sink
+            )
 
 
 def _record_invalid(model: ModelVersion) -> None:

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..ensembles.step import StepModel
 from ..errors import FerryError, InvalidArgument, Unavailable
+from ..response_streams import ResponseSink
 from ..scheduling.interface import ModelScheduler, RequestTiming
 from ..scheduling.timeline import Timeline
 from ..statistics import ModelStats
@@ -92,6 +93,7 @@ class OcrScheduler(ModelScheduler):
         timeout_us: int | None = None,
         timeline: Timeline | None = None,
         timing: RequestTiming | None = None,
+        sink: ResponseSink | None = None,
     ) -> Outputs:
         """OCR of the one page in ``inputs['IMAGE']``: its lines' boxes, text and scores."""
         if self._closing:

@@ -98,6 +98,9 @@ class ModelManager:
         self._named: set[str] | None = None
         self._poll_task: asyncio.Task | None = None
         self._closing = False
+        #: Which model's load waits for which other model's load (ensembles loading their steps):
+        #: two start-up loads that wait for each other would otherwise hold each other's lock forever.
+        self._waits_for: dict[str, str] = {}
 
     # --- start and stop ---------------------------------------------------------------------
 
@@ -317,15 +320,36 @@ class ModelManager:
         if name in chain:
             raise ModelLoadError(f"circular dependency: {' -> '.join((*chain, name))}")
         check_model_name(name)
-        record = self._records.get(name)
-        if record is not None:
-            async with record.lock:
-                pass
-            if self.is_ready(name):
-                return
-        if not model_directory(self.repository, name).is_dir():
-            raise NotFound(f"model '{name}' is not in the repository")
-        await self._load(name, None)
+        waiter = chain[-1] if chain else ""
+        self._refuse_waiting_cycle(waiter, name)
+        if waiter:
+            self._waits_for[waiter] = name
+        try:
+            record = self._records.get(name)
+            if record is not None:
+                async with record.lock:
+                    pass
+                if self.is_ready(name):
+                    return
+            if not model_directory(self.repository, name).is_dir():
+                raise NotFound(f"model '{name}' is not in the repository")
+            await self._load(name, None)
+        finally:
+            if waiter:
+                self._waits_for.pop(waiter, None)
+
+    def _refuse_waiting_cycle(self, waiter: str, name: str) -> None:
+        """Refuse to wait for a load that (through other loads) waits for ``waiter``: a cycle of
+        ensembles loaded concurrently (at start-up) would otherwise never finish."""
+        path = [waiter, name]
+        current = name
+        while current in self._waits_for and current != waiter:
+            current = self._waits_for[current]
+            path.append(current)
+            if len(path) > len(self._waits_for) + 2:
+                return  # a cycle among others, not through this load; theirs to report
+        if waiter and current == waiter:
+            raise ModelLoadError(f"circular dependency: {' -> '.join(path)}")
 
     # --- loading and unloading ----------------------------------------------------------------
 

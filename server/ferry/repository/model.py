@@ -74,6 +74,12 @@ class ModelVersion:
         """Why the loaded version cannot serve now ("" when it can: an ensemble needs its steps)."""
         return self.scheduler.unready_reason()
 
+    @property
+    def decoupled(self) -> bool:
+        """Whether requests get any number of responses (``model_transaction_policy { decoupled }``;
+        an ensemble is decoupled when one of its steps is)."""
+        return self.config.model_transaction_policy.decoupled
+
     def close(self) -> None:
         for instance in self.instances:
             instance.close()
@@ -90,10 +96,12 @@ def new_version(
     instances: list[Instance] | None = None,
     pipeline: ImagePipeline | None = None,
     composing_models: tuple[str, ...] = (),
+    inherited_labels: dict[str, list[str]] | None = None,
 ) -> ModelVersion:
     """The one place a version is built, for every model kind: its tensors and labels from the
     completed config, its statistics, and the scheduler made for them. ``started``: when its
-    load began (``time.perf_counter()``)."""
+    load began (``time.perf_counter()``). ``inherited_labels``: an ensemble's, from the composing
+    outputs that write its outputs (its own ``label_filename`` wins)."""
     inputs, outputs = config_tensors(config, source)
     stats = ModelStats(config.name, str(version))
     return ModelVersion(
@@ -102,7 +110,7 @@ def new_version(
         config=config,
         inputs=inputs,
         outputs=outputs,
-        labels=output_labels(model_dir, outputs),
+        labels={**(inherited_labels or {}), **output_labels(model_dir, outputs)},
         instances=instances or [],
         load_seconds=time.perf_counter() - started,
         model_dir=model_dir,
@@ -177,7 +185,7 @@ def load_version(model_dir: Path, version: int, config: mc.ModelConfig, source: 
     platform = normalise_platform(config.platform, config.backend) or platform_for_file(model_dir / str(version))
     if not platform:
         raise ModelLoadError(
-            f"{source}: no platform/backend given and no model.onnx, model.plan or model.pt in "
+            f"{source}: no platform/backend given and no model.onnx, model.plan, model.pt or model.py in "
             f"{model_dir / str(version)}"
         )
     config.platform = platform

@@ -11,10 +11,14 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .timeline import Timeline
+
+if TYPE_CHECKING:
+    from ..response_streams import ResponseSink
 
 Outputs = dict[str, np.ndarray]
 
@@ -42,10 +46,12 @@ class ModelScheduler(ABC):
         timeout_us: int | None = None,
         timeline: Timeline | None = None,
         timing: RequestTiming | None = None,
+        sink: ResponseSink | None = None,
     ) -> Outputs:
         """Run one request (``batch_size`` items when the model batches) and return the asked
         outputs. ``priority`` and ``timeout_us`` follow the config's queue policies; ``timeline``
-        (a traced request) and ``timing`` (an ensemble's statistics) receive its durations."""
+        (a traced request) and ``timing`` (an ensemble's statistics) receive its durations. A
+        decoupled model's request passes a ``sink``: its responses go there as the model sends them."""
 
     @abstractmethod
     def start(self) -> None:

@@ -37,8 +37,11 @@ class RequestBatchScheduler(Scheduler):
     def _run_batch(self, instance: Instance, batch: list[Pending]) -> list[Outputs | BaseException]:
         started = time.perf_counter_ns()
         runner = self._runners[instance.spec.name]
+        inputs, outputs = [p.inputs for p in batch], [p.outputs for p in batch]
+        sinks = [p.sink for p in batch]
+        # a decoupled model's responses go to the sinks
         results: list[Outputs | BaseException] = list(
-            runner.run_requests([p.inputs for p in batch], [p.outputs for p in batch])
+            runner.run_requests(inputs, outputs, sinks if any(sinks) else None)
         )
         infer_ns = time.perf_counter_ns() - started
         for pending in batch:

@@ -23,6 +23,7 @@ import numpy as np
 
 from ..backends.base import Instance
 from ..errors import FerryError, Unavailable
+from ..response_streams import ResponseSink
 from ..statistics import ModelStats
 from .interface import ModelScheduler, Outputs, RequestTiming
 from .policy import SchedulingPolicy
@@ -74,6 +75,7 @@ class Pending:
     failure: str = "BACKEND"  # the failure reason reported if this request fails
     compute_ns: tuple[int, int, int] = (0, 0, 0)  # input, infer, output of the batch it ran in
     timeline: Timeline | None = field(default=None, repr=False)  # filled only for traced requests
+    sink: ResponseSink | None = field(default=None, repr=False)  # a decoupled model's responses go here
 
 
 def batch_signature(inputs: dict[str, np.ndarray], batched: bool) -> tuple:
@@ -186,8 +188,12 @@ class Scheduler(ModelScheduler):
         timeout_us: int | None = None,
         timeline: Timeline | None = None,
         timing: RequestTiming | None = None,
+        sink: ResponseSink | None = None,
     ) -> Outputs:
         """Queue one request and wait for its outputs.
+
+        A decoupled model's request passes a ``sink``: its responses go there as the model sends
+        them, and this returns (no outputs) once the model's ``execute`` has taken the request.
 
         Raises Unavailable at once when the queue of its priority level is full; a cancelled
         caller removes the request from the queue. ``timing``, when given, receives the request's
@@ -213,6 +219,7 @@ class Scheduler(ModelScheduler):
             level,
             loop.create_future(),
             timeline=timeline,
+            sink=sink,
         )
         if timeline is not None:
             timeline.queue_start = pending.enqueued_ns

@@ -58,6 +58,11 @@ class PythonBackend(Backend):
             "model_version": version_dir.name,
             "model_name": config.name,
         }
+        if isolation == "process" and config.model_transaction_policy.decoupled:
+            raise ModelLoadError(
+                f"parameter {ISOLATION_PARAMETER}: a decoupled model runs in the server's process; "
+                "'process' isolation is not supported for it"
+            )
         kind = IsolatedInstance if isolation == "process" else InProcessInstance
         try:
             instance = kind(model_file, message_to_dict(config), args, spec)
