@@ -39,10 +39,9 @@ class RequestBatchScheduler(Scheduler):
         runner = self._runners[instance.spec.name]
         inputs, outputs = [p.inputs for p in batch], [p.outputs for p in batch]
         sinks = [p.sink for p in batch]
-        # a decoupled model's responses go to the sinks
-        results: list[Outputs | BaseException] = list(
-            runner.run_requests(inputs, outputs, sinks if any(sinks) else None)
-        )
+        # a decoupled model's responses go to the sinks; other models' runners take no sinks
+        answers = runner.run_requests(inputs, outputs, sinks) if any(sinks) else runner.run_requests(inputs, outputs)
+        results: list[Outputs | BaseException] = list(answers)
         infer_ns = time.perf_counter_ns() - started
         for pending in batch:
             pending.compute_ns = (0, infer_ns, 0)
