@@ -111,9 +111,12 @@ class ModelCollector(Collector):
             ),
         }
         images = CounterMetricFamily("ferry_image_count", "Images decoded by the image pipeline", labels=_LABELS)
+        responses = CounterMetricFamily(
+            "ferry_inference_response_count",
+            "Responses sent by decoupled models, by outcome (success, fail, empty_response, cancel)",
+            labels=(*_LABELS, "outcome"),
+        )
         for model in self._models():
-            if model.stats is None:
-                continue
             labels = [model.name, str(model.version)]
             snap = model.stats.snapshot()
             success.add_metric(labels, snap["success"])
@@ -123,6 +126,9 @@ class ModelCollector(Collector):
             exec_count.add_metric(labels, snap["execution_count"])
             pending.add_metric(labels, model.scheduler.in_flight if model.scheduler else 0)
             load.add_metric(labels, model.load_seconds)
+            if model.decoupled:
+                for outcome, total in snap["responses"].items():
+                    responses.add_metric([*labels, outcome], total)
             for key, family in durations.items():
                 family.add_metric(labels, snap["durations_ns"][key] / 1000)
             if model.pipeline is not None:
@@ -139,6 +145,7 @@ class ModelCollector(Collector):
             *durations.values(),
             images,
             *image_durations.values(),
+            responses,
         )
 
 
@@ -246,8 +253,6 @@ class Metrics:
 
     def attach(self, model: ModelVersion) -> None:
         """Give a newly loaded version its histogram children."""
-        if model.stats is None:
-            return
         labels = (model.name, str(model.version))
         for family in (self._request, self._queue, self._input, self._infer, self._output, self._batch):
             # A reloaded version starts from zero, as its counters (its new statistics) do.

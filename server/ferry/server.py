@@ -12,6 +12,7 @@ import asyncio
 import logging
 import os
 import signal
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -26,6 +27,7 @@ from .api.logging_ext import LoggingControl
 from .api.shared_memory import SharedMemoryRegistry
 from .api.trace_ext import RequestTracing, file_exporter, otlp_exporter
 from .backends.python_backend import host as python_models
+from .backends.python_backend.custom_metrics import metrics_app
 from .caching import ResponseCache
 from .caching.metrics import CacheCollector
 from .dashboard import mount_dashboard
@@ -135,10 +137,8 @@ class FerryServer:
                 self._http = QuietUvicornServer(config)
                 self._http_task = asyncio.create_task(self._http.serve(), name="http")
         if s.metrics_port:
-            from prometheus_client import make_asgi_app
-
             config = uvicorn.Config(
-                self.security.metrics_app(make_asgi_app(self.metrics.registry)),
+                self.security.metrics_app(metrics_app(self.metrics.registry)),  # + pb_utils.MetricFamily
                 host=s.host,
                 port=s.metrics_port,
                 log_level="warning",
@@ -161,7 +161,9 @@ class FerryServer:
         elif s.grpc_port:
             self._grpc = public_grpc_server(self.plane, s, self.security)
             await self._grpc.start()
-        python_models.configure(s.allow_python_models, self.plane.infer, asyncio.get_running_loop())
+        python_models.configure(
+            s.allow_python_models, self.plane.infer, asyncio.get_running_loop(), self.plane.infer_stream
+        )
         await self.manager.start()
         if self._http is not None and self._http_task is not None:
             await wait_started(self._http, self._http_task, f"REST server on {s.host}:{s.http_port}")
@@ -181,15 +183,38 @@ class FerryServer:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
-        await self.start()
-        await self._stop.wait()
+        starting = asyncio.create_task(self.start(), name="start")
+        stopping = asyncio.create_task(self._stop.wait(), name="wait-for-stop")
+        await asyncio.wait((starting, stopping), return_when=asyncio.FIRST_COMPLETED)
+        abandoned = not starting.done()
+        if abandoned:  # SIGTERM while models still load: stop loading, shut down anyway
+            log.info("stop requested during start-up; model loads still running are abandoned")
+            starting.cancel()
+        try:
+            await starting
+        except asyncio.CancelledError:
+            pass
+        except BaseException:
+            stopping.cancel()
+            raise
+        await stopping
         await self.shutdown()
+        if abandoned:
+            # A load thread (a model's initialize()) cannot be interrupted, and the interpreter would
+            # wait for it at exit, perhaps forever: everything is closed, so leave without it.
+            logging.shutdown()
+            os._exit(0)
 
     async def shutdown(self) -> None:
         timeout = self.settings.exit_timeout_secs
         log.info("shutting down: draining for up to %.0fs", timeout)
         self.plane.draining = True
         self.manager.hurry()  # queued requests run now instead of waiting for batch-mates that won't come
+        started = time.monotonic()
+        ended = await self.plane.end_streams(timeout)  # decoupled requests: their final response, or an error
+        if ended:
+            log.warning("ended %d decoupled request(s) still open after %.0fs with an error", ended, timeout)
+        timeout = max(1.0, timeout - (time.monotonic() - started))  # time to deliver those errors
         stops: list[Awaitable[object]] = []
         if self.intakes is not None:
             stops.append(self.intakes.stop(timeout))

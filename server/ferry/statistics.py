@@ -52,6 +52,12 @@ _INFER_FIELDS = (
     "cache_miss",
 )
 _BATCH_FIELDS = ("compute_input", "compute_infer", "compute_output")
+#: Triton's per-response statistics of a decoupled model, keyed by the response's index.
+RESPONSE_OUTCOMES = ("success", "fail", "empty_response", "cancel")
+_RESPONSE_FIELDS = ("compute_infer", "compute_output", *RESPONSE_OUTCOMES)
+#: Response indexes kept apart (later responses of very long streams add to the totals only),
+#: so a stream of a million responses cannot grow the statistics without bound.
+MAX_RESPONSE_INDEXES = 1024
 
 
 @dataclass
@@ -68,6 +74,8 @@ class ModelStats:
     histograms: Histograms | None = field(default=None, repr=False)
     infer: dict[str, Duration] = field(default_factory=lambda: {k: Duration() for k in _INFER_FIELDS})
     batches: dict[int, dict[str, Duration]] = field(default_factory=dict)
+    responses: dict[int, dict[str, Duration]] = field(default_factory=dict)  # decoupled models only
+    response_totals: dict[str, int] = field(default_factory=lambda: dict.fromkeys(RESPONSE_OUTCOMES, 0))
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def record_success(self, request_ns: int, queue_ns: int) -> None:
@@ -125,6 +133,18 @@ class ModelStats:
             self.histograms.compute_infer_us.observe(infer_ns / 1000)
             self.histograms.compute_output_us.observe(output_ns / 1000)
 
+    def record_response(self, index: int, ns: int, outcome: str) -> None:
+        """One response of a decoupled model's request (``outcome`` in RESPONSE_OUTCOMES); ``ns``
+        is the time since the request's previous response (or since it started)."""
+        with self._lock:
+            self.response_totals[outcome] += 1
+            if index >= MAX_RESPONSE_INDEXES:
+                return
+            per_index = self.responses.get(index)
+            if per_index is None:
+                per_index = self.responses[index] = {k: Duration() for k in _RESPONSE_FIELDS}
+            per_index[outcome].add(ns)
+
     def snapshot(self) -> dict[str, Any]:
         """Counters for the metrics exporter, read under the lock so they are consistent."""
         with self._lock:
@@ -133,6 +153,7 @@ class ModelStats:
                 "failures": dict(self.failures),
                 "inference_count": self.inference_count,
                 "execution_count": self.execution_count,
+                "responses": dict(self.response_totals),
                 "images": {k: d.as_dict() for k, d in self.images.items()},
                 "cache": {k: self.infer[k].as_dict() for k in ("cache_hit", "cache_miss")},
                 "durations_ns": {
@@ -156,4 +177,8 @@ class ModelStats:
                     for size, durations in sorted(self.batches.items())
                 ],
                 "memory_usage": [],
+                "response_stats": {
+                    str(index): {k: d.as_dict() for k, d in durations.items()}
+                    for index, durations in sorted(self.responses.items())
+                },
             }

@@ -257,7 +257,11 @@ def png() -> bytes:
 @pytest.mark.parametrize(
     ("path", "query", "message"),
     [
-        ("digits/classify", "threshold=0.5", "unknown query parameter 'threshold' for /classify (accepted: top_k)"),
+        (
+            "digits/classify",
+            "threshold=0.5",
+            "unknown query parameter 'threshold' for /classify (accepted: top_k, priority, timeout)",
+        ),
         ("digits/classify", "top_k=0", "query parameter 'top_k' must be an integer >= 1, got 0"),
         ("digits/classify", "top_k=abc", "query parameter 'top_k' must be an integer >= 1, got 'abc'"),
         ("digits/classify", "top_k=1&top_k=2", "query parameter 'top_k' given 2 times; give it once"),
@@ -304,7 +308,14 @@ def test_openapi_documents_the_errors_the_server_sends(http) -> None:
     assert classify["responses"]["400"]["content"]["application/json"]["schema"] == {
         "$ref": "#/components/schemas/Error"
     }
-    assert {p["name"] for p in classify["parameters"] if p["in"] == "query"} == {"top_k", "version"}
+    assert {p["name"] for p in classify["parameters"] if p["in"] == "query"} == {
+        "top_k",
+        "priority",
+        "timeout",
+        "version",
+    }
+    embed = document["paths"]["/v2/models/{model}/embed"]["post"]
+    assert {p["name"] for p in embed["parameters"] if p["in"] == "query"} == {"priority", "timeout", "version"}
     detect = document["paths"]["/v2/models/{model}/detect"]["post"]
     query = {p["name"]: p["schema"] for p in detect["parameters"] if p["in"] == "query"}
     assert query["score_threshold"] == {"type": "number", "minimum": 0.0, "maximum": 1.0}

@@ -61,8 +61,10 @@ def photos() -> dict[str, bytes]:
 @pytest.mark.parametrize(("model", "normalise"), [("orientation_embedding", True), ("orientation_raw", False)])
 def test_embed_returns_the_models_vector(server: RunningServer, model: str, normalise: bool) -> None:
     with httpx.Client(base_url=f"http://{server.http_url}", timeout=60) as client:
-        response = client.post(
-            f"/v2/models/{model}/embed", files=[("image", (f"{n}.png", d)) for n, d in photos().items()]
+        response = client.post(  # V2 infer's request parameters ride along as on /classify
+            f"/v2/models/{model}/embed",
+            params={"priority": "1", "timeout": "60000000"},
+            files=[("image", (f"{n}.png", d)) for n, d in photos().items()],
         )
     assert response.status_code == 200, response.text
     vectors = np.array([result["embedding"] for result in response.json()["results"]])
@@ -107,3 +109,19 @@ def test_classify_is_refused_without_classes(server: RunningServer) -> None:
     assert "is an embedding model; use /embed" in embedding.json()["error"]
     assert wrong.status_code == 400 and "use /classify" in wrong.json()["error"]
     assert unknown.status_code == 400 and "unknown query parameter 'top_k' for /embed" in unknown.json()["error"]
+
+
+def test_embedding_output_from_a_tensor_input(server: RunningServer) -> None:
+    """A pre-processed tensor needs no image size: EMBEDDING is the model's own output, normalised."""
+    tensor = np.random.default_rng(7).standard_normal((2, 3, 224, 224)).astype(np.float32)
+    client = thttp.InferenceServerClient(server.http_url)
+    given = thttp.InferInput("x", list(tensor.shape), "FP32")
+    given.set_data_from_numpy(tensor)
+    result = client.infer(
+        "orientation_embedding",
+        [given],
+        outputs=[thttp.InferRequestedOutput("EMBEDDING"), thttp.InferRequestedOutput("fetch_name_0")],
+    )
+    raw, vectors = result.as_numpy("fetch_name_0"), result.as_numpy("EMBEDDING")
+    assert raw is not None and vectors is not None and vectors.shape == (2, 4)
+    np.testing.assert_allclose(vectors, raw / np.linalg.norm(raw, axis=1, keepdims=True), atol=1e-6)

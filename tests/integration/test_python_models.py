@@ -65,7 +65,7 @@ def build_repository(root: Path) -> Path:
     with open(repo / "faulty_isolated" / "config.pbtxt", "a") as config:
         config.write(ISOLATED)
     refused = {
-        "decoupled": "model_transaction_policy { decoupled: true }\n",
+        "decoupled_isolated": "model_transaction_policy { decoupled: true }\n" + ISOLATED,
         "env_path": 'parameters { key: "EXECUTION_ENV_PATH" value { string_value: "env.tar.gz" } }\n',
         "bad_isolation": 'parameters { key: "FERRY_ISOLATION" value { string_value: "thread" } }\n',
         "gpu_inputs": 'parameters { key: "FORCE_CPU_ONLY_INPUT_TENSORS" value { string_value: "no" } }\n',
@@ -326,8 +326,8 @@ def test_loading_and_unloading_an_isolated_model_starts_and_ends_its_child(
 def test_unsupported_python_model_features_are_refused_at_load(server: RunningServer) -> None:
     rows = index(server)
     expected = {
-        "decoupled": "decoupled models are not supported for decoupled: remove 'model_transaction_policy {"
-        " decoupled: true }'",
+        "decoupled_isolated": "parameter FERRY_ISOLATION: a decoupled model runs in the server's process; "
+        "'process' isolation is not supported for it",
         "env_path": "parameter EXECUTION_ENV_PATH is not supported",
         "bad_isolation": "parameter FERRY_ISOLATION is 'thread'; expected one of: none, process",
         "broken_init": "initialize failed: RuntimeError: no weights here",

@@ -230,11 +230,20 @@ def test_infer_checks_regions_and_sizes(triton: Triton, regions: Regions) -> Non
     )
 
 
-def test_cuda_shared_memory_is_refused_clearly(triton: Triton) -> None:
+def test_cuda_shared_memory_answers_as_triton_without_gpus(triton: Triton) -> None:
+    """Status is empty and unregistering succeeds (every example cleans up with these calls);
+    registering a CUDA region is refused naming what is missing."""
     client = triton.client
-    expect(triton, UNIMPLEMENTED, "CUDA shared memory is not supported", client.get_cuda_shared_memory_status)
+    status = client.get_cuda_shared_memory_status()
+    assert (list(status.regions) if triton.protocol == "grpc" else status) == []
+    client.unregister_cuda_shared_memory()
+    client.unregister_cuda_shared_memory("never_registered")
+    expect(
+        triton, NOT_FOUND, "unable to find cuda shared memory region 'gpu'", client.get_cuda_shared_memory_status, "gpu"
+    )
     call = (client.register_cuda_shared_memory, "gpu", b"\0" * 64, 0, 64)
-    expect(triton, UNIMPLEMENTED, "CUDA shared memory is not supported", *call)
+    expect(triton, UNIMPLEMENTED, "cannot register CUDA shared memory region 'gpu': this server has no CUDA IPC", *call)
+    assert client.is_server_live()
 
 
 @pytest.mark.skipif(

@@ -42,6 +42,7 @@ def _loaded(name: str, version: int) -> SimpleNamespace:
         scheduler=None,
         pipeline=None,
         load_seconds=0.5,
+        decoupled=False,
     )
 
 

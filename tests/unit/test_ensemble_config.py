@@ -160,7 +160,8 @@ TRITON_CASES = {
     "no_scheduling": (IO, "ensemble scheduling must be set for ensemble bad whose platform is ensemble"),
     "decoupled": (
         IO + "model_transaction_policy { decoupled: true }\n" + scheduling(step("simple", AB, SUMS)),
-        "decoupled models are not supported for bad: remove 'model_transaction_policy { decoupled: true }'",
+        'decoupled models are supported only for python models (backend: "python"), not for bad: remove '
+        "'model_transaction_policy { decoupled: true }' (an ensemble is decoupled when one of its steps is)",
     ),
 }
 
@@ -188,5 +189,6 @@ def test_a_decoupled_step_is_refused(tmp_path: Path) -> None:
     add_ensemble(tmp_path, "bad", IO + scheduling(step("simple", AB, SUMS)))
     assert _load_reason(tmp_path, "bad") == (
         "bad/config.pbtxt: ensemble 'bad': step 0 (model 'simple'): failed to load 'simple': decoupled models "
-        "are not supported for simple: remove 'model_transaction_policy { decoupled: true }'"
+        'are supported only for python models (backend: "python"), not for simple: remove '
+        "'model_transaction_policy { decoupled: true }' (an ensemble is decoupled when one of its steps is)"
     )

@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 from ferry.api.dataplane import DataPlane
 from ferry.api.http import create_http_app
 from ferry.repository.manager import ControlMode, ModelManager
+from ferry.types import InferenceRequest
 
 from ..conftest import MODEL_REPO
 
@@ -96,9 +97,10 @@ def test_a_request_that_meets_a_retired_version_runs_on_its_replacement(tmp_path
             await manager.load("simple")  # reload: the new copy is READY, the old one retired
             assert manager.get("simple") is not looked_up
             inputs = {"INPUT0": np.ones((1, 16), np.int32), "INPUT1": np.ones((1, 16), np.int32)}
-            served, outputs = await plane._submit(looked_up, "", inputs, ["OUTPUT0"], 1)
-            assert served is manager.get("simple")
-            assert outputs["OUTPUT0"].tolist() == [[2] * 16]
+            request = InferenceRequest("simple", inputs=inputs, input_datatypes=dict.fromkeys(inputs, "INT32"))
+            executed = await plane.path.run(looked_up, request, ["OUTPUT0"])
+            assert executed.model is manager.get("simple")
+            assert executed.tensors()[0]["OUTPUT0"].tolist() == [[2] * 16]
         finally:
             await manager.stop()
 

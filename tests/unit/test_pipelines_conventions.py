@@ -98,6 +98,16 @@ def test_nms_plus_one_matches_the_legacy_formula(threshold: float) -> None:
     assert nms(boxes, scores, None, threshold, True, None, plus_one=True).tolist() == expected
 
 
+def test_nms_plus_one_holds_where_opencv_would_run() -> None:
+    """80 candidates take the OpenCV path without ``plus_one``; with it numpy must decide, since a
+    pair overlapping by 0.33 continuously overlaps by 0.5 in pixel counts."""
+    left = np.array([[10.0 * i, 0.0, 10.0 * i + 2, 2.0] for i in range(40)])
+    boxes = np.vstack([left, left + [1.0, 0.0, 1.0, 0.0]])
+    scores = np.linspace(0.9, 0.1, 80).astype(np.float32).astype(np.float64)
+    assert len(nms(boxes, scores, None, 0.4, True, None)) == 80
+    assert nms(boxes, scores, None, 0.4, True, None, plus_one=True).tolist() == list(range(40))
+
+
 def test_nms_plus_one_is_a_detection_option() -> None:
     # Two 2x2 boxes touching at x = 2: IoU 0 without the +1 term; with it 1x3 of 3x3 + 3x3 - 3 = 0.2.
     rows = [(0, 0, 2, 2, 0.9, 0), (2, 0, 4, 2, 0.8, 0)]

@@ -17,7 +17,7 @@ from ferry.backends.python_backend.host import HOST
 from ferry.backends.python_backend.runner import Failure, ModelLoadFailure, ModelRunner
 from ferry.errors import FerryError, Unavailable
 from ferry.repository.config import config_to_dict, parse_config_text
-from ferry.scheduling import Scheduler, SchedulingPolicy
+from ferry.scheduling import RequestBatchScheduler, SchedulingPolicy
 from ferry.statistics import ModelStats
 from ferry_client.protocol import model_config_pb2 as mc
 
@@ -123,7 +123,7 @@ class RequestsInstance:
 async def test_scheduler_hands_request_batches_over_unconcatenated() -> None:
     instance = RequestsInstance()
     stats = ModelStats("m", "1")
-    scheduler = Scheduler("m", [instance], stats, SchedulingPolicy(max_batch_size=8, dynamic=True))
+    scheduler = RequestBatchScheduler("m", [instance], stats, SchedulingPolicy(max_batch_size=8, dynamic=True))
     scheduler.start()
     first = asyncio.create_task(scheduler.submit({"x": np.array([[0]])}, ["y"]))
     await asyncio.to_thread(instance.entered.wait, 10)

@@ -7,10 +7,11 @@ every check and every error message exists once and both protocols behave the sa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -22,19 +23,21 @@ from ferry_client.protocol import model_config_pb2 as mc
 from .. import __version__
 from ..caching import ResponseCache, entry_size, images_key, request_key
 from ..cores import usable_cores
-from ..errors import FerryError, InvalidArgument
+from ..errors import FerryError, InvalidArgument, Unavailable, Unimplemented
+from ..inference.path import RequestPath
+from ..inference.stages import PostStage
+from ..inference.stages.detection_tensors import DetectionTensors
+from ..inference.stages.embed import EmbeddingTensors
+from ..inference.stages.tasks import image_task
+from ..inference.validation import engine_output, int_parameter
 from ..ocr import is_ocr
 from ..pipelines.postprocess import classification_strings
-from ..pipelines.preprocess import ImageTransform
-from ..pipelines.runtime import Prepared
-from ..pipelines.slices import ImageWork, prepare_in_slices
 from ..repository.manager import ModelManager
 from ..repository.model import ModelVersion
-from ..scheduling.scheduler import Unloading
+from ..response_streams import ResponseStream
 from ..security.identity import Identify, anonymous
 from ..types import InferenceRequest, InferenceResponse, OutputTensor, TensorSpec
 from .admission import Admission
-from .ensemble_images import run_image_ensemble
 from .limits import OFF_LOOP_BYTES, Limits
 from .logging_ext import LoggingControl
 from .ocr_pages import read_pages
@@ -84,11 +87,14 @@ class DataPlane:
         self.identify = identify  # who a caller is, from its Authorization value (security/identity.py)
         self.started = False
         self.draining = False
+        self.open_streams: set[ResponseStream] = set()  # decoupled requests not yet final
+        self._streams_closed = asyncio.Event()
         self.start_time = time.time()
         workers = image_workers or usable_cores()  # ferry tune measures other sizes
-        self._image_pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ferry-image")
-        self._image_share = max(1, workers // 2)  # pool workers one request may occupy at once
-        self.image_work = ImageWork()
+        # decode, pre- and post-stages: CPU work kept off the event loop, shared by every request
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ferry-image")
+        self.path = RequestPath(manager, self.tracing, pool, image_share=max(1, workers // 2))
+        self.image_work = self.path.image_work
 
     # --- health and metadata ----------------------------------------------------------------
 
@@ -111,6 +117,13 @@ class DataPlane:
     def model(self, name: str, version: str = "") -> ModelVersion:
         return self.manager.get(name, version)
 
+    def is_decoupled(self, name: str, version: str = "") -> bool:
+        """Whether requests to this model stream (False when it cannot serve: its request says why)."""
+        try:
+            return self.manager.get(name, version).decoupled
+        except FerryError:
+            return False
+
     def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
         model = self.manager.get(name, version)
         versions = [row["version"] for row in self.manager.index(ready_only=True) if row["name"] == name]
@@ -132,8 +145,13 @@ class DataPlane:
 
     # --- inference ------------------------------------------------------------------------------
 
-    async def infer(self, request: InferenceRequest) -> InferenceResponse:
-        model = self.manager.get(request.model_name, request.model_version)
+    async def infer(self, request: InferenceRequest, door: str = "HTTP end point") -> InferenceResponse:
+        """V2 infer (REST, gRPC, a Python model's ``exec()``): the request path, then one response.
+        A decoupled model answers through ``infer_stream`` only: this refuses it with Triton's words,
+        naming the ``door`` (the front door's endpoint)."""
+        model = self.path.resolve(request.model_name, request.model_version)
+        if model.decoupled:
+            raise Unimplemented(f"{door} doesn't support models with decoupled transaction policy")
         if request.shared_memory_inputs:
             await self._read_shared_memory(request)
         requested = request.outputs if request.outputs else None
@@ -143,13 +161,86 @@ class DataPlane:
             results, batch_size = await self._execute(model, request, names)
         else:
             for key in ("priority", "timeout"):  # not part of the key, but a hit must not accept bad values
-                _int_parameter(request, key)
+                int_parameter(request, key)
             results, batch_size = await self._cached(
                 model,
                 cache,
                 request_key(self._cache_identity(model), request),
                 lambda: self._execute(model, request, names),
             )
+        return await self._response(model, request, names, results, batch_size)
+
+    async def infer_stream(
+        self, request: InferenceRequest
+    ) -> AsyncGenerator[tuple[InferenceResponse | FerryError, bool], None]:
+        """Every response to one request, each with whether it is the final one.
+
+        A model that is not decoupled gives its one response, final. A decoupled model's responses
+        come as it sends them; an error it sends mid-stream is yielded (the stream goes on unless it
+        was final). Leaving the iteration early cancels the request (the model sees
+        ``is_cancelled()``); the server's shutdown ends streams still open past its drain time."""
+        model = self.manager.get(request.model_name, request.model_version)
+        if not model.decoupled:
+            yield await self.infer(request), True
+            return
+        if request.shared_memory_inputs:
+            await self._read_shared_memory(request)
+        requested = request.outputs if request.outputs else None
+        names = [o.name for o in requested] if requested is not None else list(model.outputs)
+        stream = ResponseStream(asyncio.get_running_loop())
+        self.open_streams.add(stream)
+        sent, last = 0, time.perf_counter_ns()
+        final = False
+        try:
+            _, batch_size = (await self.path.run(model, request, names, sink=stream)).tensors()
+            async for item in stream:
+                final = item.final
+                if model.stats is not None:
+                    now = time.perf_counter_ns()
+                    outcome = "fail" if item.error else "success" if item.outputs else "empty_response"
+                    model.stats.record_response(sent, now - last, outcome)
+                    sent, last = sent + 1, now
+                if item.error is not None:
+                    yield item.error, item.final
+                else:
+                    batched = model.max_batch_size > 0
+                    outputs = {
+                        k: engine_output(model.outputs[k], v, batch_size, batched)
+                        for k, v in item.outputs.items()
+                        if k in model.outputs
+                    }
+                    yield await self._response(model, request, names, outputs, batch_size, streamed=True), item.final
+        finally:
+            if not final and sent and model.stats is not None:  # the client went away mid-stream
+                model.stats.record_response(sent, time.perf_counter_ns() - last, "cancel")
+            stream.cancel()
+            self.open_streams.discard(stream)
+            if not self.open_streams:
+                self._streams_closed.set()
+
+    async def end_streams(self, timeout: float) -> int:
+        """Shutdown: wait up to ``timeout`` for open decoupled requests to finish, then end the rest
+        with an error (their clients get it as the last response). Returns how many were ended."""
+        self._streams_closed.clear()
+        if self.open_streams:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._streams_closed.wait(), timeout)
+        ended = list(self.open_streams)
+        for stream in ended:
+            stream.fail(Unavailable("the server is shutting down: the stream ended before its final response"))
+        return len(ended)
+
+    async def _response(
+        self,
+        model: ModelVersion,
+        request: InferenceRequest,
+        names: list[str],
+        results: dict[str, np.ndarray],
+        batch_size: int,
+        streamed: bool = False,
+    ) -> InferenceResponse:
+        """The response holding ``results``: a streamed response may carry only some outputs."""
+        requested = request.outputs if request.outputs else None
         binary_default = request.binary_output_default
         binary = {o.name: o.binary for o in requested} if requested is not None else {}
         classify = {o.name: o.classification for o in requested or () if o.classification}
@@ -159,7 +250,11 @@ class DataPlane:
         decoded = model.pipeline.decoded_outputs if model.pipeline is not None else {}
         for name in names:
             spec = model.outputs[name] if name in model.outputs else decoded[name]
-            array = results[name]
+            array = results.get(name)
+            if array is None:  # a Python model (or an ensemble's step) may leave an output out
+                if requested is None or streamed:
+                    continue
+                raise FerryError(f"model '{model.name}' returned no output '{name}', which the request asked for")
             flag = binary.get(name)
             datatype = spec.datatype
             if name in classify:
@@ -177,94 +272,37 @@ class DataPlane:
     async def _execute(
         self, model: ModelVersion, request: InferenceRequest, names: list[str]
     ) -> tuple[dict[str, np.ndarray], int]:
-        """Decode images, validate and run the request through the model's scheduler.
+        """The request path for V2 infer: outputs in the config's dims, with the batch size.
 
-        Outputs come back in the config's dims (``reshape`` undone), with the batch size. A model that
-        cannot batch runs one execution per encoded image: then the outputs are stacked along a
-        leading image axis and the batch size is the number of images (only then above 1).
-        Decoded detections (``pipeline.decoded_outputs``) need encoded images: the raw outputs the
-        decoder reads run too, and each image's transform maps the detections to its pixels.
+        A model that cannot batch runs one execution per encoded image: then the outputs are
+        stacked along a leading image axis and the batch size is the number of images (only then
+        above 1). Decoded detections (``pipeline.decoded_outputs``) need encoded images: the raw
+        outputs the decoder reads run too, and a post-stage maps the detections to each image's pixels.
+        ``EMBEDDING`` is a post-stage too, on encoded images or tensors alike.
         """
         pipeline = model.pipeline
-        if pipeline is None:
-            return await self._execute_tensors(model, request, names)
-        executions, transforms = await self._decode_image_input(model, request)
-        decoded = [name for name in names if name in pipeline.decoded_outputs]
-        if decoded:
-            if not transforms and pipeline.task == "detect":
-                if model.stats is not None:
-                    model.stats.record_failure(0, "OTHER")
-                raise InvalidArgument(
-                    f"outputs {', '.join(decoded)} of model '{model.name}' need encoded images (BYTES) in input "
-                    f"'{pipeline.input_name}': the original size of images sent as tensors is unknown"
-                )
-            raw = list(dict.fromkeys([n for n in names if n not in decoded] + pipeline.output_names))
-            request = dataclasses.replace(request, outputs=[o for o in request.outputs or () if o.name not in decoded])
-        else:
-            raw = names
-        if len(executions) > 1:
-            results, batch_size = await self._execute_each_image(model, request, raw, executions)
-        else:
-            results, batch_size = await self._execute_tensors(model, request, raw)
-        if decoded:
-            if model.max_batch_size == 0 and batch_size == 1:
-                results = {name: as_batch_of_one(array) for name, array in results.items()}
-            results.update(pipeline.decoded_tensors(results, transforms))
-            results = {name: results[name] for name in names}
-        return results, batch_size
-
-    async def _execute_each_image(
-        self, model: ModelVersion, request: InferenceRequest, names: list[str], executions: list[np.ndarray]
-    ) -> tuple[dict[str, np.ndarray], int]:
-        """Several images for a model that cannot batch: one execution each, outputs joined along a
-        leading image axis (a declared leading 1 is that axis)."""
-        assert model.pipeline is not None
-        name = model.pipeline.input_name
-        parts: dict[str, list[np.ndarray]] = {output: [] for output in names}
-        for tensor in executions:
-            one = dataclasses.replace(request, inputs={**request.inputs, name: tensor})
-            results, _ = await self._execute_tensors(model, one, names)
-            for output, array in results.items():
-                parts[output].append(as_batch_of_one(array))
-        return {output: np.concatenate(arrays) for output, arrays in parts.items()}, len(executions)
-
-    async def _execute_tensors(
-        self, model: ModelVersion, request: InferenceRequest, names: list[str]
-    ) -> tuple[dict[str, np.ndarray], int]:
-        requested = request.outputs if request.outputs else None
-        try:
-            inputs, batch_size = validate_inputs(model, request)
-            for output in requested or ():
-                if output.name not in model.outputs:
-                    raise InvalidArgument(
-                        f"unexpected inference output '{output.name}' for model '{model.name}' "
-                        f"(outputs: {', '.join(model.outputs)})"
-                    )
-        except InvalidArgument:
-            if model.stats is not None:
-                model.stats.record_failure(0, "OTHER")
-            raise
-        trace = self.tracing.start(model.name, request.id)
-        try:
-            # a reload may hand the request to the replacing version (same outputs, read by name)
-            _, results = await self._submit(
-                model,
-                request.model_version,
-                inputs,
-                names,
-                batch_size,
-                priority=_int_parameter(request, "priority"),
-                timeout_us=_int_parameter(request, "timeout"),
-                timeline=trace.timeline if trace else None,
+        decoded = [name for name in names if name in pipeline.decoded_outputs] if pipeline is not None else []
+        if not decoded:
+            executed = await self.path.run(model, request, names)
+            return executed.tensors()
+        assert pipeline is not None
+        post: PostStage
+        if pipeline.embedding is not None:
+            post = EmbeddingTensors(pipeline)  # pooling needs no original image size: tensors do too
+        elif not self.path.image_input.applies(model, request):
+            model.stats.record_failure(0, "OTHER")
+            raise InvalidArgument(
+                f"outputs {', '.join(decoded)} of model '{model.name}' need encoded images (BYTES) in input "
+                f"'{pipeline.input_name}': the original size of images sent as tensors is unknown"
             )
-        except Exception as exc:
-            if trace:
-                self.tracing.finish(trace, str(model.version), error=str(exc) or type(exc).__name__)
-            raise
-        if trace:
-            self.tracing.finish(trace, str(model.version))
-        batched = model.max_batch_size > 0
-        return {k: engine_output(model.outputs[k], v, batch_size, batched) for k, v in results.items()}, batch_size
+        else:
+            post = DetectionTensors(pipeline)
+        raw = list(dict.fromkeys([n for n in names if n not in decoded] + pipeline.output_names))
+        request = dataclasses.replace(request, outputs=[o for o in request.outputs or () if o.name not in decoded])
+        executed = await self.path.run(model, request, raw, post=post)
+        results, batch_size = executed.tensors()
+        results.update(executed.post_tensors())
+        return {name: results[name] for name in names}, batch_size
 
     def _cache_for(self, model: ModelVersion) -> ResponseCache | None:
         return self.cache if self.cache is not None and model.config.response_cache.enable else None
@@ -288,15 +326,13 @@ class DataPlane:
         value = cache.get(key)
         lookup_ns = time.perf_counter_ns() - started
         if value is not None:
-            if model.stats is not None:
-                model.stats.record_cache_hit(lookup_ns, lookup_ns)
+            model.stats.record_cache_hit(lookup_ns, lookup_ns)
             return value
         value = await compute()
         inserted = time.perf_counter_ns()
         stored = _owned(value)
         cache.put(key, stored, entry_size(stored))
-        if model.stats is not None:
-            model.stats.record_cache_miss(lookup_ns + time.perf_counter_ns() - inserted)
+        model.stats.record_cache_miss(lookup_ns + time.perf_counter_ns() - inserted)
         return stored
 
     async def _read_shared_memory(self, request: InferenceRequest) -> None:
@@ -323,152 +359,51 @@ class DataPlane:
                 raise InvalidArgument(f"{exc} (from shared memory region '{shared.ref.region}')") from None
             request.input_datatypes[name] = shared.datatype
 
-    async def _submit(
-        self, model: ModelVersion, version: str, *args: Any, **kwargs: Any
-    ) -> tuple[ModelVersion, dict[str, np.ndarray]]:
-        """Queue on ``model``'s scheduler; if a reload retired that version since it was looked up
-        (while images decoded, say), queue on the version that replaced it, so reloads drop nothing."""
-        assert model.scheduler is not None
-        try:
-            return model, await model.scheduler.submit(*args, **kwargs)
-        except Unloading:
-            replacement = self.manager.get(model.name, version)  # raises when nothing replaced it
-            if replacement is model or replacement.scheduler is None:
-                raise
-            return replacement, await replacement.scheduler.submit(*args, **kwargs)
-
-    async def _decode_image_input(
-        self, model: ModelVersion, request: InferenceRequest
-    ) -> tuple[list[np.ndarray], list[ImageTransform]]:
-        """Encoded images sent as BYTES to an image model's input become its pre-processed tensor.
-
-        Returns the input tensor of each execution the images need: one for a model that batches
-        (or for a single image), one per image for a model that cannot batch. The first is put in
-        the request; none when the input is not encoded images. Also each image's transform, which
-        maps detections back to its pixels.
-        """
-        pipeline = model.pipeline
-        assert pipeline is not None
-        name = pipeline.input_name
-        if request.input_datatypes.get(name) != "BYTES" or model.inputs[name].datatype == "BYTES":
-            return [], []
-        encoded = request.inputs[name]
-        if encoded.ndim not in (1, 2) or (encoded.ndim == 2 and encoded.shape[1] != 1):
-            raise InvalidArgument(
-                f"input '{name}': encoded images must have shape [N] or [N, 1], got {list(encoded.shape)}"
-            )
-        count = encoded.shape[0]
-        if model.max_batch_size > 0 and count > model.max_batch_size:  # before a single image is decoded
-            raise InvalidArgument(
-                f"input '{name}': {count} images exceed the max_batch_size {model.max_batch_size} "
-                f"of model '{model.name}'"
-            )
-        prepared = await self.prepare_images(model, list(encoded.reshape(-1)))
-        if model.max_batch_size > 0:
-            executions = [prepared.batch]  # validate_inputs checks it against max_batch_size
-        else:
-            executions = [tensor for _, tensor in pipeline.executions(prepared.batch)]
-        request.inputs[name] = executions[0]
-        request.input_datatypes[name] = pipeline.spec.datatype
-        return executions, prepared.transforms
-
-    async def prepare_images(self, model: ModelVersion, images: list[bytes]) -> Prepared:
-        """Decode and pre-process images in the worker pool, off the event loop.
-
-        The images go to the pool a few at a time, at most ``_image_share`` tasks of one request at
-        once, so the pool's FIFO queue interleaves requests: a request of hundreds of large images
-        delays another by a few images, not by all of them. A cancelled caller (client gone)
-        submits nothing more."""
-        assert model.pipeline is not None
-        try:
-            prepared = await prepare_in_slices(
-                self._image_pool, self._image_share, model.pipeline, images, self.image_work
-            )
-        except InvalidArgument:
-            if model.stats is not None:
-                model.stats.record_failure(0, "OTHER")
-            raise
-        if model.stats is not None:
-            model.stats.record_images(len(images), prepared.decode_ns, prepared.preprocess_ns)
-        return prepared
-
     async def run_images(
-        self, name: str, version: str, images: list[bytes], task: str, options: dict[str, Any]
+        self,
+        name: str,
+        version: str,
+        images: list[bytes],
+        task: str,
+        options: dict[str, Any],
+        parameters: dict[str, Any] | None = None,
     ) -> tuple[ModelVersion, list[Any]]:
         """The /classify, /detect and /embed endpoints: images in, classes, boxes (original pixels) or
         vectors out.
 
-        More images than max_batch_size are split into several requests, so callers need not know it.
+        The same request path as V2 infer, with the model's image task as its post-stage; more
+        images than max_batch_size become several executions, so callers need not know it.
+        ``parameters`` are the request parameters infer takes (``priority``, ``timeout``).
         """
-        model = self.manager.get(name, version)
+        model = self.path.resolve(name, version)
+        if not images:
+            raise InvalidArgument("no images in the request")
         if is_ocr(model.config) != (task == "ocr"):
             raise InvalidArgument(
                 f"model '{model.name}' is an OCR model; use /ocr"
                 if task != "ocr"
                 else f"model '{model.name}' is not an OCR model (platform ferry_ocr); /ocr needs one"
             )
-        pipeline = model.pipeline
-        if pipeline is None and not model.composing_models:  # an ensemble checks its own outputs
-            raise InvalidArgument(f"model '{model.name}' has no image pipeline (ferry_image in its config)")
-        if pipeline is not None and pipeline.task != task:
-            kind = {"classify": "a classification", "detect": "a detection", "embed": "an embedding"}[pipeline.task]
-            raise InvalidArgument(f"model '{model.name}' is {kind} model; use /{pipeline.task}")
-        if pipeline is None and task == "embed":
-            raise InvalidArgument(f"model '{model.name}' is an ensemble; /embed needs ferry_image.embedding")
-        if pipeline is not None and task == "classify" and not pipeline.declares_classes:
-            raise InvalidArgument(
-                f"model '{model.name}' declares no classes (no label_filename on output "
-                f"'{pipeline.output_names[0]}' and no ferry_image.classification): /classify would rank raw "
-                "features; configure ferry_image.embedding and use /embed, or declare its classes"
-            )
         cache = self._cache_for(model)
-        if cache is None:
-            return model, await self._run_images(model, images, task, options)
-        key = images_key(self._cache_identity(model), task, images, options)
-        return model, await self._cached(model, cache, key, lambda: self._run_images(model, images, task, options))
-
-    async def _run_images(
-        self, model: ModelVersion, images: list[bytes], task: str, options: dict[str, Any]
-    ) -> list[Any]:
+        compute: Callable[[], Awaitable[list[Any]]]
         if task == "ocr":
-            return await read_pages(model, images)
-        if model.composing_models:  # an ensemble of vision steps
-            return await run_image_ensemble(model, images, task, options)
-        pipeline = model.pipeline
-        assert pipeline is not None
-        prepared = await self.prepare_images(model, images)
-        batched = model.max_batch_size > 0
-        spec = model.inputs[pipeline.input_name]
-        results: list[Any] = []
-        for images_slice, tensor in pipeline.executions(prepared.batch):
-            model, outputs = await self._submit(
-                model,
-                str(model.version),
-                {pipeline.input_name: engine_input(spec, tensor, batched)},
-                pipeline.output_names,
-                len(tensor) if batched else 1,
-            )
-            outputs = {
-                k: engine_output(model.outputs[k], v, len(tensor) if batched else 1, batched)
-                for k, v in outputs.items()
-            }
-            if not batched:
-                outputs = {k: as_batch_of_one(v) for k, v in outputs.items()}
-            if task == "classify":
-                results.extend(pipeline.classify(outputs, options.get("top_k")))
-            elif task == "embed":
-                results.extend(pipeline.embed(outputs).tolist())
-            else:
-                results.extend(
-                    pipeline.detect(
-                        outputs,
-                        prepared.transforms[images_slice],
-                        options.get("score_threshold"),
-                        options.get("iou_threshold"),
-                        options.get("max_detections"),
-                    )
-                )
-        return results
+            compute = functools.partial(read_pages, model, images)
+        else:
+            stage = image_task(model, task, options)
+            request = stage.request(model, images, parameters or {})
+
+            async def run() -> list[Any]:
+                executed = await self.path.run(model, request, stage.outputs, post=stage, split=True)
+                return executed.results()
+
+            compute = run
+            if cache is not None:  # not part of the key, but a hit must not accept bad values
+                for parameter in ("priority", "timeout"):
+                    int_parameter(request, parameter)
+        if cache is None:
+            return model, await compute()
+        key = images_key(self._cache_identity(model), task, images, options)
+        return model, await self._cached(model, cache, key, compute)
 
     # --- repository and statistics -----------------------------------------------------------
 
@@ -492,7 +427,7 @@ class DataPlane:
                     self.manager.get(name)  # raises the precise not-found / not-ready error
         else:
             models = self.manager.ready_models()
-        return [m.stats.as_dict() for m in sorted(models, key=lambda m: (m.name, m.version)) if m.stats]
+        return [m.stats.as_dict() for m in sorted(models, key=lambda m: (m.name, m.version))]
 
 
 def classification_tensor(array: np.ndarray, k: int, labels: list[str] | None, batched: bool) -> np.ndarray:
@@ -513,35 +448,6 @@ def _owned(value: Any) -> Any:
     return value
 
 
-def _int_parameter(request: InferenceRequest, key: str) -> int | None:
-    value = request.parameters.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidArgument(f"request parameter '{key}' must be a non-negative integer, got {value!r}")
-    return value
-
-
-def engine_input(spec: TensorSpec, array: np.ndarray, batched: bool) -> np.ndarray:
-    """An input as the engine takes it: Triton's ``reshape`` applied (the batch dim kept)."""
-    if spec.reshape is None:
-        return array
-    return array.reshape((array.shape[0], *spec.reshape) if batched else spec.reshape)
-
-
-def engine_output(spec: TensorSpec, array: np.ndarray, batch_size: int, batched: bool) -> np.ndarray:
-    """An output as the config declares it: the engine's shape undone when ``reshape`` is set."""
-    if spec.reshape is None:
-        return array
-    return array.reshape((batch_size, *spec.dims) if batched else spec.dims)
-
-
-def as_batch_of_one(array: np.ndarray) -> np.ndarray:
-    """One execution's output of a model that cannot batch, with a leading image axis of 1: a
-    declared leading 1 (output ``[1, K]``) already is that axis."""
-    return array if array.ndim > 1 and array.shape[0] == 1 else array[np.newaxis]
-
-
 def _image_input_metadata(model: ModelVersion) -> dict[str, Any]:
     """The encoded-image input an image model accepts besides its tensor input (metadata parameters)."""
     pipeline = model.pipeline
@@ -556,60 +462,3 @@ def _image_input_metadata(model: ModelVersion) -> dict[str, Any]:
 
 def _tensor_metadata(spec: TensorSpec, batched: bool) -> dict[str, Any]:
     return {"name": spec.name, "datatype": spec.datatype, "shape": list(spec.full_shape(batched))}
-
-
-def _dims_match(shape: tuple[int, ...], dims: tuple[int, ...]) -> bool:
-    return len(shape) == len(dims) and all(d == -1 or d == s for s, d in zip(shape, dims, strict=False))
-
-
-def validate_inputs(model: ModelVersion, request: InferenceRequest) -> tuple[dict[str, np.ndarray], int]:
-    """Check request inputs against the config; returns the engine's inputs and the batch size."""
-    for name in request.inputs:
-        if name not in model.inputs:
-            raise InvalidArgument(
-                f"unexpected inference input '{name}' for model '{model.name}' (inputs: {', '.join(model.inputs)})"
-            )
-    missing = [n for n, s in model.inputs.items() if n not in request.inputs and not s.optional]
-    if missing:
-        raise InvalidArgument(
-            f"model '{model.name}' expects {len(model.inputs)} inputs but the request has "
-            f"{len(request.inputs)}: missing input {', '.join(repr(m) for m in missing)}"
-        )
-    batched = model.max_batch_size > 0
-    batch_size = 1
-    batch_sizes: dict[str, int] = {}
-    prepared: dict[str, np.ndarray] = {}
-    for name, array in request.inputs.items():
-        spec = model.inputs[name]
-        datatype = request.input_datatypes.get(name, spec.datatype)
-        if datatype != spec.datatype:
-            raise InvalidArgument(
-                f"input '{name}' of model '{model.name}': expected datatype {spec.datatype}, got {datatype}"
-            )
-        shape = tuple(array.shape)
-        if batched:
-            if len(shape) != len(spec.dims) + 1 or not _dims_match(shape[1:], spec.dims):
-                raise InvalidArgument(
-                    f"input '{name}' of model '{model.name}': expected shape {[-1, *spec.dims]} "
-                    f"(batch first), got {list(shape)}"
-                )
-            if shape[0] < 1 or shape[0] > model.max_batch_size:
-                raise InvalidArgument(
-                    f"input '{name}': batch size {shape[0]} is outside 1..{model.max_batch_size}, "
-                    f"the max_batch_size of model '{model.name}'"
-                )
-            batch_sizes[name] = shape[0]
-        elif not _dims_match(shape, spec.dims):
-            raise InvalidArgument(
-                f"input '{name}' of model '{model.name}': expected shape {list(spec.dims)}, got {list(shape)}"
-            )
-        prepared[name] = engine_input(spec, array, batched)
-    if batch_sizes:
-        sizes = set(batch_sizes.values())
-        if len(sizes) > 1:
-            raise InvalidArgument(
-                f"inputs of model '{model.name}' disagree on the batch size: "
-                + ", ".join(f"{n}={b}" for n, b in batch_sizes.items())
-            )
-        batch_size = sizes.pop()
-    return prepared, batch_size

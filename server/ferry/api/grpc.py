@@ -20,6 +20,8 @@ from ferry_client.protocol import grpc_service_pb2 as pb
 from ferry_client.protocol import grpc_service_pb2_grpc as pb_grpc
 
 from ..errors import FerryError, InvalidArgument, Unimplemented
+from ..types import InferenceRequest
+from .cuda_shared_memory import cuda_register_refused, cuda_status, cuda_unregister
 from .dataplane import DataPlane
 from .grpc_calls import CallGuard
 from .grpc_codec import decode_infer_request, encode_infer_response
@@ -29,7 +31,6 @@ from .inference_plane import InferencePlane
 from .limits import OFF_LOOP_BYTES
 from .logging_ext import grpc_log_settings
 from .response_size import estimated_size, reserve_response
-from .shared_memory import cuda_unsupported
 from .shared_memory_grpc import caller, register, status_response
 from .trace_ext import grpc_trace_setting
 
@@ -70,18 +71,22 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Context) -> pb.ModelInferResponse:
         return await self._infer(request, caller(self.plane.identify, context))
 
+    async def _decode(self, request: pb.ModelInferRequest, ticket: Any, client: str) -> InferenceRequest:
+        if request.ByteSize() < OFF_LOOP_BYTES:
+            infer_request = decode_infer_request(request, self.plane.limits)
+        else:
+            infer_request = await asyncio.to_thread(decode_infer_request, request, self.plane.limits)
+        infer_request.client = client
+        if not request.raw_input_contents:  # typed contents were copied into new arrays
+            ticket.reserve(sum(array.nbytes for array in infer_request.inputs.values()))
+        return infer_request
+
     async def _infer(self, request: pb.ModelInferRequest, client: str) -> pb.ModelInferResponse:
         """Admit one request at its real cost: the message, typed contents decoded, the response."""
         size = request.ByteSize()
         with self.plane.admission.admit(size) as ticket:
-            if size < OFF_LOOP_BYTES:
-                infer_request = decode_infer_request(request, self.plane.limits)
-            else:
-                infer_request = await asyncio.to_thread(decode_infer_request, request, self.plane.limits)
-            infer_request.client = client
-            if not request.raw_input_contents:  # typed contents were copied into new arrays
-                ticket.reserve(sum(array.nbytes for array in infer_request.inputs.values()))
-            response = await self.plane.infer(infer_request)
+            infer_request = await self._decode(request, ticket, client)
+            response = await self.plane.infer(infer_request, door="ModelInfer RPC")
             reserve_response(response, self.max_response_bytes, ticket, binary_only=True)
             if estimated_size(response, binary_only=True) < OFF_LOOP_BYTES:
                 return encode_infer_response(response)
@@ -90,25 +95,94 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Context
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
-        """Answer each streamed request in order; an error answers that request, not the stream.
+        """Answer streamed requests; an error answers that request, not the stream.
 
-        Every response carries Triton's ``triton_final_response`` flag. A request that sets
-        ``triton_enable_empty_final_response`` gets its response flagged not-final, then an empty
-        final response, as Triton streams decoupled models, so clients that wait for it finish."""
+        Requests to models that are not decoupled are answered one by one, in order, each with
+        Triton's ``triton_final_response`` flag (true; with ``triton_enable_empty_final_response``
+        the data response is flagged false and an empty final response follows). A decoupled
+        model's request runs alongside the others: each response it sends goes out as it comes,
+        flagged final only when the model sent it with the final flag; its empty final response
+        goes out only if the request set ``triton_enable_empty_final_response`` (as Triton). The
+        buffer toward a client that does not read is bounded: the model then waits to send."""
         client = caller(self.plane.identify, context)
-        async for request in request_iterator:
-            try:
-                empty_final = _wants_empty_final(request)
-                message = await self._infer(request, client)
-                message.parameters[FINAL_FLAG].bool_param = not empty_final
-                yield pb.ModelStreamInferResponse(infer_response=message)
-                if empty_final:
-                    yield pb.ModelStreamInferResponse(infer_response=_empty_final(message))
-            except FerryError as exc:
-                yield pb.ModelStreamInferResponse(error_message=exc.message)
-            except Exception as exc:
-                log.exception("unexpected error in ModelStreamInfer")
-                yield pb.ModelStreamInferResponse(error_message=f"internal error: {exc}")
+        out: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue(STREAM_BUFFER)
+        running: set[asyncio.Task] = set()
+
+        async def read() -> None:
+            async for request in request_iterator:
+                if self._is_decoupled(request):
+                    task = asyncio.create_task(self._stream_decoupled(request, out, client))
+                    running.add(task)
+                    task.add_done_callback(running.discard)
+                else:
+                    await self._stream_one(request, out, client)
+            while running:
+                await asyncio.gather(*list(running), return_exceptions=True)
+            await out.put(None)
+
+        reader = asyncio.create_task(read())
+        try:
+            while True:
+                getting = asyncio.ensure_future(out.get())
+                await asyncio.wait((getting, reader), return_when=asyncio.FIRST_COMPLETED)
+                if not getting.done():  # the reader ended (or failed) with nothing left to send
+                    getting.cancel()
+                    if out.empty():
+                        reader.result()  # raises what broke the request stream
+                        return
+                    continue
+                message = getting.result()
+                if message is None:
+                    return
+                yield message
+        finally:
+            for task in (reader, *running):
+                task.cancel()
+            await asyncio.gather(reader, *running, return_exceptions=True)
+
+    def _is_decoupled(self, request: pb.ModelInferRequest) -> bool:
+        return self.plane.is_decoupled(request.model_name, request.model_version)
+
+    async def _stream_one(self, request: pb.ModelInferRequest, out: asyncio.Queue, client: str) -> None:
+        try:
+            empty_final = _wants_empty_final(request)
+            message = await self._infer(request, client)
+            message.parameters[FINAL_FLAG].bool_param = not empty_final
+            await out.put(pb.ModelStreamInferResponse(infer_response=message))
+            if empty_final:
+                await out.put(pb.ModelStreamInferResponse(infer_response=_empty_final(message)))
+        except FerryError as exc:
+            await out.put(pb.ModelStreamInferResponse(error_message=exc.message))
+        except Exception as exc:
+            log.exception("unexpected error in ModelStreamInfer")
+            await out.put(pb.ModelStreamInferResponse(error_message=f"internal error: {exc}"))
+
+    async def _stream_decoupled(self, request: pb.ModelInferRequest, out: asyncio.Queue, client: str) -> None:
+        """Every response of one decoupled request into the stream (holding its admission slot)."""
+        empty_final = _wants_empty_final(request)
+        answers = pb.ModelInferResponse(
+            model_name=request.model_name, model_version=request.model_version, id=request.id
+        )
+        try:
+            with self.plane.admission.admit(request.ByteSize()) as ticket:
+                infer_request = await self._decode(request, ticket, client)
+                async for item, final in self.plane.infer_stream(infer_request):
+                    if isinstance(item, FerryError):
+                        failed = pb.ModelInferResponse()
+                        failed.CopyFrom(answers)
+                        failed.parameters[FINAL_FLAG].bool_param = final
+                        await out.put(pb.ModelStreamInferResponse(error_message=item.message, infer_response=failed))
+                        continue
+                    if final and not item.outputs and not empty_final:
+                        continue  # the bare end of the request: sent only to clients that asked for it
+                    message = encode_infer_response(item)
+                    message.parameters[FINAL_FLAG].bool_param = final
+                    await out.put(pb.ModelStreamInferResponse(infer_response=message))
+        except FerryError as exc:
+            await out.put(pb.ModelStreamInferResponse(error_message=exc.message, infer_response=answers))
+        except Exception as exc:
+            log.exception("unexpected error in ModelStreamInfer")
+            await out.put(pb.ModelStreamInferResponse(error_message=f"internal error: {exc}"))
 
 
 class InferenceServicer(InferenceRpcs):
@@ -226,22 +300,26 @@ class InferenceServicer(InferenceRpcs):
     async def CudaSharedMemoryStatus(
         self, request: pb.CudaSharedMemoryStatusRequest, context: Context
     ) -> pb.CudaSharedMemoryStatusResponse:
-        raise cuda_unsupported()
+        cuda_status(request.name)  # raises for a named region: none is ever registered
+        return pb.CudaSharedMemoryStatusResponse()
 
     @_rpc
     async def CudaSharedMemoryRegister(
         self, request: pb.CudaSharedMemoryRegisterRequest, context: Context
     ) -> pb.CudaSharedMemoryRegisterResponse:
-        raise cuda_unsupported()
+        raise cuda_register_refused(request.name)
 
     @_rpc
     async def CudaSharedMemoryUnregister(
         self, request: pb.CudaSharedMemoryUnregisterRequest, context: Context
     ) -> pb.CudaSharedMemoryUnregisterResponse:
-        raise cuda_unsupported()
+        cuda_unregister(request.name)
+        return pb.CudaSharedMemoryUnregisterResponse()
 
 
 FINAL_FLAG = "triton_final_response"
+#: Responses a gRPC stream holds for a client that is slow to read (then decoupled models wait).
+STREAM_BUFFER = 16
 EMPTY_FINAL_REQUEST = "triton_enable_empty_final_response"
 
 

@@ -27,9 +27,10 @@ from ..repository.config import config_to_dict
 from .admission import Ticket
 from .dataplane import DataPlane
 from .docs import mount_docs
+from .generate import add_generate_routes
 from .held_response import HeldResponse
 from .http_codec import compress_response, decode_infer_request, decompress, encode_infer_response
-from .image_query import CLASSIFY_QUERY, DETECT_QUERY, openapi_query, parse_image_query
+from .image_query import CLASSIFY_QUERY, DETECT_QUERY, INFER_PARAMETERS, INFER_QUERY, openapi_query, parse_image_query
 from .inference_plane import InferencePlane
 from .json_body import parse_json_object
 from .limits import OFF_LOOP_BYTES
@@ -346,12 +347,16 @@ def create_http_app(
         task: str,
         options: dict[str, Any],
         image_json: Callable[[Any], dict[str, Any]],
+        parameters: dict[str, Any],
     ) -> Response:
-        """/classify, /detect and /embed: admit, read the images, run them (stopping if the caller leaves)."""
+        """/classify, /detect and /embed: admit, read the images, run them (stopping if the caller leaves).
+
+        ``parameters`` are infer's request parameters given as query parameters (``priority``, ``timeout``)."""
         plane.admission.check_room(_declared_length(request))
+        given = {key: value for key, value in parameters.items() if value is not None}
         with plane.admission.admit() as ticket:
             images = await _images(request, ticket)
-            done = await _unless_disconnected(request, plane.run_images(model, version, images, task, options))
+            done = await _unless_disconnected(request, plane.run_images(model, version, images, task, options, given))
         if done is None:
             return Response(status_code=499)  # the caller is gone: decoding stopped; nobody reads this
         served, results = done
@@ -363,32 +368,50 @@ def create_http_app(
             }
         )
 
-    classify_doc = {**image_body, "parameters": openapi_query(CLASSIFY_QUERY)}
-    detect_doc = {**image_body, "parameters": openapi_query(DETECT_QUERY)}
+    classify_doc = {**image_body, "parameters": openapi_query(CLASSIFY_QUERY + INFER_QUERY)}
+    detect_doc = {**image_body, "parameters": openapi_query(DETECT_QUERY + INFER_QUERY)}
+    embed_doc = {**image_body, "parameters": openapi_query(INFER_QUERY)}
 
     @app.post("/v2/models/{model}/classify", openapi_extra=classify_doc)
     @app.post("/v2/models/{model}/versions/{version}/classify", openapi_extra=classify_doc)
     async def classify(model: str, request: Request, version: str = "") -> Response:
-        """Classify one image (raw body) or several (multipart): top-k labels and scores per image."""
-        options = parse_image_query(request.query_params, CLASSIFY_QUERY, "classify")
+        """Classify one image (raw body) or several (multipart): top-k labels and scores per image.
+
+        ``priority`` and ``timeout`` (microseconds) are the V2 infer request parameters."""
+        options = parse_image_query(request.query_params, CLASSIFY_QUERY + INFER_QUERY, "classify")
+        parameters = {name: options.pop(name) for name in INFER_PARAMETERS}
         return await run_image_endpoint(
-            request, model, version, "classify", options, lambda classes: {"classes": classes}
+            request, model, version, "classify", options, lambda classes: {"classes": classes}, parameters
         )
 
-    @app.post("/v2/models/{model}/embed", openapi_extra=image_body)
-    @app.post("/v2/models/{model}/versions/{version}/embed", openapi_extra=image_body)
+    @app.post("/v2/models/{model}/embed", openapi_extra=embed_doc)
+    @app.post("/v2/models/{model}/versions/{version}/embed", openapi_extra=embed_doc)
     async def embed(model: str, request: Request, version: str = "") -> Response:
-        """Embed one image (raw body) or several (multipart): one vector per image, as ferry_image.embedding says."""
-        options = parse_image_query(request.query_params, (), "embed")
-        return await run_image_endpoint(request, model, version, "embed", options, lambda vector: {"embedding": vector})
+        """Embed one image (raw body) or several (multipart): one vector per image, as ferry_image.embedding says.
+
+        ``priority`` and ``timeout`` (microseconds) are the V2 infer request parameters."""
+        options = parse_image_query(request.query_params, INFER_QUERY, "embed")
+        parameters = {name: options.pop(name) for name in INFER_PARAMETERS}
+        return await run_image_endpoint(
+            request, model, version, "embed", options, lambda vector: {"embedding": vector}, parameters
+        )
 
     @app.post("/v2/models/{model}/detect", openapi_extra=detect_doc)
     @app.post("/v2/models/{model}/versions/{version}/detect", openapi_extra=detect_doc)
     async def detect(model: str, request: Request, version: str = "") -> Response:
-        """Detect objects in one or several images: boxes in original pixels, labels and scores."""
-        options = parse_image_query(request.query_params, DETECT_QUERY, "detect")
+        """Detect objects in one or several images: boxes in original pixels, labels and scores.
+
+        ``priority`` and ``timeout`` (microseconds) are the V2 infer request parameters."""
+        options = parse_image_query(request.query_params, DETECT_QUERY + INFER_QUERY, "detect")
+        parameters = {name: options.pop(name) for name in INFER_PARAMETERS}
         return await run_image_endpoint(
-            request, model, version, "detect", options, lambda image: {"detections": [detection_json(d) for d in image]}
+            request,
+            model,
+            version,
+            "detect",
+            options,
+            lambda image: {"detections": [detection_json(d) for d in image]},
+            parameters,
         )
 
     @app.post("/v2/models/{model}/ocr", openapi_extra=image_body)
@@ -397,7 +420,7 @@ def create_http_app(
         """Read the text of one page (raw body) or several (multipart): per line its four corners
         (original pixels, clockwise from the top-left), text and confidence, in reading order."""
         options = parse_image_query(request.query_params, (), "ocr")  # none: an unknown one is a 400
-        return await run_image_endpoint(request, model, version, "ocr", options, lambda lines: {"lines": lines})
+        return await run_image_endpoint(request, model, version, "ocr", options, lambda lines: {"lines": lines}, {})
 
     # --- repository -------------------------------------------------------------------------
 
@@ -438,4 +461,5 @@ def create_http_app(
     add_shared_memory_routes(
         app, plane.shared_memory, plane.identify, lambda request: _json_body(request, max_body_bytes), json_response
     )
+    add_generate_routes(app, plane, lambda request: _json_body(request, max_body_bytes))
     return app

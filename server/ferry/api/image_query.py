@@ -54,6 +54,12 @@ DETECT_QUERY = (
     QueryOption("max_detections", int, 1, None, "detections per image at most (default: the model's)"),
 )
 
+#: V2 infer's request parameters, accepted as query parameters by /classify and /detect.
+INFER_QUERY = (
+    QueryOption("priority", int, 0, None, "queue priority, as V2 infer's 'priority' parameter (1 is highest)"),
+    QueryOption("timeout", int, 0, None, "queue timeout in microseconds, as V2 infer's 'timeout' parameter"),
+)
+INFER_PARAMETERS = tuple(option.name for option in INFER_QUERY)
 
 #: Query names the route itself binds: ``?version=`` on the paths without a version segment.
 ROUTE_QUERY = frozenset({"version"})

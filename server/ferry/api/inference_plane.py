@@ -6,8 +6,10 @@ checks requests itself and runs them in the model process: both front doors take
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator
 from typing import Protocol
 
+from ..errors import FerryError
 from ..security.identity import Identify
 from ..types import InferenceRequest, InferenceResponse
 from .admission import Admission
@@ -19,4 +21,14 @@ class InferencePlane(Protocol):
     limits: Limits
     identify: Identify  # who a caller is (its bearer token): requests carry it to shared memory
 
-    async def infer(self, request: InferenceRequest) -> InferenceResponse: ...
+    async def infer(self, request: InferenceRequest, door: str = ...) -> InferenceResponse:
+        """One response; ``door`` names the endpoint in the error a decoupled model gets."""
+        ...
+
+    def is_decoupled(self, name: str, version: str = "") -> bool: ...
+
+    def infer_stream(
+        self, request: InferenceRequest
+    ) -> AsyncGenerator[tuple[InferenceResponse | FerryError, bool], None]:
+        """Every response of one request, each with whether it is the final one."""
+        ...

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ErrorKind, FerryError, InvalidArgument, NotFound, Unimplemented
+from ..errors import ErrorKind, FerryError, InvalidArgument, NotFound
 from ..types import SharedMemoryRef
 
 SHM_ROOT = Path("/dev/shm")  # where Linux keeps shm_open objects
@@ -326,8 +326,3 @@ def ref_parameters(ref: SharedMemoryRef, written: int) -> dict[str, Any]:
     if ref.offset:
         parameters[OFFSET] = ref.offset
     return parameters
-
-
-def cuda_unsupported() -> Unimplemented:
-    """CUDA shared memory needs CUDA IPC; this server does not provide it."""
-    return Unimplemented("CUDA shared memory is not supported by this server (no CUDA IPC); use system shared memory")

@@ -11,7 +11,8 @@ from fastapi import FastAPI, Request
 from starlette.responses import Response
 
 from ..security.identity import Identify
-from .shared_memory import SharedMemoryRegistry, cuda_unsupported
+from .cuda_shared_memory import cuda_register_refused, cuda_status, cuda_unregister
+from .shared_memory import SharedMemoryRegistry
 
 JsonBody = Callable[[Request], Awaitable[dict[str, Any]]]
 JsonResponse = Callable[[Any], Response]
@@ -20,7 +21,8 @@ JsonResponse = Callable[[Any], Response]
 def add_shared_memory_routes(
     app: FastAPI, registry: SharedMemoryRegistry, identify: Identify, json_body: JsonBody, json_response: JsonResponse
 ) -> None:
-    """Register, unregister and status for system shared memory; CUDA shared memory answers 501."""
+    """Register, unregister and status for system shared memory; CUDA shared memory as a
+    Triton built without GPUs answers it (``cuda_shared_memory``)."""
 
     def owner(request: Request) -> str:
         return identify(request.headers.get("authorization"))
@@ -48,8 +50,15 @@ def add_shared_memory_routes(
 
     @app.get("/v2/cudasharedmemory/status")
     @app.get("/v2/cudasharedmemory/region/{name}/status")
+    async def cuda_status_route(name: str = "") -> Response:
+        return json_response(cuda_status(name))
+
     @app.post("/v2/cudasharedmemory/region/{name}/register")
+    async def cuda_register(name: str) -> Response:
+        raise cuda_register_refused(name)
+
     @app.post("/v2/cudasharedmemory/unregister")
     @app.post("/v2/cudasharedmemory/region/{name}/unregister")
-    async def cuda_shared_memory(name: str = "") -> Response:
-        raise cuda_unsupported()
+    async def cuda_unregister_route(name: str = "") -> Response:
+        cuda_unregister(name)
+        return Response(status_code=200)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -76,8 +77,10 @@ class RequestBatches(Protocol):
     """
 
     def run_requests(
-        self, inputs: list[dict[str, np.ndarray]], outputs: list[list[str]]
-    ) -> list[dict[str, np.ndarray] | Exception]: ...
+        self, inputs: list[dict[str, np.ndarray]], outputs: list[list[str]], sinks: list[Any] | None = None
+    ) -> Sequence[dict[str, np.ndarray] | Exception]:
+        """``sinks`` (one ``response_streams.ResponseStream`` per request) only for a decoupled model."""
+        ...
 
 
 class Backend(Protocol):
@@ -86,6 +89,9 @@ class Backend(Protocol):
     platform: str
     name: str  # Triton's backend name, e.g. "onnxruntime"
     default_filename: str
+    #: The instances run a batch as its separate requests (``RequestBatches``: Python models), so
+    #: the version gets the Python-model runner instead of the tensor-concatenating batcher.
+    request_batches: bool = False
 
     def model_filename(self, config: mc.ModelConfig) -> str:
         """The file to load from a version directory: the config's ``default_model_filename``, else

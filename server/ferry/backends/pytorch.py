@@ -24,7 +24,7 @@ from ferry_client.protocol import model_config_pb2 as mc
 
 from ..cores import usable_cores
 from ..errors import FerryError, InvalidArgument, ModelLoadError
-from .base import InstanceSpec, ModelIO
+from .base import Backend, InstanceSpec, ModelIO
 from .cuda_graphs import CudaGraphs
 from .torch_loading import LoadedModule, load_onnx, load_torchscript, to_numpy, to_tensor, torch_dtype
 from .torch_options import TorchOptions
@@ -256,7 +256,7 @@ def _writable(array: np.ndarray) -> np.ndarray:
     return array if array.flags.writeable else array.copy()
 
 
-class PyTorchBackend:
+class PyTorchBackend(Backend):
     platform = "pytorch_libtorch"
     name = "pytorch"
     default_filename = "model.pt"

@@ -12,13 +12,15 @@ _PLATFORM_BY_FILENAME = {
     "model.onnx": "onnxruntime_onnx",
     "model.plan": "tensorrt_plan",
     "model.pt": "pytorch_libtorch",
+    # as Triton: a folder with only 1/model.py is a Python model (still refused unless allowed)
+    "model.py": "python",
 }
 _PLATFORM_BY_BACKEND = {
     "onnxruntime": "onnxruntime_onnx",
     "tensorrt": "tensorrt_plan",
     "pytorch": "pytorch_libtorch",
     "ferry_vision": "ferry_vision",
-    "python": "python",  # model.py files: never guessed from a file name, only when the config asks
+    "python": "python",
 }
 _SUPPORTED = ("onnxruntime_onnx", "tensorrt_plan", "pytorch_libtorch", "ensemble", "ferry_vision", "python")
 

@@ -31,7 +31,7 @@ class CacheCollector(Collector):
             "nv_cache_miss_duration_per_model", "Cumulative time of cache misses: lookup and insertion (us)", _LABELS
         )
         for model in self._models():
-            if model.stats is None or not model.config.response_cache.enable:
+            if not model.config.response_cache.enable:
                 continue
             labels = [model.name, str(model.version)]
             cache = model.stats.snapshot()["cache"]

@@ -54,6 +54,27 @@ class EnsemblePlan:
     def model_names(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(step.model_name for step in self.steps))
 
+    def pruned(self, outputs: frozenset[str]) -> PrunedPlan:
+        """Only the steps that feed ``outputs`` (as Triton, a step nothing asked for never runs),
+        each asked only for the outputs something downstream reads."""
+        needed = set(outputs)
+        wanted: dict[int, list[str]] = {}
+        for step in reversed(self.steps):  # waves are in dependency order: consumers come later
+            names = [output for output, tensor in step.output_map.items() if tensor in needed]
+            if names:
+                wanted[step.index] = names
+                needed.update(step.input_map.values())
+        waves = tuple(w for w in (tuple(s for s in wave if s.index in wanted) for wave in self.waves) if w)
+        return PrunedPlan(waves, wanted)
+
+
+@dataclass(frozen=True)
+class PrunedPlan:
+    """The steps one set of requested outputs needs, and the step outputs each must produce."""
+
+    waves: tuple[tuple[Step, ...], ...]
+    step_outputs: dict[int, list[str]]
+
 
 _REFUSED_FIELDS = {
     "instance_group": "each step runs on its own model's instances",

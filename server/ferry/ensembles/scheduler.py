@@ -19,20 +19,21 @@ import numpy as np
 from ferry_client.codec import numpy_dtype
 
 from ..errors import FerryError, ModelLoadError, Unavailable
-from ..scheduling.scheduler import RequestTiming
+from ..response_streams import ResponseSink, StreamedResponse
+from ..scheduling.interface import ModelScheduler, RequestTiming
 from ..scheduling.timeline import Timeline
 from ..statistics import ModelStats
 from ..types import TensorSpec
 from .compose import check_composition
-from .plan import EnsemblePlan, Step
+from .plan import EnsemblePlan, PrunedPlan, Step
 from .step import StepModel
 
 Outputs = dict[str, np.ndarray]
 Resolve = Callable[[str, str], StepModel]  # (model name, version or "") -> the READY version
 
 
-class EnsembleScheduler:
-    """The scheduler of an ensemble's model version (same ``submit`` as a model's Scheduler)."""
+class EnsembleScheduler(ModelScheduler):
+    """The scheduler of an ensemble's model version: each request through every step."""
 
     def __init__(
         self,
@@ -50,6 +51,8 @@ class EnsembleScheduler:
         self.stats = stats
         self._resolve = resolve
         self._checked: list[weakref.ref] = []
+        #: one pruned plan per set of requested outputs (at most 2^outputs, all ensemble outputs)
+        self._pruned: dict[frozenset[str], PrunedPlan] = {}
         self._closing = False
         self._in_flight = 0
         self._idle = asyncio.Event()
@@ -70,6 +73,9 @@ class EnsembleScheduler:
 
     def start(self) -> None:
         """Nothing to start: the composing models' schedulers do the work."""
+
+    def hurry(self) -> None:
+        """Nothing waits here: the composing models' batchers are hurried themselves."""
 
     async def stop(self, timeout: float | None = None) -> None:
         """Refuse new requests and wait (up to ``timeout``) for those running to finish."""
@@ -120,8 +126,12 @@ class EnsembleScheduler:
         timeout_us: int | None = None,
         timeline: Timeline | None = None,
         timing: RequestTiming | None = None,
+        sink: ResponseSink | None = None,
     ) -> Outputs:
         """Run one request through every step and return the asked ensemble outputs.
+
+        An ensemble whose last step is decoupled gets a ``sink``: the steps before run as usual,
+        then each response of the last step goes to the sink under the ensemble's output names.
 
         A traced request's ``timeline`` spans all steps as one compute stage (each step's own
         queue and compute times are in the composing models' statistics)."""
@@ -133,7 +143,7 @@ class EnsembleScheduler:
         self._idle.clear()
         try:
             models = self.resolve_steps()
-            tensors = await self._run(models, inputs, priority, timeout_us, spent)
+            tensors = await self._run(models, self._plan_for(outputs), inputs, priority, timeout_us, spent, sink)
         except asyncio.CancelledError:
             self.stats.record_failure(time.perf_counter_ns() - started, "CANCELED")
             raise
@@ -158,56 +168,111 @@ class EnsembleScheduler:
             timing.compute_input_ns += spent.compute_input_ns
             timing.compute_infer_ns += spent.compute_infer_ns
             timing.compute_output_ns += spent.compute_output_ns
-        return {name: tensors[name] for name in outputs}
+        # a step may leave out an output (a Python model can): the caller decides if it was needed
+        return {name: tensors[name] for name in outputs if name in tensors}
+
+    def _plan_for(self, outputs: list[str]) -> PrunedPlan:
+        key = frozenset(outputs)
+        pruned = self._pruned.get(key)
+        if pruned is None:
+            pruned = self._pruned[key] = self.plan.pruned(key)
+        return pruned
 
     async def _run(
         self,
         models: dict[int, StepModel],
+        plan: PrunedPlan,
         inputs: Outputs,
         priority: int | None,
         timeout_us: int | None,
         timing: RequestTiming,
+        sink: ResponseSink | None = None,
     ) -> Outputs:
         tensors = dict(inputs)
-        for wave in self.plan.waves:
-            if len(wave) == 1:  # a chain: no task per step, the common case
-                results = [await self._step(wave[0], models, tensors, priority, timeout_us, timing=timing)]
-            else:
-                results = await asyncio.gather(
-                    *(self._step(step, models, tensors, priority, timeout_us, timing=timing) for step in wave)
-                )
+        for wave in plan.waves:
+            if sink is not None:
+                last = next((step for step in wave if getattr(models[step.index], "decoupled", False)), None)
+                if last is not None:  # the loader made sure nothing comes after it
+                    await self._stream_step(last, models[last.index], tensors, sink, priority, timeout_us, timing)
+                    wave = tuple(step for step in wave if step is not last)
+                    if not wave:
+                        continue
+            calls = [
+                self._step(step, plan.step_outputs[step.index], models, tensors, priority, timeout_us, timing)
+                for step in wave
+            ]
+            # a chain needs no task per step (the common case)
+            results = [await calls[0]] if len(calls) == 1 else await asyncio.gather(*calls)
             for step, outputs in zip(wave, results, strict=True):
                 for model_output, tensor in step.output_map.items():
-                    tensors[tensor] = outputs[model_output]
+                    if model_output in outputs:
+                        tensors[tensor] = outputs[model_output]
         return tensors
+
+    async def _stream_step(
+        self,
+        step: Step,
+        model: StepModel,
+        tensors: Outputs,
+        sink: ResponseSink,
+        priority: int | None,
+        timeout_us: int | None,
+        timing: RequestTiming,
+    ) -> None:
+        """The decoupled last step: its responses go straight to the ensemble's sink, renamed."""
+        args = {model_input: tensors[tensor] for model_input, tensor in step.input_map.items()}
+        scheduler = model.scheduler
+        try:
+            if scheduler is None:
+                raise Unavailable(f"model '{model.name}' has no scheduler")
+            items = _batch_items(args) if model.max_batch_size > 0 else 1
+            renamed = RenamedStream(sink, step.output_map)
+            await scheduler.submit(
+                args,
+                list(step.output_map),
+                items,
+                priority,
+                timeout_us,
+                timing=timing,
+                sink=renamed,
+            )
+        except FerryError as exc:
+            raise FerryError(f"ensemble '{self.plan.name}' {step.label}: {exc.message}", exc.kind) from None
 
     async def _step(
         self,
         step: Step,
+        names: list[str],
         models: dict[int, StepModel],
         tensors: Outputs,
         priority: int | None,
         timeout_us: int | None,
         timing: RequestTiming,
     ) -> Outputs:
-        args = {model_input: tensors[tensor] for model_input, tensor in step.input_map.items()}
-        return await self._run_step(step, models[step.index], args, priority, timeout_us, timing=timing)
+        args = {}
+        for model_input, tensor in step.input_map.items():
+            if tensor not in tensors:
+                writer = next((s for s in self.plan.steps if tensor in s.output_map.values()), None)
+                raise FerryError(
+                    f"ensemble '{self.plan.name}' {step.label}: input '{model_input}' reads ensemble tensor "
+                    f"'{tensor}', which {writer.label if writer else 'no step'} did not produce"
+                )
+            args[model_input] = tensors[tensor]
+        return await self._run_step(step, models[step.index], args, names, priority, timeout_us, timing=timing)
 
     async def _run_step(
         self,
         step: Step,
         model: StepModel,
         args: Outputs,
+        names: list[str],
         priority: int | None,
         timeout_us: int | None,
         timing: RequestTiming,
     ) -> Outputs:
         """One step's request through the composing model's scheduler, split to its max_batch_size."""
-        names = list(step.output_map)
         try:
             scheduler = model.scheduler
-            if scheduler is None:
-                raise Unavailable(f"model '{model.name}' has no scheduler")
             if model.max_batch_size <= 0:
                 return await scheduler.submit(args, names, 1, priority, timeout_us, timing=timing)
             items = _batch_items(args)
@@ -229,7 +294,8 @@ class EnsembleScheduler:
                     for start in range(0, items, chunk)
                 )
             )
-            return {name: np.concatenate([part[name] for part in parts]) for name in names}
+            given = [name for name in names if all(name in part for part in parts)]
+            return {name: np.concatenate([part[name] for part in parts]) for name in given}
         except FerryError as exc:
             message = f"ensemble '{self.plan.name}' {step.label}: {exc.message}"
             if isinstance(exc, Unavailable):
@@ -250,3 +316,27 @@ def _batch_items(args: Outputs) -> int:
 def _empty(spec: TensorSpec) -> np.ndarray:
     """An output with no items (a batch of zero detections), typed as the config declares."""
     return np.empty((0, *(max(d, 0) for d in spec.dims)), dtype=numpy_dtype(spec.datatype))
+
+
+class RenamedStream:
+    """A step's view of the ensemble's response stream: its output names become the ensemble's."""
+
+    def __init__(self, target: ResponseSink, output_map: dict[str, str]) -> None:
+        self._target = target
+        self._names = output_map
+
+    @property
+    def cancelled(self) -> bool:
+        return self._target.cancelled
+
+    @property
+    def finished(self) -> bool:
+        return self._target.finished
+
+    @property
+    def responses(self) -> int:
+        return self._target.responses
+
+    def put(self, response: StreamedResponse) -> bool:
+        outputs = {self._names[name]: array for name, array in response.outputs.items() if name in self._names}
+        return self._target.put(StreamedResponse(outputs, response.error, response.final))

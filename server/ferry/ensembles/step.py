@@ -9,43 +9,27 @@ from __future__ import annotations
 
 from typing import Protocol
 
-import numpy as np
-
-from ..scheduling.scheduler import RequestTiming
-from ..scheduling.timeline import Timeline
+from ..scheduling.interface import ModelScheduler
 from ..types import TensorSpec
-
-
-class StepScheduler(Protocol):
-    """The entry point a step's requests go through (the composing model's own batcher)."""
-
-    async def submit(
-        self,
-        inputs: dict[str, np.ndarray],
-        outputs: list[str],
-        batch_size: int = 1,
-        priority: int | None = None,
-        timeout_us: int | None = None,
-        timeline: Timeline | None = None,
-        timing: RequestTiming | None = None,
-    ) -> dict[str, np.ndarray]:
-        """Run one request (``batch_size`` items when batched) and return the asked outputs.
-
-        Fills ``timing`` (queue and compute durations) when given, for the ensemble's statistics.
-        """
-        ...
 
 
 class StepModel(Protocol):
     """A loaded composing model: its metadata (as the config declares it) and its scheduler."""
 
-    name: str
-    version: int
-    inputs: dict[str, TensorSpec]
-    outputs: dict[str, TensorSpec]
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def version(self) -> int: ...
+
+    @property
+    def inputs(self) -> dict[str, TensorSpec]: ...
+
+    @property
+    def outputs(self) -> dict[str, TensorSpec]: ...
 
     @property
     def max_batch_size(self) -> int: ...
 
     @property
-    def scheduler(self) -> StepScheduler | None: ...
+    def scheduler(self) -> ModelScheduler: ...

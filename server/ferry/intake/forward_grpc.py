@@ -1,11 +1,12 @@
 """The intake's gRPC servicer: inference served here, every other RPC relayed to the core.
 
-Why: ``ModelInfer`` and ``ModelStreamInfer`` run in the intake process (through its data plane);
-health, metadata, repository control, statistics, shared-memory registration, trace and log
-settings belong to the core process, which serves its normal gRPC server on a unix socket. The
-relaying methods are made from the service descriptor, so an RPC added to the proto is relayed
-without a code change. The caller's metadata and deadline go to the core; the core's status code,
-details and metadata come back unchanged; a core that cannot be reached is UNAVAILABLE.
+Why: ``ModelInfer`` runs in the intake process (through its data plane); ``ModelStreamInfer`` is
+relayed whole, because a decoupled model's responses stream from the model process; health,
+metadata, repository control, statistics, shared-memory registration, trace and log settings
+belong to the core process, which serves its normal gRPC server on a unix socket. The relaying
+methods are made from the service descriptor, so an RPC added to the proto is relayed without a
+code change. The caller's metadata and deadline go to the core; the core's status code, details
+and metadata come back unchanged; a core that cannot be reached is UNAVAILABLE.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ log = logging.getLogger(__name__)
 
 SERVICE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
 #: Served by the intake process itself; every other method of SERVICE is relayed.
-LOCAL_METHODS = frozenset({"ModelInfer", "ModelStreamInfer"})
+LOCAL_METHODS = frozenset({"ModelInfer"})
 #: Metadata that gRPC sets for each call itself (or refuses from an application): never relayed.
 CALL_METADATA = frozenset({"user-agent", "te", "content-type", "host"})
 UNREACHABLE = "the model process is not reachable; try again later"

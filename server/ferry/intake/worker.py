@@ -15,7 +15,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Awaitable
+from collections.abc import AsyncGenerator, Awaitable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +24,7 @@ import grpc
 from ..api.admission import Admission
 from ..api.http_fast import InferFastPath
 from ..api.limits import Limits
+from ..errors import FerryError
 from ..front_doors import (
     QuietUvicornServer,
     connection_options,
@@ -81,8 +82,18 @@ class IntakePlane:
         self.identify = identify  # the core uses the identity the request arrives with
         self._client = client
 
-    async def infer(self, request: InferenceRequest) -> InferenceResponse:
+    async def infer(self, request: InferenceRequest, door: str = "") -> InferenceResponse:
         return await self._client.infer(request)
+
+    async def infer_stream(
+        self, request: InferenceRequest
+    ) -> AsyncGenerator[tuple[InferenceResponse | FerryError, bool], None]:
+        yield await self.infer(request), True
+
+    def is_decoupled(self, name: str, version: str = "") -> bool:
+        """Decoupled models are not streamed through intake processes: their requests go to the
+        model process as one-response requests, which it refuses with Triton's error."""
+        return False
 
 
 async def run(assignment: Assignment) -> int:

@@ -17,7 +17,8 @@ import numpy as np
 
 from ..ensembles.step import StepModel
 from ..errors import FerryError, InvalidArgument, Unavailable
-from ..scheduling.scheduler import RequestTiming
+from ..response_streams import ResponseSink
+from ..scheduling.interface import ModelScheduler, RequestTiming
 from ..scheduling.timeline import Timeline
 from ..statistics import ModelStats
 from . import steps
@@ -27,7 +28,7 @@ Outputs = dict[str, np.ndarray]
 Resolve = Callable[[str, str], StepModel]
 
 
-class OcrScheduler:
+class OcrScheduler(ModelScheduler):
     """Runs OCR requests (one encoded page each) over three composing models."""
 
     def __init__(self, name: str, settings: OcrSettings, resolve: Resolve, stats: ModelStats, max_pixels: int) -> None:
@@ -62,6 +63,9 @@ class OcrScheduler:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._idle.wait(), timeout)
 
+    def hurry(self) -> None:
+        """Nothing waits here: the composing models' batchers are hurried themselves."""
+
     def models(self) -> tuple[StepModel, StepModel, StepModel]:
         """The READY detector, angle classifier and recogniser."""
         found = []
@@ -89,6 +93,7 @@ class OcrScheduler:
         timeout_us: int | None = None,
         timeline: Timeline | None = None,
         timing: RequestTiming | None = None,
+        sink: ResponseSink | None = None,
     ) -> Outputs:
         """OCR of the one page in ``inputs['IMAGE']``: its lines' boxes, text and scores."""
         if self._closing:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..api.dataplane import as_batch_of_one, engine_input, engine_output
+from ..inference.validation import as_batch_of_one, engine_input, engine_output
 from ..pipelines.detection import Detection
 from ..pipelines.preprocess import ImageTransform
 from ..repository.model import ModelVersion

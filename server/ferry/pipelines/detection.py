@@ -100,16 +100,21 @@ def decode_detections(
     ]
 
 
-def _thresholds(
-    spec: mc.FerryDetection, decoder: Decoder, score: float | None, iou: float | None, max_detections: int | None
-) -> _Thresholds:
-    """Merge request overrides with the spec, validating what the caller sent."""
+def check_overrides(score: float | None, iou: float | None, max_detections: int | None) -> None:
+    """A caller's per-request thresholds are usable (``InvalidArgument`` naming the bad one)."""
     if score is not None and not (np.isfinite(score) and 0.0 <= score <= 1.0):
         raise InvalidArgument(f"score_threshold must be between 0 and 1, got {score}")
     if iou is not None and not (np.isfinite(iou) and 0.0 <= iou <= 1.0):
         raise InvalidArgument(f"iou_threshold must be between 0 and 1, got {iou}")
     if max_detections is not None and max_detections < 1:
         raise InvalidArgument(f"max_detections must be at least 1, got {max_detections}")
+
+
+def _thresholds(
+    spec: mc.FerryDetection, decoder: Decoder, score: float | None, iou: float | None, max_detections: int | None
+) -> _Thresholds:
+    """Merge request overrides with the spec, validating what the caller sent."""
+    check_overrides(score, iou, max_detections)
     suppression = spec.suppression or decoder.default_suppression
     asked = iou is not None or spec.iou_threshold > 0
     if suppression == _DET.NO_NMS and spec.suppression == _DET.SUPPRESSION_DEFAULT and asked:

@@ -1,8 +1,26 @@
-"""Greedy non-maximum suppression in numpy: each kept box removes its overlapping rivals at once."""
+"""Greedy non-maximum suppression: each kept box removes its overlapping rivals at once.
+
+``nms`` defines the result in numpy, and runs OpenCV's ``cv2.dnn.NMSBoxes`` (C++, several times
+faster with thousands of candidates) wherever that provably returns the same indices in the same
+order; see ``_opencv_nms`` for when and why.
+"""
 
 from __future__ import annotations
 
+from typing import Any, cast
+
+import cv2
 import numpy as np
+
+#: How far OpenCV's overlap may lie from numpy's IoU: it computes 1 - (1 - IoU) and keeps the
+#: result as a float32 (half a float32 step below 1 is 2**-25), plus double rounding.
+_OVERLAP_ERROR = 2.0**-23
+#: Below this many candidates the numpy loop is as fast as the call into OpenCV.
+OPENCV_FROM = 64
+#: OpenCV has no limit on the boxes it keeps, only on the candidates it considers (the best
+#: ``top_k``), and its cost grows with candidates x kept boxes. So it first considers this many
+#: (or 4 x the limit) and takes more, 4x at a time, only while fewer than the limit survive.
+OPENCV_FIRST_CANDIDATES = 32
 
 
 def nms(
@@ -31,6 +49,18 @@ def nms(
         return np.empty(0, dtype=np.int64)
     if not class_agnostic and classes is not None:
         boxes = _separate_classes(boxes, np.asarray(classes).reshape(-1))
+    if count >= OPENCV_FROM and not plus_one:  # OpenCV measures lengths as x2 - x1: numpy decides
+        kept = _opencv_nms(boxes, score_values, iou_threshold, limit)
+        if kept is not None:
+            return kept
+    return _numpy_nms(boxes, score_values, iou_threshold, limit, plus_one)
+
+
+def _numpy_nms(
+    boxes: np.ndarray, score_values: np.ndarray, iou_threshold: float, limit: int, plus_one: bool = False
+) -> np.ndarray:
+    """The definition: best score first (stable), a box survives while its IoU (``overlaps``) with
+    every kept box is at most ``iou_threshold``."""
     order = np.argsort(-score_values, kind="stable")
     keep: list[int] = []
     while order.size and len(keep) < limit:
@@ -51,6 +81,53 @@ def overlaps(boxes: np.ndarray, best: int, others: np.ndarray, plus_one: bool = 
     inter *= np.clip(np.minimum(y2[best], y2[others]) - np.maximum(y1[best], y1[others]) + extra, 0.0, None)
     union = widths[best] * heights[best] + widths[others] * heights[others] - inter
     return np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
+
+
+def _opencv_nms(boxes: np.ndarray, scores: np.ndarray, iou_threshold: float, limit: int) -> np.ndarray | None:
+    """``_numpy_nms`` by ``cv2.dnn.NMSBoxes``, or None where it might differ.
+
+    OpenCV sorts float32 scores with a stable sort (ties: lower index first, as numpy's), takes
+    boxes as x, y, w, h and recomputes x + w, and keeps a box while 1 - (1 - IoU), rounded to a
+    float32, is at most the threshold, also a float32. So it is used only when the scores are
+    positive float32 values, x + w and y + h give back x2 and y2 exactly, and every box has an
+    area (OpenCV counts two empty boxes as overlapping fully). Its overlap then differs from
+    numpy's IoU by rounding only (at most ``_OVERLAP_ERROR``), and the threshold's rounding is
+    bracketed: a run with the float32 just below ``iou_threshold - error`` suppresses at least
+    what numpy does, one with the float32 just above ``iou_threshold + error`` at most; both visit
+    the candidates in the same order, so when their results agree every decision agreed and
+    numpy's result is that one (else None: an IoU lies within ~2e-7 of the threshold, and numpy
+    decides). Considering only the best ``top_k`` candidates changes nothing about the boxes kept
+    among them (greedy NMS visits them first), so once ``limit`` survive those are the answer.
+    """
+    if iou_threshold < 2 * _OVERLAP_ERROR:
+        return None  # no non-negative threshold brackets it from below (OpenCV refuses negatives)
+    scores32 = scores.astype(np.float32)
+    if not ((scores32 > 0).all() and np.isfinite(scores32).all() and np.array_equal(scores32, scores)):
+        return None  # OpenCV keeps only scores above a threshold >= 0
+    widths = boxes[:, 2] - boxes[:, 0]
+    heights = boxes[:, 3] - boxes[:, 1]
+    exact = np.array_equal(boxes[:, 0] + widths, boxes[:, 2]) and np.array_equal(boxes[:, 1] + heights, boxes[:, 3])
+    if not exact or not (widths * heights > np.finfo(np.float64).eps).all():
+        return None
+    rects = np.stack([boxes[:, 0], boxes[:, 1], widths, heights], axis=1)
+    low = float(np.nextafter(np.float32(iou_threshold - _OVERLAP_ERROR), np.float32(-np.inf)))
+    high = float(np.nextafter(np.float32(iou_threshold + _OVERLAP_ERROR), np.float32(np.inf)))
+    count = len(scores)
+    considered = min(count, max(OPENCV_FIRST_CANDIDATES, 4 * limit))
+    while True:
+        strict = _nms_boxes(rects, scores32, low, considered)
+        loose = _nms_boxes(rects, scores32, high, considered)
+        if not np.array_equal(strict, loose):
+            return None
+        if len(strict) >= limit or considered == count:
+            return strict[:limit]
+        considered = min(count, 4 * considered)
+
+
+def _nms_boxes(rects: np.ndarray, scores: np.ndarray, threshold: float, top_k: int) -> np.ndarray:
+    """``cv2.dnn.NMSBoxes`` on x, y, w, h rows (its stubs ask for sequences; arrays convert alike)."""
+    found = cv2.dnn.NMSBoxes(cast(Any, rects), cast(Any, scores), 0.0, threshold, 1.0, top_k)
+    return np.asarray(found, np.int64).reshape(-1)
 
 
 def _separate_classes(boxes: np.ndarray, classes: np.ndarray) -> np.ndarray:

@@ -45,7 +45,8 @@ class Prepared:
 @dataclass(frozen=True)
 class ImagePipeline:
     input_name: str
-    spec: PreprocessSpec
+    #: None when the input takes encoded images as they are (BYTES): only the post-stages apply.
+    spec: PreprocessSpec | None
     classification: mc.FerryClassification | None
     detection: mc.FerryDetection | None
     output_names: list[str]
@@ -93,12 +94,28 @@ class ImagePipeline:
         embedding = image.embedding if image.HasField("embedding") else None
         if sum(task is not None for task in (classification, detection, embedding)) > 1:
             raise ModelLoadError("ferry_image: set one of classification, detection and embedding")
-        spec = PreprocessSpec.from_config(
-            image.preprocess,
-            image_dims(input_dims, config.max_batch_size),
-            inputs[input_name].datatype,
-            detection.format if detection is not None else None,
-        )
+        spec: PreprocessSpec | None = None
+        if inputs[input_name].datatype == "BYTES":
+            # The model decodes the images itself (a Python model): no pre-processing to run,
+            # and no input size to map boxes back with.
+            if image.HasField("preprocess"):
+                raise ModelLoadError(
+                    f"ferry_image.preprocess: input '{input_name}' takes encoded images (BYTES); "
+                    "the model decodes them itself, so there is nothing to pre-process"
+                )
+            if detection is not None:
+                raise ModelLoadError(
+                    f"ferry_image.detection: input '{input_name}' takes encoded images (BYTES), so Ferry "
+                    "does not know the model's input size to map boxes back; declare classification, "
+                    "or give the model a tensor input with ferry_image.preprocess"
+                )
+        else:
+            spec = PreprocessSpec.from_config(
+                image.preprocess,
+                image_dims(input_dims, config.max_batch_size),
+                inputs[input_name].datatype,
+                detection.format if detection is not None else None,
+            )
         if detection is not None:
             names = list(detection.outputs) or list(outputs)
         elif embedding is not None:
@@ -109,14 +126,16 @@ class ImagePipeline:
         for name in names:
             if name not in outputs:
                 raise ModelLoadError(f"ferry_image: output '{name}' is not an output of the model")
-        batch_preprocessor = _gpu_preprocessor(spec, gpu) if spec.device == mc.FerryPreprocess.GPU else None
+        batch_preprocessor = (
+            _gpu_preprocessor(spec, gpu) if spec is not None and spec.device == mc.FerryPreprocess.GPU else None
+        )
         decoder = None
         decoded_outputs: dict[str, TensorSpec] = {}
         if embedding is not None and EMBEDDING_OUTPUT not in outputs:
             decoded_outputs = {
                 EMBEDDING_OUTPUT: embedding_tensor_spec(embedding, outputs[names[0]].dims, config.max_batch_size)
             }
-        if detection is not None:
+        if detection is not None and spec is not None:
             specs = detection_tensor_specs(_detection_limit(detection), int(detection.num_keypoints))
             decoded_outputs = {name: spec for name, spec in specs.items() if name not in outputs}
             shapes = [_batched_shape(outputs[name].dims, config.max_batch_size > 0) for name in names]
@@ -131,7 +150,7 @@ class ImagePipeline:
             detection,
             names,
             labels.get(names[0]),
-            spec.max_pixels or max_pixels,
+            (spec.max_pixels if spec is not None else 0) or max_pixels,
             batch_preprocessor,
             tuple(input_dims),
             config.max_batch_size,
@@ -159,35 +178,37 @@ class ImagePipeline:
         ``first_index`` is the position of ``images[0]`` in the request, for error messages."""
         if not images:
             raise InvalidArgument("no images in the request")
+        spec = self.spec
+        assert spec is not None, "prepare needs a pre-processing spec (an input that is not BYTES)"
         if self.batch_preprocessor is not None:
-            return self._prepare_on_device(images, self.batch_preprocessor, first_index)
-        batch = np.empty((len(images), *self.spec.tensor_shape), dtype=self.spec.dtype)
+            return self._prepare_on_device(images, spec, self.batch_preprocessor, first_index)
+        batch = np.empty((len(images), *spec.tensor_shape), dtype=spec.dtype)
         transforms = []
         decode_ns = preprocess_ns = 0
         for index, data in enumerate(images):
             t0 = time.perf_counter_ns()
             image = decode_image(
-                bytes(data), max_pixels=self.max_pixels, target_size=self.spec.draft_size, index=first_index + index
+                bytes(data), max_pixels=self.max_pixels, target_size=spec.draft_size, index=first_index + index
             )
             t1 = time.perf_counter_ns()
-            batch[index], transform = preprocess(image, self.spec)
+            batch[index], transform = preprocess(image, spec)
             preprocess_ns += time.perf_counter_ns() - t1
             decode_ns += t1 - t0
             transforms.append(transform)
         return Prepared(batch, transforms, decode_ns, preprocess_ns)
 
     def _prepare_on_device(
-        self, images: list[bytes], preprocessor: Callable[..., np.ndarray], first_index: int
+        self, images: list[bytes], spec: PreprocessSpec, preprocessor: Callable[..., np.ndarray], first_index: int
     ) -> Prepared:
         """Decode (and convert the colour mode) on the CPU, then resize and normalise the batch at once."""
         pixels, placements = [], []
         t0 = time.perf_counter_ns()
         for index, data in enumerate(images):
             image = decode_image(
-                bytes(data), max_pixels=self.max_pixels, target_size=self.spec.draft_size, index=first_index + index
+                bytes(data), max_pixels=self.max_pixels, target_size=spec.draft_size, index=first_index + index
             )
-            image = to_model_mode(image, self.spec)
-            placements.append(place(*image.size, self.spec))
+            image = to_model_mode(image, spec)
+            placements.append(place(*image.size, spec))
             pixels.append(pixels_of(image))
         t1 = time.perf_counter_ns()
         batch = preprocessor(pixels, placements)

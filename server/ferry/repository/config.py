@@ -121,8 +121,6 @@ def validate_config(config: mc.ModelConfig, source: str) -> None:
     """Check the parts of a config the server relies on; raise ModelLoadError naming the field."""
     if config.max_batch_size < 0:
         raise ModelLoadError(f"{source}: max_batch_size must be >= 0, got {config.max_batch_size}")
-    if not config.input:
-        raise ModelLoadError(f"{source}: the model declares no inputs")
     if not config.output:
         raise ModelLoadError(f"{source}: the model declares no outputs")
     tensor_specs(config.input, "input", source)

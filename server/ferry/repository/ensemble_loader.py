@@ -13,13 +13,12 @@ from typing import Protocol
 from ferry_client.protocol import model_config_pb2 as mc
 
 from ..ensembles.compose import check_composition
-from ..ensembles.plan import plan_ensemble
+from ..ensembles.plan import EnsemblePlan, Step, plan_ensemble
 from ..ensembles.scheduler import EnsembleScheduler
 from ..ensembles.step import StepModel
 from ..errors import FerryError, ModelLoadError
-from ..statistics import ModelStats
-from .config import output_labels, tensor_specs, validate_config
-from .model import ModelVersion
+from .config import validate_config
+from .model import ModelVersion, config_tensors, new_version
 
 
 class ComposingModels(Protocol):
@@ -40,8 +39,7 @@ async def load_ensemble(
         config.name = model_dir.name
     validate_config(config, source)
     plan = plan_ensemble(config, source)
-    inputs = {s.name: s for s in tensor_specs(config.input, "input", source)}
-    outputs = {s.name: s for s in tensor_specs(config.output, "output", source)}
+    inputs, outputs = config_tensors(config, source)
     where = f"{source}: ensemble '{config.name}'"
     resolved: dict[int, StepModel] = {}
     for step in plan.steps:
@@ -51,21 +49,54 @@ async def load_ensemble(
         except FerryError as exc:
             raise ModelLoadError(f"{where}: {step.label}: {exc.message}") from None
     check_composition(plan, inputs, outputs, config.max_batch_size, resolved, where)
-    labels = output_labels(model_dir, outputs)
-    stats = ModelStats(config.name, str(version))
-    scheduler = EnsembleScheduler(plan, inputs, outputs, config.max_batch_size, models.get, stats)
-    return ModelVersion(
-        name=config.name,
-        version=version,
-        config=config,
-        inputs=inputs,
-        outputs=outputs,
-        labels=labels,
-        instances=[],
-        load_seconds=time.perf_counter() - started,
-        model_dir=model_dir,
-        scheduler=scheduler,  # type: ignore[arg-type]  # same submit/stop/in_flight as Scheduler
-        stats=stats,
+    if _decoupled_step(plan, resolved, where) is not None:
+        config.model_transaction_policy.decoupled = True  # its requests stream, as its last step's do
+    return new_version(
+        config,
+        version,
+        model_dir,
+        started,
+        lambda stats: EnsembleScheduler(plan, inputs, outputs, config.max_batch_size, models.get, stats),
+        source,
+        inherited_labels=_step_labels(plan, resolved, outputs),
         composing_models=plan.model_names,
-        unready_reason=scheduler.unready_reason,
     )
+
+
+def _step_labels(plan: EnsemblePlan, resolved: dict[int, StepModel], outputs: dict) -> dict[str, list[str]]:
+    """Labels an ensemble output takes from the composing model output that writes it (as Triton's
+    classification extension does), unless the ensemble names a ``label_filename`` of its own."""
+    labels: dict[str, list[str]] = {}
+    for step in plan.steps:
+        step_labels: dict[str, list[str]] = getattr(resolved[step.index], "labels", None) or {}
+        for model_output, tensor in step.output_map.items():
+            if tensor in outputs and model_output in step_labels:
+                labels[tensor] = step_labels[model_output]
+    return labels
+
+
+def _decoupled_step(plan: EnsemblePlan, resolved: dict[int, StepModel], where: str) -> Step | None:
+    """The one decoupled step of an ensemble, if any. Its responses become the ensemble's, so it
+    must be the last step: nothing reads its outputs, and every ensemble output comes from it."""
+    decoupled = [step for step in plan.steps if getattr(resolved[step.index], "decoupled", False)]
+    if not decoupled:
+        return None
+    if len(decoupled) > 1:
+        labels = ", ".join(step.label for step in decoupled)
+        raise ModelLoadError(f"{where}: only one step may be a decoupled model, not {labels}")
+    (last,) = decoupled
+    produced = set(last.output_map.values())
+    for step in plan.steps:
+        read = produced & set(step.input_map.values())
+        if read:
+            raise ModelLoadError(
+                f"{where}: {last.label} is decoupled, so it must be the last step, but {step.label} reads its "
+                f"output '{sorted(read)[0]}'"
+            )
+    for tensor in plan.outputs:
+        if tensor not in produced:
+            raise ModelLoadError(
+                f"{where}: ensemble output '{tensor}' does not come from the decoupled {last.label}: an ensemble "
+                "with a decoupled step streams that step's responses, so every output must come from it"
+            )
+    return last

@@ -22,8 +22,6 @@ from ..ensembles.plan import is_ensemble
 from ..errors import FerryError, InvalidArgument, ModelLoadError, NotFound, Unavailable
 from ..ocr import is_ocr
 from ..paths import check_model_name, model_directory
-from ..scheduling import Scheduler, SchedulingPolicy
-from ..statistics import ModelStats
 from ..types import ControlMode
 from .config import CONFIG_FILENAME, parse_config_json, read_config_file
 from .ensemble_loader import load_ensemble
@@ -100,6 +98,9 @@ class ModelManager:
         self._named: set[str] | None = None
         self._poll_task: asyncio.Task | None = None
         self._closing = False
+        #: Which model's load waits for which other model's load (ensembles loading their steps):
+        #: two start-up loads that wait for each other would otherwise hold each other's lock forever.
+        self._waits_for: dict[str, str] = {}
 
     # --- start and stop ---------------------------------------------------------------------
 
@@ -133,12 +134,11 @@ class ModelManager:
             )
 
     def hurry(self) -> None:
-        """Tell every loaded model's batcher that the server is draining (see ``Scheduler.hurry``)."""
+        """Tell every loaded model's batcher that the server is draining (see ``ModelScheduler.hurry``)."""
         for record in self._records.values():
             for status in record.versions.values():
-                scheduler = status.model.scheduler if status.model is not None else None
-                if isinstance(scheduler, Scheduler):
-                    scheduler.hurry()
+                if status.model is not None:
+                    status.model.scheduler.hurry()
 
     def _names_ensemble(self, name: str) -> bool:
         try:
@@ -185,9 +185,9 @@ class ModelManager:
                 continue
             for version, status in sorted(record.versions.items()):
                 state, reason = status.state, status.reason
-                if state == ModelState.READY and status.model is not None and status.model.unready_reason:
-                    reason = status.model.unready_reason()
-                    state = ModelState.UNAVAILABLE if reason else state
+                if state == ModelState.READY and status.model is not None:
+                    unready = status.model.unready_reason()
+                    reason, state = (unready, ModelState.UNAVAILABLE) if unready else (reason, state)
                 if ready_only and state != ModelState.READY:
                     continue
                 rows.append({"name": name, "version": str(version), "state": state.value, "reason": reason})
@@ -222,7 +222,7 @@ class ModelManager:
     @staticmethod
     def _serving(model: ModelVersion) -> ModelVersion:
         """A loaded version that can serve now (an ensemble needs its composing models READY)."""
-        reason = model.unready_reason() if model.unready_reason else ""
+        reason = model.unready_reason()
         if reason:
             raise Unavailable(f"model '{model.name}' is not ready: {reason}")
         return model
@@ -320,15 +320,36 @@ class ModelManager:
         if name in chain:
             raise ModelLoadError(f"circular dependency: {' -> '.join((*chain, name))}")
         check_model_name(name)
-        record = self._records.get(name)
-        if record is not None:
-            async with record.lock:
-                pass
-            if self.is_ready(name):
-                return
-        if not model_directory(self.repository, name).is_dir():
-            raise NotFound(f"model '{name}' is not in the repository")
-        await self._load(name, None)
+        waiter = chain[-1] if chain else ""
+        self._refuse_waiting_cycle(waiter, name)
+        if waiter:
+            self._waits_for[waiter] = name
+        try:
+            record = self._records.get(name)
+            if record is not None:
+                async with record.lock:
+                    pass
+                if self.is_ready(name):
+                    return
+            if not model_directory(self.repository, name).is_dir():
+                raise NotFound(f"model '{name}' is not in the repository")
+            await self._load(name, None)
+        finally:
+            if waiter:
+                self._waits_for.pop(waiter, None)
+
+    def _refuse_waiting_cycle(self, waiter: str, name: str) -> None:
+        """Refuse to wait for a load that (through other loads) waits for ``waiter``: a cycle of
+        ensembles loaded concurrently (at start-up) would otherwise never finish."""
+        path = [waiter, name]
+        current = name
+        while current in self._waits_for and current != waiter:
+            current = self._waits_for[current]
+            path.append(current)
+            if len(path) > len(self._waits_for) + 2:
+                return  # a cycle among others, not through this load; theirs to report
+        if waiter and current == waiter:
+            raise ModelLoadError(f"circular dependency: {' -> '.join(path)}")
 
     # --- loading and unloading ----------------------------------------------------------------
 
@@ -413,12 +434,6 @@ class ModelManager:
             log.exception("model '%s' version %d: unexpected load failure", record.name, version)
             reason = self._without_paths(f"unexpected error: {exc}")
         else:
-            if model.stats is None:
-                model.stats = ModelStats(model.name, str(version))
-            if model.scheduler is None:
-                model.scheduler = Scheduler(
-                    f"{model.name}:{version}", model.instances, model.stats, SchedulingPolicy.from_config(model.config)
-                )
             model.scheduler.start()
             if self.on_loaded:
                 self.on_loaded(model)
@@ -458,8 +473,7 @@ class ModelManager:
         model = status.model
         if model is None:
             return
-        if model.scheduler is not None:
-            await model.scheduler.stop(timeout)
+        await model.scheduler.stop(timeout)
         await asyncio.to_thread(model.close)
         status.model = None  # nothing keeps the closed version's buffers alive
         await asyncio.to_thread(release_free_memory)

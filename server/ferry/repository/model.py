@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -15,13 +16,16 @@ from ferry_client.codec import datatype_from_config, numpy_dtype
 from ferry_client.protocol import model_config_pb2 as mc
 
 from ..backends import InstanceSpec, backend_for
-from ..backends.base import Instance
+from ..backends.base import Backend, Instance
 from ..backends.registry import normalise_platform, platform_for_file
 from ..cores import engine_threads
 from ..errors import FerryError, ModelLoadError
 from ..paths import inside
 from ..pipelines.runtime import ImagePipeline
-from ..scheduling import Scheduler
+from ..scheduling.interface import ModelScheduler
+from ..scheduling.policy import SchedulingPolicy
+from ..scheduling.request_batches import RequestBatchInstance, RequestBatchScheduler
+from ..scheduling.scheduler import Scheduler
 from ..statistics import ModelStats
 from .autocomplete import complete_config
 from .config import TensorSpec, output_labels, tensor_specs, validate_config
@@ -32,9 +36,9 @@ log = logging.getLogger(__name__)
 _load_generations = itertools.count(1)
 
 
-@dataclass
+@dataclass(frozen=True)
 class ModelVersion:
-    """Everything needed to serve one version; immutable once READY."""
+    """Everything needed to serve one version; immutable (built by ``new_version`` when loaded)."""
 
     name: str
     version: int
@@ -44,13 +48,12 @@ class ModelVersion:
     labels: dict[str, list[str]]
     instances: list[Instance]
     load_seconds: float
-    model_dir: Path = field(default_factory=Path)
-    scheduler: Scheduler | None = field(default=None, repr=False)
-    stats: ModelStats | None = field(default=None, repr=False)
+    model_dir: Path
+    scheduler: ModelScheduler = field(repr=False)
+    stats: ModelStats = field(repr=False)
     pipeline: ImagePipeline | None = field(default=None, repr=False)
-    # Ensembles: the models the version runs, and why it cannot serve now ("" when it can).
+    # Ensembles: the models the version runs.
     composing_models: tuple[str, ...] = ()
-    unready_reason: Callable[[], str] | None = field(default=None, repr=False)
     #: Which load this is: a file replaced under the same version and reloaded is a new generation.
     load_generation: int = field(default_factory=lambda: next(_load_generations))
 
@@ -67,10 +70,62 @@ class ModelVersion:
     def platform(self) -> str:
         return self.config.platform
 
+    def unready_reason(self) -> str:
+        """Why the loaded version cannot serve now ("" when it can: an ensemble needs its steps)."""
+        return self.scheduler.unready_reason()
+
+    @property
+    def decoupled(self) -> bool:
+        """Whether requests get any number of responses (``model_transaction_policy { decoupled }``;
+        an ensemble is decoupled when one of its steps is)."""
+        return self.config.model_transaction_policy.decoupled
+
     def close(self) -> None:
         for instance in self.instances:
             instance.close()
         self.instances.clear()
+
+
+def new_version(
+    config: mc.ModelConfig,
+    version: int,
+    model_dir: Path,
+    started: float,
+    scheduler: Callable[[ModelStats], ModelScheduler],
+    source: str,
+    instances: list[Instance] | None = None,
+    pipeline: ImagePipeline | None = None,
+    composing_models: tuple[str, ...] = (),
+    inherited_labels: dict[str, list[str]] | None = None,
+) -> ModelVersion:
+    """The one place a version is built, for every model kind: its tensors and labels from the
+    completed config, its statistics, and the scheduler made for them. ``started``: when its
+    load began (``time.perf_counter()``). ``inherited_labels``: an ensemble's, from the composing
+    outputs that write its outputs (its own ``label_filename`` wins)."""
+    inputs, outputs = config_tensors(config, source)
+    stats = ModelStats(config.name, str(version))
+    return ModelVersion(
+        name=config.name,
+        version=version,
+        config=config,
+        inputs=inputs,
+        outputs=outputs,
+        labels={**(inherited_labels or {}), **output_labels(model_dir, outputs)},
+        instances=instances or [],
+        load_seconds=time.perf_counter() - started,
+        model_dir=model_dir,
+        scheduler=scheduler(stats),
+        stats=stats,
+        pipeline=pipeline,
+        composing_models=composing_models,
+    )
+
+
+def config_tensors(config: mc.ModelConfig, source: str) -> tuple[dict[str, TensorSpec], dict[str, TensorSpec]]:
+    """The inputs and outputs a (completed) config declares, by name."""
+    inputs = {s.name: s for s in tensor_specs(config.input, "input", source)}
+    outputs = {s.name: s for s in tensor_specs(config.output, "output", source)}
+    return inputs, outputs
 
 
 def instance_specs(config: mc.ModelConfig, gpu_available: bool) -> list[InstanceSpec]:
@@ -130,7 +185,7 @@ def load_version(model_dir: Path, version: int, config: mc.ModelConfig, source: 
     platform = normalise_platform(config.platform, config.backend) or platform_for_file(model_dir / str(version))
     if not platform:
         raise ModelLoadError(
-            f"{source}: no platform/backend given and no model.onnx, model.plan or model.pt in "
+            f"{source}: no platform/backend given and no model.onnx, model.plan, model.pt or model.py in "
             f"{model_dir / str(version)}"
         )
     config.platform = platform
@@ -146,29 +201,36 @@ def load_version(model_dir: Path, version: int, config: mc.ModelConfig, source: 
         instances.extend(backend.create_instance(model_file, config, spec) for spec in specs[1:])
         if not config.backend:
             config.backend = backend.name
-        inputs = {s.name: s for s in tensor_specs(config.input, "input", source)}
-        outputs = {s.name: s for s in tensor_specs(config.output, "output", source)}
-        labels = output_labels(model_dir, outputs)
-        model = ModelVersion(
-            name=config.name,
-            version=version,
-            config=config,
-            inputs=inputs,
-            outputs=outputs,
-            labels=labels,
-            instances=instances,
-            load_seconds=0.0,
-            model_dir=model_dir,
-        )
+        inputs, outputs = config_tensors(config, source)
         first_gpu = next((spec.device_id for spec in specs if spec.kind == "GPU"), 0)
-        model.pipeline = ImagePipeline.from_config(config, inputs, outputs, labels, gpu=first_gpu)
-        warm_up(model)
+        pipeline = ImagePipeline.from_config(config, inputs, outputs, output_labels(model_dir, outputs), gpu=first_gpu)
+        warm_up(config, instances, list(outputs), model_dir)
+        policy = SchedulingPolicy.from_config(config)
+        name = f"{config.name}:{version}"
+        return new_version(
+            config,
+            version,
+            model_dir,
+            started,
+            lambda stats: _batcher(backend, name, instances, stats, policy),
+            source,
+            instances,
+            pipeline,
+        )
     except BaseException:
         for instance in instances:
             instance.close()
         raise
-    model.load_seconds = time.perf_counter() - started
-    return model
+
+
+def _batcher(
+    backend: Backend, name: str, instances: list[Instance], stats: ModelStats, policy: SchedulingPolicy
+) -> ModelScheduler:
+    """The dynamic batcher, or the Python-model runner for a backend whose instances answer a
+    batch's requests one by one (the backend declares it: ``Backend.request_batches``)."""
+    if backend.request_batches:
+        return RequestBatchScheduler(name, cast(list[RequestBatchInstance], instances), stats, policy)
+    return Scheduler(name, instances, stats, policy)
 
 
 def _warmup_input(name: str, spec: mc.ModelWarmup.Input, batch: int, model_dir: Path) -> np.ndarray:
@@ -189,18 +251,17 @@ def _warmup_input(name: str, spec: mc.ModelWarmup.Input, batch: int, model_dir: 
     return np.zeros(shape, dtype=dtype)
 
 
-def warm_up(model: ModelVersion) -> None:
+def warm_up(config: mc.ModelConfig, instances: list[Instance], outputs: list[str], model_dir: Path) -> None:
     """Run the config's ``model_warmup`` samples on every instance before the version is READY."""
-    if not model.config.model_warmup:
+    if not config.model_warmup:
         return
-    for sample in model.config.model_warmup:
-        batch = sample.batch_size if model.max_batch_size > 0 else 0
+    for sample in config.model_warmup:
+        batch = sample.batch_size if config.max_batch_size > 0 else 0
         inputs = {
-            name: _warmup_input(name, spec, max(batch, 1) if batch else 0, model.model_dir)
+            name: _warmup_input(name, spec, max(batch, 1) if batch else 0, model_dir)
             for name, spec in sample.inputs.items()
         }
-        outputs = list(model.outputs)
-        for instance in model.instances:
+        for instance in instances:
             for _ in range(max(1, sample.count)):
                 try:
                     instance.run(inputs, outputs)

@@ -12,9 +12,9 @@ from ..errors import FerryError, ModelLoadError
 from ..ocr.scheduler import OcrScheduler
 from ..ocr.settings import INPUT, OUTPUTS, ocr_settings
 from ..statistics import ModelStats
-from .config import output_labels, tensor_specs, validate_config
+from .config import tensor_specs, validate_config
 from .ensemble_loader import ComposingModels
-from .model import ModelVersion
+from .model import ModelVersion, new_version
 
 #: Decoded pages above this many pixels are refused (as the image endpoints' default).
 MAX_PIXELS = 40_000_000
@@ -48,21 +48,12 @@ async def load_ocr(
             raise ModelLoadError(f"{source}: OCR model '{config.name}': '{name}': {exc.message}") from None
         if len(model.inputs) != 1 or len(model.outputs) != 1:
             raise ModelLoadError(f"{source}: OCR model '{config.name}': '{name}' must have one input and one output")
-    stats = ModelStats(config.name, str(version))
-    scheduler = OcrScheduler(config.name, settings, models.get, stats, MAX_PIXELS)
-    scheduler.models()  # the recogniser's dictionary is read per request; check the models now
-    return ModelVersion(
-        name=config.name,
-        version=version,
-        config=config,
-        inputs=inputs,
-        outputs=outputs,
-        labels=output_labels(model_dir, outputs),
-        instances=[],
-        load_seconds=time.perf_counter() - started,
-        model_dir=model_dir,
-        scheduler=scheduler,  # type: ignore[arg-type]  # same submit/stop/in_flight as Scheduler
-        stats=stats,
-        composing_models=names,
-        unready_reason=scheduler.unready_reason,
-    )
+    schedulers: list[OcrScheduler] = []
+
+    def scheduler(stats: ModelStats) -> OcrScheduler:
+        schedulers.append(OcrScheduler(config.name, settings, models.get, stats, MAX_PIXELS))
+        return schedulers[-1]
+
+    built = new_version(config, version, model_dir, started, scheduler, source, composing_models=names)
+    schedulers[0].models()  # the recogniser's dictionary is read per request; check the models now
+    return built

@@ -87,10 +87,11 @@ def _check_unsupported(config: mc.ModelConfig, model_name: str) -> None:
     for field, why in _UNSUPPORTED_FIELDS.items():
         if _is_set(config, field):
             _fail(f"{why} for {model_name}: remove '{field}' from its configuration")
-    if config.model_transaction_policy.decoupled:
+    if config.model_transaction_policy.decoupled and "python" not in (config.backend, config.platform):
         _fail(
-            f"decoupled models are not supported for {model_name}: "
-            "remove 'model_transaction_policy { decoupled: true }'"
+            f'decoupled models are supported only for python models (backend: "python"), not for '
+            f"{model_name}: remove 'model_transaction_policy {{ decoupled: true }}' (an ensemble is decoupled "
+            "when one of its steps is)"
         )
     if config.runtime:
         _fail(f"'runtime' '{config.runtime}' is not supported for {model_name}")

@@ -1,6 +1,16 @@
 """Request queues and instance workers: how requests reach model instances."""
 
+from .interface import ModelScheduler, RequestTiming
 from .policy import QueuePolicy, SchedulingPolicy
+from .request_batches import RequestBatchScheduler
 from .scheduler import Scheduler, choose_batch
 
-__all__ = ["QueuePolicy", "Scheduler", "SchedulingPolicy", "choose_batch"]
+__all__ = [
+    "ModelScheduler",
+    "QueuePolicy",
+    "RequestBatchScheduler",
+    "RequestTiming",
+    "Scheduler",
+    "SchedulingPolicy",
+    "choose_batch",
+]

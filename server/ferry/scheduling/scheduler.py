@@ -23,7 +23,9 @@ import numpy as np
 
 from ..backends.base import Instance
 from ..errors import FerryError, Unavailable
+from ..response_streams import ResponseSink
 from ..statistics import ModelStats
+from .interface import ModelScheduler, Outputs, RequestTiming
 from .policy import SchedulingPolicy
 from .timeline import Timeline
 
@@ -50,21 +52,9 @@ INLINE_MAX_BYTES_FACTOR = 2
 #: much as a fifth of the tiny model's whole execution when taken twice per batch.
 CPU_SAMPLE_EVERY = 8
 
-Outputs = dict[str, np.ndarray]
-
 
 class Unloading(Unavailable):
     """This version no longer takes requests; a version that replaced it may (see DataPlane.infer)."""
-
-
-@dataclass
-class RequestTiming:
-    """Where one request's time went (filled on success when the caller asks, e.g. an ensemble)."""
-
-    queue_ns: int = 0
-    compute_input_ns: int = 0
-    compute_infer_ns: int = 0
-    compute_output_ns: int = 0
 
 
 @dataclass(eq=False)
@@ -85,6 +75,7 @@ class Pending:
     failure: str = "BACKEND"  # the failure reason reported if this request fails
     compute_ns: tuple[int, int, int] = (0, 0, 0)  # input, infer, output of the batch it ran in
     timeline: Timeline | None = field(default=None, repr=False)  # filled only for traced requests
+    sink: ResponseSink | None = field(default=None, repr=False)  # a decoupled model's responses go here
 
 
 def batch_signature(inputs: dict[str, np.ndarray], batched: bool) -> tuple:
@@ -141,8 +132,8 @@ def assemble(
     return np.concatenate(parts, out=destination)
 
 
-class Scheduler:
-    """Queues requests for one model version and feeds batches to its instances."""
+class Scheduler(ModelScheduler):
+    """The dynamic batcher: queues requests for one model version and feeds batches to its instances."""
 
     def __init__(
         self, name: str, instances: Sequence[Instance], stats: ModelStats, policy: SchedulingPolicy | None = None
@@ -197,8 +188,12 @@ class Scheduler:
         timeout_us: int | None = None,
         timeline: Timeline | None = None,
         timing: RequestTiming | None = None,
+        sink: ResponseSink | None = None,
     ) -> Outputs:
         """Queue one request and wait for its outputs.
+
+        A decoupled model's request passes a ``sink``: its responses go there as the model sends
+        them, and this returns (no outputs) once the model's ``execute`` has taken the request.
 
         Raises Unavailable at once when the queue of its priority level is full; a cancelled
         caller removes the request from the queue. ``timing``, when given, receives the request's
@@ -224,6 +219,7 @@ class Scheduler:
             level,
             loop.create_future(),
             timeline=timeline,
+            sink=sink,
         )
         if timeline is not None:
             timeline.queue_start = pending.enqueued_ns
@@ -394,13 +390,6 @@ class Scheduler:
         sample = self._runs < INLINE_AFTER_RUNS or self._runs % CPU_SAMPLE_EVERY == 0
         cpu0 = time.thread_time_ns() if sample else 0
         t0 = time.perf_counter_ns()
-        if hasattr(instance, "run_requests"):  # see backends.base.RequestBatches
-            results = instance.run_requests([p.inputs for p in batch], [p.outputs for p in batch])
-            infer_ns = time.perf_counter_ns() - t0
-            for pending in batch:
-                pending.compute_ns = (0, infer_ns, 0)
-            self.stats.record_execution(sum(p.batch_size for p in batch), len(batch), 0, infer_ns, 0)
-            return results
         if len(batch) == 1:
             inputs = batch[0].inputs
             names = batch[0].outputs

@@ -36,6 +36,7 @@ class PythonBackend(Backend):
     platform = "python"
     name = "python"
     default_filename = "model.py"
+    request_batches = True  # execute(requests) answers each request of a batch on its own
 
     def gpu_available(self) -> bool:
         return False  # KIND_AUTO means CPU; a KIND_GPU group still loads (the model decides what it does)
@@ -57,6 +58,11 @@ class PythonBackend(Backend):
             "model_version": version_dir.name,
             "model_name": config.name,
         }
+        if isolation == "process" and config.model_transaction_policy.decoupled:
+            raise ModelLoadError(
+                f"parameter {ISOLATION_PARAMETER}: a decoupled model runs in the server's process; "
+                "'process' isolation is not supported for it"
+            )
         kind = IsolatedInstance if isolation == "process" else InProcessInstance
         try:
             instance = kind(model_file, message_to_dict(config), args, spec)

@@ -14,6 +14,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from . import triton_python_backend_utils as pb_utils
+from .custom_metrics import STORE
 from .runner import Failure, ModelLoadFailure, ModelRunner
 
 
@@ -33,6 +34,10 @@ def serve(conn: Connection) -> int:
     kind, model_file, config, args = conn.recv()
     assert kind == "load"
     pb_utils._install_caller(_parent_caller(conn))
+    STORE.refusal = (
+        "custom metrics (pb_utils.MetricFamily) are not available to an isolated python model "
+        "(FERRY_ISOLATION=process): its values would never reach the server's /metrics"
+    )
     try:
         runner = ModelRunner(model_file, config, args)
     except ModelLoadFailure as exc:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 
 from ferry_client.codec import CodecError, v2_datatype
@@ -19,6 +19,7 @@ from ...types import InferenceRequest, InferenceResponse, RequestedOutput
 from . import triton_python_backend_utils as pb_utils
 
 Infer = Callable[[InferenceRequest], Awaitable[InferenceResponse]]
+Stream = Callable[[InferenceRequest], AsyncGenerator[tuple[InferenceResponse | FerryError, bool], None]]
 
 ALLOW_OPTION = "--allow-python-models (FERRY_ALLOW_PYTHON_MODELS=1)"
 
@@ -39,15 +40,61 @@ class PythonModelHost:
     allowed: bool = False
     infer: Infer | None = None
     loop: asyncio.AbstractEventLoop | None = None
+    stream: Stream | None = None
 
 
 HOST = PythonModelHost()
 
 
-def configure(allowed: bool, infer: Infer | None = None, loop: asyncio.AbstractEventLoop | None = None) -> None:
+def configure(
+    allowed: bool,
+    infer: Infer | None = None,
+    loop: asyncio.AbstractEventLoop | None = None,
+    stream: Stream | None = None,
+) -> None:
     """Called by the server at start: whether Python models may load, and how they reach other models."""
-    HOST.allowed, HOST.infer, HOST.loop = allowed, infer, loop
-    pb_utils._install_caller(call_model, call_model_async)
+    HOST.allowed, HOST.infer, HOST.loop, HOST.stream = allowed, infer, loop, stream
+    pb_utils._install_caller(call_model, call_model_async, call_model_stream)
+
+
+def call_model_stream(request: pb_utils.InferenceRequest) -> Iterator[pb_utils.InferenceResponse]:
+    """``exec(decoupled=True)``: the called model's responses, each as it comes (from a worker thread);
+    the last is empty when the model ended without data, as in Triton."""
+    loop = _server_loop()
+    if _running_loop() is loop:
+        raise pb_utils.TritonModelException("exec() cannot block the server's event loop; use async_exec()")
+    responses = _stream(request)
+    try:
+        while True:
+            try:
+                yield asyncio.run_coroutine_threadsafe(_next(responses), loop).result()
+            except StopAsyncIteration:
+                return
+    finally:  # the model stopped early: cancel the called model's request
+        asyncio.run_coroutine_threadsafe(responses.aclose(), loop).result()
+
+
+async def _next(responses: AsyncGenerator[pb_utils.InferenceResponse, None]) -> pb_utils.InferenceResponse:
+    return await responses.__anext__()
+
+
+async def _stream(request: pb_utils.InferenceRequest) -> AsyncGenerator[pb_utils.InferenceResponse, None]:
+    if HOST.stream is None:
+        raise pb_utils.TritonModelException("exec(decoupled=True) needs a running Ferry server")
+    try:
+        async for item, _final in HOST.stream(server_request(request)):
+            if isinstance(item, FerryError):
+                yield _error_response(item)
+            else:
+                yield pb_utils.InferenceResponse([pb_utils.Tensor(o.name, o.data) for o in item.outputs])
+    except FerryError as exc:
+        yield _error_response(exc)
+    except Exception as exc:  # a failing call fails the caller's response, not the server
+        yield pb_utils.InferenceResponse(error=pb_utils.TritonError(f"{type(exc).__name__}: {exc}"))
+
+
+def _error_response(exc: FerryError) -> pb_utils.InferenceResponse:
+    return pb_utils.InferenceResponse(error=pb_utils.TritonError(exc.message, _CODE_BY_KIND.get(exc.kind, 1)))
 
 
 def call_model(request: pb_utils.InferenceRequest) -> pb_utils.InferenceResponse:
@@ -81,7 +128,7 @@ async def _infer(request: pb_utils.InferenceRequest) -> pb_utils.InferenceRespon
     try:
         response = await HOST.infer(server_request(request))
     except FerryError as exc:
-        return pb_utils.InferenceResponse(error=pb_utils.TritonError(exc.message, _CODE_BY_KIND.get(exc.kind, 1)))
+        return _error_response(exc)
     except Exception as exc:  # a failing call fails the caller's response, not the server
         return pb_utils.InferenceResponse(error=pb_utils.TritonError(f"{type(exc).__name__}: {exc}"))
     return pb_utils.InferenceResponse([pb_utils.Tensor(o.name, o.data) for o in response.outputs])

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from ...response_streams import ResponseSink
 from ..base import InstanceSpec, ModelIO
 from .instance import PythonInstance
 from .runner import Failure, ModelRunner, Outputs
@@ -24,6 +25,11 @@ class InProcessInstance(PythonInstance):
 
     def execute(self, inputs: list[dict[str, np.ndarray]], outputs: list[list[str]]) -> list[Outputs | Failure]:
         return self.runner.execute(inputs, outputs)
+
+    def execute_decoupled(
+        self, inputs: list[dict[str, np.ndarray]], outputs: list[list[str]], sinks: list[ResponseSink | None]
+    ) -> list[Outputs | Failure]:
+        return self.runner.execute_decoupled(inputs, outputs, sinks)
 
     def close(self) -> None:
         self.runner.finalize()

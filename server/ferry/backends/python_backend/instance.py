@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import ErrorKind, FerryError
+from ...response_streams import ResponseSink
 from ..base import InstanceSpec, ModelIO
 from .runner import Failure, Outputs
 
@@ -25,9 +26,21 @@ class PythonInstance:
     def close(self) -> None:
         raise NotImplementedError
 
-    def run_requests(self, inputs: list[dict[str, np.ndarray]], outputs: list[list[str]]) -> list[Outputs | FerryError]:
-        """One batch as the scheduler formed it: one result per request, an error fails only its request."""
-        return [as_error(r) if isinstance(r, Failure) else r for r in self.execute(inputs, outputs)]
+    def run_requests(
+        self,
+        inputs: list[dict[str, np.ndarray]],
+        outputs: list[list[str]],
+        sinks: list[ResponseSink | None] | None = None,
+    ) -> list[Outputs | FerryError]:
+        """One batch as the scheduler formed it: one result per request, an error fails only its request.
+        A decoupled model's requests come with ``sinks`` that its responses go to."""
+        results = self.execute(inputs, outputs) if sinks is None else self.execute_decoupled(inputs, outputs, sinks)
+        return [as_error(r) if isinstance(r, Failure) else r for r in results]
+
+    def execute_decoupled(
+        self, inputs: list[dict[str, np.ndarray]], outputs: list[list[str]], sinks: list[ResponseSink | None]
+    ) -> list[Outputs | Failure]:
+        return [Failure("decoupled responses need a python model in the server's process")] * len(inputs)
 
     def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
         (result,) = self.run_requests([inputs], [outputs])

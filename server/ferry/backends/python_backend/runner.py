@@ -9,6 +9,7 @@ response is checked (count, names, datatypes, batch size) and turned into numpy 
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib.util
 import inspect
 import itertools
@@ -23,6 +24,8 @@ import numpy as np
 
 from ferry_client.codec import datatype_from_config, numpy_dtype
 
+from ...errors import ErrorKind, FerryError
+from ...response_streams import StreamedResponse
 from . import triton_python_backend_utils as pb_utils
 
 UTILS_MODULE = "triton_python_backend_utils"
@@ -145,6 +148,73 @@ class ModelRunner:
             for response, request, names in zip(responses, inputs, outputs, strict=True)
         ]
 
+    def execute_decoupled(
+        self, inputs: list[dict[str, np.ndarray]], outputs: list[list[str]], sinks: list[Any]
+    ) -> list[Outputs | Failure]:
+        """Run one batch of a decoupled model: each request gets a response sender whose responses
+        go to that request's sink (a ``response_streams.ResponseStream``), now or later, from any
+        thread. Returns once ``execute`` has returned: ``{}`` for a request that is answered through
+        its sender, a Failure for one that ``execute`` failed before anything was sent."""
+        requests = []
+        for request, names, sink in zip(inputs, outputs, sinks, strict=True):
+            call = pb_utils.InferenceRequest(
+                model_name=self.name,
+                inputs=[pb_utils.Tensor(name, array) for name, array in request.items()],
+                requested_output_names=names,
+            )
+            call._sender = pb_utils.InferenceResponseSender(
+                self._deliverer(sink, request, names), functools.partial(getattr, sink, "cancelled")
+            )
+            requests.append(call)
+        try:
+            returned = self._call_execute(requests)
+        except BaseException as exc:
+            return self._end_unanswered(
+                requests, sinks, f"python model '{self.name}' execute() raised {_describe(exc)}"
+            )
+        if returned is not None:
+            return self._end_unanswered(
+                requests,
+                sinks,
+                f"python model '{self.name}' is decoupled: execute() must return None and send responses "
+                f"through request.get_response_sender() (it returned {type(returned).__name__})",
+            )
+        return [{} for _ in requests]
+
+    def _deliverer(self, sink: Any, inputs: dict[str, np.ndarray], names: list[str]) -> Any:
+        def deliver(response: pb_utils.InferenceResponse | None, final: bool) -> None:
+            if response is None:
+                sink.put(StreamedResponse({}, None, final))
+                return
+            checked = self._check(response, inputs, names)
+            if isinstance(checked, Failure):
+                sink.put(StreamedResponse({}, FerryError(checked.message, ErrorKind[checked.kind]), final))
+            else:
+                sink.put(StreamedResponse(checked, None, final))
+
+        return deliver
+
+    @staticmethod
+    def _end_unanswered(
+        requests: list[pb_utils.InferenceRequest], sinks: list[Any], message: str
+    ) -> list[Outputs | Failure]:
+        """execute() failed: a request with no response yet fails; one already streaming ends with the error."""
+        results: list[Outputs | Failure] = []
+        for request, sink in zip(requests, sinks, strict=True):
+            sender = request._sender
+            assert sender is not None
+            with sender._lock:  # no send slips in between the check and the close
+                unanswered = sink.responses == 0 and not sender.closed
+                if unanswered:
+                    sender._closed = True  # later sends from the model's threads are refused
+            if unanswered:
+                results.append(Failure(message))
+                continue
+            if not sink.finished:
+                sink.put(StreamedResponse({}, FerryError(message), final=True))
+            results.append({})
+        return results
+
     def _call_execute(self, requests: list[pb_utils.InferenceRequest]) -> Any:
         if not self._async:
             return self.model.execute(requests)
@@ -165,18 +235,18 @@ class ModelRunner:
         result: Outputs = {}
         for name in names:
             if name not in given:
-                return Failure(
-                    f"python model '{self.name}' gave no output '{name}' (it gave: {', '.join(given) or 'none'})"
-                )
+                continue  # as Triton: the outputs that exist go back; a caller that asked for this one fails
             array = given[name]
             expected = self.output_dtypes.get(name)
             if expected is not None and expected.kind == "O" and array.dtype.kind in ("S", "O"):
                 array = array.astype(object, copy=False)
-            elif expected is not None and array.dtype != expected:
+            elif expected is not None and array.dtype != expected and not _fits(array, expected):
                 return Failure(
                     f"python model '{self.name}' output '{name}' has numpy dtype {array.dtype}, "
                     f"but the config declares {expected}"
                 )
+            if expected is not None and array.dtype != expected and expected.kind != "O":
+                array = array.astype(expected)  # every value fits (np.array([3]) is int64; the config says INT32)
             if batch is not None and array.shape[:1] != (batch,):
                 return Failure(
                     f"python model '{self.name}' output '{name}' has shape {list(array.shape)}; "
@@ -205,6 +275,15 @@ def _output_dtypes(config: dict[str, Any]) -> dict[str, np.dtype]:
         except (KeyError, ValueError):
             continue
     return dtypes
+
+
+def _fits(array: np.ndarray, dtype: np.dtype) -> bool:
+    """Whether a numeric output converts to the declared numeric type without changing a value
+    (Triton's own examples return ``np.array([n])``, int64, for an INT32 output)."""
+    if array.dtype.kind not in "biuf" or dtype.kind not in "biuf":
+        return False
+    with np.errstate(all="ignore"):
+        return bool(np.array_equal(array.astype(dtype), array))
 
 
 def _describe(exc: BaseException) -> str:

@@ -12,12 +12,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+import threading
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
 from ferry_client.codec import decode_bytes_elements, encode_bytes_elements
+
+from .custom_metrics import Metric, MetricFamily  # noqa: F401 - Triton models use pb_utils.MetricFamily
 
 _log = logging.getLogger("ferry.python_model")
 
@@ -210,14 +213,18 @@ class InferenceResponse:
 #: Runs a call to another model. Installed by the host (see ``python_backend.calls``).
 Caller = Callable[["InferenceRequest"], InferenceResponse]
 AsyncCaller = Callable[["InferenceRequest"], Awaitable[InferenceResponse]]
+StreamCaller = Callable[["InferenceRequest"], Iterator[InferenceResponse]]
 _caller: Caller | None = None
 _async_caller: AsyncCaller | None = None
+_stream_caller: StreamCaller | None = None
 
 
-def _install_caller(caller: Caller | None, async_caller: AsyncCaller | None = None) -> None:
+def _install_caller(
+    caller: Caller | None, async_caller: AsyncCaller | None = None, stream_caller: StreamCaller | None = None
+) -> None:
     """Set how ``exec`` and ``async_exec`` reach other models (called by Ferry, not by models)."""
-    global _caller, _async_caller
-    _caller, _async_caller = caller, async_caller
+    global _caller, _async_caller, _stream_caller
+    _caller, _async_caller, _stream_caller = caller, async_caller, stream_caller
 
 
 class InferenceRequest:
@@ -225,7 +232,7 @@ class InferenceRequest:
 
     def __init__(
         self,
-        model_name: str = "",
+        model_name: str | bytes = "",
         inputs: Sequence[Tensor] = (),
         requested_output_names: Sequence[str] = (),
         request_id: str = "",
@@ -237,7 +244,8 @@ class InferenceRequest:
         preferred_memory: Any = None,
         trace: Any = None,
     ) -> None:
-        self.model_name = model_name
+        # Triton accepts the name as bytes too (models written for Python 2 era APIs pass b"name")
+        self.model_name = model_name.decode() if isinstance(model_name, (bytes, bytearray)) else model_name
         self.model_version = model_version
         self._inputs = list(inputs)
         self._requested = list(requested_output_names)
@@ -246,6 +254,7 @@ class InferenceRequest:
         self._flags = flags
         self._timeout = timeout
         self._parameters = json.loads(parameters) if isinstance(parameters, str) else dict(parameters or {})
+        self._sender: InferenceResponseSender | None = None  # set by Ferry for a decoupled model's requests
 
     def inputs(self) -> list[Tensor]:
         return self._inputs
@@ -269,26 +278,76 @@ class InferenceRequest:
         return json.dumps(self._parameters)
 
     def is_cancelled(self) -> bool:
-        return False
+        """Whether the client gave up on this (decoupled) request: stop sending."""
+        return self._sender is not None and self._sender.is_cancelled()
 
-    def get_response_sender(self) -> Any:
-        raise TritonModelException("decoupled responses are not supported by Ferry's Python models")
+    def get_response_sender(self) -> InferenceResponseSender:
+        """The sender of a decoupled model's responses to this request (any number, from any thread)."""
+        if self._sender is None:
+            raise TritonModelException(
+                "get_response_sender() needs a decoupled model: set 'model_transaction_policy { decoupled: true }'"
+            )
+        return self._sender
 
-    def exec(self, decoupled: bool = False) -> InferenceResponse:
-        """Run this request on another model of the server and wait; errors come back in the response."""
+    def exec(self, decoupled: bool = False) -> Any:
+        """Run this request on another model of the server and wait; errors come back in the response.
+
+        With ``decoupled=True``: an iterator over the called model's responses as they come (the
+        last one is flagged final; an empty one when the model ended without data)."""
         if decoupled:
-            raise TritonModelException("exec(decoupled=True) is not supported by Ferry")
+            if _stream_caller is None:
+                raise TritonModelException(
+                    "InferenceRequest.exec(decoupled=True) needs a python model running in a Ferry server's process"
+                )
+            return _stream_caller(self)
         if _caller is None:
             raise TritonModelException("InferenceRequest.exec() is only available inside a running Ferry server")
         return _caller(self)
 
-    def async_exec(self, decoupled: bool = False) -> Awaitable[InferenceResponse]:
-        """Like :meth:`exec`, as an awaitable for ``async def execute``."""
+    def async_exec(self, decoupled: bool = False) -> Awaitable[Any]:
+        """Like :meth:`exec`, as an awaitable for ``async def execute`` (decoupled: all responses, in order)."""
         if decoupled:
-            raise TritonModelException("async_exec(decoupled=True) is not supported by Ferry")
+            return asyncio.get_running_loop().run_in_executor(None, lambda: list(self.exec(decoupled=True)))
         if _async_caller is not None:
             return _async_caller(self)
         return asyncio.get_running_loop().run_in_executor(None, self.exec)
+
+
+class InferenceResponseSender:
+    """Sends a decoupled model's responses to one request (Triton's ``InferenceResponseSender``).
+
+    ``send(response, flags)``: any number of responses, from any thread; the one sent with
+    ``TRITONSERVER_RESPONSE_COMPLETE_FINAL`` (with or without a response) ends the request, and the
+    sender is closed after it."""
+
+    def __init__(
+        self, deliver: Callable[[InferenceResponse | None, bool], None], cancelled: Callable[[], bool]
+    ) -> None:
+        self._deliver = deliver
+        self._cancelled = cancelled
+        self._closed = False
+        self._lock = threading.Lock()
+
+    def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
+        final = bool(flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        if response is None and not final:
+            raise TritonModelException(
+                "send(): a response is required unless flags is TRITONSERVER_RESPONSE_COMPLETE_FINAL"
+            )
+        if response is not None and not isinstance(response, InferenceResponse):
+            raise TritonModelException(f"send(): expected an InferenceResponse, got {type(response).__name__}")
+        with self._lock:  # one response at a time, in the order the model sends them
+            if self._closed:
+                raise TritonModelException("Unable to send response. Response sender has been closed.")
+            self._closed = final
+            self._deliver(response, final)
+
+    def is_cancelled(self) -> bool:
+        return self._cancelled()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
 
 class ModelConfig:
@@ -380,3 +439,8 @@ def get_input_config_by_name(model_config: dict[str, Any], name: str) -> dict[st
 
 def get_output_config_by_name(model_config: dict[str, Any], name: str) -> dict[str, Any] | None:
     return next((t for t in model_config.get("output", []) if t.get("name") == name), None)
+
+
+def using_decoupled_model_transaction_policy(model_config: dict[str, Any]) -> bool:
+    """Whether the model config (as ``initialize`` gets it, parsed) makes the model decoupled."""
+    return bool(model_config.get("model_transaction_policy", {}).get("decoupled", False))

@@ -19,7 +19,7 @@ from google.protobuf.message import Message
 from ferry_client.codec import datatype_from_config
 from ferry_client.protocol import model_config_pb2 as mc
 
-from ...backends.base import InstanceSpec, ModelIO, TensorInfo, config_parameter
+from ...backends.base import Backend, InstanceSpec, ModelIO, TensorInfo, config_parameter
 from ...errors import ModelLoadError
 from . import STEP_PARAMETER
 
@@ -85,7 +85,7 @@ def _io(config: mc.ModelConfig) -> ModelIO:
     return ModelIO([info(t) for t in config.input], [info(t) for t in config.output])
 
 
-class VisionStepBackend:
+class VisionStepBackend(Backend):
     """Creates vision step instances (``backend: "ferry_vision"``)."""
 
     platform = PLATFORM

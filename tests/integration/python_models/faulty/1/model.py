@@ -22,7 +22,7 @@ class TritonPythonModel:
                     pb_utils.InferenceResponse(error=pb_utils.TritonError("two", pb_utils.TritonError.INVALID_ARG))
                 )
                 continue
-            y = x.astype(np.float64) if (x == 4).any() else x
+            y = x.astype(np.float64) + 0.5 if (x == 4).any() else x  # no INT32 can hold 4.5
             pid = np.full(x.shape, os.getpid(), np.int64)
             responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", y), pb_utils.Tensor("PID", pid)]))
         return responses

@@ -1,4 +1,4 @@
-"""``/classify`` and ``/detect`` on an ensemble that ends in vision steps.
+"""Post-stage: ``/classify`` and ``/detect`` results from an ensemble that ends in vision steps.
 
 The ensemble takes the encoded images as its one BYTES input. ``/detect`` reads the detection
 step's outputs (``num_detections``, ``detection_boxes``, ``detection_scores``,
@@ -11,14 +11,18 @@ on those ensemble outputs.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidArgument
-from ..pipelines.detection import Detection
-from ..repository.model import ModelVersion
+from ...errors import InvalidArgument
+from ...pipelines.detection import Detection
+from ...pipelines.preprocess import ImageTransform
+from ...repository.model import ModelVersion
+from ...types import InferenceRequest
+from .encoded_images import encoded_images_request
 
 DETECTION_OUTPUTS = ("num_detections", "detection_boxes", "detection_scores", "detection_classes")
 CLASS_OUTPUTS = ("CLASS_IDS", "SCORES")
@@ -31,39 +35,40 @@ class CascadeDetection(Detection):
     classes: list[dict[str, Any]] = field(default_factory=list)
 
 
-async def run_image_ensemble(model: ModelVersion, images: list[bytes], task: str, options: dict[str, Any]) -> list[Any]:
-    """Per-image results of an image ensemble, in the shapes the image endpoints return."""
-    needed = DETECTION_OUTPUTS if task == "detect" else CLASS_OUTPUTS
-    missing = [name for name in needed if name not in model.outputs]
-    if missing:
-        raise InvalidArgument(
-            f"ensemble '{model.name}' has no output {', '.join(repr(m) for m in missing)} for /{task}"
-        )
-    overrides = [key for key, value in options.items() if value is not None]
-    if overrides:
-        raise InvalidArgument(
-            f"ensemble '{model.name}': {', '.join(overrides)} is set by its steps' configs, not per request"
-        )
-    if task == "classify" and "CROP_IMAGE_INDEX" in model.outputs:
-        raise InvalidArgument(f"ensemble '{model.name}' classifies detections (a cascade); use /detect")
-    image_inputs = [spec for spec in model.inputs.values() if spec.datatype == "BYTES"]
-    if len(model.inputs) != 1 or not image_inputs:
-        raise InvalidArgument(f"ensemble '{model.name}' does not take encoded images as its one BYTES input")
-    spec = image_inputs[0]
-    assert model.scheduler is not None
-    chunk = model.max_batch_size or len(images)
-    results: list[Any] = []
-    for start in range(0, len(images), chunk):
-        part = images[start : start + chunk]
-        array = np.empty(len(part), dtype=object)
-        array[:] = part
-        shape = (len(part), *spec.dims) if model.max_batch_size else (len(part), *spec.dims[1:])
-        outputs = await model.scheduler.submit({spec.name: array.reshape(shape)}, list(model.outputs), len(part))
-        if task == "detect":
-            results.extend(_detections(model, outputs))
-        else:
-            results.extend(_classes(model, outputs["CLASS_IDS"], outputs["SCORES"], "CLASS_IDS"))
-    return results
+class EnsembleImages:
+    """``/classify`` or ``/detect`` on an ensemble whose outputs name an image task (see the module)."""
+
+    cheap = True  # the steps did the work: this only reads their output rows
+
+    def __init__(self, model: ModelVersion, task: str, options: dict[str, Any]) -> None:
+        needed = DETECTION_OUTPUTS if task == "detect" else CLASS_OUTPUTS
+        missing = [name for name in needed if name not in model.outputs]
+        if missing:
+            raise InvalidArgument(
+                f"ensemble '{model.name}' has no output {', '.join(repr(m) for m in missing)} for /{task}"
+            )
+        overrides = [key for key, value in options.items() if value is not None]
+        if overrides:
+            raise InvalidArgument(
+                f"ensemble '{model.name}': {', '.join(overrides)} is set by its steps' configs, not per request"
+            )
+        if task == "classify" and "CROP_IMAGE_INDEX" in model.outputs:
+            raise InvalidArgument(f"ensemble '{model.name}' classifies detections (a cascade); use /detect")
+        image_inputs = [spec for spec in model.inputs.values() if spec.datatype == "BYTES"]
+        if len(model.inputs) != 1 or not image_inputs:
+            raise InvalidArgument(f"ensemble '{model.name}' does not take encoded images as its one BYTES input")
+        self.model = model
+        self.task = task
+        self.input = image_inputs[0]
+        self.outputs = list(model.outputs)
+
+    def request(self, model: ModelVersion, images: list[bytes], parameters: dict[str, Any]) -> InferenceRequest:
+        return encoded_images_request(model, self.input, images, parameters)
+
+    def __call__(self, outputs: dict[str, np.ndarray], transforms: Sequence[ImageTransform]) -> list[Any]:
+        if self.task == "detect":
+            return _detections(self.model, outputs)
+        return _classes(self.model, outputs["CLASS_IDS"], outputs["SCORES"], "CLASS_IDS")
 
 
 def _classes(model: ModelVersion, ids: np.ndarray, scores: np.ndarray, output: str) -> list[list[dict[str, Any]]]:
@@ -92,7 +97,7 @@ def _detections(model: ModelVersion, outputs: dict[str, np.ndarray]) -> list[lis
             class_id = int(outputs["detection_classes"][image, row])
             found.append(
                 CascadeDetection(
-                    box=tuple(float(v) for v in outputs["detection_boxes"][image, row]),  # type: ignore[arg-type]
+                    box=_box(outputs["detection_boxes"][image, row]),
                     score=float(outputs["detection_scores"][image, row]),
                     class_id=class_id,
                     label=labels[class_id] if labels and 0 <= class_id < len(labels) else None,
@@ -106,3 +111,8 @@ def _detections(model: ModelVersion, outputs: dict[str, np.ndarray]) -> list[lis
 def _rows(array: np.ndarray) -> np.ndarray:
     """One row per item (also for zero items, where reshape(-1) cannot infer the width)."""
     return array.reshape(array.shape[0], math.prod(array.shape[1:]))
+
+
+def _box(row: np.ndarray) -> tuple[float, float, float, float]:
+    x1, y1, x2, y2 = (float(v) for v in row)
+    return x1, y1, x2, y2

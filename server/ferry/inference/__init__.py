@@ -1,0 +1,6 @@
+"""The inference core: one path for every request, whatever door it came through.
+
+``path.RequestPath`` is that path (resolve → validate → pre-stages → schedule → post-stages);
+``stages/`` holds each stage a model's config attaches (image input, classification, detection,
+an ensemble's image results); ``validation`` checks requests against a model's config.
+"""

@@ -1,0 +1,244 @@
+"""The one request path: resolve → validate → pre-stages → schedule → post-stages.
+
+Every door comes through here: V2 infer (tensors or encoded images, REST or gRPC), ``/classify``,
+``/detect`` and ``/embed``, a Python model's ``InferenceRequest.exec()`` (which is a V2 infer), and the image
+tasks of ensembles. So validation, tracing, the ``priority`` and ``timeout`` parameters, the
+statistics and the reload retry hold on every path. The data plane adds what is protocol-level
+around it (shared memory, the response cache, response encoding).
+
+One request may need several executions: images beyond ``max_batch_size`` on the image endpoints,
+or several images for a model that cannot batch. Each execution is validated, traced and queued
+like a request of its own, and its post-stage runs in the worker pool on its whole batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from ..errors import InvalidArgument
+from ..pipelines.preprocess import ImageTransform
+from ..pipelines.slices import ImageWork
+from ..repository.manager import ModelManager
+from ..repository.model import ModelVersion
+from ..response_streams import ResponseSink
+from ..scheduling.scheduler import Unloading
+from ..scheduling.timeline import Timeline
+from ..types import InferenceRequest
+from .stages import PostStage
+from .stages.image_input import ImageInput
+from .validation import as_batch_of_one, check_requested_outputs, engine_output, int_parameter, validate_inputs
+
+Outputs = dict[str, np.ndarray]
+
+
+class Traced(Protocol):
+    """A request chosen for tracing: the scheduler fills its timeline."""
+
+    @property
+    def timeline(self) -> Timeline: ...
+
+
+class Tracing(Protocol):
+    """Where traced requests go (the trace extension's ``RequestTracing``)."""
+
+    def start(self, model: str, request_id: str) -> Traced | None: ...
+
+    def finish(self, handle: Any, version: str, error: str = "") -> None: ...
+
+
+@dataclass(slots=True)
+class Part:
+    """One execution's outputs (config dims), its images' transforms, and its post-stage's result."""
+
+    outputs: Outputs
+    transforms: list[ImageTransform]
+    batch_size: int
+    post: Any = None
+
+
+@dataclass(slots=True)
+class Executed:
+    """What a request's executions returned, and the version that served the last of them (a
+    reload may have handed the request to the version that replaced the one resolved)."""
+
+    model: ModelVersion
+    parts: list[Part]
+
+    def tensors(self) -> tuple[Outputs, int]:
+        """The outputs joined along the image axis, with the batch size (the executions' count
+        when there were several, each a batch of one)."""
+        if len(self.parts) == 1:
+            return self.parts[0].outputs, self.parts[0].batch_size
+        joined = {name: np.concatenate([p.outputs[name] for p in self.parts]) for name in self.parts[0].outputs}
+        return joined, len(self.parts)
+
+    def post_tensors(self) -> Outputs:
+        """The post-stages' tensors (one dict per execution) joined along the image axis."""
+        if len(self.parts) == 1:
+            return dict(self.parts[0].post)
+        return {name: np.concatenate([p.post[name] for p in self.parts]) for name in self.parts[0].post}
+
+    def results(self) -> list[Any]:
+        """The post-stages' per-image results, in image order."""
+        return [result for part in self.parts for result in part.post]
+
+
+class RequestPath:
+    """Runs requests on the models of ``manager``; pre- and post-stages use ``pool``."""
+
+    def __init__(self, manager: ModelManager, tracing: Tracing, pool: Executor, image_share: int) -> None:
+        self.manager = manager
+        self.tracing = tracing
+        self.pool = pool
+        self.image_work = ImageWork()
+        self.image_input = ImageInput(pool, image_share, self.image_work)
+
+    def resolve(self, name: str, version: str = "") -> ModelVersion:
+        return self.manager.get(name, version)
+
+    async def run(
+        self,
+        model: ModelVersion,
+        request: InferenceRequest,
+        names: list[str],
+        post: PostStage | None = None,
+        split: bool = False,
+        sink: ResponseSink | None = None,
+    ) -> Executed:
+        """Run ``request`` on ``model`` for outputs ``names``, then ``post`` on each execution.
+
+        ``split``: images beyond ``max_batch_size`` become several executions (the image
+        endpoints); otherwise that is the caller's error (V2 infer). ``sink``: a decoupled model's
+        responses go there (tensors only); the outputs returned are then empty.
+        """
+        if sink is not None or (post is None and not split and not self.image_input.applies(model, request)):
+            served, outputs, batch_size = await self._schedule(model, request, names, sink)
+            return Executed(served, [Part(outputs, [], batch_size)])
+        executions, transforms, decoded = await self._pre_stages(model, request, split)
+        # A model that cannot batch gets an image axis on each execution's outputs where the
+        # images are joined or handed to a post-stage (a declared leading 1 already is that axis).
+        image_axis = decoded and model.max_batch_size == 0 and (len(executions) > 1 or post is not None)
+        parts = []
+        for images, one in executions:
+            model, outputs, batch_size = await self._schedule(model, one, names)
+            if image_axis:
+                outputs = {name: as_batch_of_one(array) for name, array in outputs.items()}
+            part = Part(outputs, transforms[images], batch_size)
+            if post is not None and post.cheap:
+                part.post = post(part.outputs, part.transforms)
+            elif post is not None:
+                part.post = await asyncio.get_running_loop().run_in_executor(
+                    self.pool, post, part.outputs, part.transforms
+                )
+            parts.append(part)
+        return Executed(model, parts)
+
+    # --- pre-stages -------------------------------------------------------------------------------
+
+    async def _pre_stages(
+        self, model: ModelVersion, request: InferenceRequest, split: bool
+    ) -> tuple[list[tuple[slice, InferenceRequest]], list[ImageTransform], bool]:
+        """The request's executions (which images each holds, and its request), the images'
+        transforms, and whether encoded images were decoded into the model's input."""
+        if not self.image_input.applies(model, request):
+            return self._split(model, request) if split else [(slice(0, 0), request)], [], False
+        pipeline = model.pipeline
+        assert pipeline is not None and pipeline.spec is not None
+        try:
+            prepared = await self.image_input(model, request, whole=not split)
+        except InvalidArgument:
+            _record_invalid(model)
+            raise
+        name = pipeline.input_name
+        datatypes = {**request.input_datatypes, name: pipeline.spec.datatype}
+        executions = [
+            (images, dataclasses.replace(request, inputs={**request.inputs, name: tensor}, input_datatypes=datatypes))
+            for images, tensor in pipeline.executions(prepared.batch)
+        ]
+        return executions, prepared.transforms, True
+
+    @staticmethod
+    def _split(model: ModelVersion, request: InferenceRequest) -> list[tuple[slice, InferenceRequest]]:
+        """A batched request beyond ``max_batch_size`` as executions of at most that many items."""
+        limit = model.max_batch_size
+        items = min((array.shape[0] for array in request.inputs.values() if array.ndim), default=0)
+        if limit <= 0 or items <= limit:
+            return [(slice(0, 0), request)]
+        return [
+            (
+                slice(0, 0),
+                dataclasses.replace(
+                    request, inputs={name: array[start : start + limit] for name, array in request.inputs.items()}
+                ),
+            )
+            for start in range(0, items, limit)
+        ]
+
+    # --- validate and schedule --------------------------------------------------------------------
+
+    async def _schedule(
+        self, model: ModelVersion, request: InferenceRequest, names: Sequence[str], sink: ResponseSink | None = None
+    ) -> tuple[ModelVersion, Outputs, int]:
+        """Validate one execution, queue it on the model's scheduler (traced) and return its
+        outputs in the config's dims, with the version that ran it and the batch size."""
+        try:
+            inputs, batch_size = validate_inputs(model, request)
+            check_requested_outputs(model, request)
+            priority = int_parameter(request, "priority")
+            timeout_us = int_parameter(request, "timeout")
+        except InvalidArgument:
+            _record_invalid(model)
+            raise
+        trace = self.tracing.start(model.name, request.id)
+        timeline = trace.timeline if trace else None
+        try:
+            served, results = await self._submit(
+                model, request.model_version, sink, inputs, list(names), batch_size, priority, timeout_us, timeline
+            )
+        except Exception as exc:
+            if trace:
+                self.tracing.finish(trace, str(model.version), error=str(exc) or type(exc).__name__)
+            raise
+        if trace:
+            self.tracing.finish(trace, str(served.version))
+        batched = model.max_batch_size > 0
+        outputs = {k: engine_output(model.outputs[k], v, batch_size, batched) for k, v in results.items()}
+        return served, outputs, batch_size
+
+    async def _submit(
+        self,
+        model: ModelVersion,
+        version: str,
+        sink: ResponseSink | None,
+        inputs: Outputs,
+        names: list[str],
+        batch_size: int,
+        priority: int | None,
+        timeout_us: int | None,
+        timeline: Timeline | None,
+    ) -> tuple[ModelVersion, dict[str, np.ndarray]]:
+        """Queue on ``model``'s scheduler; if a reload retired that version since it was looked up
+        (while images decoded, say), queue on the version that replaced it, so reloads drop nothing."""
+        try:
+            return model, await model.scheduler.submit(
+                inputs, names, batch_size, priority, timeout_us, timeline, sink=sink
+            )
+        except Unloading:
+            replacement = self.manager.get(model.name, version)  # raises when nothing replaced it
+            if replacement is model:
+                raise
+            return replacement, await replacement.scheduler.submit(
+                inputs, names, batch_size, priority, timeout_us, timeline, sink=sink
+            )
+
+
+def _record_invalid(model: ModelVersion) -> None:
+    """A request refused as invalid counts as a failure of the model it was for (as Triton)."""
+    model.stats.record_failure(0, "OTHER")

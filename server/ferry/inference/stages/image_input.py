@@ -1,0 +1,57 @@
+"""Pre-stage: encoded images (BYTES) sent to an image model's tensor input become its
+pre-processed batch, decoded in the worker pool a few images at a time (``pipelines.slices``)."""
+
+from __future__ import annotations
+
+from concurrent.futures import Executor
+
+import numpy as np
+
+from ...errors import InvalidArgument
+from ...pipelines.runtime import Prepared
+from ...pipelines.slices import ImageWork, prepare_in_slices
+from ...repository.model import ModelVersion
+from ...types import InferenceRequest
+
+
+class ImageInput:
+    """Decodes and pre-processes a request's encoded images on a shared pool, fair between requests."""
+
+    def __init__(self, pool: Executor, share: int, work: ImageWork) -> None:
+        self.pool = pool
+        self.share = share  # pool tasks one request may occupy at once
+        self.work = work
+
+    @staticmethod
+    def applies(model: ModelVersion, request: InferenceRequest) -> bool:
+        """Whether the request sends encoded images where the model's pipeline expects a tensor."""
+        pipeline = model.pipeline
+        if pipeline is None or pipeline.spec is None:
+            return False
+        name = pipeline.input_name
+        return request.input_datatypes.get(name) == "BYTES" and model.inputs[name].datatype != "BYTES"
+
+    async def __call__(self, model: ModelVersion, request: InferenceRequest, whole: bool) -> Prepared:
+        """The request's images decoded into one batch, with each image's transform.
+
+        ``whole``: the images must fit one execution (V2 infer: more than ``max_batch_size`` is the
+        caller's error, refused before a single image is decoded); otherwise the path splits them.
+        """
+        pipeline = model.pipeline
+        assert pipeline is not None
+        name = pipeline.input_name
+        encoded = request.inputs[name]
+        if encoded.ndim not in (1, 2) or (encoded.ndim == 2 and encoded.shape[1] != 1):
+            raise InvalidArgument(
+                f"input '{name}': encoded images must have shape [N] or [N, 1], got {list(encoded.shape)}"
+            )
+        count = encoded.shape[0]
+        if whole and model.max_batch_size > 0 and count > model.max_batch_size:
+            raise InvalidArgument(
+                f"input '{name}': {count} images exceed the max_batch_size {model.max_batch_size} "
+                f"of model '{model.name}'"
+            )
+        images: list[bytes] = list(np.asarray(encoded).reshape(-1))
+        prepared = await prepare_in_slices(self.pool, self.share, pipeline, images, self.work)
+        model.stats.record_images(len(images), prepared.decode_ns, prepared.preprocess_ns)
+        return prepared

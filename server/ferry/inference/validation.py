@@ -1,0 +1,106 @@
+"""Requests checked against a model's config, and tensors moved between the config's and the engine's shapes."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import InvalidArgument
+from ..repository.model import ModelVersion
+from ..types import InferenceRequest, TensorSpec
+
+
+def int_parameter(request: InferenceRequest, key: str) -> int | None:
+    """A non-negative integer request parameter (``priority``, ``timeout``), or None when absent."""
+    value = request.parameters.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidArgument(f"request parameter '{key}' must be a non-negative integer, got {value!r}")
+    return value
+
+
+def check_requested_outputs(model: ModelVersion, request: InferenceRequest) -> None:
+    """Every output the request names is one the model produces."""
+    for output in request.outputs or ():
+        if output.name not in model.outputs:
+            raise InvalidArgument(
+                f"unexpected inference output '{output.name}' for model '{model.name}' "
+                f"(outputs: {', '.join(model.outputs)})"
+            )
+
+
+def engine_input(spec: TensorSpec, array: np.ndarray, batched: bool) -> np.ndarray:
+    """An input as the engine takes it: Triton's ``reshape`` applied (the batch dim kept)."""
+    if spec.reshape is None:
+        return array
+    return array.reshape((array.shape[0], *spec.reshape) if batched else spec.reshape)
+
+
+def engine_output(spec: TensorSpec, array: np.ndarray, batch_size: int, batched: bool) -> np.ndarray:
+    """An output as the config declares it: the engine's shape undone when ``reshape`` is set."""
+    if spec.reshape is None:
+        return array
+    return array.reshape((batch_size, *spec.dims) if batched else spec.dims)
+
+
+def as_batch_of_one(array: np.ndarray) -> np.ndarray:
+    """One execution's output of a model that cannot batch, with a leading image axis of 1: a
+    declared leading 1 (output ``[1, K]``) already is that axis."""
+    return array if array.ndim > 1 and array.shape[0] == 1 else array[np.newaxis]
+
+
+def _dims_match(shape: tuple[int, ...], dims: tuple[int, ...]) -> bool:
+    return len(shape) == len(dims) and all(d == -1 or d == s for s, d in zip(shape, dims, strict=False))
+
+
+def validate_inputs(model: ModelVersion, request: InferenceRequest) -> tuple[dict[str, np.ndarray], int]:
+    """Check request inputs against the config; returns the engine's inputs and the batch size."""
+    for name in request.inputs:
+        if name not in model.inputs:
+            raise InvalidArgument(
+                f"unexpected inference input '{name}' for model '{model.name}' (inputs: {', '.join(model.inputs)})"
+            )
+    missing = [n for n, s in model.inputs.items() if n not in request.inputs and not s.optional]
+    if missing:
+        raise InvalidArgument(
+            f"model '{model.name}' expects {len(model.inputs)} inputs but the request has "
+            f"{len(request.inputs)}: missing input {', '.join(repr(m) for m in missing)}"
+        )
+    batched = model.max_batch_size > 0
+    batch_size = 1
+    batch_sizes: dict[str, int] = {}
+    prepared: dict[str, np.ndarray] = {}
+    for name, array in request.inputs.items():
+        spec = model.inputs[name]
+        datatype = request.input_datatypes.get(name, spec.datatype)
+        if datatype != spec.datatype:
+            raise InvalidArgument(
+                f"input '{name}' of model '{model.name}': expected datatype {spec.datatype}, got {datatype}"
+            )
+        shape = tuple(array.shape)
+        if batched:
+            if len(shape) != len(spec.dims) + 1 or not _dims_match(shape[1:], spec.dims):
+                raise InvalidArgument(
+                    f"input '{name}' of model '{model.name}': expected shape {[-1, *spec.dims]} "
+                    f"(batch first), got {list(shape)}"
+                )
+            if shape[0] < 1 or shape[0] > model.max_batch_size:
+                raise InvalidArgument(
+                    f"input '{name}': batch size {shape[0]} is outside 1..{model.max_batch_size}, "
+                    f"the max_batch_size of model '{model.name}'"
+                )
+            batch_sizes[name] = shape[0]
+        elif not _dims_match(shape, spec.dims):
+            raise InvalidArgument(
+                f"input '{name}' of model '{model.name}': expected shape {list(spec.dims)}, got {list(shape)}"
+            )
+        prepared[name] = engine_input(spec, array, batched)
+    if batch_sizes:
+        sizes = set(batch_sizes.values())
+        if len(sizes) > 1:
+            raise InvalidArgument(
+                f"inputs of model '{model.name}' disagree on the batch size: "
+                + ", ".join(f"{n}={b}" for n, b in batch_sizes.items())
+            )
+        batch_size = sizes.pop()
+    return prepared, batch_size

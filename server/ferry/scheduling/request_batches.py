@@ -1,0 +1,49 @@
+"""The Python-model runner: the dynamic batcher, with each batch handed over as its requests.
+
+A Python model answers each request of a batch on its own (Triton's ``execute(requests)``), so
+its batches are never concatenated or split: the instance gets the requests as they came and
+returns one result per request, outputs or the error that fails that request alone.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Protocol
+
+from ..backends.base import Instance, RequestBatches
+from ..statistics import ModelStats
+from .policy import SchedulingPolicy
+from .scheduler import Outputs, Pending, Scheduler
+
+
+class RequestBatchInstance(Instance, RequestBatches, Protocol):
+    """An instance that runs a batch as its separate requests (a Python model's)."""
+
+
+class RequestBatchScheduler(Scheduler):
+    """Queues and batches like ``Scheduler``; runs each batch request by request."""
+
+    def __init__(
+        self,
+        name: str,
+        instances: Sequence[RequestBatchInstance],
+        stats: ModelStats,
+        policy: SchedulingPolicy | None = None,
+    ) -> None:
+        super().__init__(name, instances, stats, policy)
+        self._runners = {instance.spec.name: instance for instance in instances}
+
+    def _run_batch(self, instance: Instance, batch: list[Pending]) -> list[Outputs | BaseException]:
+        started = time.perf_counter_ns()
+        runner = self._runners[instance.spec.name]
+        inputs, outputs = [p.inputs for p in batch], [p.outputs for p in batch]
+        sinks = [p.sink for p in batch]
+        # a decoupled model's responses go to the sinks; other models' runners take no sinks
+        answers = runner.run_requests(inputs, outputs, sinks) if any(sinks) else runner.run_requests(inputs, outputs)
+        results: list[Outputs | BaseException] = list(answers)
+        infer_ns = time.perf_counter_ns() - started
+        for pending in batch:
+            pending.compute_ns = (0, infer_ns, 0)
+        self.stats.record_execution(sum(p.batch_size for p in batch), len(batch), 0, infer_ns, 0)
+        return results
