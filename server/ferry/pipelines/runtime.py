@@ -247,14 +247,6 @@ class ImagePipeline:
         assert self.embedding is not None
         return embeddings(outputs[self.output_names[0]], self.embedding, self.max_batch_size)
 
-    def decoded_tensors(
-        self, outputs: dict[str, np.ndarray], transforms: list[ImageTransform]
-    ) -> dict[str, np.ndarray]:
-        """The ``decoded_outputs`` tensors from the raw outputs of a batch."""
-        if self.embedding is not None:
-            return {EMBEDDING_OUTPUT: self.embed(outputs)}
-        return self.detection_tensors(outputs, transforms)
-
     def detect(
         self,
         outputs: dict[str, np.ndarray],
