@@ -99,6 +99,7 @@ def public_grpc_server(
             s.grpc_max_connection_idle_secs,
             s.grpc_max_calls_per_peer,
             s.grpc_request_timeout_secs,
+            s.grpc_write_timeout_secs,
         ),
         s.max_response_bytes,
         servicer=servicer,

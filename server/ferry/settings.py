@@ -160,6 +160,12 @@ class Settings(BaseSettings):
     grpc_request_timeout_secs: Annotated[float, LIMIT] = Field(
         60.0, gt=0, description="a unary gRPC call's request message must arrive within this (DEADLINE_EXCEEDED)"
     )
+    grpc_write_timeout_secs: Annotated[float, LIMIT] = Field(
+        30.0,
+        gt=0,
+        description="a client that has not taken a response message within this (plus 1 s per MiB) has its "
+        "connection closed, which frees the answer",
+    )
 
     # --- security (see README "Security") ---------------------------------------------------------
     auth_token_file: Annotated[Path | None, Flag(metavar="FILE", group=SECURITY)] = Field(

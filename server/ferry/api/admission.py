@@ -11,7 +11,7 @@ shared table (``intake/shared_state.py``) and the caps apply to the sum.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -105,6 +105,20 @@ class Admission:
                 f"{nbytes} (limit {self.max_bytes}, --max-inflight-bytes); retry later",
                 retry_after=RETRY_AFTER_S,
             )
+
+    def hold(self, nbytes: int) -> Callable[[], None]:
+        """Count ``nbytes`` already built (an answer waiting to be written) until the returned
+        function is called; never refused, since refusing would only drop what is already spent."""
+        self.counts.add(BYTES, nbytes)
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self.counts.add(BYTES, -nbytes)
+
+        return release
 
     @contextlib.contextmanager
     def admit(self, nbytes: int = 0) -> Iterator[Ticket]:

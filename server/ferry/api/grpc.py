@@ -7,6 +7,7 @@ status code its kind carries, so gRPC and REST report the same failures the same
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -23,7 +24,7 @@ from ..errors import FerryError, InvalidArgument, Unimplemented
 from ..types import InferenceRequest
 from .cuda_shared_memory import cuda_register_refused, cuda_status, cuda_unregister
 from .dataplane import DataPlane
-from .grpc_calls import CallGuard
+from .grpc_calls import CallGuard, release_after_write
 from .grpc_codec import decode_infer_request, encode_infer_response
 from .grpc_decode import DecodeErrorInterceptor
 from .grpc_limits import GrpcLimits
@@ -69,7 +70,9 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
 
     @_rpc
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Context) -> pb.ModelInferResponse:
-        return await self._infer(request, caller(self.plane.identify, context))
+        message, release = await self._infer(request, caller(self.plane.identify, context))
+        release_after_write(release)  # the admission, answer included, stays until grpc wrote it
+        return message
 
     async def _decode(self, request: pb.ModelInferRequest, ticket: Any, client: str) -> InferenceRequest:
         if request.ByteSize() < OFF_LOOP_BYTES:
@@ -81,16 +84,25 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
             ticket.reserve(sum(array.nbytes for array in infer_request.inputs.values()))
         return infer_request
 
-    async def _infer(self, request: pb.ModelInferRequest, client: str) -> pb.ModelInferResponse:
-        """Admit one request at its real cost: the message, typed contents decoded, the response."""
-        size = request.ByteSize()
-        with self.plane.admission.admit(size) as ticket:
+    async def _infer(
+        self, request: pb.ModelInferRequest, client: str, into: pb.ModelInferResponse | None = None
+    ) -> tuple[pb.ModelInferResponse, Release]:
+        """Admit one request at its real cost: the message, typed contents decoded, the response.
+
+        Returns the answer with the release of its admission, which the caller calls once the
+        answer has been written: until then the answer is memory this request holds."""
+        held = contextlib.ExitStack()
+        ticket = held.enter_context(self.plane.admission.admit(request.ByteSize()))
+        try:
             infer_request = await self._decode(request, ticket, client)
             response = await self.plane.infer(infer_request, door="ModelInfer RPC")
             reserve_response(response, self.max_response_bytes, ticket, binary_only=True)
             if estimated_size(response, binary_only=True) < OFF_LOOP_BYTES:
-                return encode_infer_response(response)
-            return await asyncio.to_thread(encode_infer_response, response)
+                return encode_infer_response(response, into), held.close
+            return await asyncio.to_thread(encode_infer_response, response, into), held.close
+        except BaseException:
+            held.close()
+            raise
 
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Context
@@ -103,9 +115,10 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
         model's request runs alongside the others: each response it sends goes out as it comes,
         flagged final only when the model sent it with the final flag; its empty final response
         goes out only if the request set ``triton_enable_empty_final_response`` (as Triton). The
-        buffer toward a client that does not read is bounded: the model then waits to send."""
+        buffer toward a client that does not read is bounded: the model then waits to send. Each
+        answer's bytes stay counted against the in-flight bytes until grpc has written it."""
         client = caller(self.plane.identify, context)
-        out: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue(STREAM_BUFFER)
+        out: asyncio.Queue[Outgoing | None] = asyncio.Queue(STREAM_BUFFER)
         running: set[asyncio.Task] = set()
 
         async def read() -> None:
@@ -131,14 +144,22 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
                         reader.result()  # raises what broke the request stream
                         return
                     continue
-                message = getting.result()
-                if message is None:
+                outgoing = getting.result()
+                if outgoing is None:
                     return
-                yield message
+                message, release = outgoing
+                try:
+                    yield message  # resumes once grpc has written it
+                finally:
+                    release()
         finally:
             for task in (reader, *running):
                 task.cancel()
             await asyncio.gather(reader, *running, return_exceptions=True)
+            while not out.empty():  # answers never sent: no longer held
+                left = out.get_nowait()
+                if left is not None:
+                    left[1]()
 
     def _is_decoupled(self, request: pb.ModelInferRequest) -> bool:
         return self.plane.is_decoupled(request.model_name, request.model_version)
@@ -146,16 +167,17 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
     async def _stream_one(self, request: pb.ModelInferRequest, out: asyncio.Queue, client: str) -> None:
         try:
             empty_final = _wants_empty_final(request)
-            message = await self._infer(request, client)
+            streamed = pb.ModelStreamInferResponse()
+            message, release = await self._infer(request, client, streamed.infer_response)
             message.parameters[FINAL_FLAG].bool_param = not empty_final
-            await out.put(pb.ModelStreamInferResponse(infer_response=message))
+            await _put(out, streamed, release)
             if empty_final:
-                await out.put(pb.ModelStreamInferResponse(infer_response=_empty_final(message)))
+                await _put(out, pb.ModelStreamInferResponse(infer_response=_empty_final(message)))
         except FerryError as exc:
-            await out.put(pb.ModelStreamInferResponse(error_message=exc.message))
+            await _put(out, pb.ModelStreamInferResponse(error_message=exc.message))
         except Exception as exc:
             log.exception("unexpected error in ModelStreamInfer")
-            await out.put(pb.ModelStreamInferResponse(error_message=f"internal error: {exc}"))
+            await _put(out, pb.ModelStreamInferResponse(error_message=f"internal error: {exc}"))
 
     async def _stream_decoupled(self, request: pb.ModelInferRequest, out: asyncio.Queue, client: str) -> None:
         """Every response of one decoupled request into the stream (holding its admission slot)."""
@@ -171,18 +193,20 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
                         failed = pb.ModelInferResponse()
                         failed.CopyFrom(answers)
                         failed.parameters[FINAL_FLAG].bool_param = final
-                        await out.put(pb.ModelStreamInferResponse(error_message=item.message, infer_response=failed))
+                        await _put(out, pb.ModelStreamInferResponse(error_message=item.message, infer_response=failed))
                         continue
                     if final and not item.outputs and not empty_final:
                         continue  # the bare end of the request: sent only to clients that asked for it
-                    message = encode_infer_response(item)
-                    message.parameters[FINAL_FLAG].bool_param = final
-                    await out.put(pb.ModelStreamInferResponse(infer_response=message))
+                    streamed = pb.ModelStreamInferResponse()
+                    encode_infer_response(item, streamed.infer_response)
+                    streamed.infer_response.parameters[FINAL_FLAG].bool_param = final
+                    # counted from here until written, apart from the request's admission
+                    await _put(out, streamed, self.plane.admission.hold(streamed.ByteSize()))
         except FerryError as exc:
-            await out.put(pb.ModelStreamInferResponse(error_message=exc.message, infer_response=answers))
+            await _put(out, pb.ModelStreamInferResponse(error_message=exc.message, infer_response=answers))
         except Exception as exc:
             log.exception("unexpected error in ModelStreamInfer")
-            await out.put(pb.ModelStreamInferResponse(error_message=f"internal error: {exc}"))
+            await _put(out, pb.ModelStreamInferResponse(error_message=f"internal error: {exc}"))
 
 
 class InferenceServicer(InferenceRpcs):
@@ -317,6 +341,26 @@ class InferenceServicer(InferenceRpcs):
         return pb.CudaSharedMemoryUnregisterResponse()
 
 
+Release = Callable[[], None]
+#: A stream's answer waiting to be written, and what releases its bytes once it has been.
+Outgoing = tuple[pb.ModelStreamInferResponse, Release]
+
+
+def _nothing() -> None:
+    """The release of an answer that holds nothing worth counting (an error, an empty final)."""
+
+
+async def _put(
+    out: asyncio.Queue[Outgoing | None], message: pb.ModelStreamInferResponse, release: Release = _nothing
+) -> None:
+    """Queue ``message``; if the stream is ended while waiting for room, release it at once."""
+    try:
+        await out.put((message, release))
+    except BaseException:
+        release()
+        raise
+
+
 FINAL_FLAG = "triton_final_response"
 #: Responses a gRPC stream holds for a client that is slow to read (then decoupled models wait).
 STREAM_BUFFER = 16
@@ -352,10 +396,11 @@ def create_grpc_server(
     process passes its forwarding one). ``reuse_port``: several intake processes listen on the port
     (otherwise a port in use is an error)."""
     limits = limits or GrpcLimits()
+    guard = CallGuard(limits.max_calls_per_peer, limits.request_timeout_secs, limits.write_timeout_secs)
     server = grpc.aio.server(
         interceptors=[
             *interceptors,
-            CallGuard(limits.max_calls_per_peer, limits.request_timeout_secs),
+            guard,
             DecodeErrorInterceptor(),
         ],
         options=[
@@ -377,4 +422,6 @@ def create_grpc_server(
         port = 0
     if port == 0:
         raise OSError(f"cannot bind gRPC to {address}: the address is in use or not available")
+    if not address.startswith("unix:"):
+        guard.ports = (port,)
     return server

@@ -70,11 +70,13 @@ def _parameters(message: Any) -> dict[str, Any]:
     return {key: parameter_value(value) for key, value in message.parameters.items()}
 
 
-def encode_infer_response(response: InferenceResponse) -> pb.ModelInferResponse:
-    """Encode outputs as raw_output_contents, the form tritonclient expects."""
-    message = pb.ModelInferResponse(
-        model_name=response.model_name, model_version=response.model_version, id=response.id
-    )
+def encode_infer_response(
+    response: InferenceResponse, into: pb.ModelInferResponse | None = None
+) -> pb.ModelInferResponse:
+    """Encode outputs as raw_output_contents, the form tritonclient expects; ``into`` an empty
+    message (a stream response's ``infer_response``: placing a built one there would copy it)."""
+    message = pb.ModelInferResponse() if into is None else into
+    message.model_name, message.model_version, message.id = response.model_name, response.model_version, response.id
     for key, value in response.parameters.items():
         set_parameter(message.parameters[key], key, value)
     for out in response.outputs:

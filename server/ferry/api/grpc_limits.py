@@ -4,7 +4,8 @@ gRPC core bounds what it is told to: without these, one client can open thousand
 connection (each holding buffers until it finishes), ping without limit and keep idle connections
 forever. ``max_concurrent_rpcs`` bounds unfinished calls server-wide, so memory held by streams is
 bounded however many connections a client opens; calls past it get RESOURCE_EXHAUSTED at once.
-``max_calls_per_peer`` and ``request_timeout_secs`` keep one client from holding all of them
+``max_calls_per_peer`` and ``request_timeout_secs`` keep one client from holding all of them, and
+``write_timeout_secs`` closes the connection of a client that does not take its answers
 (``grpc_calls.py``).
 """
 
@@ -25,6 +26,7 @@ class GrpcLimits:
     max_connection_idle_secs: float = 300.0
     max_calls_per_peer: int = 1024
     request_timeout_secs: float = 60.0
+    write_timeout_secs: float = 30.0
 
     def channel_options(self) -> list[tuple[str, int]]:
         return [

@@ -5,7 +5,8 @@ relayed whole, because a decoupled model's responses stream from the model proce
 metadata, repository control, statistics, shared-memory registration, trace and log settings
 belong to the core process, which serves its normal gRPC server on a unix socket. The relaying
 methods are made from the service descriptor, so an RPC added to the proto is relayed without a
-code change. The caller's metadata and deadline go to the core; the core's status code, details
+code change. A relayed stream's answers count against the in-flight bytes until they are written
+to the caller. The caller's metadata and deadline go to the core; the core's status code, details
 and metadata come back unchanged; a core that cannot be reached is UNAVAILABLE.
 """
 
@@ -90,7 +91,11 @@ class ForwardingServicer(InferenceRpcs):
             try:
                 await _pass_initial_metadata(call, context)
                 async for response in call:
-                    yield response
+                    release = self.plane.admission.hold(response.ByteSize())  # until grpc wrote it
+                    try:
+                        yield response
+                    finally:
+                        release()
                 await _pass_trailing_metadata(call, context)
             except grpc.aio.AioRpcError as exc:
                 await self._abort_as(exc, context)
