@@ -52,3 +52,26 @@ def write_mlp_model(
         f"instance_group [{{ kind: KIND_CPU count: 1 }}]\n{extra_config}"
     )
     return model_dir
+
+
+def write_tile_model(model_dir: Path, *, rows: int, width: int) -> Path:
+    """A model dir whose answer is ``rows`` copies of its one-row input: a small request, a big answer."""
+    repeats = numpy_helper.from_array(np.array([rows, 1], dtype=np.int64), "repeats")
+    graph = helper.make_graph(
+        [helper.make_node("Tile", ["x", "repeats"], ["y"])],
+        "tile",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, width])],
+        [repeats],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    (model_dir / "1").mkdir(parents=True, exist_ok=True)
+    onnx.save(model, model_dir / "1" / "model.onnx")
+    (model_dir / "config.pbtxt").write_text(
+        f'name: "{model_dir.name}"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 0\n'
+        f'input [{{ name: "x" data_type: TYPE_FP32 dims: [ 1, {width} ] }}]\n'
+        f'output [{{ name: "y" data_type: TYPE_FP32 dims: [ {rows}, {width} ] }}]\n'
+        f"instance_group [{{ kind: KIND_CPU count: 1 }}]\n"
+    )
+    return model_dir

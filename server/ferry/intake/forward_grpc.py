@@ -99,6 +99,8 @@ class ForwardingServicer(InferenceRpcs):
                 await _pass_trailing_metadata(call, context)
             except grpc.aio.AioRpcError as exc:
                 await self._abort_as(exc, context)
+            finally:
+                call.cancel()  # the caller went away (or the call ended: then this does nothing)
 
         return relay
 

@@ -120,6 +120,9 @@ async def run(assignment: Assignment) -> int:
         options=[
             ("grpc.max_receive_message_length", settings.grpc_max_message_bytes),
             ("grpc.max_send_message_length", settings.grpc_max_message_bytes),
+            # read only what a relayed stream's caller takes: no window grown ahead of it, so the
+            # answers it has not taken wait in the model process, counted (api/grpc.py), not here
+            ("grpc.http2.bdp_probe", 0),
         ],
     )
     http = _rest_listener(settings, security, plane, forward, SharedConnections(table, assignment.row))
