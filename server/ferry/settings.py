@@ -78,7 +78,10 @@ class Settings(BaseSettings):
         1024, ge=0, description="requests received, queued or running at once; more get 503/UNAVAILABLE (0 = no cap)"
     )
     max_inflight_bytes: int = Field(
-        1024 * MIB, ge=0, description="request bytes held at once; more get 503/UNAVAILABLE (0 = no cap)"
+        384 * MIB,
+        ge=0,
+        description="memory requests may hold at once (bodies, decoded tensors and images, answers until "
+        "written); more get 503/UNAVAILABLE, a request needing more alone 413 (0 = no cap)",
     )
     max_tensor_elements: int = Field(1 << 26, gt=0, description="elements per request tensor (before decoding)")
     max_bytes_elements: int = Field(1 << 20, gt=0, description="BYTES elements per request tensor")

@@ -11,13 +11,14 @@ shared table (``intake/shared_state.py``) and the caps apply to the sum.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ..errors import Unavailable
+from ..errors import PayloadTooLarge, Unavailable
 
 RETRY_AFTER_S = 1
 
@@ -51,11 +52,22 @@ class Ticket:
     def __init__(self, admission: Admission) -> None:
         self._admission = admission
         self.nbytes = 0
+        self.closed = False
 
     def reserve(self, nbytes: int) -> None:
         """Count ``nbytes`` more (bytes received, decompressed, decoded or about to be encoded);
-        raises Unavailable if that would pass the cap while other requests hold bytes too."""
+        raises Unavailable if that would pass the cap while other requests hold bytes too, and
+        PayloadTooLarge if this request alone would need more than the cap (it could never fit)."""
         a = self._admission
+        if self.closed:  # the request was answered; nothing it does now holds memory for long
+            return
+        if a.max_bytes and self.nbytes + nbytes > a.max_bytes:
+            a.count_rejection()
+            raise PayloadTooLarge(
+                f"this request needs {self.nbytes + nbytes} bytes in flight (its body, what decoding makes of it "
+                f"and its answer while encoded), more than the limit of {a.max_bytes} (--max-inflight-bytes); "
+                "send less per request, or binary answers"
+            )
         held = a.bytes
         if a.max_bytes and held - self.nbytes > 0 and held + nbytes > a.max_bytes:
             a.count_rejection()
@@ -66,6 +78,26 @@ class Ticket:
             )
         self.nbytes += nbytes
         a.counts.add(BYTES, nbytes)
+
+    def release(self, nbytes: int) -> None:
+        """Count ``nbytes`` less: a copy that was reserved is gone (the pieces a body was joined from)."""
+        nbytes = min(nbytes, self.nbytes)
+        if self.closed or nbytes <= 0:
+            return
+        self.nbytes -= nbytes
+        self._admission.counts.add(BYTES, -nbytes)
+
+
+#: The ticket of the request the running task serves, so a later stage (image decoding) can count
+#: what it will hold without every layer passing the ticket on. None outside admitted requests.
+current_ticket: contextvars.ContextVar[Ticket | None] = contextvars.ContextVar("ferry_admission_ticket", default=None)
+
+
+def reserve_for_current(nbytes: int) -> None:
+    """Count ``nbytes`` against the running request's admission, when it has one."""
+    ticket = current_ticket.get()
+    if ticket is not None:
+        ticket.reserve(nbytes)
 
 
 class Admission:
@@ -131,15 +163,18 @@ class Admission:
                 f"{self.max_requests}, --max-inflight-requests); retry later",
                 retry_after=RETRY_AFTER_S,
             )
-        # one request is always let in, however large, so a lone big request is never refused here
+        # one request is always let in here, however large its announced body (the body limits bound
+        # that); what it then needs beyond the cap is refused by Ticket.reserve
         self.check_room(nbytes)
         ticket = Ticket(self)
         self.counts.add(REQUESTS, 1)
         ticket.nbytes = nbytes
         self.counts.add(BYTES, nbytes)
+        current_ticket.set(ticket)  # not reset: the release may run in another context (HeldResponse)
         try:
             yield ticket
         finally:
+            ticket.closed = True
             self.counts.add(REQUESTS, -1)
             self.counts.add(BYTES, -ticket.nbytes)
 

@@ -31,7 +31,7 @@ from .grpc_limits import GrpcLimits
 from .inference_plane import InferencePlane
 from .limits import OFF_LOOP_BYTES
 from .logging_ext import grpc_log_settings
-from .response_size import estimated_size, reserve_response
+from .response_size import GRPC_BINARY_COPIES, estimated_size, reserve_response
 from .shared_memory_grpc import caller, register, status_response
 from .trace_ext import grpc_trace_setting
 
@@ -92,11 +92,12 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
         Returns the answer with the release of its admission, which the caller calls once the
         answer has been written: until then the answer is memory this request holds."""
         held = contextlib.ExitStack()
-        ticket = held.enter_context(self.plane.admission.admit(request.ByteSize()))
+        # the message parsed, and the bytes it was parsed from (grpc keeps them for the call)
+        ticket = held.enter_context(self.plane.admission.admit(2 * request.ByteSize()))
         try:
             infer_request = await self._decode(request, ticket, client)
             response = await self.plane.infer(infer_request, door="ModelInfer RPC")
-            reserve_response(response, self.max_response_bytes, ticket, binary_only=True)
+            reserve_response(response, self.max_response_bytes, ticket, binary_only=True, copies=GRPC_BINARY_COPIES)
             if estimated_size(response, binary_only=True) < OFF_LOOP_BYTES:
                 return encode_infer_response(response, into), held.close
             return await asyncio.to_thread(encode_infer_response, response, into), held.close
@@ -186,7 +187,7 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
             model_name=request.model_name, model_version=request.model_version, id=request.id
         )
         try:
-            with self.plane.admission.admit(request.ByteSize()) as ticket:
+            with self.plane.admission.admit(2 * request.ByteSize()) as ticket:
                 infer_request = await self._decode(request, ticket, client)
                 async for item, final in self.plane.infer_stream(infer_request):
                     if isinstance(item, FerryError):

@@ -29,12 +29,13 @@ from .dataplane import DataPlane
 from .docs import mount_docs
 from .generate import add_generate_routes
 from .held_response import HeldResponse
-from .http_codec import compress_response, decode_infer_request, decompress, encode_infer_response
+from .http_codec import Inflater, compress_response, decode_infer_request, encode_infer_response
 from .image_query import CLASSIFY_QUERY, DETECT_QUERY, INFER_PARAMETERS, INFER_QUERY, openapi_query, parse_image_query
 from .inference_plane import InferencePlane
 from .json_body import parse_json_object
 from .limits import OFF_LOOP_BYTES
 from .logging_ext import log_router
+from .multipart import multipart_files
 from .openapi import INDEX_BODY, INFER_BODY, LOAD_BODY, UNLOAD_BODY, document_real_errors
 from .response_size import estimated_size, reserve_response
 from .shared_memory_http import add_shared_memory_routes
@@ -91,18 +92,38 @@ async def _read_body(request: Request, limit: int, ticket: Ticket | None = None)
         if ticket is not None:
             ticket.reserve(len(chunk))
         chunks.append(chunk)
-    body = b"".join(chunks)
+    body = await _joined(chunks, size, ticket)
     del chunks
     encoding = request.headers.get("content-encoding")
     if not encoding or encoding == "identity":
         return body
+    inflater = Inflater(body, encoding, limit)
+    pieces: list[bytes] = []
     # always on a worker thread (zlib releases the GIL): a small body may inflate to the limit; and
-    # a few at a time, so a burst of bombs cannot take every core from the event loop
+    # a few at a time, so a burst of bombs cannot take every core from the event loop; counted as
+    # it grows, so what a bomb inflates to is refused once it would pass the in-flight cap
     async with _INFLATE_SLOTS:
-        plain = await asyncio.to_thread(decompress, body, encoding, limit)
+        while not pieces or not inflater.done:
+            pieces.append(await asyncio.to_thread(inflater.step))
+            if ticket is not None:
+                ticket.reserve(len(pieces[-1]))
+    del body  # the inflater keeps only the unread rest of it, none once done
     if ticket is not None:
-        ticket.reserve(len(plain))
-    return plain
+        ticket.release(size)
+    return await _joined(pieces, sum(len(piece) for piece in pieces), ticket)
+
+
+async def _joined(pieces: list[bytes], size: int, ticket: Ticket | None) -> bytes:
+    """``pieces`` as one bytes object; the copy is counted while both exist (then the pieces go)."""
+    if len(pieces) == 1:
+        return pieces[0]
+    if ticket is not None:
+        ticket.reserve(size)
+    joined = b"".join(pieces)
+    pieces.clear()
+    if ticket is not None:
+        ticket.release(size)
+    return joined
 
 
 def _declared_length(request: Request) -> int:
@@ -328,14 +349,13 @@ def create_http_app(
 
     async def _images(request: Request, ticket: Ticket) -> list[bytes]:
         content_type = request.headers.get("content-type", "")
+        body = await _read_body(request, max_body_bytes, ticket)  # within the body limit, counted
         if content_type.startswith("multipart/form-data"):
-            form = await request.form(max_files=1024, max_fields=1024)
-            files = [await item.read() for _, item in form.multi_items() if not isinstance(item, str)]
-            ticket.reserve(sum(len(f) for f in files))
+            files = await multipart_files(request.headers, body, ticket)
+            ticket.release(len(body))  # the files are copies; the body goes when this returns
             if not files:
                 raise InvalidArgument("multipart body holds no files; send images as file fields")
             return files
-        body = await _read_body(request, max_body_bytes, ticket)
         if not body:
             raise InvalidArgument("empty body: send an image (raw body) or multipart/form-data with image files")
         return [body]

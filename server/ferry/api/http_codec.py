@@ -16,23 +16,50 @@ from .shared_memory import tensor_ref
 DEFAULT_LIMITS = Limits()
 
 
+#: Inflated output taken at a time, so what a body inflates to is counted as it grows.
+INFLATE_STEP = 16 * 1024 * 1024
+
+
+class Inflater:
+    """Undo a gzip/deflate Content-Encoding a step at a time, never past ``limit`` bytes in all."""
+
+    def __init__(self, body: bytes, encoding: str, limit: int) -> None:
+        if encoding not in ("gzip", "deflate"):
+            raise InvalidArgument(f"unsupported Content-Encoding '{encoding}'; use gzip or deflate")
+        self.encoding = encoding
+        self.limit = limit
+        self.size = 0
+        self._tail = body
+        self._decompressor = zlib.decompressobj(16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS)
+
+    @property
+    def done(self) -> bool:
+        return self._decompressor.eof or not self._tail
+
+    def step(self) -> bytes:
+        """The next piece of the plain body (blocking: run it on a worker thread)."""
+        try:
+            piece = self._decompressor.decompress(self._tail, min(INFLATE_STEP, self.limit + 1 - self.size))
+        except zlib.error as exc:
+            raise InvalidArgument(f"request body is not valid {self.encoding} data: {exc}") from None
+        self._tail = self._decompressor.unconsumed_tail
+        self.size += len(piece)
+        if self.size > self.limit:
+            raise PayloadTooLarge(f"decompressed request body exceeds the limit of {self.limit} bytes")
+        if self.done and not self._decompressor.eof:
+            raise InvalidArgument(f"request body is truncated {self.encoding} data")
+        return piece
+
+
 def decompress(body: bytes, encoding: str | None, limit: int) -> bytes:
     """Undo a gzip/deflate Content-Encoding without ever holding more than ``limit`` bytes."""
     if not encoding or encoding == "identity":
         return body
-    if encoding not in ("gzip", "deflate"):
-        raise InvalidArgument(f"unsupported Content-Encoding '{encoding}'; use gzip or deflate")
-    wbits = 16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS
-    decompressor = zlib.decompressobj(wbits)
-    try:
-        out = decompressor.decompress(body, limit + 1)
-    except zlib.error as exc:
-        raise InvalidArgument(f"request body is not valid {encoding} data: {exc}") from None
-    if len(out) > limit or decompressor.unconsumed_tail:
-        raise PayloadTooLarge(f"decompressed request body exceeds the limit of {limit} bytes")
-    if not decompressor.eof:
-        raise InvalidArgument(f"request body is truncated {encoding} data")
-    return out
+    inflater = Inflater(body, encoding, limit)
+    pieces = [inflater.step()]
+    while not inflater.done:
+        pieces.append(inflater.step())
+    return b"".join(pieces)
 
 
 def compress_response(payload: bytes, accept_encoding: str | None) -> tuple[bytes, str | None]:
@@ -181,4 +208,4 @@ def encode_infer_response(response: InferenceResponse) -> tuple[bytes, int | Non
     return join_body(header, blobs)
 
 
-__all__ = ["decode_infer_request", "decompress", "encode_infer_response"]
+__all__ = ["Inflater", "decode_infer_request", "decompress", "encode_infer_response"]

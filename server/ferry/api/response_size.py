@@ -3,8 +3,8 @@
 A small request can ask for a huge answer (a [1, 60M] tensor back as JSON is gigabytes of text and
 Python objects). The estimate is taken from the output arrays before any encoding starts, and the
 admitted request reserves the encoding's peak cost against the in-flight byte cap (for JSON the
-Python numbers and the text, ~60 bytes a number, not the 8 the size check assumes), so the cap sees
-the real cost.
+Python numbers and the text, ~60 bytes a number, not the 8 the size check assumes; for binary
+answers every copy alive until the answer is written), so the cap sees the real cost.
 """
 
 from __future__ import annotations
@@ -36,15 +36,23 @@ def estimated_size(response: InferenceResponse, binary_only: bool) -> int:
     return total
 
 
-def peak_cost(response: InferenceResponse, binary_only: bool) -> int:
-    """Bytes encoding the outputs holds at its peak: the encoded bytes for binary outputs; for JSON
-    the Python objects built on the way and the text, far more than the text alone."""
+#: Copies of a binary answer alive at once until it is written: REST, the output array and the
+#: encoded body, then the body and what the transport buffers of it.
+REST_BINARY_COPIES = 2
+#: gRPC: the output array and the message, then the message, its serialised bytes and gRPC core's copy.
+GRPC_BINARY_COPIES = 3
+
+
+def peak_cost(response: InferenceResponse, binary_only: bool, copies: int = REST_BINARY_COPIES) -> int:
+    """Bytes encoding the outputs holds at its peak: ``copies`` times the encoded bytes for binary
+    outputs; for JSON the Python objects built on the way and the text, far more than the text alone."""
     total = 0
     for out in response.outputs:
         if out.shared_memory is not None:
             continue
         if binary_only or out.binary:
-            total += out.data.nbytes if out.data.dtype != object else sum(len(v) for v in out.data.reshape(-1))
+            size = out.data.nbytes if out.data.dtype != object else sum(len(v) for v in out.data.reshape(-1))
+            total += copies * size
         elif out.data.dtype == object:
             flat = out.data.reshape(-1)
             total += flat.size * JSON_PEAK_BYTES_PER_STRING + 2 * sum(len(v) for v in flat)
@@ -53,7 +61,13 @@ def peak_cost(response: InferenceResponse, binary_only: bool) -> int:
     return total
 
 
-def reserve_response(response: InferenceResponse, limit: int, ticket: Ticket | None, binary_only: bool) -> None:
+def reserve_response(
+    response: InferenceResponse,
+    limit: int,
+    ticket: Ticket | None,
+    binary_only: bool,
+    copies: int = REST_BINARY_COPIES,
+) -> None:
     """Refuse a response larger than ``limit``; otherwise count its peak cost (``peak_cost``)
     against the in-flight bytes."""
     size = estimated_size(response, binary_only)
@@ -64,4 +78,4 @@ def reserve_response(response: InferenceResponse, limit: int, ticket: Ticket | N
             f"(--max-response-bytes); ask for fewer or smaller outputs{advice}"
         )
     if ticket is not None:
-        ticket.reserve(peak_cost(response, binary_only))
+        ticket.reserve(peak_cost(response, binary_only, copies))

@@ -81,6 +81,33 @@ def decode_image(
     return to_rgb(image)
 
 
+#: Bytes per pixel of what the supported decoders produce, by Pillow mode (others: 4).
+_MODE_BYTES = {"1": 1, "L": 1, "P": 1, "LA": 2, "La": 2, "PA": 2, "RGB": 3, "YCbCr": 3, "RGBA": 4, "RGBa": 4, "CMYK": 4}
+_MODE_BYTES.update(dict.fromkeys(("I;16", "I;16L", "I;16B", "I;16N"), 2))
+
+
+def decoding_cost(data: bytes) -> int:
+    """Bytes decoding ``data`` holds at its peak, from the header alone (0 when it is unreadable:
+    decoding reports why): the decoded pixels, the 16-bit reduction or the alpha flattening where
+    they apply, the RGB image and pre-processing's copy of it."""
+    try:
+        image = Image.open(io.BytesIO(data))
+        width, height = image.size
+        mode = image.mode
+        transparent = "transparency" in image.info
+    except Exception:
+        return 0
+    decoded = _MODE_BYTES.get(mode, 4)
+    per_pixel = decoded + 3  # the decoded pixels, and pre-processing's copy (EXIF turn, model mode)
+    if mode != "RGB":
+        per_pixel += 3  # the RGB conversion
+    if mode in _SIXTEEN_BIT_MODES:
+        per_pixel += decoded + 2  # the shifted samples, as 8 bits, as an image
+    if mode in _ALPHA_MODES or transparent:
+        per_pixel += 4  # RGBA before flattening
+    return max(0, width) * max(0, height) * per_pixel
+
+
 def to_rgb(image: Image.Image) -> Image.Image:
     """Convert any mode the supported decoders produce to 8-bit RGB.
 
@@ -92,7 +119,7 @@ def to_rgb(image: Image.Image) -> Image.Image:
         samples = np.asarray(image)
         if mode == "I":  # 32-bit container; the supported formats only put 16-bit values in it
             samples = np.clip(samples, 0, 65535)
-        image = Image.fromarray((samples.astype(np.uint32) >> 8).astype(np.uint8))
+        image = Image.fromarray((samples >> 8).astype(np.uint8))  # in the samples' own width: no uint32 copy
         mode = image.mode
     if mode in _ALPHA_MODES or "transparency" in image.info:
         return _flatten_alpha(image)

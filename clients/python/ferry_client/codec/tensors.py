@@ -241,11 +241,14 @@ def tensor_from_contents(name: str, datatype: str, shape: Sequence[int], content
         out[:] = list(values)
         return out.reshape(shape)
     out = np.empty(count, dtype=numpy_dtype(datatype))
+    elements = iter(values)
     try:
-        # in slices: a server decoding on a worker thread gives the GIL back between them
+        # straight from the repeated field: no Python list of the values (~32 bytes a number) is
+        # built; in slices, so a server decoding on a worker thread gives the GIL back between them
         for start in range(0, count, CONTENTS_SLICE):
-            out[start : start + CONTENTS_SLICE] = values[start : start + CONTENTS_SLICE]
-    except OverflowError as exc:
+            size = min(CONTENTS_SLICE, count - start)
+            out[start : start + size] = np.fromiter(elements, dtype=out.dtype, count=size)
+    except (OverflowError, ValueError) as exc:
         raise CodecError(f"tensor '{name}': data does not fit {datatype}: {exc}") from None
     return out.reshape(shape)
 

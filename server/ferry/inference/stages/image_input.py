@@ -3,12 +3,16 @@ pre-processed batch, decoded in the worker pool a few images at a time (``pipeli
 
 from __future__ import annotations
 
+import asyncio
+import math
 from concurrent.futures import Executor
 
 import numpy as np
 
+from ...api.admission import reserve_for_current
 from ...errors import InvalidArgument
-from ...pipelines.runtime import Prepared
+from ...pipelines.decode import decoding_cost
+from ...pipelines.runtime import ImagePipeline, Prepared
 from ...pipelines.slices import ImageWork, prepare_in_slices
 from ...repository.model import ModelVersion
 from ...types import InferenceRequest
@@ -52,6 +56,20 @@ class ImageInput:
                 f"of model '{model.name}'"
             )
         images: list[bytes] = list(np.asarray(encoded).reshape(-1))
+        reserve_for_current(await self._peak_cost(pipeline, images))
         prepared = await prepare_in_slices(self.pool, self.share, pipeline, images, self.work)
         model.stats.record_images(len(images), prepared.decode_ns, prepared.preprocess_ns)
         return prepared
+
+    async def _peak_cost(self, pipeline: ImagePipeline, images: list[bytes]) -> int:
+        """What decoding the images holds at its peak, from their headers: the ``share`` costliest
+        decoded at once (one per pool task), and the pre-processed batch twice (the slices'
+        batches and the one they are joined into)."""
+        if len(images) > 16:  # reading many headers takes a while: not on the event loop
+            costs = await asyncio.to_thread(lambda: [decoding_cost(data) for data in images])
+        else:
+            costs = [decoding_cost(data) for data in images]
+        spec = pipeline.spec
+        assert spec is not None
+        tensor = math.prod(spec.tensor_shape) * np.dtype(spec.dtype).itemsize
+        return sum(sorted(costs)[-self.share :]) + 2 * len(images) * tensor

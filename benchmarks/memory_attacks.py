@@ -1,0 +1,247 @@
+"""What one client can make the server hold: the RSS growth of a burst of each memory attack of
+issue 24, against a server with the DEFAULT limits (or the flags given after ``--``).
+
+Run (a few minutes on two cores)::
+
+    python benchmarks/memory_attacks.py [--intake-processes 2] [--only typed,images] [-- --max-inflight-bytes ...]
+
+For each attack: the answers (status counts), the server's RSS before the burst, its peak while the
+burst runs (sampled every 20 ms; with intake processes, the sum over every process of the server)
+and after. The goal the defaults are chosen for: no attack raises the peak by more than 500 MB.
+Prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import io
+import json
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+import zlib
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import grpc
+import numpy as np
+import psutil
+from PIL import Image
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from ferry_client.codec import HEADER_LENGTH  # noqa: E402
+from ferry_client.protocol import grpc_service_pb2 as pb  # noqa: E402
+from ferry_client.protocol import grpc_service_pb2_grpc as pb_grpc  # noqa: E402
+from tests.conftest import RunningServer, start_server  # noqa: E402
+
+MB = 1_000_000
+
+
+def _rss(pid: int) -> int:
+    """The server's resident memory: its process and every process it started (intakes)."""
+    root = psutil.Process(pid)
+    total = 0
+    for process in (root, *root.children(recursive=True)):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            total += process.memory_info().rss
+    return total
+
+
+def measure(server: RunningServer, burst: Callable[[], list[str]]) -> tuple[list[str], int, int, int]:
+    """Run ``burst`` while sampling RSS: (answers, before, peak, after) in bytes."""
+    pid = server.process.pid
+    time.sleep(0.5)
+    before = _rss(pid)
+    peak = before
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, _rss(pid))
+            time.sleep(0.02)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        answers = burst()
+    finally:
+        done.set()
+        sampler.join()
+    time.sleep(0.5)
+    return answers, before, peak, _rss(pid)
+
+
+def _post(url: str, body: bytes, headers: dict[str, str]) -> str:
+    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=300) as response:
+            response.read()
+            return str(response.status)
+    except urllib.error.HTTPError as error:
+        return str(error.code)
+    except OSError as error:
+        return type(error).__name__
+
+
+def _at_once(count: int, one: Callable[[], str]) -> list[str]:
+    with ThreadPoolExecutor(count) as pool:
+        return list(pool.map(lambda _: one(), range(count)))
+
+
+def _grpc_infer(server: RunningServer, request: pb.ModelInferRequest) -> str:
+    options = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
+    with grpc.insecure_channel(server.grpc_url, options=options) as channel:
+        try:
+            pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=300)
+            return "OK"
+        except grpc.RpcError as exc:
+            return exc.code().name
+
+
+def typed(server: RunningServer, count: int = 4, mib: int = 30) -> list[str]:
+    """``count`` gRPC requests at once, each ``mib`` MiB of fp32_contents (not raw contents)."""
+    n = mib * 2**20 // 4
+    request = pb.ModelInferRequest(model_name="wide")
+    tensor = request.inputs.add(name="x", datatype="FP32", shape=[1, n])
+    tensor.contents.fp32_contents.extend(np.ones(n, np.float32))
+    return _at_once(count, lambda: _grpc_infer(server, request))
+
+
+def big_tensors(server: RunningServer, count: int = 24, mib: int = 64) -> list[str]:
+    """``count`` REST binary requests at once, each a ``mib`` MiB FP32 tensor, answered binary."""
+    n = mib * 2**20 // 4
+    head = json.dumps(
+        {
+            "inputs": [{"name": "x", "shape": [1, n], "datatype": "FP32", "parameters": {"binary_data_size": 4 * n}}],
+            "outputs": [{"name": "y", "parameters": {"binary_data": True}}],
+        }
+    ).encode()
+    body = head + np.ones(n, np.float32).tobytes()
+    headers = {"Content-Type": "application/octet-stream", HEADER_LENGTH: str(len(head))}
+    url = f"http://{server.http_url}/v2/models/wide/infer"
+    return _at_once(count, lambda: _post(url, body, headers))
+
+
+def json_answers(server: RunningServer, count: int = 3, millions: int = 4) -> list[str]:
+    """``count`` binary requests at once asking for their ``millions`` M-number answers as JSON."""
+    n = millions * 1_000_000
+    head = json.dumps(
+        {"inputs": [{"name": "x", "shape": [1, n], "datatype": "FP32", "parameters": {"binary_data_size": 4 * n}}]}
+    ).encode()
+    body = head + np.ones(n, np.float32).tobytes()
+    headers = {"Content-Type": "application/octet-stream", HEADER_LENGTH: str(len(head))}
+    url = f"http://{server.http_url}/v2/models/wide/infer"
+    return _at_once(count, lambda: _post(url, body, headers))
+
+
+def gzip_bodies(server: RunningServer, count: int = 6, mib: int = 200) -> list[str]:
+    """``count`` small gzip bodies at once, each inflating to a ``mib`` MiB binary tensor request."""
+    n = mib * 2**20 // 4
+    head = json.dumps(
+        {
+            "inputs": [{"name": "x", "shape": [1, n], "datatype": "FP32", "parameters": {"binary_data_size": 4 * n}}],
+            "outputs": [{"name": "y", "parameters": {"binary_data": True}}],
+        }
+    ).encode()
+    compressor = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    body = compressor.compress(head) + b"".join(compressor.compress(bytes(2**20)) for _ in range(mib))
+    body += compressor.flush()
+    headers = {"Content-Type": "application/octet-stream", "Content-Encoding": "gzip", HEADER_LENGTH: str(len(head))}
+    url = f"http://{server.http_url}/v2/models/wide/infer"
+    return _at_once(count, lambda: _post(url, body, headers))
+
+
+def _png(side: int, mode: str) -> bytes:
+    out = io.BytesIO()
+    Image.new(mode, (side, side), 200).save(out, format="PNG")
+    return out.getvalue()
+
+
+def images(server: RunningServer, count: int = 6, side: int = 6000, mode: str = "RGB") -> list[str]:
+    """``count`` /classify requests at once, each one ``side`` x ``side`` PNG (36 MP at 6000)."""
+    body = _png(side, mode)
+    url = f"http://{server.http_url}/v2/models/digits/classify"
+    return _at_once(count, lambda: _post(url, body, {"Content-Type": "image/png"}))
+
+
+def multipart(server: RunningServer, count: int = 4, files: int = 64, side: int = 1000) -> list[str]:
+    """``count`` multipart /classify uploads at once, each ``files`` 1-MP PNGs (noisy: ~3 MB each)."""
+    out = io.BytesIO()
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (side, side, 3), np.uint8)).save(out, format="PNG")
+    png = out.getvalue()
+    boundary = "ferryboundary"
+    parts = [
+        f'--{boundary}\r\nContent-Disposition: form-data; name="images"; filename="{i}.png"\r\n'
+        f"Content-Type: image/png\r\n\r\n".encode()
+        + png
+        + b"\r\n"
+        for i in range(files)
+    ]
+    body = b"".join(parts) + f"--{boundary}--\r\n".encode()
+    url = f"http://{server.http_url}/v2/models/digits/classify"
+    headers = {"Content-Type": f"multipart/form-data; boundary={boundary}"}
+    return _at_once(count, lambda: _post(url, body, headers))
+
+
+ATTACKS: dict[str, tuple[str, Callable[[RunningServer], list[str]]]] = {
+    "typed": ("4 x gRPC fp32_contents of 30 MiB", typed),
+    "tensors": ("24 x 64 MiB binary FP32 tensors (REST)", big_tensors),
+    "json": ("3 x 16 MB binary asking for 4M numbers as JSON", json_answers),
+    "gzip": ("6 x gzip bodies inflating to 200 MiB", gzip_bodies),
+    "images": ("6 x 36-MP RGB PNG to /classify", images),
+    "images16": ("6 x 36-MP 16-bit grey PNG to /classify", lambda s: images(s, mode="I;16")),
+    "multipart": ("4 x multipart of 64 noisy 1-MP PNGs", multipart),
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--intake-processes", type=int, default=1)
+    parser.add_argument("--only", default=",".join(ATTACKS), help="comma-separated: " + ",".join(ATTACKS))
+    parser.add_argument("flags", nargs="*", help="more server flags (after --)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        repo = Path(tmp) / "models"
+        shutil.copytree(ROOT / "model_repo" / "dynamic_shape", repo / "wide")
+        config = repo / "wide" / "config.pbtxt"
+        config.write_text(config.read_text().replace('name: "dynamic_shape"', 'name: "wide"'))
+        shutil.copytree(ROOT / "model_repo" / "digits", repo / "digits")
+        flags = ["--intake-processes", str(args.intake_processes), *args.flags]
+        server = start_server(repo, Path(tmp) / "server.log", *flags)
+        rows = []
+        try:
+            for key in args.only.split(","):
+                title, attack = ATTACKS[key]
+                answers, before, peak, after = measure(server, lambda attack=attack: attack(server))
+                counted = ", ".join(f"{n} x {a}" for a, n in sorted(collections.Counter(answers).items()))
+                rows.append(
+                    [
+                        title,
+                        counted,
+                        f"{before / MB:.0f}",
+                        f"+{(peak - before) / MB:.0f}",
+                        f"+{(after - before) / MB:.0f}",
+                    ]
+                )
+                print(" | ".join(rows[-1]), flush=True)
+        finally:
+            server.stop()
+    print(f"\nintake processes: {args.intake_processes}; flags: {' '.join(args.flags) or '(defaults)'}")
+    print("| attack (burst) | answers | RSS before (MB) | peak | after |")
+    print("|---|---|---|---|---|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+
+
+if __name__ == "__main__":
+    main()
