@@ -81,7 +81,10 @@ async def _first_message(requests: AsyncIterator[Any], context: grpc.aio.Service
 
     timer = asyncio.get_running_loop().call_later(timeout, expire)
     try:
-        return await requests.__anext__()
+        message = await requests.__anext__()
+        # the reader would keep the message's bytes until the call is collected: close it now
+        await _close_reader(requests)
+        return message
     except asyncio.CancelledError:
         if not expired:
             raise
@@ -107,6 +110,13 @@ def _report_cut(peer: str, allowed: float, closing: asyncio.Future[int]) -> None
         peer,
         allowed,
     )
+
+
+async def _close_reader(requests: AsyncIterator[Any]) -> None:
+    reader = requests.__aiter__()
+    aclose = getattr(reader, "aclose", None)
+    if aclose is not None:
+        await aclose()
 
 
 class CallGuard(grpc.aio.ServerInterceptor):
@@ -148,8 +158,8 @@ class CallGuard(grpc.aio.ServerInterceptor):
             pending: list[Callable[[], object]] = []
             reset = _after_write.set(pending)
             try:
-                request = await _first_message(requests, context, timeout)
-                response = await behaviour(request, context)
+                # the message goes to the handler without a name here to keep it alive after use
+                response = await behaviour(await _first_message(requests, context, timeout), context)
                 timer = self._watch(context, response)
                 try:
                     yield response  # resumes once grpc has written it

@@ -50,7 +50,9 @@ def _decoding_handler(handler: grpc.RpcMethodHandler[Any, Any], method: str) -> 
         behaviour = cast(UnaryBehaviour, handler.unary_unary)
 
         async def unary(raw: bytes, context: Context) -> Any:
-            return await behaviour(await _decode(raw, deserialize, method, context), context)
+            message = await _decode(raw, deserialize, method, context)
+            del raw  # the parsed message is all the call needs from here on
+            return await behaviour(message, context)
 
         return grpc.unary_unary_rpc_method_handler(unary, response_serializer=serializer)
     if handler.request_streaming and handler.response_streaming and handler.stream_stream is not None:
