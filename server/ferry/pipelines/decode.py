@@ -86,16 +86,18 @@ _MODE_BYTES = {"1": 1, "L": 1, "P": 1, "LA": 2, "La": 2, "PA": 2, "RGB": 3, "YCb
 _MODE_BYTES.update(dict.fromkeys(("I;16", "I;16L", "I;16B", "I;16N"), 2))
 
 
-def decoding_cost(data: bytes) -> int:
-    """Bytes decoding ``data`` holds at its peak, from the header alone (0 when it is unreadable:
-    decoding reports why): the decoded pixels, the 16-bit reduction or the alpha flattening where
-    they apply, the RGB image and pre-processing's copy of it."""
+def decoding_cost(data: bytes, max_pixels: int) -> int:
+    """Bytes decoding ``data`` holds at its peak, from the header alone (0 when it is unreadable
+    or past ``max_pixels``: decoding refuses it and says why): the decoded pixels, the 16-bit
+    reduction or the alpha flattening where they apply, the RGB image and pre-processing's copy."""
     try:
         image = Image.open(io.BytesIO(data))
         width, height = image.size
         mode = image.mode
         transparent = "transparency" in image.info
     except Exception:
+        return 0
+    if width * height > max_pixels:
         return 0
     decoded = _MODE_BYTES.get(mode, 4)
     per_pixel = decoded + 3  # the decoded pixels, and pre-processing's copy (EXIF turn, model mode)

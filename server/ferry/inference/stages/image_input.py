@@ -66,9 +66,9 @@ class ImageInput:
         decoded at once (one per pool task), and the pre-processed batch twice (the slices'
         batches and the one they are joined into)."""
         if len(images) > 16:  # reading many headers takes a while: not on the event loop
-            costs = await asyncio.to_thread(lambda: [decoding_cost(data) for data in images])
+            costs = await asyncio.to_thread(lambda: [decoding_cost(data, pipeline.max_pixels) for data in images])
         else:
-            costs = [decoding_cost(data) for data in images]
+            costs = [decoding_cost(data, pipeline.max_pixels) for data in images]
         spec = pipeline.spec
         assert spec is not None
         tensor = math.prod(spec.tensor_shape) * np.dtype(spec.dtype).itemsize
