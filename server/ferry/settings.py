@@ -67,7 +67,11 @@ class Settings(BaseSettings):
         30.0, ge=0, description="time allowed to drain at shutdown"
     )
     http_max_body_bytes: int = Field(256 * MIB, gt=0, description="largest accepted REST body")
-    grpc_max_message_bytes: int = Field(256 * MIB, gt=0, description="largest gRPC message")
+    grpc_max_message_bytes: int = Field(
+        128 * MIB,
+        gt=0,
+        description="largest gRPC message (gRPC reads a message whole, and parses a copy, before admission sees it)",
+    )
     dashboard: bool = Field(True, description="serve the web dashboard at / on the REST port")
     strict_readiness: bool = Field(
         False,
