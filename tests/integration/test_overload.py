@@ -178,10 +178,11 @@ def test_grpc_burst_far_above_capacity(busy_server) -> None:
 
 
 def test_bytes_in_flight_are_capped(busy_server) -> None:
-    """Five held requests of 64 rows hold 1.25 MiB: a 1 MiB request no longer fits under the 2 MiB cap."""
+    """Five held requests of 32 rows hold 1.25 MiB (their bodies, and outputs as large counted
+    before the model runs): a 1 MiB request no longer fits under the 2 MiB cap."""
 
     async def run() -> list[tuple[int, str, str | None]]:
-        async with held(busy_server, 5, rows=64):
+        async with held(busy_server, 5, rows=32):
             return await _http_burst(busy_server, 12, rows=256)
 
     results = asyncio.run(run())

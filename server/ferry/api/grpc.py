@@ -31,7 +31,7 @@ from .grpc_limits import GrpcLimits
 from .inference_plane import InferencePlane
 from .limits import OFF_LOOP_BYTES
 from .logging_ext import grpc_log_settings
-from .response_size import GRPC_BINARY_COPIES, estimated_size, reserve_response
+from .response_size import GRPC_BINARY_COPIES, estimated_size, reserve_outputs, reserve_response
 from .shared_memory_grpc import caller, register, status_response
 from .trace_ext import grpc_trace_setting
 
@@ -96,8 +96,11 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
         ticket = held.enter_context(self.plane.admission.admit(2 * request.ByteSize()))
         try:
             infer_request = await self._decode(request, ticket, client)
+            outputs = reserve_outputs(infer_request.inputs, ticket)
             response = await self.plane.infer(infer_request, door="ModelInfer RPC")
-            reserve_response(response, self.max_response_bytes, ticket, binary_only=True, copies=GRPC_BINARY_COPIES)
+            reserve_response(
+                response, self.max_response_bytes, ticket, binary_only=True, copies=GRPC_BINARY_COPIES, reserved=outputs
+            )
             if estimated_size(response, binary_only=True) < OFF_LOOP_BYTES:
                 return encode_infer_response(response, into), held.close
             return await asyncio.to_thread(encode_infer_response, response, into), held.close

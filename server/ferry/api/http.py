@@ -37,7 +37,7 @@ from .limits import OFF_LOOP_BYTES
 from .logging_ext import log_router
 from .multipart import multipart_files
 from .openapi import INDEX_BODY, INFER_BODY, LOAD_BODY, UNLOAD_BODY, document_real_errors
-from .response_size import estimated_size, reserve_response
+from .response_size import estimated_size, reserve_outputs, reserve_response
 from .shared_memory_http import add_shared_memory_routes
 from .trace_ext import trace_router
 
@@ -231,11 +231,12 @@ async def infer_response(
         )
         del body  # the tensors are views of it where possible; drop the name early
         infer_request.client = plane.identify(request.headers.get("authorization"))
+        outputs = reserve_outputs(infer_request.inputs, ticket)
         response = await _unless_disconnected(request, plane.infer(infer_request))
         if response is None:
             held.close()
             return Response(status_code=499)  # the caller is gone; nobody reads this
-        reserve_response(response, max_response_bytes, ticket, binary_only=False)
+        reserve_response(response, max_response_bytes, ticket, binary_only=False, reserved=outputs)
         payload, header_length = await _off_loop_if_large(
             estimated_size(response, binary_only=False), encode_infer_response, response
         )

@@ -9,6 +9,8 @@ answers every copy alive until the answer is written), so the cap sees the real 
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..errors import PayloadTooLarge
 from ..types import InferenceResponse
 from .admission import Ticket
@@ -61,15 +63,25 @@ def peak_cost(response: InferenceResponse, binary_only: bool, copies: int = REST
     return total
 
 
+def reserve_outputs(inputs: dict[str, np.ndarray], ticket: Ticket) -> int:
+    """Count, before the model runs, outputs as large as the inputs: they exist before the answer's
+    cost can be known, and a request admitted on its body alone would hold twice what was counted.
+    Returns what was counted (``reserve_response`` counts only the rest)."""
+    nbytes = sum(array.nbytes for array in inputs.values() if array.dtype != object)
+    ticket.reserve(nbytes)
+    return nbytes
+
+
 def reserve_response(
     response: InferenceResponse,
     limit: int,
     ticket: Ticket | None,
     binary_only: bool,
     copies: int = REST_BINARY_COPIES,
+    reserved: int = 0,
 ) -> None:
     """Refuse a response larger than ``limit``; otherwise count its peak cost (``peak_cost``)
-    against the in-flight bytes."""
+    against the in-flight bytes, less ``reserved`` (counted for the outputs before they existed)."""
     size = estimated_size(response, binary_only)
     if size > limit:
         advice = "" if binary_only else "; request outputs with binary_data (the binary tensor extension)"
@@ -78,4 +90,4 @@ def reserve_response(
             f"(--max-response-bytes); ask for fewer or smaller outputs{advice}"
         )
     if ticket is not None:
-        ticket.reserve(peak_cost(response, binary_only, copies))
+        ticket.reserve(max(0, peak_cost(response, binary_only, copies) - reserved))
