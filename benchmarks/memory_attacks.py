@@ -5,10 +5,10 @@ Run (a few minutes on two cores)::
 
     python benchmarks/memory_attacks.py [--intake-processes 2] [--only typed,images] [-- --max-inflight-bytes ...]
 
-For each attack: the answers (status counts), the server's RSS before the burst, its peak while the
-burst runs (sampled every 20 ms; with intake processes, the sum over every process of the server)
-and after. The goal the defaults are chosen for: no attack raises the peak by more than 500 MB.
-Prints a table.
+For each attack, on a fresh server: the answers (status counts), the server's RSS before the burst,
+its peak while the burst runs (sampled every 20 ms; with intake processes, the sum of every
+process's proportional set size, so shared arenas count once) and after. The goal the defaults
+are chosen for: no attack raises the peak by more than 500 MB. Prints a table.
 """
 
 from __future__ import annotations
@@ -47,12 +47,16 @@ MB = 1_000_000
 
 
 def _rss(pid: int) -> int:
-    """The server's resident memory: its process and every process it started (intakes)."""
+    """The server's memory: its process and every process it started (intakes), each counted by its
+    proportional set size, so the shared-memory arenas mapped in two processes count once."""
     root = psutil.Process(pid)
+    processes = [root, *root.children(recursive=True)]
+    if len(processes) == 1:
+        return root.memory_info().rss
     total = 0
-    for process in (root, *root.children(recursive=True)):
+    for process in processes:
         with contextlib.suppress(psutil.NoSuchProcess):
-            total += process.memory_info().rss
+            total += process.memory_full_info().pss
     return total
 
 
@@ -217,25 +221,18 @@ def main() -> None:
         config.write_text(config.read_text().replace('name: "dynamic_shape"', 'name: "wide"'))
         shutil.copytree(ROOT / "model_repo" / "digits", repo / "digits")
         flags = ["--intake-processes", str(args.intake_processes), *args.flags]
-        server = start_server(repo, Path(tmp) / "server.log", *flags)
         rows = []
-        try:
-            for key in args.only.split(","):
-                title, attack = ATTACKS[key]
-                answers, before, peak, after = measure(server, lambda attack=attack: attack(server))
-                counted = ", ".join(f"{n} x {a}" for a, n in sorted(collections.Counter(answers).items()))
-                rows.append(
-                    [
-                        title,
-                        counted,
-                        f"{before / MB:.0f}",
-                        f"+{(peak - before) / MB:.0f}",
-                        f"+{(after - before) / MB:.0f}",
-                    ]
-                )
-                print(" | ".join(rows[-1]), flush=True)
-        finally:
-            server.stop()
+        for key in args.only.split(","):
+            title, attack = ATTACKS[key]
+            server = start_server(repo, Path(tmp) / f"{key}.log", *flags)  # a fresh server per attack
+            try:
+                answers, before, peak, after = measure(server, lambda attack=attack, server=server: attack(server))
+            finally:
+                server.stop()
+            counted = ", ".join(f"{n} x {a}" for a, n in sorted(collections.Counter(answers).items()))
+            grew, kept = (peak - before) / MB, (after - before) / MB
+            rows.append([title, counted, f"{before / MB:.0f}", f"+{grew:.0f}", f"{kept:+.0f}"])
+            print(" | ".join(rows[-1]), flush=True)
     print(f"\nintake processes: {args.intake_processes}; flags: {' '.join(args.flags) or '(defaults)'}")
     print("| attack (burst) | answers | RSS before (MB) | peak | after |")
     print("|---|---|---|---|---|")
