@@ -92,7 +92,8 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
         Returns the answer with the release of its admission, which the caller calls once the
         answer has been written: until then the answer is memory this request holds."""
         held = contextlib.ExitStack()
-        # the message parsed, and the bytes it was parsed from (grpc keeps them for the call)
+        # twice the message: it is parsed from bytes grpc read whole before this runs (dropped once
+        # parsed, see grpc_decode.py), so calls still arriving hold as much again, uncounted
         ticket = held.enter_context(self.plane.admission.admit(2 * request.ByteSize()))
         try:
             infer_request = await self._decode(request, ticket, client)

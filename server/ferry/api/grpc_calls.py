@@ -26,6 +26,7 @@ idle between requests).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import logging
@@ -113,6 +114,7 @@ def _report_cut(peer: str, allowed: float, closing: asyncio.Future[int]) -> None
 
 
 async def _close_reader(requests: AsyncIterator[Any]) -> None:
+    """End grpc's request reader (its generator keeps the last message it read)."""
     reader = requests.__aiter__()
     aclose = getattr(reader, "aclose", None)
     if aclose is not None:
@@ -167,9 +169,10 @@ class CallGuard(grpc.aio.ServerInterceptor):
                     if timer is not None:
                         timer.cancel()
             finally:
-                _after_write.reset(reset)
                 for release in pending:
                     release()
+                with contextlib.suppress(ValueError):  # closed from another task (a collected call)
+                    _after_write.reset(reset)
                 self._leave(peer)
 
         return grpc.stream_stream_rpc_method_handler(
