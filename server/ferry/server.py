@@ -41,6 +41,7 @@ from .front_doors import (
     rest_config,
     wait_started,
 )
+from .heap import return_large_buffers
 from .intake.shared_state import OPEN_CONNECTIONS
 from .intake.supervisor import IntakeCollector, IntakeProcesses, intake_process_count
 from .metrics import Metrics
@@ -243,6 +244,7 @@ def serve(settings: Settings) -> None:
     """Run the server until SIGTERM or SIGINT."""
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     warn_unknown_variables(os.environ)
+    return_large_buffers()
     try:
         import uvloop
 

@@ -34,6 +34,7 @@ from ..front_doors import (
     reuse_port_socket,
     wait_started,
 )
+from ..heap import return_large_buffers
 from ..security import ServerSecurity
 from ..security.identity import Identify
 from ..settings import Settings
@@ -180,6 +181,7 @@ def main() -> None:
         format=f"%(asctime)s %(levelname)s %(name)s[intake {assignment.row}]: %(message)s",
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per forwarded request
+    return_large_buffers()
     try:
         import uvloop
 
