@@ -24,9 +24,9 @@ from ..errors import FerryError, InvalidArgument, Unimplemented
 from ..types import InferenceRequest
 from .cuda_shared_memory import cuda_register_refused, cuda_status, cuda_unregister
 from .dataplane import DataPlane
-from .grpc_calls import CallGuard, release_after_write
+from .grpc_calls import CallGuard, WrappedRegistration, release_after_write
 from .grpc_codec import decode_infer_request, encode_infer_response
-from .grpc_decode import DecodeErrorInterceptor
+from .grpc_decode import decoding_handler
 from .grpc_limits import GrpcLimits
 from .inference_plane import InferencePlane
 from .limits import OFF_LOOP_BYTES
@@ -401,13 +401,8 @@ def create_grpc_server(
     process passes its forwarding one). ``reuse_port``: several intake processes listen on the port
     (otherwise a port in use is an error)."""
     limits = limits or GrpcLimits()
-    guard = CallGuard(limits.max_calls_per_peer, limits.request_timeout_secs, limits.write_timeout_secs)
     server = grpc.aio.server(
-        interceptors=[
-            *interceptors,
-            guard,
-            DecodeErrorInterceptor(),
-        ],
+        interceptors=list(interceptors),
         options=[
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes),
@@ -417,7 +412,10 @@ def create_grpc_server(
         maximum_concurrent_rpcs=limits.max_concurrent_rpcs,
     )
     servicer = servicer or InferenceServicer(plane, max_response_bytes)
-    pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
+    guard = CallGuard(limits.max_calls_per_peer, limits.request_timeout_secs, limits.write_timeout_secs)
+    registration = WrappedRegistration(server, lambda handler, method: guard.wrap(decoding_handler(handler, method)))
+    pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, registration)
+    registration.check_registered("inference.GRPCInferenceService")
     try:
         if credentials is None:
             port = server.add_insecure_port(address)

@@ -1,9 +1,9 @@
-"""Per-peer call limits, a deadline for the request message of every gRPC call, and answers
-held until written.
+"""Per-peer call limits and a deadline for the request message of every gRPC call.
 
 ``--grpc-max-concurrent-rpcs`` bounds unfinished calls server-wide, so alone it lets one client
 that opens thousands of calls and never finishes them hold every slot: everyone else is refused.
-This interceptor, which sees each call as it arrives (before its request message), adds
+``CallGuard`` wraps each method handler of the service, so it sees each call as it arrives (before
+its request message), and adds
 
 - a cap on the unfinished calls of one peer address (``max_calls_per_peer``): past it that peer's
   new calls get RESOURCE_EXHAUSTED at once, other peers keep their share of the server-wide cap;
@@ -11,16 +11,23 @@ This interceptor, which sees each call as it arrives (before its request message
   completes (headers sent, data withheld) is ended with DEADLINE_EXCEEDED and frees its slot.
 
 - answers held until written: a unary call is served as a streaming call that reads one message
-  and writes one (the same bytes on the wire, so clients cannot tell), because grpc resumes a
-  streaming handler only once its message has been written to the connection. What the handler
-  asked to keep until then (``release_after_write``: its admission, with the answer's bytes) is
-  released there, so ``--max-inflight-bytes`` counts answers a client has not taken;
+  and writes one (the same bytes on the wire, so clients cannot tell; it also lets the guard see the
+  call before its message arrives), because grpc resumes a streaming handler only once its message
+  has been written to the connection. What the handler asked to keep until then
+  (``release_after_write``: its admission, with the answer's bytes) is released there, so
+  ``--max-inflight-bytes`` counts answers a client has not taken;
 - a deadline for each response message (``write_timeout`` plus one second per MiB): a client that
   has not taken it by then has its connection closed (``peer_sockets.py``), which ends its calls
   and frees their answers. grpc itself offers no way to end a call whose message it is writing.
 
 Streaming calls count against the peer cap for as long as they are open (a stream may rightly stay
 idle between requests).
+
+Why wrap the handlers once at registration, not a ``grpc.aio.ServerInterceptor``: an interceptor is
+awaited on every call and would build a new handler each time; the benchmark of the tiny model
+(benchmarks/intake.py) measured that at about 10% of the server's CPU per gRPC request. For the same
+reason the deadlines (of request and of response messages) share periodic sweeps instead of a timer
+per call.
 """
 
 from __future__ import annotations
@@ -30,7 +37,8 @@ import contextlib
 import contextvars
 import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection
+import time
+from collections.abc import AsyncIterator, Callable, Collection
 from typing import Any
 
 import grpc
@@ -58,6 +66,10 @@ def release_after_write(release: Callable[[], object]) -> None:
         pending.append(release)
 
 
+#: How often waiting request messages are checked, as a share of the deadline (at most once a second).
+SWEEPS_PER_TIMEOUT = 4
+
+
 def peer_host(peer: str) -> str:
     """The address part of grpc's peer string ("ipv4:1.2.3.4:5678", "ipv6:[::1]:5678"); "" for a
     unix socket, whose only clients are this server's own intake processes (not counted)."""
@@ -67,38 +79,101 @@ def peer_host(peer: str) -> str:
     return ""
 
 
-async def _first_message(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext, timeout: float) -> Any:
-    """The call's one request message, or the call aborted when it has not arrived in ``timeout``.
+class MessageDeadlines:
+    """Ends calls whose request message has not arrived in time: one sweep for all of them.
 
-    A timer that cancels this task, not ``asyncio.wait_for``: no extra task per call."""
-    task = asyncio.current_task()
-    assert task is not None
-    expired = False
+    Everything runs on the server's event loop, so plain dicts are the state."""
 
-    def expire() -> None:
-        nonlocal expired
-        expired = True
-        task.cancel()
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self.period = min(1.0, timeout / SWEEPS_PER_TIMEOUT)
+        self._waiting: dict[asyncio.Task[Any], float] = {}
+        self._expired: set[asyncio.Task[Any]] = set()
+        self._sweep: asyncio.TimerHandle | None = None
 
-    timer = asyncio.get_running_loop().call_later(timeout, expire)
-    try:
-        message = await requests.__anext__()
-        # the reader would keep the message's bytes until the call is collected: close it now
-        await _close_reader(requests)
-        return message
-    except asyncio.CancelledError:
-        if not expired:
-            raise
-        if hasattr(task, "uncancel"):
-            task.uncancel()
-    except StopAsyncIteration:
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the call ended without a request message")
-    finally:
-        timer.cancel()
-    await context.abort(
-        grpc.StatusCode.DEADLINE_EXCEEDED,
-        f"the request message did not arrive within {timeout:g} s (--grpc-request-timeout-secs)",
-    )
+    async def first_message(self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
+        """The call's one request message, or the call aborted when it has not arrived in time."""
+        task = asyncio.current_task()
+        assert task is not None
+        self._waiting[task] = time.monotonic() + self.timeout
+        if self._sweep is None:
+            self._sweep = asyncio.get_running_loop().call_later(self.period, self._expire_late)
+        try:
+            message = await requests.__anext__()
+            # the reader would keep the message's bytes until the call is collected: close it now
+            await _close_reader(requests)
+            return message
+        except asyncio.CancelledError:
+            if task not in self._expired:
+                raise
+            if hasattr(task, "uncancel"):  # Python 3.11+
+                task.uncancel()
+        except StopAsyncIteration:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the call ended without a request message")
+        finally:
+            self._waiting.pop(task, None)
+            self._expired.discard(task)
+        await context.abort(
+            grpc.StatusCode.DEADLINE_EXCEEDED,
+            f"the request message did not arrive within {self.timeout:g} s (--grpc-request-timeout-secs)",
+        )
+
+    def _expire_late(self) -> None:
+        now = time.monotonic()
+        for task, deadline in list(self._waiting.items()):
+            if deadline <= now and task not in self._expired:
+                self._expired.add(task)
+                task.cancel()
+        self._sweep = None
+        if self._waiting:
+            self._sweep = asyncio.get_running_loop().call_later(self.period, self._expire_late)
+
+
+async def _close_reader(requests: AsyncIterator[Any]) -> None:
+    """End grpc's request reader (its generator keeps the last message it read)."""
+    reader = requests.__aiter__()
+    aclose = getattr(reader, "aclose", None)
+    if aclose is not None:
+        await aclose()
+
+
+class WriteDeadlines:
+    """Closes the connection of a client that does not take a response message in time: one sweep
+    for every message being written (``ports``: the listening ports whose connections may be closed)."""
+
+    def __init__(self, timeout: float, ports: Collection[int] = ()) -> None:
+        self.timeout = timeout
+        self.ports = ports
+        self.period = min(1.0, timeout / SWEEPS_PER_TIMEOUT)
+        self._writing: dict[object, tuple[float, str, float]] = {}  # key -> deadline, peer, allowed
+        self._sweep: asyncio.TimerHandle | None = None
+
+    def watch(self, key: object, context: grpc.aio.ServicerContext, response: Any) -> bool:
+        """Start timing ``response``'s write (``done(key)`` once written); False for calls never
+        cut: those of this server's own intake processes (a unix socket)."""
+        peer = context.peer()
+        if not peer_host(peer) or not self.ports:
+            return False
+        allowed = self.timeout + response.ByteSize() / WRITE_BYTES_PER_SEC
+        self._writing[key] = (time.monotonic() + allowed, peer, allowed)
+        if self._sweep is None:
+            self._sweep = asyncio.get_running_loop().call_later(self.period, self._cut_late)
+        return True
+
+    def done(self, key: object) -> None:
+        self._writing.pop(key, None)
+
+    def _cut_late(self) -> None:
+        now = time.monotonic()
+        loop = asyncio.get_running_loop()
+        for key, (deadline, peer, allowed) in list(self._writing.items()):
+            if deadline <= now:
+                del self._writing[key]  # off the loop: it reads this process's descriptors
+                closing = loop.run_in_executor(None, close_peer_connections, peer, tuple(self.ports))
+                closing.add_done_callback(functools.partial(_report_cut, peer, allowed))
+        self._sweep = None
+        if self._writing:
+            self._sweep = loop.call_later(self.period, self._cut_late)
 
 
 def _report_cut(peer: str, allowed: float, closing: asyncio.Future[int]) -> None:
@@ -113,38 +188,27 @@ def _report_cut(peer: str, allowed: float, closing: asyncio.Future[int]) -> None
     )
 
 
-async def _close_reader(requests: AsyncIterator[Any]) -> None:
-    """End grpc's request reader (its generator keeps the last message it read)."""
-    reader = requests.__aiter__()
-    aclose = getattr(reader, "aclose", None)
-    if aclose is not None:
-        await aclose()
-
-
-class CallGuard(grpc.aio.ServerInterceptor):
+class CallGuard:
     """Counts unfinished calls per peer address, times request and response messages, and holds
-    what a unary call asks to keep until its answer is written (see the module docstring).
+    what a unary call asks to keep until its answer is written (see the module docstring)."""
 
-    Everything runs on the server's event loop, so a plain dict is the count."""
-
-    def __init__(
-        self, max_calls_per_peer: int, request_timeout: float, write_timeout: float, ports: Collection[int] = ()
-    ) -> None:
+    def __init__(self, max_calls_per_peer: int, request_timeout: float, write_timeout: float) -> None:
         self.max_calls_per_peer = max_calls_per_peer
-        self.request_timeout = request_timeout
-        self.write_timeout = write_timeout
-        #: the listening ports whose connections a stalled write may close (set once bound)
-        self.ports: Collection[int] = ports
+        self.deadlines = MessageDeadlines(request_timeout)
+        self.writes = WriteDeadlines(write_timeout)
         self.calls: dict[str, int] = {}
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]],
-        details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler | None:
-        handler = await continuation(details)
-        if handler is None:
-            return None
+    @property
+    def ports(self) -> Collection[int]:
+        return self.writes.ports
+
+    @ports.setter
+    def ports(self, ports: Collection[int]) -> None:
+        """The listening ports (set once bound) whose connections a stalled write may close."""
+        self.writes.ports = ports
+
+    def wrap(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        """The guarded form of one method's handler (built once, when the service is registered)."""
         if not handler.request_streaming and not handler.response_streaming:
             return self._guard_unary(handler)
         if handler.request_streaming and handler.response_streaming:
@@ -153,7 +217,9 @@ class CallGuard(grpc.aio.ServerInterceptor):
 
     def _guard_unary(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         behaviour: Any = handler.unary_unary
-        timeout = self.request_timeout
+        first_message = self.deadlines.first_message
+
+        writes = self.writes
 
         async def unary(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             peer = await self._enter(context)
@@ -161,13 +227,13 @@ class CallGuard(grpc.aio.ServerInterceptor):
             reset = _after_write.set(pending)
             try:
                 # the message goes to the handler without a name here to keep it alive after use
-                response = await behaviour(await _first_message(requests, context, timeout), context)
-                timer = self._watch(context, response)
+                response = await behaviour(await first_message(requests, context), context)
+                watched = writes.watch(reset, context, response)
                 try:
                     yield response  # resumes once grpc has written it
                 finally:
-                    if timer is not None:
-                        timer.cancel()
+                    if watched:
+                        writes.done(reset)
             finally:
                 for release in pending:
                     release()
@@ -182,37 +248,25 @@ class CallGuard(grpc.aio.ServerInterceptor):
     def _guard_bidi(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         streaming: Any = handler.stream_stream
 
+        writes = self.writes
+
         async def bidi(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             peer = await self._enter(context)
+            key = object()
             try:
                 async for response in streaming(requests, context):
-                    timer = self._watch(context, response)
+                    watched = writes.watch(key, context, response)
                     try:
                         yield response  # resumes once grpc has written it
                     finally:
-                        if timer is not None:
-                            timer.cancel()
+                        if watched:
+                            writes.done(key)
             finally:
                 self._leave(peer)
 
         return grpc.stream_stream_rpc_method_handler(
             bidi, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer
         )
-
-    def _watch(self, context: grpc.aio.ServicerContext, response: Any) -> asyncio.TimerHandle | None:
-        """A deadline for writing ``response``: past it the client's connection is closed (cancel
-        the handle once written). Calls from this server's own intake processes (a unix socket) are
-        never cut."""
-        peer = context.peer()
-        if not peer_host(peer) or not self.ports:
-            return None
-        allowed = self.write_timeout + response.ByteSize() / WRITE_BYTES_PER_SEC
-        return asyncio.get_running_loop().call_later(allowed, self._cut, peer, allowed)
-
-    def _cut(self, peer: str, allowed: float) -> None:
-        """Close the connection of a client that did not take a response in time (off the loop)."""
-        closing = asyncio.get_running_loop().run_in_executor(None, close_peer_connections, peer, tuple(self.ports))
-        closing.add_done_callback(functools.partial(_report_cut, peer, allowed))
 
     async def _enter(self, context: grpc.aio.ServicerContext) -> str:
         peer = peer_host(context.peer())
@@ -235,3 +289,30 @@ class CallGuard(grpc.aio.ServerInterceptor):
             self.calls[peer] = left
         else:
             del self.calls[peer]
+
+
+HandlerWrapper = Callable[[grpc.RpcMethodHandler, str], grpc.RpcMethodHandler]
+
+
+class WrappedRegistration:
+    """Stands in for the server when the generated ``add_..._to_server`` registers a service, and
+    registers every method handler through ``wrap(handler, "/package.Service/Method")`` instead."""
+
+    def __init__(self, server: grpc.aio.Server, wrap: HandlerWrapper) -> None:
+        self._server = server
+        self._wrap = wrap
+        self._services: set[str] = set()
+
+    def add_generic_rpc_handlers(self, generic_handlers: Any) -> None:
+        """Ignored: the generated code registers the same handlers by name next (below)."""
+
+    def add_registered_method_handlers(self, service: str, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
+        wrapped = {name: self._wrap(handler, f"/{service}/{name}") for name, handler in handlers.items()}
+        self._server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, wrapped),))
+        self._server.add_registered_method_handlers(service, wrapped)
+        self._services.add(service)
+
+    def check_registered(self, service: str) -> None:
+        """Fails loudly if generated code ever stops registering by name (nothing would be served)."""
+        if service not in self._services:
+            raise RuntimeError(f"the generated code did not register {service}'s method handlers by name")
