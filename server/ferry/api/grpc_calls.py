@@ -228,12 +228,13 @@ class CallGuard:
             try:
                 # the message goes to the handler without a name here to keep it alive after use
                 response = await behaviour(await first_message(requests, context), context)
-                watched = writes.watch(reset, context, response)
+                key = object()
+                watched = writes.watch(key, context, response)
                 try:
                     yield response  # resumes once grpc has written it
                 finally:
                     if watched:
-                        writes.done(reset)
+                        writes.done(key)
             finally:
                 for release in pending:
                     release()
