@@ -18,18 +18,25 @@ def write_mlp_model(
     version: int = 1,
     max_batch_size: int = 8,
     extra_config: str = "",
+    dense: bool = False,
 ) -> Path:
     """A model dir whose ``y = x @ W1 @ ... @ Wn + offset`` costs ``layers`` matmuls per item.
 
     The weights are scaled identities (exactly 1.0 overall), so ``y == x + offset``: tests can tell
     which version answered from the output alone, and the model's cost and size still grow with
-    ``width`` and ``layers``.
+    ``width`` and ``layers``. ``dense``: random weights instead (no zeros the system could leave
+    unmapped, so the model's memory is all resident; ``y`` is then not ``x``).
     """
     weights, nodes = [], []
     current = "x"
     for index in range(layers):
         name = f"w{index}"
-        weights.append(numpy_helper.from_array(np.eye(width, dtype=np.float32), name))
+        matrix = (
+            np.random.default_rng(index).standard_normal((width, width), np.float32) / width
+            if dense
+            else np.eye(width, dtype=np.float32)
+        )
+        weights.append(numpy_helper.from_array(matrix, name))
         nodes.append(helper.make_node("MatMul", [current, name], [f"h{index}"]))
         current = f"h{index}"
     weights.append(numpy_helper.from_array(np.array(offset, dtype=np.float32), "offset"))
