@@ -11,7 +11,6 @@ shared table (``intake/shared_state.py``) and the caps apply to the sum.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol
 
@@ -19,6 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from ..errors import PayloadTooLarge, Unavailable
+from ..inflight import current_ticket
 
 RETRY_AFTER_S = 1
 
@@ -86,18 +86,6 @@ class Ticket:
             return
         self.nbytes -= nbytes
         self._admission.counts.add(BYTES, -nbytes)
-
-
-#: The ticket of the request the running task serves, so a later stage (image decoding) can count
-#: what it will hold without every layer passing the ticket on. None outside admitted requests.
-current_ticket: contextvars.ContextVar[Ticket | None] = contextvars.ContextVar("ferry_admission_ticket", default=None)
-
-
-def reserve_for_current(nbytes: int) -> None:
-    """Count ``nbytes`` against the running request's admission, when it has one."""
-    ticket = current_ticket.get()
-    if ticket is not None:
-        ticket.reserve(nbytes)
 
 
 class Admission:

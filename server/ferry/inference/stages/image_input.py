@@ -9,8 +9,8 @@ from concurrent.futures import Executor
 
 import numpy as np
 
-from ...api.admission import reserve_for_current
 from ...errors import InvalidArgument
+from ...inflight import reserve_for_current
 from ...pipelines.decode import decoding_cost
 from ...pipelines.runtime import ImagePipeline, Prepared
 from ...pipelines.slices import ImageWork, prepare_in_slices

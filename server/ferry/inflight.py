@@ -1,0 +1,26 @@
+"""The running request's share of ``--max-inflight-bytes``, for stages below the front doors.
+
+Why here: admission lives with the front doors (``api/admission.py``), but a stage deep in the
+request path (image decoding) learns what it will hold only when it runs; it counts that on the
+ticket the front door set for the task, without every layer passing the ticket on.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from typing import Protocol
+
+
+class Reserves(Protocol):
+    def reserve(self, nbytes: int) -> None: ...
+
+
+#: The ticket of the request the running task serves (None outside admitted requests).
+current_ticket: contextvars.ContextVar[Reserves | None] = contextvars.ContextVar("ferry_admission_ticket", default=None)
+
+
+def reserve_for_current(nbytes: int) -> None:
+    """Count ``nbytes`` against the running request's admission, when it has one."""
+    ticket = current_ticket.get()
+    if ticket is not None:
+        ticket.reserve(nbytes)
