@@ -28,9 +28,8 @@ from ..inference.path import RequestPath
 from ..inference.stages import PostStage
 from ..inference.stages.detection_tensors import DetectionTensors
 from ..inference.stages.embed import EmbeddingTensors
-from ..inference.stages.tasks import image_task
+from ..inference.stages.tasks import check_image_request, image_task
 from ..inference.validation import engine_output, int_parameter
-from ..ocr import is_ocr
 from ..pipelines.postprocess import classification_strings
 from ..repository.manager import ModelManager
 from ..repository.model import ModelVersion
@@ -376,14 +375,7 @@ class DataPlane:
         ``parameters`` are the request parameters infer takes (``priority``, ``timeout``).
         """
         model = self.path.resolve(name, version)
-        if not images:
-            raise InvalidArgument("no images in the request")
-        if is_ocr(model.config) != (task == "ocr"):
-            raise InvalidArgument(
-                f"model '{model.name}' is an OCR model; use /ocr"
-                if task != "ocr"
-                else f"model '{model.name}' is not an OCR model (platform ferry_ocr); /ocr needs one"
-            )
+        check_image_request(model, images, task)
         cache = self._cache_for(model)
         compute: Callable[[], Awaitable[list[Any]]]
         if task == "ocr":
@@ -392,11 +384,7 @@ class DataPlane:
             stage = image_task(model, task, options)
             request = stage.request(model, images, parameters or {})
 
-            async def run() -> list[Any]:
-                executed = await self.path.run(model, request, stage.outputs, post=stage, split=True)
-                return executed.results()
-
-            compute = run
+            compute = functools.partial(self.path.run_image_task, model, stage, request)
             if cache is not None:  # not part of the key, but a hit must not accept bad values
                 for parameter in ("priority", "timeout"):
                     int_parameter(request, parameter)

@@ -31,7 +31,7 @@ from ..response_streams import ResponseSink
 from ..scheduling.scheduler import Unloading
 from ..scheduling.timeline import Timeline
 from ..types import InferenceRequest
-from .stages import PostStage
+from .stages import ImageTask, PostStage
 from .stages.image_input import ImageInput
 from .validation import as_batch_of_one, check_requested_outputs, engine_output, int_parameter, validate_inputs
 
@@ -90,18 +90,15 @@ class Executed:
         return [result for part in self.parts for result in part.post]
 
 
-class RequestPath:
-    """Runs requests on the models of ``manager``; pre- and post-stages use ``pool``."""
+class FrontHalf:
+    """Pre-stages → execute → post-stages, with the execution left to the subclass: the model
+    process's ``RequestPath`` validates and schedules it; an intake process hands it to the model
+    process (``intake.handoff_path.HandoffPath``). Pre- and post-stages use ``pool``."""
 
-    def __init__(self, manager: ModelManager, tracing: Tracing, pool: Executor, image_share: int) -> None:
-        self.manager = manager
-        self.tracing = tracing
+    def __init__(self, pool: Executor, image_share: int) -> None:
         self.pool = pool
         self.image_work = ImageWork()
         self.image_input = ImageInput(pool, image_share, self.image_work)
-
-    def resolve(self, name: str, version: str = "") -> ModelVersion:
-        return self.manager.get(name, version)
 
     async def run(
         self,
@@ -140,6 +137,12 @@ class RequestPath:
             parts.append(part)
         return Executed(model, parts)
 
+    async def run_image_task(self, model: ModelVersion, stage: ImageTask, request: InferenceRequest) -> list[Any]:
+        """``/classify``, ``/detect``, ``/embed``: the images in ``request`` (``stage.request``) through
+        the pre-stages, as many executions as the model's batch size needs, and ``stage`` on each."""
+        executed = await self.run(model, request, stage.outputs, post=stage, split=True)
+        return executed.results()
+
     # --- pre-stages -------------------------------------------------------------------------------
 
     async def _pre_stages(
@@ -154,7 +157,7 @@ class RequestPath:
         try:
             prepared = await self.image_input(model, request, whole=not split)
         except InvalidArgument:
-            _record_invalid(model)
+            record_invalid(model)
             raise
         name = pipeline.input_name
         datatypes = {**request.input_datatypes, name: pipeline.spec.datatype}
@@ -181,6 +184,25 @@ class RequestPath:
             for start in range(0, items, limit)
         ]
 
+    async def _schedule(
+        self, model: ModelVersion, request: InferenceRequest, names: Sequence[str], sink: ResponseSink | None = None
+    ) -> tuple[ModelVersion, Outputs, int]:
+        """Run one execution: the version that ran it, its outputs in the config's dims, the batch size."""
+        raise NotImplementedError
+
+
+class RequestPath(FrontHalf):
+    """Runs requests on the models of ``manager``: each execution validated, traced and queued on
+    the model's scheduler."""
+
+    def __init__(self, manager: ModelManager, tracing: Tracing, pool: Executor, image_share: int) -> None:
+        super().__init__(pool, image_share)
+        self.manager = manager
+        self.tracing = tracing
+
+    def resolve(self, name: str, version: str = "") -> ModelVersion:
+        return self.manager.get(name, version)
+
     # --- validate and schedule --------------------------------------------------------------------
 
     async def _schedule(
@@ -194,7 +216,7 @@ class RequestPath:
             priority = int_parameter(request, "priority")
             timeout_us = int_parameter(request, "timeout")
         except InvalidArgument:
-            _record_invalid(model)
+            record_invalid(model)
             raise
         trace = self.tracing.start(model.name, request.id)
         timeline = trace.timeline if trace else None
@@ -239,6 +261,6 @@ class RequestPath:
             )
 
 
-def _record_invalid(model: ModelVersion) -> None:
+def record_invalid(model: ModelVersion) -> None:
     """A request refused as invalid counts as a failure of the model it was for (as Triton)."""
     model.stats.record_failure(0, "OTHER")

@@ -33,6 +33,7 @@ from ..front_doors import QuietUvicornServer, reuse_port_socket, wait_started
 from ..security import ServerSecurity
 from ..settings import Settings
 from .handoff import HandoffHub, HubConnection
+from .model_directory import ModelDirectory
 from .shared_state import SharedTable
 from .worker import ENV, Assignment
 
@@ -81,7 +82,7 @@ class IntakeProcesses:
                 except OSError as exc:
                     raise OSError(f"cannot bind {s.host}:{port}: {exc.strerror or exc}") from None
         self._directory = _private_directory()
-        self.hub = HandoffHub(plane.infer, s.intake_arena_bytes)
+        self.hub = HandoffHub(plane.infer, s.intake_arena_bytes, ModelDirectory(plane))
         self.hub.on_connection_lost = self._on_connection_lost
         await self.hub.start(self._path("hub.sock"))
         for row in range(1, self.count + 1):  # before any gRPC server runs: forking then makes gRPC log warnings

@@ -1,6 +1,7 @@
 """An intake process: owns a share of the public REST and gRPC ports, answers inference requests by
-handing their tensors to the model process (``handoff.py``), and forwards every other request to
-the model process's own listeners, so clients get exactly what one process would answer.
+handing their tensors to the model process (``handoff.py``), runs the front half of the image
+endpoints (decode, validate, pre- and post-stages: ``front_half.py``), and forwards every other
+request to the model process's own listeners, so clients get exactly what one process would answer.
 
 Started by ``supervisor.py`` as ``python -m ferry.intake.worker`` with its assignment as JSON in
 ``FERRY_INTAKE``. It ignores SIGINT (a terminal's Ctrl-C reaches the whole process group; the model
@@ -16,14 +17,17 @@ import os
 import signal
 import sys
 from collections.abc import AsyncGenerator, Awaitable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+from starlette.types import ASGIApp
 
 from ..api.admission import Admission
 from ..api.http_fast import InferFastPath
 from ..api.limits import Limits
+from ..cores import usable_cores
 from ..errors import FerryError
 from ..front_doors import (
     QuietUvicornServer,
@@ -40,7 +44,9 @@ from ..settings import Settings
 from ..types import InferenceRequest, InferenceResponse
 from .forward_grpc import ForwardingServicer
 from .forward_http import ForwardToCore
+from .front_half import HandoffPath, ImageRoutes, IntakeImages
 from .handoff import HandoffClient
+from .model_views import ModelViews
 from .shared_state import SharedConnections, SharedTable
 
 log = logging.getLogger("ferry.intake")
@@ -122,7 +128,11 @@ async def run(assignment: Assignment) -> int:
             ("grpc.max_send_message_length", settings.grpc_max_message_bytes),
         ],
     )
-    http = _rest_listener(settings, security, plane, forward, SharedConnections(table, assignment.row))
+    workers = settings.image_workers or usable_cores()  # as the model process's DataPlane
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ferry-intake-image")
+    images = IntakeImages(plane.admission, ModelViews(client), HandoffPath(client, pool, max(1, workers // 2)))
+    routes = ImageRoutes(forward, images, settings.http_max_body_bytes)
+    http = _rest_listener(settings, security, plane, routes, SharedConnections(table, assignment.row))
     server = None
     if settings.grpc_port:
         servicer = ForwardingServicer(plane, settings.max_response_bytes, channel)
@@ -147,6 +157,7 @@ async def run(assignment: Assignment) -> int:
     await forward.aclose()
     await channel.close()
     client.close()
+    pool.shutdown(wait=False, cancel_futures=True)
     return code
 
 
@@ -157,12 +168,13 @@ class _Listener:
 
 
 def _rest_listener(
-    settings: Settings, security: ServerSecurity, plane: IntakePlane, forward: ForwardToCore, shared: SharedConnections
+    settings: Settings, security: ServerSecurity, plane: IntakePlane, routes: ASGIApp, shared: SharedConnections
 ) -> _Listener | None:
-    """uvicorn on this process's own SO_REUSEPORT socket: inference here, the rest forwarded."""
+    """uvicorn on this process's own SO_REUSEPORT socket: inference here, then ``routes`` (the
+    image endpoints here, the rest forwarded)."""
     if not settings.http_port:
         return None
-    app = security.http_app(InferFastPath(forward, plane, settings.http_max_body_bytes, settings.max_response_bytes))
+    app = security.http_app(InferFastPath(routes, plane, settings.http_max_body_bytes, settings.max_response_bytes))
     config = rest_config(app, settings, security, **connection_options(settings, shared))
     sock = reuse_port_socket(settings.host, settings.http_port, listen=True)
     server = QuietUvicornServer(config)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import InvalidArgument
+from ...ocr import is_ocr
 from ...repository.model import ModelVersion
 from . import ImageTask
 from .classify import Classify
@@ -40,3 +41,16 @@ def image_task(model: ModelVersion, task: str, options: dict[str, Any]) -> Image
             raise InvalidArgument(f"model '{model.name}' is an ensemble; /embed needs ferry_image.embedding")
         return EnsembleImages(model, task, options)
     raise InvalidArgument(f"model '{model.name}' has no image pipeline (ferry_image in its config)")
+
+
+def check_image_request(model: ModelVersion, images: list[bytes], task: str) -> None:
+    """What every image endpoint checks before its stage is chosen: images sent, and OCR models
+    only through ``/ocr`` (and ``/ocr`` only on them)."""
+    if not images:
+        raise InvalidArgument("no images in the request")
+    if is_ocr(model.config) != (task == "ocr"):
+        raise InvalidArgument(
+            f"model '{model.name}' is an OCR model; use /ocr"
+            if task != "ocr"
+            else f"model '{model.name}' is not an OCR model (platform ferry_ocr); /ocr needs one"
+        )
