@@ -19,8 +19,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
+import tritonclient.grpc as tgrpc
 from PIL import Image
+from tritonclient.utils import InferenceServerException
 
 from ..conftest import MODEL_REPO, RunningServer, detector_module, start_server
 from ..server_metrics import metric, scrape
@@ -133,7 +136,9 @@ def _png_declaring(width: int, height: int) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
     header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b"")
+    return (
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b"")
+    )
 
 
 def test_errors_are_one_process_errors(servers, digit_pngs) -> None:
@@ -176,3 +181,35 @@ def test_a_reloaded_pipeline_is_used_at_once(servers, digit_pngs) -> None:
             assert client.post("/v2/repository/models/reloaded/load").status_code == 200
     after = _both(servers, "/v2/models/reloaded/classify", files[:8]).json()
     assert after != before
+
+
+def _infer_images(server: RunningServer, model: str, images: list[bytes], output: str) -> tuple[str, object]:
+    """V2 infer over gRPC with ``images`` as the BYTES input: the output, or the error's code and text."""
+    client = tgrpc.InferenceServerClient(server.grpc_url)
+    try:
+        tensor = tgrpc.InferInput("input" if model == "digits" else "images", [len(images)], "BYTES")
+        tensor.set_data_from_numpy(np.array(images, dtype=object))
+        result = client.infer(model, [tensor], outputs=[tgrpc.InferRequestedOutput(output)])
+        return "ok", result.as_numpy(output).tolist()
+    except InferenceServerException as exc:
+        return str(exc.status()), exc.message()
+    finally:
+        client.close()
+
+
+def test_encoded_images_through_v2_infer_are_decoded_in_the_intakes(servers, scenes, digit_pngs) -> None:
+    files, _ = digit_pngs
+    pool, handoffs, counted = _image_counters(servers["intakes"], "digits")
+    for model, images, output in (("digits", files[:9], "logits"), ("digit_detector", scenes[:3], "output0")):
+        answers = {mode: _infer_images(server, model, images, output) for mode, server in servers.items()}
+        assert answers["one"][0] == "ok" and answers["intakes"] == answers["one"]
+    pool_after, handoffs_after, counted_after = _image_counters(servers["intakes"], "digits")
+    assert (pool_after - pool, handoffs_after - handoffs, counted_after - counted) == (0, 2, 9)
+    bad = [
+        ("digits", [files[0], b"not an image"], "logits"),
+        ("digits", files[:65], "logits"),  # beyond max_batch_size 64
+        ("digit_detector", scenes[:1], "detection_boxes"),  # decoded outputs: relayed, still answered
+    ]
+    for model, images, output in bad:
+        answers = {mode: _infer_images(server, model, images, output) for mode, server in servers.items()}
+        assert answers["intakes"] == answers["one"], answers

@@ -118,7 +118,7 @@ class FrontHalf:
         if sink is not None or (post is None and not split and not self.image_input.applies(model, request)):
             served, outputs, batch_size = await self._schedule(model, request, names, sink)
             return Executed(served, [Part(outputs, [], batch_size)])
-        executions, transforms, decoded = await self._pre_stages(model, request, split)
+        executions, transforms, decoded = await self.pre_stages(model, request, split)
         # A model that cannot batch gets an image axis on each execution's outputs where the
         # images are joined or handed to a post-stage (a declared leading 1 already is that axis).
         image_axis = decoded and model.max_batch_size == 0 and (len(executions) > 1 or post is not None)
@@ -145,7 +145,7 @@ class FrontHalf:
 
     # --- pre-stages -------------------------------------------------------------------------------
 
-    async def _pre_stages(
+    async def pre_stages(
         self, model: ModelVersion, request: InferenceRequest, split: bool
     ) -> tuple[list[tuple[slice, InferenceRequest]], list[ImageTransform], bool]:
         """The request's executions (which images each holds, and its request), the images'

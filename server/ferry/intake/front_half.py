@@ -1,4 +1,5 @@
-"""The core's front half in an intake process: ``/classify``, ``/detect`` and ``/embed`` decoded,
+"""The core's front half in an intake process: ``/classify``, ``/detect``, ``/embed`` and V2 infer
+with encoded images decoded,
 validated and pre-processed here, in this process's own worker pool, by the very stages the
 model process runs (``inference.path.FrontHalf``, ``inference.stages``); each execution's tensors
 go to the model process through the arena as a V2 infer request (validated, traced, scheduled
@@ -29,7 +30,7 @@ from ..inference.path import FrontHalf, Outputs
 from ..inference.stages.tasks import check_image_request, image_task
 from ..repository.model import ModelVersion
 from ..response_streams import ResponseSink
-from ..types import InferenceRequest, RequestedOutput
+from ..types import InferenceRequest, InferenceResponse, RequestedOutput
 from .handoff import HandoffClient, StaleModel
 from .model_views import ModelViews
 
@@ -90,6 +91,38 @@ class IntakeImages:
                 if attempt == STALE_RETRIES:
                     raise
             model = await self.views.resolve(name, version)
+        raise AssertionError("unreachable")
+
+    async def infer(self, request: InferenceRequest) -> InferenceResponse | None:
+        """V2 infer with encoded images (BYTES) for an image model's tensor input: decoded and
+        pre-processed here (``FrontHalf.pre_stages``, as one process), the tensors handed over as
+        the same request. None when the request is for the model process as it is: no such input,
+        a model whose image requests are relayed, decoded outputs asked for (their post-stage
+        needs the images' transforms), several executions (a model that cannot batch),
+        shared-memory inputs, or an error the model process reports for the model."""
+        if request.shared_memory_inputs or "BYTES" not in request.input_datatypes.values():
+            return None
+        try:
+            model = await self.views.resolve(request.model_name, request.model_version)
+        except FerryError:
+            return None
+        for attempt in range(STALE_RETRIES + 1):
+            if model is None or model.pipeline is None or not self.path.image_input.applies(model, request):
+                return None
+            if any(output.name in model.pipeline.decoded_outputs for output in request.outputs or ()):
+                return None
+            if model.max_batch_size == 0 and request.inputs[model.pipeline.input_name].size != 1:
+                return None
+            executions, _, _ = await self.path.pre_stages(model, request, split=False)
+            (_, prepared), *more = executions
+            if more:
+                return None
+            try:
+                return await self.path.client.infer(prepared, expect=model.identity)
+            except StaleModel:
+                if attempt == STALE_RETRIES:
+                    raise
+            model = await self.views.resolve(request.model_name, request.model_version)
         raise AssertionError("unreachable")
 
 

@@ -82,13 +82,25 @@ class IntakePlane:
     """What the inference front doors need from a data plane, in an intake process: admission and
     limits here (admission counted in the shared table), execution in the model process."""
 
-    def __init__(self, admission: Admission, limits: Limits, client: HandoffClient, identify: Identify) -> None:
+    def __init__(
+        self,
+        admission: Admission,
+        limits: Limits,
+        client: HandoffClient,
+        identify: Identify,
+        images: IntakeImages | None = None,
+    ) -> None:
         self.admission = admission
         self.limits = limits
         self.identify = identify  # the core uses the identity the request arrives with
         self._client = client
+        self.images = images  # encoded images for an image model: decoded here
 
     async def infer(self, request: InferenceRequest, door: str = "") -> InferenceResponse:
+        if self.images is not None:
+            response = await self.images.infer(request)
+            if response is not None:
+                return response
         return await self._client.infer(request)
 
     async def infer_stream(
@@ -109,12 +121,11 @@ async def run(assignment: Assignment) -> int:
     table = SharedTable.attach(assignment.core_pid, assignment.table_fd, assignment.table_rows)
     client = HandoffClient(assignment.row, assignment.arena_bytes)
     await client.connect(assignment.path("hub.sock"))
-    plane = IntakePlane(
-        Admission(settings.max_inflight_requests, settings.max_inflight_bytes, table.counts(assignment.row)),
-        request_limits(settings),
-        client,
-        security.identify,
-    )
+    admission = Admission(settings.max_inflight_requests, settings.max_inflight_bytes, table.counts(assignment.row))
+    workers = settings.image_workers or usable_cores()  # as the model process's DataPlane
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ferry-intake-image")
+    images = IntakeImages(admission, ModelViews(client), HandoffPath(client, pool, max(1, workers // 2)))
+    plane = IntakePlane(admission, request_limits(settings), client, security.identify, images)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
@@ -128,9 +139,6 @@ async def run(assignment: Assignment) -> int:
             ("grpc.max_send_message_length", settings.grpc_max_message_bytes),
         ],
     )
-    workers = settings.image_workers or usable_cores()  # as the model process's DataPlane
-    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ferry-intake-image")
-    images = IntakeImages(plane.admission, ModelViews(client), HandoffPath(client, pool, max(1, workers // 2)))
     routes = ImageRoutes(forward, images, settings.http_max_body_bytes)
     http = _rest_listener(settings, security, plane, routes, SharedConnections(table, assignment.row))
     server = None
