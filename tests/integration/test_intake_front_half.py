@@ -107,26 +107,32 @@ def test_classify_and_detect_through_two_intakes_equal_one_process(servers, scen
     _both(servers, "/v2/models/digits/classify", content=files[3], headers={"Content-Type": "image/png"})
 
 
-def _image_counters(server: RunningServer, model: str) -> tuple[float, float, float]:
-    """The model process's image pool count, hand-offs from intakes, and the model's image count
-    (its statistics, as ``ferry_image_count``)."""
+def _image_counters(server: RunningServer, model: str) -> tuple[float, float, float, float]:
+    """Images decoded by the model process's own pool and by the intakes' pools, executions handed
+    over by intakes, and the model's image count (its statistics, as ``ferry_image_count``)."""
     text = scrape(server)
     rows = (1, 2) if "ferry_intake_handoffs_total" in text else ()
     handoffs = sum(metric(text, "ferry_intake_handoffs_total", row=str(row)) for row in rows)
+    in_intakes = sum(metric(text, "ferry_intake_images_decoded_total", row=str(row)) for row in rows)
+    whole_server = metric(text, "ferry_image_decoded_total")
     counted = metric(text, "ferry_image_count", model=model, version="1")
-    return metric(text, "ferry_image_decoded_total"), handoffs, counted
+    return whole_server - in_intakes, in_intakes, handoffs, counted
+
+
+def _delta(after: tuple[float, ...], before: tuple[float, ...]) -> tuple[float, ...]:
+    return tuple(a - b for a, b in zip(after, before, strict=True))
 
 
 def test_the_intakes_decode_and_the_model_process_does_not(servers, scenes) -> None:
     for mode, server in servers.items():
-        pool, handoffs, counted = _image_counters(server, "digit_detector")
+        before = _image_counters(server, "digit_detector")
         assert _post(server, "/v2/models/digit_detector/detect", scenes).status_code == 200
-        pool_after, handoffs_after, counted_after = _image_counters(server, "digit_detector")
-        assert counted_after - counted == len(scenes), mode  # the statistics count every image
+        model_pool, intake_pools, handoffs, counted = _delta(_image_counters(server, "digit_detector"), before)
+        assert counted == len(scenes), mode  # the statistics count every image
         if mode == "one":
-            assert pool_after - pool == len(scenes)
-        else:  # decoded elsewhere; two batches of tensors handed over
-            assert (pool_after - pool, handoffs_after - handoffs) == (0, 2)
+            assert (model_pool, intake_pools) == (len(scenes), 0)
+        else:  # decoded in the intakes; two batches of tensors handed over
+            assert (model_pool, intake_pools, handoffs) == (0, len(scenes), 2)
 
 
 def _png_declaring(width: int, height: int) -> bytes:
@@ -199,12 +205,12 @@ def _infer_images(server: RunningServer, model: str, images: list[bytes], output
 
 def test_encoded_images_through_v2_infer_are_decoded_in_the_intakes(servers, scenes, digit_pngs) -> None:
     files, _ = digit_pngs
-    pool, handoffs, counted = _image_counters(servers["intakes"], "digits")
+    before = _image_counters(servers["intakes"], "digits")
     for model, images, output in (("digits", files[:9], "logits"), ("digit_detector", scenes[:3], "output0")):
         answers = {mode: _infer_images(server, model, images, output) for mode, server in servers.items()}
         assert answers["one"][0] == "ok" and answers["intakes"] == answers["one"]
-    pool_after, handoffs_after, counted_after = _image_counters(servers["intakes"], "digits")
-    assert (pool_after - pool, handoffs_after - handoffs, counted_after - counted) == (0, 2, 9)
+    # model pool, intake pools, hand-offs, images counted for digits
+    assert _delta(_image_counters(servers["intakes"], "digits"), before) == (0, 12, 2, 9)
     bad = [
         ("digits", [files[0], b"not an image"], "logits"),
         ("digits", files[:65], "logits"),  # beyond max_batch_size 64

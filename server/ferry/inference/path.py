@@ -95,9 +95,9 @@ class FrontHalf:
     process's ``RequestPath`` validates and schedules it; an intake process hands it to the model
     process (``intake.handoff_path.HandoffPath``). Pre- and post-stages use ``pool``."""
 
-    def __init__(self, pool: Executor, image_share: int) -> None:
+    def __init__(self, pool: Executor, image_share: int, work: ImageWork | None = None) -> None:
         self.pool = pool
-        self.image_work = ImageWork()
+        self.image_work = work or ImageWork()  # what the pool holds and did, for the metrics
         self.image_input = ImageInput(pool, image_share, self.image_work)
 
     async def run(

@@ -28,6 +28,7 @@ from ..api.http import error_to_response, image_endpoint
 from ..errors import FerryError, Unavailable
 from ..inference.path import FrontHalf, Outputs
 from ..inference.stages.tasks import check_image_request, image_task
+from ..pipelines.slices import ImageWork
 from ..repository.model import ModelVersion
 from ..response_streams import ResponseSink
 from ..types import InferenceRequest, InferenceResponse, RequestedOutput
@@ -44,8 +45,8 @@ STALE_RETRIES = 2
 class HandoffPath(FrontHalf):
     """Pre-stages and post-stages here; each execution run by the model process."""
 
-    def __init__(self, client: HandoffClient, pool: Executor, image_share: int) -> None:
-        super().__init__(pool, image_share)
+    def __init__(self, client: HandoffClient, pool: Executor, image_share: int, work: ImageWork | None = None) -> None:
+        super().__init__(pool, image_share, work)
         self.client = client
 
     async def _schedule(

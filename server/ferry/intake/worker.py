@@ -47,7 +47,7 @@ from .forward_http import ForwardToCore
 from .front_half import HandoffPath, ImageRoutes, IntakeImages
 from .handoff import HandoffClient
 from .model_views import ModelViews
-from .shared_state import SharedConnections, SharedTable
+from .shared_state import SharedConnections, SharedImageWork, SharedTable
 
 log = logging.getLogger("ferry.intake")
 
@@ -124,7 +124,11 @@ async def run(assignment: Assignment) -> int:
     admission = Admission(settings.max_inflight_requests, settings.max_inflight_bytes, table.counts(assignment.row))
     workers = settings.image_workers or usable_cores()  # as the model process's DataPlane
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ferry-intake-image")
-    images = IntakeImages(admission, ModelViews(client), HandoffPath(client, pool, max(1, workers // 2)))
+    images = IntakeImages(
+        admission,
+        ModelViews(client),
+        HandoffPath(client, pool, max(1, workers // 2), SharedImageWork(table, assignment.row)),
+    )
     plane = IntakePlane(admission, request_limits(settings), client, security.identify, images)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -12,6 +12,7 @@ import asyncio
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -68,10 +69,20 @@ async def prepare_in_slices(
     )
 
 
-class ImageWorkCollector(Collector):
-    """``ferry_image_waiting`` and ``ferry_image_decoded_total``: what the decode pool holds and did."""
+class ImageCounts(Protocol):
+    """What the metrics read: an ``ImageWork``, or the sum of several processes' pools."""
 
-    def __init__(self, work: ImageWork) -> None:
+    @property
+    def waiting(self) -> int: ...
+
+    @property
+    def decoded(self) -> int: ...
+
+
+class ImageWorkCollector(Collector):
+    """``ferry_image_waiting`` and ``ferry_image_decoded_total``: what the decode pools hold and did."""
+
+    def __init__(self, work: ImageCounts) -> None:
         self._work = work
 
     def collect(self) -> Iterable[Metric]:
