@@ -9,6 +9,11 @@ around it (shared memory, the response cache, response encoding).
 One request may need several executions: images beyond ``max_batch_size`` on the image endpoints,
 or several images for a model that cannot batch. Each execution is validated, traced and queued
 like a request of its own, and its post-stage runs in the worker pool on its whole batch.
+
+``FrontHalf`` is everything but the execution (pre-stages, executions, post-stages);
+``RequestPath`` adds validating, tracing and scheduling each execution in this process. An intake
+process runs the same front half with each execution handed to the model process
+(``intake.front_half.HandoffPath``), so the stages exist once.
 """
 
 from __future__ import annotations
