@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -95,10 +96,10 @@ class Executed:
         return [result for part in self.parts for result in part.post]
 
 
-class FrontHalf:
+class FrontHalf(ABC):
     """Pre-stages → execute → post-stages, with the execution left to the subclass: the model
     process's ``RequestPath`` validates and schedules it; an intake process hands it to the model
-    process (``intake.handoff_path.HandoffPath``). Pre- and post-stages use ``pool``."""
+    process (``intake.front_half.HandoffPath``). Pre- and post-stages use ``pool``."""
 
     def __init__(self, pool: Executor, image_share: int, work: ImageWork | None = None) -> None:
         self.pool = pool
@@ -189,11 +190,11 @@ class FrontHalf:
             for start in range(0, items, limit)
         ]
 
+    @abstractmethod
     async def _schedule(
         self, model: ModelVersion, request: InferenceRequest, names: Sequence[str], sink: ResponseSink | None = None
     ) -> tuple[ModelVersion, Outputs, int]:
         """Run one execution: the version that ran it, its outputs in the config's dims, the batch size."""
-        raise NotImplementedError
 
 
 class RequestPath(FrontHalf):
