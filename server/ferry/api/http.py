@@ -53,7 +53,7 @@ def json_response(content: Any, status: int = 200) -> Response:
 
 
 def detection_json(detection: Detection) -> dict[str, Any]:
-    """One detection as /detect returns it; ``keypoints`` only for models that predict them."""
+    """One detection as /detect returns it; ``keypoints`` and ``polygon`` only for models that predict them."""
     result: dict[str, Any] = {
         "box": [round(v, 2) for v in detection.box],
         "score": detection.score,
@@ -62,6 +62,8 @@ def detection_json(detection: Detection) -> dict[str, Any]:
     }
     if detection.keypoints is not None:
         result["keypoints"] = [[round(x, 2), round(y, 2)] for x, y in detection.keypoints]
+    if detection.polygon is not None:  # text detectors: the quadrilateral, clockwise from the top-left
+        result["polygon"] = [[round(x, 2), round(y, 2)] for x, y in detection.polygon]
     classes = getattr(detection, "classes", None)  # a cascade ensemble: the second model's classes
     if classes:
         result["classes"] = classes
@@ -395,6 +397,15 @@ def create_http_app(
         return await run_image_endpoint(
             request, model, version, "embed", options, lambda vector: {"embedding": vector}, parameters
         )
+
+    @app.post("/v2/models/{model}/recognize", openapi_extra=embed_doc)
+    @app.post("/v2/models/{model}/versions/{version}/recognize", openapi_extra=embed_doc)
+    async def recognize(model: str, request: Request, version: str = "") -> Response:
+        """Read one text line (raw body) or several (multipart): each line's text and confidence, as
+        ferry_image.text_recognition says (CTC). ``priority`` and ``timeout`` as V2 infer's."""
+        options = parse_image_query(request.query_params, INFER_QUERY, "recognize")
+        parameters = {name: options.pop(name) for name in INFER_PARAMETERS}
+        return await run_image_endpoint(request, model, version, "recognize", options, lambda line: line, parameters)
 
     @app.post("/v2/models/{model}/detect", openapi_extra=detect_doc)
     @app.post("/v2/models/{model}/versions/{version}/detect", openapi_extra=detect_doc)
