@@ -192,3 +192,23 @@ def test_wrong_endpoints_and_options_get_precise_errors(server: RunningServer) -
     assert response.status_code == 400 and "not a recognised image format" in response.json()["error"]
     response = post(server, "text_detector_image", "detect", [page], "?score_threshold=0.99")
     assert response.status_code == 200 and response.json()["results"][0]["detections"] == []
+
+
+def test_client_recognize_and_polygons(server: RunningServer) -> None:
+    """``ferry_client``: ``recognize()`` gives each line's ``TextLine``; ``detect()`` carries the
+    quadrilaterals as ``Detection.polygon``."""
+    from ferry_client import HttpClient
+    from ferry_client.images import TextLine
+
+    name = "page_left_crop"
+    crops = [png(crop) for crop in _crops(server, name)]
+    want = ocr.reference()[name]["crops"]
+    with HttpClient(server.http_url, timeout=120) as client:
+        one = client.recognize("text_recognizer_image", crops[0])
+        lines = client.recognize("text_recognizer_image", crops)
+        found = client.detect("text_detector_image", ocr.photos()[name])
+    assert isinstance(one, TextLine) and one.text == want[0]["recognised"]["text"]
+    assert isinstance(lines, list) and [line.text for line in lines] == [c["recognised"]["text"] for c in want]
+    assert all(isinstance(line, TextLine) for line in lines)
+    expected = np.array(ocr.reference()[name]["detector"], dtype=np.float32)
+    assert np.abs(np.array([d.polygon for d in found]) - expected).max() <= PIXEL_TOLERANCE
