@@ -199,3 +199,21 @@ def test_dbnet_detections_carry_quadrilaterals_in_original_pixels() -> None:
     assert tensors_out["detection_polygons"].shape == (1, 1000, 4, 2)
     with pytest.raises(InvalidArgument, match="applies no NMS"):
         detector.detect({"map": probability}, prepared.transforms, iou_threshold=0.5)
+
+
+def test_calibration_batches_of_a_variable_size_input_keep_one_size_each(tmp_path) -> None:
+    """``ferry optimize`` calibrates on pre-processed batches: a variable-size input gives one per
+    run of one size (never stacks tensors of different sizes)."""
+    from ferry.optimize.calibration import image_batches
+
+    files = []
+    for index, (height, width) in enumerate([(40, 60), (40, 60), (70, 30)]):
+        path = tmp_path / f"{index}.png"
+        path.write_bytes(png(np.full((height, width, 3), 200, np.uint8)))
+        files.append(path)
+    detector = pipeline(DETECTOR.replace("736", "64"), (3, -1, -1), MAP)
+    batches = list(image_batches(detector, files, batch_size=3))
+    assert [(batch.shape, len(transforms)) for batch, transforms in batches] == [
+        ((2, 3, 64, 96), 2),
+        ((1, 3, 160, 64), 1),
+    ]
