@@ -217,3 +217,33 @@ def test_calibration_batches_of_a_variable_size_input_keep_one_size_each(tmp_pat
         ((2, 3, 64, 96), 2),
         ((1, 3, 160, 64), 1),
     ]
+
+
+def test_pad_to_batch_pads_right_and_bottom_and_dbnet_reads_each_images_region() -> None:
+    detector = pipeline(DETECTOR.replace("LIMIT_SIDE", "LIMIT_SIDE pad_to_batch: true"), (3, -1, -1), MAP)
+    small, tall = np.ones((3, 32, 64), np.float32), np.full((3, 64, 32), 2.0, np.float32)
+    [(images, batch)] = detector.executions([small, tall])
+    assert (images.start, images.stop) == (0, 2) and batch.shape == (2, 3, 64, 64)
+    pad = -1.0  # pad_value 0 normalised: (0 - 0.5) / 0.5
+    assert np.all(batch[0, :, :32, :64] == 1.0) and np.all(batch[0, :, 32:, :] == pad)
+    assert np.all(batch[1, :, :, :32] == 2.0) and np.all(batch[1, :, :, 32:] == pad)
+    # the map of a padded image: text only in its own region, noise in the padding is not read
+    probability = np.zeros((1, 1, 64, 128), np.float32)
+    probability[0, 0, 8:20, 10:60] = 0.9
+    prepared = detector.prepare([png(np.zeros((32, 64, 3), np.uint8))])
+    alone = detector.detect({"map": probability}, prepared.transforms)[0]
+    transform = prepared.transforms[0]
+    padded = np.zeros((1, 1, transform.input_height + 40, transform.input_width + 50), np.float32)
+    padded[0, 0, : transform.input_height, : transform.input_width] = np.asarray(
+        __import__("cv2").resize(probability[0, 0], (transform.input_width, transform.input_height))
+    )
+    padded[0, 0, transform.input_height :, :] = 0.95  # would be text if it were read
+    unpadded = padded[:, :, : transform.input_height, : transform.input_width]
+    assert (
+        detector.detect({"map": padded}, prepared.transforms)[0]
+        == detector.detect({"map": unpadded}, prepared.transforms)[0]
+    )
+    assert len(alone) == 1
+    angle_refused = ANGLE.replace("resize", "pad_to_batch: true resize")
+    with pytest.raises(ModelLoadError, match="pad_to_batch: only applies to a variable-size input"):
+        pipeline(angle_refused, (3, 48, 192), {"p": [2]})

@@ -66,6 +66,7 @@ class PreprocessSpec:
     size_multiple: int = 32  # LIMIT_SIDE, resolved
     text_line_min_width: int = 0  # TEXT_LINE with a dynamic width, resolved
     text_line_max_width: int = 0  # TEXT_LINE with a dynamic width, resolved
+    pad_to_batch: bool = False  # a variable-size input: pad an execution's images to its largest
 
     @property
     def dtype(self) -> np.dtype:
@@ -120,6 +121,12 @@ class PreprocessSpec:
             **check_limit_side(pre, height, width, variable_sizes),
             **check_text_line(pre, height, width, variable_sizes),
         }
+        if pre.pad_to_batch and not (pre.resize in SIZED_MODES and (height <= 0 or width <= 0)):
+            raise ModelLoadError(
+                f"{_FIELD}.pad_to_batch: only applies to a variable-size input (resize: LIMIT_SIDE, or TEXT_LINE "
+                "with width -1)"
+            )
+        sized["pad_to_batch"] = pre.pad_to_batch
         if pre.resize in SIZED_MODES and (pre.device == _PRE.GPU or pre.draft_decode):
             field = "device" if pre.device == _PRE.GPU else "draft_decode"
             raise ModelLoadError(

@@ -27,6 +27,7 @@ from .decoders import Decoder, InputSize
 from .detection import DEFAULT_MAX_DETECTIONS, Detection, decode_detections, load_decoder
 from .detection_tensors import detection_tensor_specs, detection_tensors
 from .embedding import EMBEDDING_OUTPUT, check_embedding, embedding_tensor_spec, embeddings
+from .normalise import pad_to
 from .preprocess import ImageTransform, Placement, PreprocessSpec, pixels_of, place, preprocess, to_model_mode
 from .text_recognition import recognise, recognition_characters, recognition_tensor_specs
 
@@ -254,8 +255,19 @@ class ImagePipeline:
         """Split a prepared batch into model executions: which images, and the input tensor as the
         config declares it (with the batch dim when the model batches; Triton's reshape is the data
         plane's to apply). A model that cannot batch gets one image per execution. Tensors of a
-        variable-size input share an execution only with neighbours of the same size."""
+        variable-size input share an execution only with neighbours of the same size, unless
+        ``pad_to_batch`` pads each execution's images to its largest."""
         if isinstance(batch, list):
+            assert self.spec is not None
+            if self.spec.pad_to_batch and self.max_batch_size > 0:
+                chunks = [
+                    batch[start : start + self.max_batch_size] for start in range(0, len(batch), self.max_batch_size)
+                ]
+                starts = range(0, len(batch), self.max_batch_size)
+                return [
+                    (slice(start, start + len(chunk)), pad_to(chunk, self.spec))
+                    for start, chunk in zip(starts, chunks, strict=True)
+                ]
             return _runs_of_one_size(batch, self.max_batch_size, self.input_dims)
         if self.max_batch_size > 0:
             return [

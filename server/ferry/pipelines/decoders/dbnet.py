@@ -87,4 +87,6 @@ class DbNetDecoder(Decoder):
         options = self.options
         if box_threshold is not None:
             options = DbOptions(**{**options.__dict__, "box_threshold": box_threshold})
-        return text_quads(probability_map[0], transform.original_width, transform.original_height, options)
+        # the image's own region: with pad_to_batch the map also covers the padding right and below
+        region = probability_map[0, : transform.input_height, : transform.input_width]
+        return text_quads(region, transform.original_width, transform.original_height, options)
