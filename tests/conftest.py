@@ -35,6 +35,13 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     ensure_models()
 
 
+def pytest_report_header() -> str:
+    """Which OpenCV the run uses: the pixel and reference tests are exact only under the pinned one."""
+    from tests.opencv_pixels import describe_installed
+
+    return f"opencv: {describe_installed()}"
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -13,10 +13,11 @@ Aileron font that ships inside Pillow; ``main`` runs, on each:
 
 rapidocr-onnxruntime depends on ``opencv-python``, which clashes with Ferry's
 ``opencv-python-headless``, so run it in a separate environment (``photos`` needs only
-scikit-image, numpy and Pillow, so the tests import it)::
+scikit-image, numpy and Pillow, so the tests import it), with the OpenCV version Ferry pins: the
+crops are ``cv2.warpPerspective``, whose pixels differ between OpenCV releases (4.10 and 5.0)::
 
     python3.11 -m venv .refvenv
-    .refvenv/bin/pip install rapidocr-onnxruntime==1.4.4 scikit-image
+    .refvenv/bin/pip install rapidocr-onnxruntime==1.4.4 scikit-image opencv-python==4.10.0.84
     .refvenv/bin/python model_repo/ocr/reference.py
 """
 

@@ -19,7 +19,6 @@ from PIL import Image
 from tritonclient.utils import InferenceServerException
 
 from ..conftest import MODEL_REPO, RunningServer, detector_module, start_server
-from ..opencv_pixels import NEEDS_OPENCV_410
 from .test_real_models import PIXEL_TOLERANCE, SCORE_TOLERANCE, matched, reference, reference_module
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -102,7 +101,6 @@ def check_decoded(result: Any, photos: dict[str, bytes], detected: list[list[dic
     assert faces == 23  # faces in 12 photos (two grids), none in 3: the comparison above is not vacuous
 
 
-@NEEDS_OPENCV_410
 def test_decoded_detections_over_http(
     server: RunningServer, photos: dict[str, bytes], detected: list[list[dict[str, Any]]]
 ) -> None:
@@ -113,7 +111,6 @@ def test_decoded_detections_over_http(
     check_decoded(result, photos, detected)
 
 
-@NEEDS_OPENCV_410
 def test_decoded_detections_over_grpc(
     server: RunningServer, photos: dict[str, bytes], detected: list[list[dict[str, Any]]]
 ) -> None:

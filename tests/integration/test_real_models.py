@@ -36,7 +36,6 @@ from ferry.pipelines.preprocess import ImageTransform
 from ferry_client.protocol import model_config_pb2 as mc
 
 from ..conftest import MODEL_REPO, RunningServer, start_server
-from ..opencv_pixels import NEEDS_OPENCV_410
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -118,7 +117,6 @@ def mediapipe_letterbox(rgb: np.ndarray) -> tuple[np.ndarray, ImageTransform]:
     return tensor, ImageTransform(scale, scale, left * scale, top * scale, width, height, 128, 128)
 
 
-@NEEDS_OPENCV_410
 def test_blazeface_decoder_reproduces_mediapipe() -> None:
     session = ort.InferenceSession(str(MODEL_REPO / "face_detector" / "1" / "model.onnx"))
     spec = config("face_detector").ferry_image.detection
@@ -134,7 +132,6 @@ def test_blazeface_decoder_reproduces_mediapipe() -> None:
             assert_same_detection(got, want)
 
 
-@NEEDS_OPENCV_410
 def test_faces_through_detect_match_mediapipe(real_server: RunningServer) -> None:
     expected = reference("face_detector")
     photos = reference_module("face_detector").photos()
@@ -153,7 +150,6 @@ def test_faces_through_detect_match_mediapipe(real_server: RunningServer) -> Non
             assert_same_detection(got, want)
 
 
-@NEEDS_OPENCV_410
 def test_faces_through_bytes_infer_over_grpc(real_server: RunningServer) -> None:
     """Encoded photos as a BYTES input: the raw outputs decode to MediaPipe's faces."""
     spec = config("face_detector").ferry_image.detection

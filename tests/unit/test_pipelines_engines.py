@@ -21,7 +21,7 @@ from ferry.pipelines.decode import decode_image
 from ferry.pipelines.preprocess import PreprocessSpec, place, preprocess
 from ferry_client.protocol import model_config_pb2 as mc
 
-from ..opencv_pixels import NEEDS_OPENCV_410
+from ..opencv_pixels import PIN
 
 P = mc.FerryPreprocess
 SKIMAGE_DATA = Path(skimage.__file__).parent / "data"
@@ -289,30 +289,29 @@ def test_corners_alignment_equals_mediapipe_warp_perspective(path: Path) -> None
     assert np.array_equal(ferry_pixels(path, spec), mediapipe_warp(cv_rgb(path), 128, 128))
 
 
-#: SHA-256 of the 128x128 CORNERS letterbox of two photos at non-integer scales, as OpenCV 4.10 (whose
-#: warpPerspective gives MediaPipe 0.10.14's own detections) writes it.
+#: SHA-256 of the 128x128 CORNERS letterbox of two photos at non-integer scales, as the pinned OpenCV
+#: 4.10.0.84 (whose warpPerspective gives MediaPipe 0.10.14's own detections) writes it.
 CORNERS_CHECKSUMS = {
     "chelsea.png": "8f2983a414ee226815532e1d0bbaec79af316fa2db7b649c75159a109c2f7517",
     "coffee.png": "3a4384f3cec7d85d5baea3c11e0439a9b01a2a6923d7ccedb0391a03c9304047",
 }
 
 
-@NEEDS_OPENCV_410
 @pytest.mark.parametrize("name", sorted(CORNERS_CHECKSUMS))
 def test_corners_warp_pixels_are_opencv_410s(name: str) -> None:
     """Fails when an OpenCV changes the warp's pixels (5.0 did): the bundled face detector then drifts
     from MediaPipe's own scores."""
     digest = hashlib.sha256(ferry_pixels(SKIMAGE_DATA / name, spec_for(128, 128, **CORNERS_LETTERBOX)).tobytes())
     assert digest.hexdigest() == CORNERS_CHECKSUMS[name], (
-        f"OpenCV {cv2.__version__} warps {name} differently from 4.10: MediaPipe's pixels are not "
-        "reproduced (see tests/opencv_pixels.py)"
+        f"OpenCV {cv2.__version__} warps {name} differently from the pinned {PIN}: MediaPipe's "
+        "pixels are not reproduced (see tests/opencv_pixels.py)"
     )
 
 
 @pytest.mark.parametrize(
     ("size", "options"),
     [
-        pytest.param((160, 96), {}, marks=NEEDS_OPENCV_410),  # wider target: fractional pad left and right
+        ((160, 96), {}),  # wider target: fractional pad left and right
         ((96, 160), {"corner": True, "pad_value": 114}),
         ((200, 150), {"exact": True}),
         ((128, 128), {"interpolation": P.NEAREST}),

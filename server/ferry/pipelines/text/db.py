@@ -94,7 +94,7 @@ def _mean_inside(probabilities: np.ndarray, polygon: np.ndarray) -> float:
     mask = np.zeros((y_max - y_min + 1, x_max - x_min + 1), dtype=np.uint8)
     points[:, 0] = points[:, 0] - x_min
     points[:, 1] = points[:, 1] - y_min
-    cv2.fillPoly(mask, [points.reshape(-1, 2).astype(np.int32)], 1)
+    cv2.fillPoly(mask, [points.reshape(-1, 2).astype(np.int32)], (1,))
     return float(cv2.mean(probabilities[y_min : y_max + 1, x_min : x_max + 1], mask)[0])
 
 
