@@ -69,6 +69,7 @@ def png(rgb: np.ndarray) -> bytes:
         (DETECTOR.replace("DBNET", "YOLOV8 dbnet { }"), (3, -1, -1), {"o": [84, -1]}, r"dbnet: only applies to"),
         (DETECTOR.replace("DBNET", "DBNET dbnet { binarize_threshold: 2 }"), (3, -1, -1), MAP, r"within 0..1"),
         (DETECTOR.replace("resize", "device: GPU resize"), (3, -1, -1), MAP, r"device: not available with .*LIMIT"),
+        (DETECTOR.replace("LIMIT_SIDE limit_side_len: 736", "LETTERBOX"), (3, 64, 64), MAP, r"DBNET .* not LETTERBOX"),
         (DETECTOR.replace("resize", "draft_decode: true resize"), (3, -1, -1), MAP, r"draft_decode: not available"),
         (ANGLE, (3, -1, 192), {"p": [2]}, r"TEXT_LINE needs a fixed input height"),
         (ANGLE.replace("resize", "pad_value: 114 resize"), (3, 48, 192), {"p": [2]}, r"pads with zeros after"),

@@ -34,6 +34,8 @@ from .text_recognition import recognise, recognition_characters, recognition_ten
 _DET = mc.FerryDetection
 #: Detection formats whose boxes do not depend on a fixed input size: usable with a variable-size input.
 _ANY_SIZE_FORMATS = (_DET.DBNET, _DET.YOLOV8, _DET.END_TO_END, _DET.BOXES_SCORES_CLASSES)
+#: Resize modes that stretch the whole image over the input (what a DBNET map is mapped back by).
+_WHOLE_IMAGE_RESIZES = (mc.FerryPreprocess.EXACT, mc.FerryPreprocess.LIMIT_SIDE)
 
 DEFAULT_MAX_PIXELS = 40_000_000
 
@@ -167,6 +169,11 @@ class ImagePipeline:
                     f"ferry_image.detection.format: {name} needs a fixed input size (its boxes are laid out on it); "
                     f"a variable-size input (resize: {mc.FerryPreprocess.ResizeMode.Name(spec.resize)}) takes "
                     f"{', '.join(mc.FerryDetection.DetectionFormat.Name(f) for f in _ANY_SIZE_FORMATS)}"
+                )
+            if decoder.polygons and spec.resize not in _WHOLE_IMAGE_RESIZES:
+                raise ModelLoadError(
+                    f"ferry_image.detection.format: DBNET maps its map onto the whole image, so it needs resize: "
+                    f"LIMIT_SIDE or EXACT, not {mc.FerryPreprocess.ResizeMode.Name(spec.resize)}"
                 )
             limit = _detection_limit(detection, decoder)
             specs = detection_tensor_specs(limit, int(detection.num_keypoints), decoder.polygons)
