@@ -6,7 +6,12 @@ without draft JPEG decoding, measured in this process; (2) images/s of the image
 top-5 out) and of the tensor path (tensor in, top-5 out) at one concurrency, as medians of
 interleaved windows in one run, with their ratio (target >= 0.95) and the server's own per-image
 decode / pre-process time under that load.
-Run: python benchmarks/images.py [--duration S] [--windows N] [--concurrency C]
+
+With ``--baseline CHECKOUT`` (e.g. ``git worktree add --detach /tmp/base <commit>``) a second server
+runs that checkout's code on the same repository, and every path (tensor, image over V2, and
+``POST /classify`` over REST) is measured on both servers in the same interleaved rounds, so the table
+gives this checkout / baseline for each path measured in the same minutes.
+Run: python benchmarks/images.py [--duration S] [--windows N] [--concurrency C] [--baseline CHECKOUT]
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -139,6 +145,68 @@ def load(server: FerryProcess, model: str, make_input, outputs, concurrency: int
     return count[0] / (time.perf_counter() - began)
 
 
+def classify_load(server: FerryProcess, model: str, jpegs: list[bytes], concurrency: int, duration: float) -> float:
+    """Closed-loop images/s of ``POST /v2/models/{model}/classify?top_k=5`` (raw JPEG body, keep-alive)."""
+    import http.client
+
+    count = [0]
+    lock = threading.Lock()
+    stop_at = [0.0]
+    start = threading.Barrier(concurrency + 1)
+
+    def post(connection: http.client.HTTPConnection, body: bytes) -> None:
+        connection.request("POST", f"/v2/models/{model}/classify?top_k=5", body, {"Content-Type": "image/jpeg"})
+        response = connection.getresponse()
+        response.read()
+        if response.status != 200:
+            raise RuntimeError(f"/classify answered {response.status}")
+
+    def client(index: int) -> None:
+        connection = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=60)
+        body = jpegs[index % len(jpegs)]
+        post(connection, body)
+        start.wait()
+        done = 0
+        while time.perf_counter() < stop_at[0]:
+            post(connection, body)
+            done += 1
+        with lock:
+            count[0] += done
+        connection.close()
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(concurrency)]
+    for t in threads:
+        t.start()
+    stop_at[0] = time.perf_counter() + 1e9
+    start.wait()
+    began = time.perf_counter()
+    stop_at[0] = began + duration
+    for t in threads:
+        t.join()
+    return count[0] / (time.perf_counter() - began)
+
+
+def baseline_rows(
+    servers: dict[str, FerryProcess], paths: dict[str, Callable[[FerryProcess], float]], windows: int
+) -> tuple[dict[tuple[str, str], list[float]], list[str]]:
+    """Each path on each server in interleaved rounds (server order rotated each round); the table."""
+    rates: dict[tuple[str, str], list[float]] = {(s, p): [] for s in servers for p in paths}
+    names = list(servers)
+    for round_index in range(windows):
+        order = names[round_index % len(names) :] + names[: round_index % len(names)]
+        for path, run in paths.items():
+            for name in order:
+                rates[(name, path)].append(run(servers[name]))
+    lines = ["| path | server | median img/s | this / baseline | windows img/s |", "|---|---|---:|---:|---|"]
+    for path in paths:
+        base = statistics.median(rates[("baseline", path)])
+        for name in names:
+            median = statistics.median(rates[(name, path)])
+            windows_text = ", ".join(f"{r:.1f}" for r in rates[(name, path)])
+            lines.append(f"| {path} | {name} | {median:.1f} | {median / base:.3f} | {windows_text} |")
+    return rates, lines
+
+
 def scrape(server: FerryProcess, name: str, model: str) -> float:
     with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10) as response:
         text = response.read().decode()
@@ -151,7 +219,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=5.0, help="seconds per window (5)")
     parser.add_argument("--windows", type=int, default=5, help="windows per path, interleaved (5)")
     parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--baseline", type=Path, help="checkout to compare against, measured in the same rounds")
     args = parser.parse_args(argv)
+    if args.baseline is not None:
+        return compare_with_baseline(args, argv)
     engines = engine_table()
     jpegs = make_jpegs()
     repo = build_repo(models.DEFAULT_REPO)
@@ -208,6 +279,57 @@ def main(argv: list[str] | None = None) -> int:
     RESULTS.mkdir(exist_ok=True)
     command = "python benchmarks/images.py " + " ".join(argv if argv is not None else sys.argv[1:])
     (RESULTS / "images-cpu.md").write_text(table + f"\n\nCommand: {command.strip()}\n")
+    return 0
+
+
+def compare_with_baseline(args: argparse.Namespace, argv: list[str] | None) -> int:
+    """This checkout and ``--baseline`` side by side on every image-serving path, interleaved."""
+    jpegs = make_jpegs()
+    repo = build_repo(models.DEFAULT_REPO)
+    tensor = np.random.default_rng(1).standard_normal((1, 3, 224, 224)).astype(np.float32)
+    top5 = [tgrpc.InferRequestedOutput("logits", class_count=5)]
+
+    def tensor_input():
+        t = tgrpc.InferInput("input", [1, 3, 224, 224], "FP32")
+        t.set_data_from_numpy(tensor)
+        return [t]
+
+    def image_input():
+        t = tgrpc.InferInput("input", [1], "BYTES")
+        t.set_data_from_numpy(np.array([jpegs[threading.get_ident() % len(jpegs)]], dtype=object))
+        return [t]
+
+    c, d = args.concurrency, args.duration
+    paths = {
+        "tensor (gRPC V2)": lambda s: load(s, "resnet50", tensor_input, top5, c, d),
+        "image (gRPC V2, JPEG)": lambda s: load(s, "resnet50_images", image_input, top5, c, d),
+        "/classify (REST, JPEG)": lambda s: classify_load(s, "resnet50_images", jpegs, c, d),
+    }
+    load_before = os.getloadavg()[0]
+    launcher = ("env", f"PYTHONPATH={args.baseline.resolve() / 'server'}", sys.executable, "-m", "ferry")
+    servers = {"baseline": FerryProcess(repo, launcher), "this": FerryProcess(repo)}
+    try:
+        for server in servers.values():
+            server.wait_ready(["resnet50", "resnet50_images"])
+        _, rows = baseline_rows(servers, paths, args.windows)
+    finally:
+        for server in servers.values():
+            server.stop()
+    lines = [
+        f"This checkout vs baseline `{args.baseline}`, ResNet-50 (random weights), 640x480 JPEGs, concurrency {c}, "
+        f"{args.windows} interleaved rounds of {d:.0f} s windows (server order rotated each round); both servers "
+        "run at once on the same repository, the one not being measured idle.",
+        "",
+        *rows,
+        "",
+        f"Machine load average (1 min) before / after: {load_before:.1f} / {os.getloadavg()[0]:.1f} on "
+        f"{os.cpu_count()} cores.",
+    ]
+    table = "\n".join(lines)
+    print(table)
+    RESULTS.mkdir(exist_ok=True)
+    command = "python benchmarks/images.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    (RESULTS / "images-vs-baseline-cpu.md").write_text(table + f"\n\nCommand: {command.strip()}\n")
     return 0
 
 

@@ -23,9 +23,9 @@ from ..errors import FerryError, InvalidArgument, Unimplemented
 from ..types import InferenceRequest
 from .cuda_shared_memory import cuda_register_refused, cuda_status, cuda_unregister
 from .dataplane import DataPlane
-from .grpc_calls import CallGuard
+from .grpc_calls import CallGuard, WrappedRegistration
 from .grpc_codec import decode_infer_request, encode_infer_response
-from .grpc_decode import DecodeErrorInterceptor
+from .grpc_decode import decoding_handler
 from .grpc_limits import GrpcLimits
 from .inference_plane import InferencePlane
 from .limits import OFF_LOOP_BYTES
@@ -353,11 +353,7 @@ def create_grpc_server(
     (otherwise a port in use is an error)."""
     limits = limits or GrpcLimits()
     server = grpc.aio.server(
-        interceptors=[
-            *interceptors,
-            CallGuard(limits.max_calls_per_peer, limits.request_timeout_secs),
-            DecodeErrorInterceptor(),
-        ],
+        interceptors=list(interceptors),
         options=[
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes),
@@ -367,7 +363,10 @@ def create_grpc_server(
         maximum_concurrent_rpcs=limits.max_concurrent_rpcs,
     )
     servicer = servicer or InferenceServicer(plane, max_response_bytes)
-    pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
+    guard = CallGuard(limits.max_calls_per_peer, limits.request_timeout_secs)
+    registration = WrappedRegistration(server, lambda handler, method: guard.wrap(decoding_handler(handler, method)))
+    pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, registration)
+    registration.check_registered("inference.GRPCInferenceService")
     try:
         if credentials is None:
             port = server.add_insecure_port(address)

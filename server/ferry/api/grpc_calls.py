@@ -2,7 +2,8 @@
 
 ``--grpc-max-concurrent-rpcs`` bounds unfinished calls server-wide, so alone it lets one client
 that opens thousands of calls and never finishes them hold every slot: everyone else is refused.
-This interceptor, which sees each call as it arrives (before its request message), adds
+``CallGuard`` wraps each method handler of the service, so it sees each call as it arrives (before
+its request message), and adds
 
 - a cap on the unfinished calls of one peer address (``max_calls_per_peer``): past it that peer's
   new calls get RESOURCE_EXHAUSTED at once, other peers keep their share of the server-wide cap;
@@ -12,15 +13,24 @@ This interceptor, which sees each call as it arrives (before its request message
 To see a unary call before its message arrives, it is served as a stream-unary call that reads one
 message: the same bytes on the wire, so clients cannot tell. Streaming calls count against the peer
 cap for as long as they are open (a stream may rightly stay idle between requests).
+
+Why wrap the handlers once at registration, not a ``grpc.aio.ServerInterceptor``: an interceptor is
+awaited on every call and would build a new handler each time; the benchmark of the tiny model
+(benchmarks/intake.py) measured that at about 10% of the server's CPU per gRPC request. For the same
+reason the deadlines share one periodic sweep instead of a timer per call.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+import time
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
+
+#: How often waiting request messages are checked, as a share of the deadline (at most once a second).
+SWEEPS_PER_TIMEOUT = 4
 
 
 def peer_host(peer: str) -> str:
@@ -32,55 +42,63 @@ def peer_host(peer: str) -> str:
     return ""
 
 
-async def _first_message(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext, timeout: float) -> Any:
-    """The call's one request message, or the call aborted when it has not arrived in ``timeout``.
+class MessageDeadlines:
+    """Ends calls whose request message has not arrived in time: one sweep for all of them.
 
-    A timer that cancels this task, not ``asyncio.wait_for``: no extra task per call."""
-    task = asyncio.current_task()
-    assert task is not None
-    expired = False
+    Everything runs on the server's event loop, so plain dicts are the state."""
 
-    def expire() -> None:
-        nonlocal expired
-        expired = True
-        task.cancel()
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self.period = min(1.0, timeout / SWEEPS_PER_TIMEOUT)
+        self._waiting: dict[asyncio.Task[Any], float] = {}
+        self._expired: set[asyncio.Task[Any]] = set()
+        self._sweep: asyncio.TimerHandle | None = None
 
-    timer = asyncio.get_running_loop().call_later(timeout, expire)
-    try:
-        return await requests.__anext__()
-    except asyncio.CancelledError:
-        if not expired:
-            raise
-        if hasattr(task, "uncancel"):
-            task.uncancel()
-    except StopAsyncIteration:
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the call ended without a request message")
-    finally:
-        timer.cancel()
-    await context.abort(
-        grpc.StatusCode.DEADLINE_EXCEEDED,
-        f"the request message did not arrive within {timeout:g} s (--grpc-request-timeout-secs)",
-    )
+    async def first_message(self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
+        """The call's one request message, or the call aborted when it has not arrived in time."""
+        task = asyncio.current_task()
+        assert task is not None
+        self._waiting[task] = time.monotonic() + self.timeout
+        if self._sweep is None:
+            self._sweep = asyncio.get_running_loop().call_later(self.period, self._expire_late)
+        try:
+            return await requests.__anext__()
+        except asyncio.CancelledError:
+            if task not in self._expired:
+                raise
+            if hasattr(task, "uncancel"):  # Python 3.11+
+                task.uncancel()
+        except StopAsyncIteration:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the call ended without a request message")
+        finally:
+            self._waiting.pop(task, None)
+            self._expired.discard(task)
+        await context.abort(
+            grpc.StatusCode.DEADLINE_EXCEEDED,
+            f"the request message did not arrive within {self.timeout:g} s (--grpc-request-timeout-secs)",
+        )
+
+    def _expire_late(self) -> None:
+        now = time.monotonic()
+        for task, deadline in list(self._waiting.items()):
+            if deadline <= now and task not in self._expired:
+                self._expired.add(task)
+                task.cancel()
+        self._sweep = None
+        if self._waiting:
+            self._sweep = asyncio.get_running_loop().call_later(self.period, self._expire_late)
 
 
-class CallGuard(grpc.aio.ServerInterceptor):
-    """Counts unfinished calls per peer address and times request messages (see the module docstring).
-
-    Everything runs on the server's event loop, so a plain dict is the count."""
+class CallGuard:
+    """Counts unfinished calls per peer address and times request messages (see the module docstring)."""
 
     def __init__(self, max_calls_per_peer: int, request_timeout: float) -> None:
         self.max_calls_per_peer = max_calls_per_peer
-        self.request_timeout = request_timeout
+        self.deadlines = MessageDeadlines(request_timeout)
         self.calls: dict[str, int] = {}
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]],
-        details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler | None:
-        handler = await continuation(details)
-        if handler is None:
-            return None
+    def wrap(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        """The guarded form of one method's handler (built once, when the service is registered)."""
         if not handler.request_streaming and not handler.response_streaming:
             return self._guard_unary(handler)
         if handler.request_streaming and handler.response_streaming:
@@ -89,13 +107,12 @@ class CallGuard(grpc.aio.ServerInterceptor):
 
     def _guard_unary(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         behaviour: Any = handler.unary_unary
-        timeout = self.request_timeout
+        first_message = self.deadlines.first_message
 
         async def unary(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
             peer = await self._enter(context)
             try:
-                request = await _first_message(requests, context, timeout)
-                return await behaviour(request, context)
+                return await behaviour(await first_message(requests, context), context)
             finally:
                 self._leave(peer)
 
@@ -139,3 +156,30 @@ class CallGuard(grpc.aio.ServerInterceptor):
             self.calls[peer] = left
         else:
             del self.calls[peer]
+
+
+HandlerWrapper = Callable[[grpc.RpcMethodHandler, str], grpc.RpcMethodHandler]
+
+
+class WrappedRegistration:
+    """Stands in for the server when the generated ``add_..._to_server`` registers a service, and
+    registers every method handler through ``wrap(handler, "/package.Service/Method")`` instead."""
+
+    def __init__(self, server: grpc.aio.Server, wrap: HandlerWrapper) -> None:
+        self._server = server
+        self._wrap = wrap
+        self._services: set[str] = set()
+
+    def add_generic_rpc_handlers(self, generic_handlers: Any) -> None:
+        """Ignored: the generated code registers the same handlers by name next (below)."""
+
+    def add_registered_method_handlers(self, service: str, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
+        wrapped = {name: self._wrap(handler, f"/{service}/{name}") for name, handler in handlers.items()}
+        self._server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, wrapped),))
+        self._server.add_registered_method_handlers(service, wrapped)
+        self._services.add(service)
+
+    def check_registered(self, service: str) -> None:
+        """Fails loudly if generated code ever stops registering by name (nothing would be served)."""
+        if service not in self._services:
+            raise RuntimeError(f"the generated code did not register {service}'s method handlers by name")

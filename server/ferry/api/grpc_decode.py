@@ -2,8 +2,8 @@
 
 grpc.aio deserialises requests before the servicer runs; bytes that are not a valid message make it
 answer UNKNOWN ("Unexpected DecodeError") and log a traceback per call, which lets any client fill
-the log. This interceptor takes deserialisation over, so the caller gets a precise status and the
-server logs nothing.
+the log. ``decoding_handler`` wraps each method's handler (once, at registration) so that it takes
+deserialisation over: the caller gets a precise status and the server logs nothing.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ UnaryBehaviour = Callable[[Any, Context], Awaitable[Any]]
 StreamBehaviour = Callable[[AsyncIterator[Any], Context], AsyncIterator[Any]]
 
 
-def _decoding_handler(handler: grpc.RpcMethodHandler[Any, Any], method: str) -> grpc.RpcMethodHandler[Any, Any]:
+def decoding_handler(handler: grpc.RpcMethodHandler[Any, Any], method: str) -> grpc.RpcMethodHandler[Any, Any]:
     """The same handler, receiving raw bytes and decoding them itself (unary and bidi-streaming RPCs)."""
     deserialize = handler.request_deserializer
     serializer = handler.response_serializer
@@ -66,17 +66,3 @@ def _decoding_handler(handler: grpc.RpcMethodHandler[Any, Any], method: str) -> 
 
         return grpc.stream_stream_rpc_method_handler(bidi, response_serializer=serializer)
     return handler  # the inference service has no other kinds of RPC
-
-
-class DecodeErrorInterceptor(grpc.aio.ServerInterceptor):
-    """Answer undecodable requests with INVALID_ARGUMENT (see the module docstring)."""
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]],
-        details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler | None:
-        handler = await continuation(details)
-        if handler is None or handler.request_deserializer is None:
-            return handler
-        return _decoding_handler(handler, details.method)
