@@ -28,6 +28,7 @@ from ..inference.path import RequestPath
 from ..inference.stages import PostStage
 from ..inference.stages.detection_tensors import DetectionTensors
 from ..inference.stages.embed import EmbeddingTensors
+from ..inference.stages.recognize import RecognitionTensors
 from ..inference.stages.tasks import check_image_request, image_task
 from ..inference.validation import engine_output, int_parameter
 from ..pipelines.postprocess import classification_strings
@@ -277,7 +278,7 @@ class DataPlane:
         stacked along a leading image axis and the batch size is the number of images (only then
         above 1). Decoded detections (``pipeline.decoded_outputs``) need encoded images: the raw
         outputs the decoder reads run too, and a post-stage maps the detections to each image's pixels.
-        ``EMBEDDING`` is a post-stage too, on encoded images or tensors alike.
+        ``EMBEDDING``, ``TEXT`` and ``TEXT_SCORE`` are post-stages too, on encoded images or tensors alike.
         """
         pipeline = model.pipeline
         decoded = [name for name in names if name in pipeline.decoded_outputs] if pipeline is not None else []
@@ -288,6 +289,8 @@ class DataPlane:
         post: PostStage
         if pipeline.embedding is not None:
             post = EmbeddingTensors(pipeline)  # pooling needs no original image size: tensors do too
+        elif pipeline.text_recognition is not None:
+            post = RecognitionTensors(pipeline)  # nor does CTC decoding
         elif not self.path.image_input.applies(model, request):
             model.stats.record_failure(0, "OTHER")
             raise InvalidArgument(
@@ -299,7 +302,7 @@ class DataPlane:
         raw = list(dict.fromkeys([n for n in names if n not in decoded] + pipeline.output_names))
         request = dataclasses.replace(request, outputs=[o for o in request.outputs or () if o.name not in decoded])
         executed = await self.path.run(model, request, raw, post=post)
-        results, batch_size = executed.tensors()
+        results, batch_size = executed.tensors([n for n in names if n not in decoded])
         results.update(executed.post_tensors())
         return {name: results[name] for name in names}, batch_size
 

@@ -62,7 +62,7 @@ def json_response(content: Any, status: int = 200) -> Response:
 
 
 def detection_json(detection: Detection) -> dict[str, Any]:
-    """One detection as /detect returns it; ``keypoints`` only for models that predict them."""
+    """One detection as /detect returns it; ``keypoints`` and ``polygon`` only for models that predict them."""
     result: dict[str, Any] = {
         "box": [round(v, 2) for v in detection.box],
         "score": detection.score,
@@ -71,6 +71,8 @@ def detection_json(detection: Detection) -> dict[str, Any]:
     }
     if detection.keypoints is not None:
         result["keypoints"] = [[round(x, 2), round(y, 2)] for x, y in detection.keypoints]
+    if detection.polygon is not None:  # text detectors: the quadrilateral, clockwise from the top-left
+        result["polygon"] = [[round(x, 2), round(y, 2)] for x, y in detection.polygon]
     classes = getattr(detection, "classes", None)  # a cascade ensemble: the second model's classes
     if classes:
         result["classes"] = classes
@@ -262,6 +264,7 @@ class ImagePlane(Protocol):
 IMAGE_ENDPOINTS: dict[str, tuple[tuple[QueryOption, ...], Callable[[Any], dict[str, Any]]]] = {
     "classify": (CLASSIFY_QUERY + INFER_QUERY, lambda classes: {"classes": classes}),
     "embed": (INFER_QUERY, lambda vector: {"embedding": vector}),
+    "recognize": (INFER_QUERY, lambda line: line),  # {"text", "score"} per text-line image
     "detect": (DETECT_QUERY + INFER_QUERY, lambda image: {"detections": [detection_json(d) for d in image]}),
     "ocr": ((), lambda lines: {"lines": lines}),  # no options: an unknown one is a 400
 }
@@ -285,7 +288,7 @@ async def _images(request: Request, ticket: Ticket, max_body_bytes: int) -> list
 async def image_endpoint(
     plane: ImagePlane, request: Request, model: str, version: str, task: str, max_body_bytes: int
 ) -> Response:
-    """/classify, /detect, /embed and /ocr: parse the query, admit, read the images, run them
+    """/classify, /detect, /embed, /recognize and /ocr: parse the query, admit, read the images, run them
     (stopping if the caller leaves). ``priority`` and ``timeout`` in the query are infer's request
     parameters."""
     query, image_json = IMAGE_ENDPOINTS[task]
@@ -421,6 +424,13 @@ def create_http_app(
 
         ``priority`` and ``timeout`` (microseconds) are the V2 infer request parameters."""
         return await image_endpoint(plane, request, model, version, "embed", max_body_bytes)
+
+    @app.post("/v2/models/{model}/recognize", openapi_extra=embed_doc)
+    @app.post("/v2/models/{model}/versions/{version}/recognize", openapi_extra=embed_doc)
+    async def recognize(model: str, request: Request, version: str = "") -> Response:
+        """Read one text line (raw body) or several (multipart): each line's text and confidence, as
+        ferry_image.text_recognition says (CTC). ``priority`` and ``timeout`` as V2 infer's."""
+        return await image_endpoint(plane, request, model, version, "recognize", max_body_bytes)
 
     @app.post("/v2/models/{model}/detect", openapi_extra=detect_doc)
     @app.post("/v2/models/{model}/versions/{version}/detect", openapi_extra=detect_doc)

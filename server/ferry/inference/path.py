@@ -77,13 +77,14 @@ class Executed:
     model: ModelVersion
     parts: list[Part]
 
-    def tensors(self) -> tuple[Outputs, int]:
-        """The outputs joined along the image axis, with the batch size (the executions' count
-        when there were several, each a batch of one)."""
+    def tensors(self, names: Sequence[str] | None = None) -> tuple[Outputs, int]:
+        """The outputs (``names``, default all) joined along the image axis, with the batch size
+        (the executions' images when there were several: one each for a model that cannot batch)."""
         if len(self.parts) == 1:
             return self.parts[0].outputs, self.parts[0].batch_size
-        joined = {name: np.concatenate([p.outputs[name] for p in self.parts]) for name in self.parts[0].outputs}
-        return joined, len(self.parts)
+        wanted = self.parts[0].outputs if names is None else names
+        joined = {name: _joined(name, [p.outputs[name] for p in self.parts]) for name in wanted}
+        return joined, sum(part.batch_size for part in self.parts)
 
     def post_tensors(self) -> Outputs:
         """The post-stages' tensors (one dict per execution) joined along the image axis."""
@@ -265,6 +266,19 @@ class RequestPath(FrontHalf):
             return replacement, await replacement.scheduler.submit(
                 inputs, names, batch_size, priority, timeout_us, timeline, sink=sink
             )
+
+
+def _joined(name: str, arrays: list[np.ndarray]) -> np.ndarray:
+    """One output of several executions along the image axis; images of a variable-size input
+    whose outputs differ in shape cannot be joined (ask for a decoded output, or one image per request)."""
+    shapes = {array.shape[1:] for array in arrays}
+    if len(shapes) > 1:
+        raise InvalidArgument(
+            f"output '{name}' has a different shape for images of different sizes "
+            f"({', '.join(str(list(s)) for s in sorted(shapes))}): send one image per request, or ask for "
+            "the decoded outputs"
+        )
+    return np.concatenate(arrays)
 
 
 def record_invalid(model: ModelVersion) -> None:

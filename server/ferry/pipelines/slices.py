@@ -61,8 +61,13 @@ async def prepare_in_slices(
         raise
     if len(parts) == 1:
         return parts[0]
+    batch = (
+        [tensor for part in parts for tensor in part.batch]
+        if isinstance(parts[0].batch, list)
+        else np.concatenate([part.batch for part in parts])
+    )
     return Prepared(
-        np.concatenate([part.batch for part in parts]),
+        batch,
         [transform for part in parts for transform in part.transforms],
         sum(part.decode_ns for part in parts),
         sum(part.preprocess_ns for part in parts),
