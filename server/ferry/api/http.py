@@ -266,7 +266,7 @@ IMAGE_ENDPOINTS: dict[str, tuple[tuple[QueryOption, ...], Callable[[Any], dict[s
     "embed": (INFER_QUERY, lambda vector: {"embedding": vector}),
     "recognize": (INFER_QUERY, lambda line: line),  # {"text", "score"} per text-line image
     "detect": (DETECT_QUERY + INFER_QUERY, lambda image: {"detections": [detection_json(d) for d in image]}),
-    "ocr": ((), lambda lines: {"lines": lines}),  # no options: an unknown one is a 400
+    "ocr": (INFER_QUERY, lambda lines: {"lines": lines}),
 }
 
 
@@ -440,8 +440,8 @@ def create_http_app(
         ``priority`` and ``timeout`` (microseconds) are the V2 infer request parameters."""
         return await image_endpoint(plane, request, model, version, "detect", max_body_bytes)
 
-    @app.post("/v2/models/{model}/ocr", openapi_extra=image_body)
-    @app.post("/v2/models/{model}/versions/{version}/ocr", openapi_extra=image_body)
+    @app.post("/v2/models/{model}/ocr", openapi_extra=embed_doc)
+    @app.post("/v2/models/{model}/versions/{version}/ocr", openapi_extra=embed_doc)
     async def read_text(model: str, request: Request, version: str = "") -> Response:
         """Read the text of one page (raw body) or several (multipart): per line its four corners
         (original pixels, clockwise from the top-left), text and confidence, in reading order."""
