@@ -42,7 +42,7 @@ from .front_doors import (
     wait_started,
 )
 from .heap import return_large_buffers
-from .intake.shared_state import OPEN_CONNECTIONS
+from .intake.shared_state import OPEN_CONNECTIONS, ServerImageWork
 from .intake.supervisor import IntakeCollector, IntakeProcesses, intake_process_count
 from .metrics import Metrics
 from .pipelines.slices import ImageWorkCollector
@@ -103,7 +103,10 @@ class FerryServer:
             strict_readiness=settings.strict_readiness,
         )
         self.metrics.registry.register(AdmissionCollector(self.plane.admission))
-        self.metrics.registry.register(ImageWorkCollector(self.plane.image_work))
+        work = self.plane.image_work
+        self.metrics.registry.register(
+            ImageWorkCollector(work if self.intakes is None else ServerImageWork(work, self.intakes.table))
+        )
         if self.intakes is not None:
             self.metrics.registry.register(IntakeCollector(self.intakes))
         self._stop = asyncio.Event()

@@ -125,3 +125,35 @@ def test_embedding_output_from_a_tensor_input(server: RunningServer) -> None:
     raw, vectors = result.as_numpy("fetch_name_0"), result.as_numpy("EMBEDDING")
     assert raw is not None and vectors is not None and vectors.shape == (2, 4)
     np.testing.assert_allclose(vectors, raw / np.linalg.norm(raw, axis=1, keepdims=True), atol=1e-6)
+
+
+def test_client_embed_sync_and_asyncio(server: RunningServer) -> None:
+    """``ferry_client``'s ``embed()`` (HttpClient and AsyncHttpClient): one vector for one image, a
+    list for several, the model's vectors; the server's errors as the client's exceptions."""
+    import asyncio
+
+    from ferry_client import AsyncHttpClient, HttpClient, InvalidArgumentError
+
+    images = list(photos().values())
+    want = expected(True)
+    with HttpClient(server.http_url) as client:
+        one = client.embed("orientation_embedding", images[0])
+        several = client.embed("orientation_embedding", images)
+        with pytest.raises(InvalidArgumentError, match="is an embedding model; use /embed"):
+            client.classify("orientation_embedding", images[0])
+    assert isinstance(one, np.ndarray) and one.dtype == np.float32 and one.shape == (4,)
+    np.testing.assert_allclose(one, want[0], atol=SCORE_TOLERANCE)
+    assert isinstance(several, list) and len(several) == len(images)
+    np.testing.assert_allclose(np.stack(several), want, atol=SCORE_TOLERANCE)
+
+    async def run() -> tuple[np.ndarray, list[np.ndarray]]:
+        async with AsyncHttpClient(server.http_url) as client:
+            raw = await client.embed("orientation_raw", images[1])
+            with pytest.raises(InvalidArgumentError, match="is a classification model; use /classify"):
+                await client.embed("orientation_unlabelled", images[1])
+            return raw, await client.embed("orientation_embedding", images[:3])
+
+    raw, first = asyncio.run(run())
+    assert isinstance(raw, np.ndarray)
+    np.testing.assert_allclose(raw, expected(False)[1], atol=SCORE_TOLERANCE)
+    np.testing.assert_allclose(np.stack(first), want[:3], atol=SCORE_TOLERANCE)

@@ -183,3 +183,30 @@ async def test_every_version_holds_the_one_scheduler_interface(plane: DataPlane)
     assert all(isinstance(m.scheduler, ModelScheduler) for m in (onnx_model, python_model))
     with pytest.raises(dataclasses.FrozenInstanceError):
         python_model.scheduler = onnx_model.scheduler  # type: ignore[misc]
+
+
+@pytest.mark.asyncio
+async def test_ocr_pages_take_the_request_path(tmp_path: Path) -> None:
+    """/ocr: each page is traced, and priority is checked and counted, like V2 infer's requests."""
+    from tests import ocr_reference
+
+    source = ocr_reference.ensure_models()
+    root = tmp_path / "models"
+    for name in (*ocr_reference.MODELS, "ocr"):
+        shutil.copytree(source / name, root / name)
+    tracing, exporter = memory_tracing()
+    tracing.update({"trace_level": ["TIMESTAMPS"], "trace_rate": "1"})
+    manager = ModelManager(root, ControlMode.EXPLICIT, startup_models=["ocr"])
+    await manager.start()
+    try:
+        plane = DataPlane(manager, tracing=tracing)
+        blank = png((255, 255, 255), (64, 48))
+        served, results = await plane.run_images("ocr", "", [blank, blank], "ocr", {}, {"priority": 1})
+        assert served.name == "ocr" and results == [[], []]
+        with pytest.raises(InvalidArgument, match="'priority' must be a non-negative integer"):
+            await plane.run_images("ocr", "", [blank], "ocr", {}, {"priority": -1})
+        assert plane.statistics("ocr")[0]["inference_stats"]["fail"]["count"] == 1
+    finally:
+        await manager.stop()
+    roots = [span for span in exporter.get_finished_spans() if span.name == "InferRequest"]
+    assert [span.attributes["triton.model_name"] for span in roots] == ["ocr", "ocr"]

@@ -32,13 +32,16 @@ REFERENCE_CLIPS = {
     D.SSD: False,  # MediaPipe
     D.YOLOX: False,  # the YOLOX repository's demo
     D.DETR: False,  # DETR's PostProcess
+    D.DBNET: True,  # PaddleOCR's TextDetector clips each corner into the image
 }
 
 
 def test_every_format_has_its_references_clipping_default() -> None:
     assert set(REFERENCE_CLIPS) == set(D.DetectionFormat.values())
     for fmt, clips in REFERENCE_CLIPS.items():
-        spec = D(format=fmt, anchors=D.SsdAnchors(num_layers=1, strides=[8], min_scale=0.1, max_scale=0.9))
+        spec = D(format=fmt)
+        if fmt == D.SSD:
+            spec.anchors.CopyFrom(D.SsdAnchors(num_layers=1, strides=[8], min_scale=0.1, max_scale=0.9))
         assert decoder_for(spec, InputSize(64, 64)).clips_boxes is clips, D.DetectionFormat.Name(fmt)
 
 

@@ -45,6 +45,7 @@ FERRY_ONLY_MESSAGES = {
     "inference.FerryClassification",
     "inference.FerryDetection",
     "inference.FerryEmbedding",
+    "inference.FerryTextRecognition",
     # the map entry of ModelMetadataResponse.parameters (field 1000)
     "inference.ModelMetadataResponse.ParametersEntry",
 }
@@ -254,6 +255,7 @@ def test_ferry_additions_are_in_reserved_range() -> None:
         "detection": 3,
         "input": 4,
         "embedding": 5,
+        "text_recognition": 6,
     }
     preprocess = model_config_pb2.FerryPreprocess.DESCRIPTOR
     assert {f.name: f.number for f in preprocess.fields} == {
@@ -278,6 +280,12 @@ def test_ferry_additions_are_in_reserved_range() -> None:
         "resize_alignment": 19,
         "letterbox_rounding": 20,
         "letterbox_mapping": 21,
+        "limit_side_len": 22,
+        "limit_type": 23,
+        "size_multiple": 24,
+        "text_line_min_width": 25,
+        "text_line_max_width": 26,
+        "pad_to_batch": 27,
     }
     assert preprocess.fields_by_name["data_type"].enum_type.full_name == "inference.DataType"
     assert {f.name: f.number for f in model_config_pb2.FerryClassification.DESCRIPTOR.fields} == {
@@ -303,11 +311,20 @@ def test_ferry_additions_are_in_reserved_range() -> None:
         "multi_label": 15,
         "clip_boxes": 16,
         "nms_plus_one_area": 17,
+        "dbnet": 18,
     }
     assert {f.name: f.number for f in model_config_pb2.FerryEmbedding.DESCRIPTOR.fields} == {
         "output": 1,
         "pooling": 2,
         "l2_normalize": 3,
+    }
+    assert {f.name: f.number for f in model_config_pb2.FerryTextRecognition.DESCRIPTOR.fields} == {"output": 1}
+    assert {f.name: f.number for f in model_config_pb2.FerryDetection.DbNet.DESCRIPTOR.fields} == {
+        "binarize_threshold": 1,
+        "unclip_ratio": 2,
+        "max_candidates": 3,
+        "dilation": 4,
+        "score_mode": 5,
     }
 
     def values(enum: descriptor.EnumDescriptor) -> dict[str, int]:
@@ -316,7 +333,14 @@ def test_ferry_additions_are_in_reserved_range() -> None:
     enums = preprocess.enum_types_by_name
     assert values(enums["ColorOrder"]) == {"RGB": 0, "BGR": 1, "GRAY": 2}
     assert values(enums["Layout"]) == {"NCHW": 0, "NHWC": 1}
-    assert values(enums["ResizeMode"]) == {"EXACT": 0, "SHORTER_SIDE_CENTER_CROP": 1, "LETTERBOX": 2}
+    assert values(enums["ResizeMode"]) == {
+        "EXACT": 0,
+        "SHORTER_SIDE_CENTER_CROP": 1,
+        "LETTERBOX": 2,
+        "LIMIT_SIDE": 3,
+        "TEXT_LINE": 4,
+    }
+    assert values(enums["LimitType"]) == {"LIMIT_MIN": 0, "LIMIT_MAX": 1}
     assert values(enums["Interpolation"]) == {"BILINEAR": 0, "NEAREST": 1, "BICUBIC": 2, "LANCZOS": 3, "AREA": 4}
     assert values(enums["ResizeEngine"]) == {"ENGINE_DEFAULT": 0, "OPENCV": 1, "PILLOW": 2}
     assert values(enums["CropRounding"]) == {"CROP_ROUND": 0, "CROP_FLOOR": 1}
@@ -331,6 +355,7 @@ def test_ferry_additions_are_in_reserved_range() -> None:
         "DFL": 5,
         "DETR": 6,
         "END_TO_END": 7,
+        "DBNET": 8,
     }
     assert values(det_enums["BoxFormat"]) == {"XYWH_CENTER": 0, "XYXY": 1}
 

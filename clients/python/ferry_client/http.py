@@ -48,10 +48,13 @@ from .images import (
     Classification,
     Detection,
     ImageLike,
+    TextLine,
     image_call_parts,
     many,
     parse_classifications,
     parse_detections,
+    parse_embeddings,
+    parse_text_lines,
     query,
 )
 from .result import InferResult
@@ -318,7 +321,7 @@ class _HttpBase:
     def _image_call(
         task: str, model: str, version: str | int, images: list[bytes], options: dict[str, Any], timeout: float | None
     ) -> _Call:
-        """POST one image as the raw body, or several as multipart, to /classify or /detect."""
+        """POST one image as the raw body, or several as multipart, to /classify, /detect, /embed or /recognize."""
         content, files = image_call_parts(images)
         headers = {"Content-Type": "application/octet-stream"} if files is None else {}
         return _Call(
@@ -566,6 +569,35 @@ class HttpClient(_HttpBase):
         results = parse_detections(_json(self._send(call)))
         return results[0] if single else results
 
+    def embed(
+        self,
+        model: str,
+        images: ImageLike | Sequence[ImageLike],
+        *,
+        model_version: str | int = "",
+        timeout: float | None = None,
+    ) -> np.ndarray | list[np.ndarray]:
+        """POST /embed: one float32 vector per image (pooled and normalised as the model's
+        ``ferry_image.embedding`` says); one array for one image, a list for several."""
+        encoded, single = many(images)
+        call = self._image_call("embed", model, model_version, encoded, {}, timeout)
+        results = parse_embeddings(_json(self._send(call)))
+        return results[0] if single else results
+
+    def recognize(
+        self,
+        model: str,
+        images: ImageLike | Sequence[ImageLike],
+        *,
+        model_version: str | int = "",
+        timeout: float | None = None,
+    ) -> TextLine | list[TextLine]:
+        """POST /recognize: the text and confidence a CTC recogniser reads in each line image."""
+        encoded, single = many(images)
+        call = self._image_call("recognize", model, model_version, encoded, {}, timeout)
+        results = parse_text_lines(_json(self._send(call)))
+        return results[0] if single else results
+
     # inference
 
     def infer(
@@ -758,6 +790,35 @@ class AsyncHttpClient(_HttpBase):
         options = {"score_threshold": score_threshold, "iou_threshold": iou_threshold, "max_detections": max_detections}
         call = self._image_call("detect", model, model_version, encoded, options, timeout)
         results = parse_detections(_json(await self._send(call)))
+        return results[0] if single else results
+
+    async def embed(
+        self,
+        model: str,
+        images: ImageLike | Sequence[ImageLike],
+        *,
+        model_version: str | int = "",
+        timeout: float | None = None,
+    ) -> np.ndarray | list[np.ndarray]:
+        """POST /embed: one float32 vector per image (pooled and normalised as the model's
+        ``ferry_image.embedding`` says); one array for one image, a list for several."""
+        encoded, single = many(images)
+        call = self._image_call("embed", model, model_version, encoded, {}, timeout)
+        results = parse_embeddings(_json(await self._send(call)))
+        return results[0] if single else results
+
+    async def recognize(
+        self,
+        model: str,
+        images: ImageLike | Sequence[ImageLike],
+        *,
+        model_version: str | int = "",
+        timeout: float | None = None,
+    ) -> TextLine | list[TextLine]:
+        """POST /recognize: the text and confidence a CTC recogniser reads in each line image."""
+        encoded, single = many(images)
+        call = self._image_call("recognize", model, model_version, encoded, {}, timeout)
+        results = parse_text_lines(_json(await self._send(call)))
         return results[0] if single else results
 
     async def infer(

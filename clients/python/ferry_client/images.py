@@ -1,4 +1,5 @@
-"""Images in, typed answers out: the shared part of the ``classify()`` / ``detect()`` helpers.
+"""Images in, typed answers out: the shared part of the ``classify()`` / ``detect()`` / ``embed()`` /
+``recognize()`` helpers.
 
 Callers pass what they have (a path, encoded bytes, or a PIL image); the server decodes and
 pre-processes with the model's own pipeline, so the client never needs Pillow itself.
@@ -11,6 +12,8 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from .errors import InvalidArgumentError, ServerError
 
@@ -29,13 +32,23 @@ class Classification:
 @dataclass(frozen=True)
 class Detection:
     """One detected object; ``box`` is (x1, y1, x2, y2) and ``keypoints`` (x, y) pairs (models that
-    predict them, such as face detectors), both in the original image's pixels."""
+    predict them, such as face detectors), both in the original image's pixels; ``polygon`` the
+    four corners of a text detector's quadrilateral (clockwise from the top-left)."""
 
     box: tuple[float, float, float, float]
     score: float
     class_id: int
     label: str | None = None
     keypoints: list[tuple[float, float]] | None = None
+    polygon: list[tuple[float, float]] | None = None
+
+
+@dataclass(frozen=True)
+class TextLine:
+    """What a text recogniser read in one line image, and its confidence."""
+
+    text: str
+    score: float
 
 
 def image_bytes(image: ImageLike) -> bytes:
@@ -98,11 +111,28 @@ def parse_detections(document: Any) -> list[list[Detection]]:
                 int(d["class_id"]),
                 d.get("label"),
                 [(float(x), float(y)) for x, y in d["keypoints"]] if "keypoints" in d else None,
+                [(float(x), float(y)) for x, y in d["polygon"]] if "polygon" in d else None,
             )
             for d in image
         ]
         for image in _results(document, "detections")
     ]
+
+
+def parse_embeddings(document: Any) -> list[np.ndarray]:
+    """The /embed response as one float32 vector per image."""
+    try:
+        return [np.asarray(entry["embedding"], dtype=np.float32) for entry in document["results"]]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ServerError(f"malformed embedding response: {exc}") from None
+
+
+def parse_text_lines(document: Any) -> list[TextLine]:
+    """The /recognize response as one line per image."""
+    try:
+        return [TextLine(str(entry["text"]), float(entry["score"])) for entry in document["results"]]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ServerError(f"malformed recognition response: missing {exc}") from None
 
 
 def parse_classification_strings(values: Sequence[Any]) -> list[Classification]:

@@ -28,9 +28,9 @@ from ..inference.path import RequestPath
 from ..inference.stages import PostStage
 from ..inference.stages.detection_tensors import DetectionTensors
 from ..inference.stages.embed import EmbeddingTensors
-from ..inference.stages.tasks import image_task
+from ..inference.stages.recognize import RecognitionTensors
+from ..inference.stages.tasks import check_image_request, image_task
 from ..inference.validation import engine_output, int_parameter
-from ..ocr import is_ocr
 from ..pipelines.postprocess import classification_strings
 from ..repository.manager import ModelManager
 from ..repository.model import ModelVersion
@@ -278,7 +278,7 @@ class DataPlane:
         stacked along a leading image axis and the batch size is the number of images (only then
         above 1). Decoded detections (``pipeline.decoded_outputs``) need encoded images: the raw
         outputs the decoder reads run too, and a post-stage maps the detections to each image's pixels.
-        ``EMBEDDING`` is a post-stage too, on encoded images or tensors alike.
+        ``EMBEDDING``, ``TEXT`` and ``TEXT_SCORE`` are post-stages too, on encoded images or tensors alike.
         """
         pipeline = model.pipeline
         decoded = [name for name in names if name in pipeline.decoded_outputs] if pipeline is not None else []
@@ -289,6 +289,8 @@ class DataPlane:
         post: PostStage
         if pipeline.embedding is not None:
             post = EmbeddingTensors(pipeline)  # pooling needs no original image size: tensors do too
+        elif pipeline.text_recognition is not None:
+            post = RecognitionTensors(pipeline)  # nor does CTC decoding
         elif not self.path.image_input.applies(model, request):
             model.stats.record_failure(0, "OTHER")
             raise InvalidArgument(
@@ -300,7 +302,7 @@ class DataPlane:
         raw = list(dict.fromkeys([n for n in names if n not in decoded] + pipeline.output_names))
         request = dataclasses.replace(request, outputs=[o for o in request.outputs or () if o.name not in decoded])
         executed = await self.path.run(model, request, raw, post=post)
-        results, batch_size = executed.tensors()
+        results, batch_size = executed.tensors([n for n in names if n not in decoded])
         results.update(executed.post_tensors())
         return {name: results[name] for name in names}, batch_size
 
@@ -376,27 +378,16 @@ class DataPlane:
         ``parameters`` are the request parameters infer takes (``priority``, ``timeout``).
         """
         model = self.path.resolve(name, version)
-        if not images:
-            raise InvalidArgument("no images in the request")
-        if is_ocr(model.config) != (task == "ocr"):
-            raise InvalidArgument(
-                f"model '{model.name}' is an OCR model; use /ocr"
-                if task != "ocr"
-                else f"model '{model.name}' is not an OCR model (platform ferry_ocr); /ocr needs one"
-            )
+        check_image_request(model, images, task)
         cache = self._cache_for(model)
         compute: Callable[[], Awaitable[list[Any]]]
         if task == "ocr":
-            compute = functools.partial(read_pages, model, images)
+            compute = functools.partial(read_pages, self.path, model, images, parameters or {})
         else:
             stage = image_task(model, task, options)
             request = stage.request(model, images, parameters or {})
 
-            async def run() -> list[Any]:
-                executed = await self.path.run(model, request, stage.outputs, post=stage, split=True)
-                return executed.results()
-
-            compute = run
+            compute = functools.partial(self.path.run_image_task, model, stage, request)
             if cache is not None:  # not part of the key, but a hit must not accept bad values
                 for parameter in ("priority", "timeout"):
                     int_parameter(request, parameter)

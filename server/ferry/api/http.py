@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -24,13 +24,22 @@ from ..cores import usable_cores
 from ..errors import FerryError, InvalidArgument, PayloadTooLarge
 from ..pipelines.detection import Detection
 from ..repository.config import config_to_dict
-from .admission import Ticket
+from ..repository.model import ModelVersion
+from .admission import Admission, Ticket
 from .dataplane import DataPlane
 from .docs import mount_docs
 from .generate import add_generate_routes
 from .held_response import HeldResponse
 from .http_codec import Inflater, compress_response, decode_infer_request, encode_infer_response
-from .image_query import CLASSIFY_QUERY, DETECT_QUERY, INFER_PARAMETERS, INFER_QUERY, openapi_query, parse_image_query
+from .image_query import (
+    CLASSIFY_QUERY,
+    DETECT_QUERY,
+    INFER_PARAMETERS,
+    INFER_QUERY,
+    QueryOption,
+    openapi_query,
+    parse_image_query,
+)
 from .inference_plane import InferencePlane
 from .json_body import parse_json_object
 from .limits import OFF_LOOP_BYTES
@@ -54,7 +63,7 @@ def json_response(content: Any, status: int = 200) -> Response:
 
 
 def detection_json(detection: Detection) -> dict[str, Any]:
-    """One detection as /detect returns it; ``keypoints`` only for models that predict them."""
+    """One detection as /detect returns it; ``keypoints`` and ``polygon`` only for models that predict them."""
     result: dict[str, Any] = {
         "box": [round(v, 2) for v in detection.box],
         "score": detection.score,
@@ -63,6 +72,8 @@ def detection_json(detection: Detection) -> dict[str, Any]:
     }
     if detection.keypoints is not None:
         result["keypoints"] = [[round(x, 2), round(y, 2)] for x, y in detection.keypoints]
+    if detection.polygon is not None:  # text detectors: the quadrilateral, clockwise from the top-left
+        result["polygon"] = [[round(x, 2), round(y, 2)] for x, y in detection.polygon]
     classes = getattr(detection, "classes", None)  # a cascade ensemble: the second model's classes
     if classes:
         result["classes"] = classes
@@ -254,6 +265,73 @@ async def infer_response(
     return HeldResponse(payload, held.close, media_type=media_type, headers=headers)
 
 
+class ImagePlane(Protocol):
+    """What the image endpoints need: the model process's ``DataPlane``, or an intake process's
+    ``intake.images.IntakeImages`` (the same stages, executions handed to the model process)."""
+
+    admission: Admission
+
+    async def run_images(
+        self,
+        name: str,
+        version: str,
+        images: list[bytes],
+        task: str,
+        options: dict[str, Any],
+        parameters: dict[str, Any] | None = None,
+    ) -> tuple[ModelVersion, list[Any]]: ...
+
+
+#: Per image endpoint: the query parameters it takes and one image's result as JSON.
+IMAGE_ENDPOINTS: dict[str, tuple[tuple[QueryOption, ...], Callable[[Any], dict[str, Any]]]] = {
+    "classify": (CLASSIFY_QUERY + INFER_QUERY, lambda classes: {"classes": classes}),
+    "embed": (INFER_QUERY, lambda vector: {"embedding": vector}),
+    "recognize": (INFER_QUERY, lambda line: line),  # {"text", "score"} per text-line image
+    "detect": (DETECT_QUERY + INFER_QUERY, lambda image: {"detections": [detection_json(d) for d in image]}),
+    "ocr": (INFER_QUERY, lambda lines: {"lines": lines}),
+}
+
+
+async def _images(request: Request, ticket: Ticket, max_body_bytes: int) -> list[bytes]:
+    content_type = request.headers.get("content-type", "")
+    body = await _read_body(request, max_body_bytes, ticket)  # within the body limit, counted
+    if content_type.startswith("multipart/form-data"):
+        files = await multipart_files(request.headers, body, ticket)
+        ticket.release(len(body))  # the files are copies; the body goes when this returns
+        if not files:
+            raise InvalidArgument("multipart body holds no files; send images as file fields")
+        return files
+    if not body:
+        raise InvalidArgument("empty body: send an image (raw body) or multipart/form-data with image files")
+    return [body]
+
+
+async def image_endpoint(
+    plane: ImagePlane, request: Request, model: str, version: str, task: str, max_body_bytes: int
+) -> Response:
+    """/classify, /detect, /embed, /recognize and /ocr: parse the query, admit, read the images, run them
+    (stopping if the caller leaves). ``priority`` and ``timeout`` in the query are infer's request
+    parameters."""
+    query, image_json = IMAGE_ENDPOINTS[task]
+    options = parse_image_query(request.query_params, query, task)
+    parameters = {name: options.pop(name) for name in INFER_PARAMETERS if name in options}
+    plane.admission.check_room(_declared_length(request))
+    given = {key: value for key, value in parameters.items() if value is not None}
+    with plane.admission.admit() as ticket:
+        images = await _images(request, ticket, max_body_bytes)
+        done = await _unless_disconnected(request, plane.run_images(model, version, images, task, options, given))
+    if done is None:
+        return Response(status_code=499)  # the caller is gone: decoding stopped; nobody reads this
+    served, results = done
+    return json_response(
+        {
+            "model_name": served.name,
+            "model_version": str(served.version),
+            "results": [image_json(result) for result in results],
+        }
+    )
+
+
 def create_http_app(
     plane: DataPlane, max_body_bytes: int = 256 * 1024 * 1024, max_response_bytes: int = 256 * 1024 * 1024
 ) -> FastAPI:
@@ -348,47 +426,6 @@ def create_http_app(
         }
     }
 
-    async def _images(request: Request, ticket: Ticket) -> list[bytes]:
-        content_type = request.headers.get("content-type", "")
-        body = await _read_body(request, max_body_bytes, ticket)  # within the body limit, counted
-        if content_type.startswith("multipart/form-data"):
-            files = await multipart_files(request.headers, body, ticket)
-            ticket.release(len(body))  # the files are copies; the body goes when this returns
-            if not files:
-                raise InvalidArgument("multipart body holds no files; send images as file fields")
-            return files
-        if not body:
-            raise InvalidArgument("empty body: send an image (raw body) or multipart/form-data with image files")
-        return [body]
-
-    async def run_image_endpoint(
-        request: Request,
-        model: str,
-        version: str,
-        task: str,
-        options: dict[str, Any],
-        image_json: Callable[[Any], dict[str, Any]],
-        parameters: dict[str, Any],
-    ) -> Response:
-        """/classify, /detect and /embed: admit, read the images, run them (stopping if the caller leaves).
-
-        ``parameters`` are infer's request parameters given as query parameters (``priority``, ``timeout``)."""
-        plane.admission.check_room(_declared_length(request))
-        given = {key: value for key, value in parameters.items() if value is not None}
-        with plane.admission.admit() as ticket:
-            images = await _images(request, ticket)
-            done = await _unless_disconnected(request, plane.run_images(model, version, images, task, options, given))
-        if done is None:
-            return Response(status_code=499)  # the caller is gone: decoding stopped; nobody reads this
-        served, results = done
-        return json_response(
-            {
-                "model_name": served.name,
-                "model_version": str(served.version),
-                "results": [image_json(result) for result in results],
-            }
-        )
-
     classify_doc = {**image_body, "parameters": openapi_query(CLASSIFY_QUERY + INFER_QUERY)}
     detect_doc = {**image_body, "parameters": openapi_query(DETECT_QUERY + INFER_QUERY)}
     embed_doc = {**image_body, "parameters": openapi_query(INFER_QUERY)}
@@ -399,11 +436,7 @@ def create_http_app(
         """Classify one image (raw body) or several (multipart): top-k labels and scores per image.
 
         ``priority`` and ``timeout`` (microseconds) are the V2 infer request parameters."""
-        options = parse_image_query(request.query_params, CLASSIFY_QUERY + INFER_QUERY, "classify")
-        parameters = {name: options.pop(name) for name in INFER_PARAMETERS}
-        return await run_image_endpoint(
-            request, model, version, "classify", options, lambda classes: {"classes": classes}, parameters
-        )
+        return await image_endpoint(plane, request, model, version, "classify", max_body_bytes)
 
     @app.post("/v2/models/{model}/embed", openapi_extra=embed_doc)
     @app.post("/v2/models/{model}/versions/{version}/embed", openapi_extra=embed_doc)
@@ -411,11 +444,14 @@ def create_http_app(
         """Embed one image (raw body) or several (multipart): one vector per image, as ferry_image.embedding says.
 
         ``priority`` and ``timeout`` (microseconds) are the V2 infer request parameters."""
-        options = parse_image_query(request.query_params, INFER_QUERY, "embed")
-        parameters = {name: options.pop(name) for name in INFER_PARAMETERS}
-        return await run_image_endpoint(
-            request, model, version, "embed", options, lambda vector: {"embedding": vector}, parameters
-        )
+        return await image_endpoint(plane, request, model, version, "embed", max_body_bytes)
+
+    @app.post("/v2/models/{model}/recognize", openapi_extra=embed_doc)
+    @app.post("/v2/models/{model}/versions/{version}/recognize", openapi_extra=embed_doc)
+    async def recognize(model: str, request: Request, version: str = "") -> Response:
+        """Read one text line (raw body) or several (multipart): each line's text and confidence, as
+        ferry_image.text_recognition says (CTC). ``priority`` and ``timeout`` as V2 infer's."""
+        return await image_endpoint(plane, request, model, version, "recognize", max_body_bytes)
 
     @app.post("/v2/models/{model}/detect", openapi_extra=detect_doc)
     @app.post("/v2/models/{model}/versions/{version}/detect", openapi_extra=detect_doc)
@@ -423,25 +459,14 @@ def create_http_app(
         """Detect objects in one or several images: boxes in original pixels, labels and scores.
 
         ``priority`` and ``timeout`` (microseconds) are the V2 infer request parameters."""
-        options = parse_image_query(request.query_params, DETECT_QUERY + INFER_QUERY, "detect")
-        parameters = {name: options.pop(name) for name in INFER_PARAMETERS}
-        return await run_image_endpoint(
-            request,
-            model,
-            version,
-            "detect",
-            options,
-            lambda image: {"detections": [detection_json(d) for d in image]},
-            parameters,
-        )
+        return await image_endpoint(plane, request, model, version, "detect", max_body_bytes)
 
-    @app.post("/v2/models/{model}/ocr", openapi_extra=image_body)
-    @app.post("/v2/models/{model}/versions/{version}/ocr", openapi_extra=image_body)
+    @app.post("/v2/models/{model}/ocr", openapi_extra=embed_doc)
+    @app.post("/v2/models/{model}/versions/{version}/ocr", openapi_extra=embed_doc)
     async def read_text(model: str, request: Request, version: str = "") -> Response:
         """Read the text of one page (raw body) or several (multipart): per line its four corners
         (original pixels, clockwise from the top-left), text and confidence, in reading order."""
-        options = parse_image_query(request.query_params, (), "ocr")  # none: an unknown one is a 400
-        return await run_image_endpoint(request, model, version, "ocr", options, lambda lines: {"lines": lines}, {})
+        return await image_endpoint(plane, request, model, version, "ocr", max_body_bytes)
 
     # --- repository -------------------------------------------------------------------------
 

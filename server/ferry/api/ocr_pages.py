@@ -1,7 +1,9 @@
 """``/ocr``: encoded pages in, for each page its lines (corners, text, confidence) out.
 
-Each page is one request of the OCR model (pages of one call run concurrently, so their
-recognition batches meet in the recogniser's batcher)."""
+Each page is one V2 request of the OCR model through the one request path (validated, traced,
+with ``priority`` and ``timeout``, counted in the statistics, retried on the version that replaces
+one being unloaded); the pages of one call run concurrently, so their recognition batches meet in
+the recogniser's batcher."""
 
 from __future__ import annotations
 
@@ -11,24 +13,31 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidArgument
+from ..inference.path import RequestPath
 from ..ocr import is_ocr
 from ..ocr.settings import INPUT, OUTPUTS
 from ..repository.model import ModelVersion
+from ..types import InferenceRequest
 
 
-async def read_pages(model: ModelVersion, images: list[bytes]) -> list[list[dict[str, Any]]]:
+async def read_pages(
+    path: RequestPath, model: ModelVersion, images: list[bytes], parameters: dict[str, Any]
+) -> list[list[dict[str, Any]]]:
     """The lines of every page, in reading order."""
     if not is_ocr(model.config):
         raise InvalidArgument(f"model '{model.name}' is not an OCR model (platform ferry_ocr); /ocr needs one")
-    assert model.scheduler is not None
-    return list(await asyncio.gather(*(_page(model, image) for image in images)))
+    return list(await asyncio.gather(*(_page(path, model, image, parameters) for image in images)))
 
 
-async def _page(model: ModelVersion, image: bytes) -> list[dict[str, Any]]:
+async def _page(
+    path: RequestPath, model: ModelVersion, image: bytes, parameters: dict[str, Any]
+) -> list[dict[str, Any]]:
     page = np.empty(1, dtype=object)
     page[0] = image
-    assert model.scheduler is not None
-    found = await model.scheduler.submit({INPUT: page}, list(OUTPUTS), 1)
+    request = InferenceRequest(
+        model.name, str(model.version), inputs={INPUT: page}, input_datatypes={INPUT: "BYTES"}, parameters=parameters
+    )
+    found, _ = (await path.run(model, request, list(OUTPUTS))).tensors()
     return [
         {"box": [[float(x), float(y)] for x, y in box], "text": text.decode("utf-8"), "score": float(score)}
         for box, text, score in zip(found["boxes"].tolist(), found["text"], found["scores"], strict=True)

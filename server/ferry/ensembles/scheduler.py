@@ -9,7 +9,6 @@ next as they are (numpy views, no serialisation). A failure names the ensemble a
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 import weakref
 from collections.abc import Callable
@@ -20,7 +19,7 @@ from ferry_client.codec import numpy_dtype
 
 from ..errors import FerryError, ModelLoadError, Unavailable
 from ..response_streams import ResponseSink, StreamedResponse
-from ..scheduling.interface import ModelScheduler, RequestTiming
+from ..scheduling.interface import ComposingScheduler, RequestTiming
 from ..scheduling.timeline import Timeline
 from ..statistics import ModelStats
 from ..types import TensorSpec
@@ -32,7 +31,7 @@ Outputs = dict[str, np.ndarray]
 Resolve = Callable[[str, str], StepModel]  # (model name, version or "") -> the READY version
 
 
-class EnsembleScheduler(ModelScheduler):
+class EnsembleScheduler(ComposingScheduler):
     """The scheduler of an ensemble's model version: each request through every step."""
 
     def __init__(
@@ -44,45 +43,15 @@ class EnsembleScheduler(ModelScheduler):
         resolve: Resolve,
         stats: ModelStats,
     ) -> None:
+        super().__init__(plan.name, stats)
         self.plan = plan
         self.inputs = inputs
         self.outputs = outputs
         self.max_batch_size = max_batch_size
-        self.stats = stats
         self._resolve = resolve
         self._checked: list[weakref.ref] = []
         #: one pruned plan per set of requested outputs (at most 2^outputs, all ensemble outputs)
         self._pruned: dict[frozenset[str], PrunedPlan] = {}
-        self._closing = False
-        self._in_flight = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
-
-    @property
-    def queue_size(self) -> int:
-        return 0  # requests wait in the composing models' queues, not here
-
-    @property
-    def in_flight(self) -> int:
-        return self._in_flight
-
-    @property
-    def closing(self) -> bool:
-        """Whether the ensemble refuses new requests (it is being unloaded or the server stops)."""
-        return self._closing
-
-    def start(self) -> None:
-        """Nothing to start: the composing models' schedulers do the work."""
-
-    def hurry(self) -> None:
-        """Nothing waits here: the composing models' batchers are hurried themselves."""
-
-    async def stop(self, timeout: float | None = None) -> None:
-        """Refuse new requests and wait (up to ``timeout``) for those running to finish."""
-        self._closing = True
-        # Past the timeout, the composing models' own schedulers fail what they cannot finish.
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._idle.wait(), timeout)
 
     # --- composing models ---------------------------------------------------------------------
 
@@ -107,13 +76,9 @@ class EnsembleScheduler(ModelScheduler):
             self._checked = [weakref.ref(m) for m in current]
         return models
 
-    def unready_reason(self) -> str:
-        """Why the ensemble cannot serve now ("" when every composing model is ready and fits)."""
-        try:
-            self.resolve_steps()
-        except FerryError as exc:
-            return exc.message
-        return ""
+    def check_ready(self) -> None:
+        """Every composing model is ready and fits (``Unavailable`` naming the step otherwise)."""
+        self.resolve_steps()
 
     # --- requests ---------------------------------------------------------------------------------
 
@@ -135,41 +100,24 @@ class EnsembleScheduler(ModelScheduler):
 
         A traced request's ``timeline`` spans all steps as one compute stage (each step's own
         queue and compute times are in the composing models' statistics)."""
-        if self._closing:
-            raise Unavailable(f"model '{self.plan.name}' is unloading")
         started = time.perf_counter_ns()
         spent = RequestTiming()
-        self._in_flight += 1
-        self._idle.clear()
-        try:
-            models = self.resolve_steps()
-            tensors = await self._run(models, self._plan_for(outputs), inputs, priority, timeout_us, spent, sink)
-        except asyncio.CancelledError:
-            self.stats.record_failure(time.perf_counter_ns() - started, "CANCELED")
-            raise
-        except FerryError as exc:
-            reason = "REJECTED" if isinstance(exc, Unavailable) else "BACKEND"
-            self.stats.record_failure(time.perf_counter_ns() - started, reason)
-            raise
-        finally:
-            self._in_flight -= 1
-            if self._in_flight == 0:
-                self._idle.set()
-        if timeline is not None:
-            timeline.queue_start = timeline.compute_start = timeline.compute_input_end = started
-            timeline.compute_output_start = timeline.compute_end = time.perf_counter_ns()
-        # Triton reports an ensemble's queue and compute times as the sums over its steps.
-        self.stats.record_success(time.perf_counter_ns() - started, spent.queue_ns)
-        self.stats.record_execution(
-            batch_size, 1, spent.compute_input_ns, spent.compute_infer_ns, spent.compute_output_ns
-        )
-        if timing is not None:
-            timing.queue_ns += spent.queue_ns
-            timing.compute_input_ns += spent.compute_input_ns
-            timing.compute_infer_ns += spent.compute_infer_ns
-            timing.compute_output_ns += spent.compute_output_ns
+        tensors = await self.counted(self._resolved_run(outputs, inputs, priority, timeout_us, spent, sink), started)
+        self.record_success(started, spent, batch_size, timeline, timing)
         # a step may leave out an output (a Python model can): the caller decides if it was needed
         return {name: tensors[name] for name in outputs if name in tensors}
+
+    async def _resolved_run(
+        self,
+        outputs: list[str],
+        inputs: Outputs,
+        priority: int | None,
+        timeout_us: int | None,
+        spent: RequestTiming,
+        sink: ResponseSink | None,
+    ) -> dict[str, np.ndarray]:
+        models = self.resolve_steps()
+        return await self._run(models, self._plan_for(outputs), inputs, priority, timeout_us, spent, sink)
 
     def _plan_for(self, outputs: list[str]) -> PrunedPlan:
         key = frozenset(outputs)

@@ -9,12 +9,18 @@ around it (shared memory, the response cache, response encoding).
 One request may need several executions: images beyond ``max_batch_size`` on the image endpoints,
 or several images for a model that cannot batch. Each execution is validated, traced and queued
 like a request of its own, and its post-stage runs in the worker pool on its whole batch.
+
+``FrontHalf`` is everything but the execution (pre-stages, executions, post-stages);
+``RequestPath`` adds validating, tracing and scheduling each execution in this process. An intake
+process runs the same front half with each execution handed to the model process
+(``intake.front_half.HandoffPath``), so the stages exist once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -31,7 +37,7 @@ from ..response_streams import ResponseSink
 from ..scheduling.scheduler import Unloading
 from ..scheduling.timeline import Timeline
 from ..types import InferenceRequest
-from .stages import PostStage
+from .stages import ImageTask, PostStage
 from .stages.image_input import ImageInput
 from .validation import as_batch_of_one, check_requested_outputs, engine_output, int_parameter, validate_inputs
 
@@ -71,13 +77,14 @@ class Executed:
     model: ModelVersion
     parts: list[Part]
 
-    def tensors(self) -> tuple[Outputs, int]:
-        """The outputs joined along the image axis, with the batch size (the executions' count
-        when there were several, each a batch of one)."""
+    def tensors(self, names: Sequence[str] | None = None) -> tuple[Outputs, int]:
+        """The outputs (``names``, default all) joined along the image axis, with the batch size
+        (the executions' images when there were several: one each for a model that cannot batch)."""
         if len(self.parts) == 1:
             return self.parts[0].outputs, self.parts[0].batch_size
-        joined = {name: np.concatenate([p.outputs[name] for p in self.parts]) for name in self.parts[0].outputs}
-        return joined, len(self.parts)
+        wanted = self.parts[0].outputs if names is None else names
+        joined = {name: _joined(name, [p.outputs[name] for p in self.parts]) for name in wanted}
+        return joined, sum(part.batch_size for part in self.parts)
 
     def post_tensors(self) -> Outputs:
         """The post-stages' tensors (one dict per execution) joined along the image axis."""
@@ -90,18 +97,15 @@ class Executed:
         return [result for part in self.parts for result in part.post]
 
 
-class RequestPath:
-    """Runs requests on the models of ``manager``; pre- and post-stages use ``pool``."""
+class FrontHalf(ABC):
+    """Pre-stages → execute → post-stages, with the execution left to the subclass: the model
+    process's ``RequestPath`` validates and schedules it; an intake process hands it to the model
+    process (``intake.front_half.HandoffPath``). Pre- and post-stages use ``pool``."""
 
-    def __init__(self, manager: ModelManager, tracing: Tracing, pool: Executor, image_share: int) -> None:
-        self.manager = manager
-        self.tracing = tracing
+    def __init__(self, pool: Executor, image_share: int, work: ImageWork | None = None) -> None:
         self.pool = pool
-        self.image_work = ImageWork()
+        self.image_work = work or ImageWork()  # what the pool holds and did, for the metrics
         self.image_input = ImageInput(pool, image_share, self.image_work)
-
-    def resolve(self, name: str, version: str = "") -> ModelVersion:
-        return self.manager.get(name, version)
 
     async def run(
         self,
@@ -121,7 +125,7 @@ class RequestPath:
         if sink is not None or (post is None and not split and not self.image_input.applies(model, request)):
             served, outputs, batch_size = await self._schedule(model, request, names, sink)
             return Executed(served, [Part(outputs, [], batch_size)])
-        executions, transforms, decoded = await self._pre_stages(model, request, split)
+        executions, transforms, decoded = await self.pre_stages(model, request, split)
         # A model that cannot batch gets an image axis on each execution's outputs where the
         # images are joined or handed to a post-stage (a declared leading 1 already is that axis).
         image_axis = decoded and model.max_batch_size == 0 and (len(executions) > 1 or post is not None)
@@ -140,9 +144,15 @@ class RequestPath:
             parts.append(part)
         return Executed(model, parts)
 
+    async def run_image_task(self, model: ModelVersion, stage: ImageTask, request: InferenceRequest) -> list[Any]:
+        """``/classify``, ``/detect``, ``/embed``: the images in ``request`` (``stage.request``) through
+        the pre-stages, as many executions as the model's batch size needs, and ``stage`` on each."""
+        executed = await self.run(model, request, stage.outputs, post=stage, split=True)
+        return executed.results()
+
     # --- pre-stages -------------------------------------------------------------------------------
 
-    async def _pre_stages(
+    async def pre_stages(
         self, model: ModelVersion, request: InferenceRequest, split: bool
     ) -> tuple[list[tuple[slice, InferenceRequest]], list[ImageTransform], bool]:
         """The request's executions (which images each holds, and its request), the images'
@@ -154,7 +164,7 @@ class RequestPath:
         try:
             prepared = await self.image_input(model, request, whole=not split)
         except InvalidArgument:
-            _record_invalid(model)
+            record_invalid(model)
             raise
         name = pipeline.input_name
         datatypes = {**request.input_datatypes, name: pipeline.spec.datatype}
@@ -181,6 +191,25 @@ class RequestPath:
             for start in range(0, items, limit)
         ]
 
+    @abstractmethod
+    async def _schedule(
+        self, model: ModelVersion, request: InferenceRequest, names: Sequence[str], sink: ResponseSink | None = None
+    ) -> tuple[ModelVersion, Outputs, int]:
+        """Run one execution: the version that ran it, its outputs in the config's dims, the batch size."""
+
+
+class RequestPath(FrontHalf):
+    """Runs requests on the models of ``manager``: each execution validated, traced and queued on
+    the model's scheduler."""
+
+    def __init__(self, manager: ModelManager, tracing: Tracing, pool: Executor, image_share: int) -> None:
+        super().__init__(pool, image_share)
+        self.manager = manager
+        self.tracing = tracing
+
+    def resolve(self, name: str, version: str = "") -> ModelVersion:
+        return self.manager.get(name, version)
+
     # --- validate and schedule --------------------------------------------------------------------
 
     async def _schedule(
@@ -194,7 +223,7 @@ class RequestPath:
             priority = int_parameter(request, "priority")
             timeout_us = int_parameter(request, "timeout")
         except InvalidArgument:
-            _record_invalid(model)
+            record_invalid(model)
             raise
         trace = self.tracing.start(model.name, request.id)
         timeline = trace.timeline if trace else None
@@ -239,6 +268,19 @@ class RequestPath:
             )
 
 
-def _record_invalid(model: ModelVersion) -> None:
+def _joined(name: str, arrays: list[np.ndarray]) -> np.ndarray:
+    """One output of several executions along the image axis; images of a variable-size input
+    whose outputs differ in shape cannot be joined (ask for a decoded output, or one image per request)."""
+    shapes = {array.shape[1:] for array in arrays}
+    if len(shapes) > 1:
+        raise InvalidArgument(
+            f"output '{name}' has a different shape for images of different sizes "
+            f"({', '.join(str(list(s)) for s in sorted(shapes))}): send one image per request, or ask for "
+            "the decoded outputs"
+        )
+    return np.concatenate(arrays)
+
+
+def record_invalid(model: ModelVersion) -> None:
     """A request refused as invalid counts as a failure of the model it was for (as Triton)."""
     model.stats.record_failure(0, "OTHER")

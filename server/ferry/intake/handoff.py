@@ -19,6 +19,16 @@ so nothing that reaches the socket can make a process run code):
    blocks back. ``("cancel", call)``: the caller went away; the model process cancels the call and
    still answers, so the request block is freed only once nothing reads it.
 
+4. ``("describe", call, model, version, known)``: an intake process running the front half of an
+   image request (``intake.images``) asks which load of the model serves (name, version) now:
+   ``("described", call, description)`` (``intake.model_directory``: its identity, and unless
+   ``known`` is that identity already, its config, labels and whether an intake may pre-process
+   for it) or ``("error", ...)`` as one process would answer. An ``infer`` may name the identity
+   its tensors were pre-processed for (the header's last item); if another load serves by then,
+   the model process answers ``("stale", call)`` instead of running it.
+5. ``("stats", identity, kind, args)``: what the intake's stages record for a model (images
+   decoded, requests refused as invalid), added to that load's statistics.
+
 A block that does not fit in its arena at that moment travels in a memfd of its own (a *spill*),
 opened through /proc like the arenas and closed when answered or freed, so a large request never
 waits for room and never goes through the socket. Admission (``--max-inflight-bytes``) bounds how
@@ -33,7 +43,7 @@ import logging
 import mmap
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import orjson
@@ -68,6 +78,21 @@ _ERRORS: dict[ErrorKind, type[FerryError]] = {
 
 class HandoffLost(Unavailable):
     """The other process is gone: requests in flight cannot be answered."""
+
+
+class StaleModel(Unavailable):
+    """The model was reloaded (or another version became the one served) after the intake
+    pre-processed for it: the request must be pre-processed again for the load serving now."""
+
+
+class ModelDirectory(Protocol):
+    """What the model process answers about its models (``intake.model_directory``)."""
+
+    def describe(self, name: str, version: str, known: str) -> dict[str, Any]: ...
+
+    def identity(self, name: str, version: str) -> str: ...
+
+    def record(self, identity: str, kind: str, args: list[Any]) -> None: ...
 
 
 # --- framing ---------------------------------------------------------------------------------
@@ -261,6 +286,7 @@ class HandoffClient:
         self._responses: PeerBlocks | None = None
         self._channel = FramedChannel(self._on_message, self._on_lost)
         self._pending: dict[int, tuple[asyncio.Future, Where]] = {}
+        self._questions: dict[int, asyncio.Future] = {}  # describe calls: no blocks
         self._calls = itertools.count()
         self._welcome: asyncio.Future | None = None
         self.lost = asyncio.Event()
@@ -277,7 +303,28 @@ class HandoffClient:
     def send_ready(self) -> None:
         self._channel.send(("ready",))
 
-    async def infer(self, request: InferenceRequest) -> InferenceResponse:
+    async def describe(self, name: str, version: str, known: str) -> dict[str, Any]:
+        """The model process's description of the load serving (name, version) (see the protocol)."""
+        if self.lost.is_set():
+            raise HandoffLost("the model process is not reachable; retry later", retry_after=1)
+        call = next(self._calls)
+        future = asyncio.get_running_loop().create_future()
+        self._questions[call] = future
+        self._channel.send(("describe", call, name, version, known))
+        try:
+            description: dict[str, Any] = await future
+            return description
+        finally:
+            self._questions.pop(call, None)
+
+    def record(self, identity: str, kind: str, args: list[Any]) -> None:
+        """Statistics the intake's stages record for a model, added there (fire and forget)."""
+        if not self.lost.is_set():
+            self._channel.send(("stats", identity, kind, args))
+
+    async def infer(self, request: InferenceRequest, expect: str | None = None) -> InferenceResponse:
+        """``request`` run by the model process; ``expect``: the identity of the load it was
+        pre-processed for (``StaleModel`` when another serves by then)."""
         if self.lost.is_set():
             raise HandoffLost("the model process is not reachable; retry later", retry_after=1)
         where, descs = _write_tensors(self._requests, list(request.inputs.items()))
@@ -292,6 +339,7 @@ class HandoffClient:
             request.parameters,
             request.shared_memory_inputs,
             request.client,
+            expect,
         )
         call = next(self._calls)
         future = asyncio.get_running_loop().create_future()
@@ -309,9 +357,17 @@ class HandoffClient:
         if kind == "result":
             self._on_result(message[1], message[2])
         elif kind == "error":
-            future = self._settle(message[1])
+            future = self._settle(message[1]) or self._questions.pop(message[1], None)
             if future is not None and not future.done():
                 future.set_exception(_rebuild_error(*message[2:]))
+        elif kind == "described":
+            question = self._questions.pop(message[1], None)
+            if question is not None and not question.done():
+                question.set_result(message[2])
+        elif kind == "stale":
+            future = self._settle(message[1])
+            if future is not None and not future.done():
+                future.set_exception(StaleModel("the model was reloaded during the request; try again", retry_after=0))
         elif kind == "welcome" and self._welcome is not None:
             self._welcome.set_result(message)
 
@@ -343,6 +399,9 @@ class HandoffClient:
             future = self._settle(call)
             if future is not None and not future.done():
                 future.set_exception(HandoffLost("the model process went away during the request", retry_after=1))
+        for question in list(self._questions.values()):
+            if not question.done():
+                question.set_exception(HandoffLost("the model process went away during the request", retry_after=1))
         if self._welcome is not None and not self._welcome.done():
             self._welcome.set_exception(HandoffLost("the model process closed the hand-off socket"))
 
@@ -382,6 +441,11 @@ class HubConnection:
         elif kind == "free":
             assert self._responses is not None
             self._responses.free(message[1])
+        elif kind == "describe":
+            self.channel.send(self._describe(*message[1:]))
+        elif kind == "stats":
+            if self._hub.models is not None:
+                self._hub.models.record(*message[1:])
         elif kind == "cancel":
             task = self._calls.get(message[1])
             if task is not None:
@@ -396,12 +460,24 @@ class HubConnection:
             self.ready = True
             self._hub.on_ready(self)
 
-    async def _serve(self, call: int, header: tuple) -> None:
+    def _describe(self, call: int, name: str, version: str, known: str) -> tuple:
         try:
-            request = self._request(header)
-            response = await self._hub.infer(request)
-            del request  # the views of the request block go before the answer frees it
-            reply: tuple[object, ...] = ("result", call, self._pack_response(response))
+            if self._hub.models is None:
+                raise Unimplemented("this model process describes no models")
+            return ("described", call, self._hub.models.describe(name, version, known))
+        except FerryError as exc:
+            return ("error", call, *_error_message(exc))
+
+    async def _serve(self, call: int, header: tuple) -> None:
+        reply: tuple[object, ...]
+        try:
+            if self._stale(header):
+                reply = ("stale", call)
+            else:
+                request = self._request(header)
+                response = await self._hub.infer(request)
+                del request  # the views of the request block go before the answer frees it
+                reply = ("result", call, self._pack_response(response))
         except asyncio.CancelledError:
             reply = ("error", call, ErrorKind.CANCELLED.name, "the request was cancelled", None)
         except Exception as exc:  # every failure is answered, or the intake would wait forever
@@ -412,8 +488,17 @@ class HubConnection:
             self._calls.pop(call, None)
         self.channel.send(reply)
 
+    def _stale(self, header: tuple) -> bool:
+        """Whether the request was pre-processed for a load of its model that no longer serves
+        (checked in the same loop iteration that hands it to the data plane, which resolves the
+        model before its first await). A model gone altogether raises its not-found error."""
+        expect = header[10]
+        if expect is None or self._hub.models is None:
+            return False
+        return self._hub.models.identity(header[0], header[1]) != expect
+
     def _request(self, header: tuple) -> InferenceRequest:
-        model, version, request_id, where, descs, datatypes, outputs, parameters, shared, client = header
+        model, version, request_id, where, descs, datatypes, outputs, parameters, shared, client, _ = header
         assert self._requests is not None
         buffer, base = self._requests.buffer(where)
         return InferenceRequest(
@@ -469,9 +554,10 @@ class HubConnection:
 class HandoffHub:
     """The model process's end: accepts intake processes on a unix socket and serves their calls."""
 
-    def __init__(self, infer: Infer, arena_bytes: int) -> None:
+    def __init__(self, infer: Infer, arena_bytes: int, models: ModelDirectory | None = None) -> None:
         self.infer = infer
         self.arena_bytes = arena_bytes
+        self.models = models
         self.connections: set[HubConnection] = set()
         self._server: asyncio.AbstractServer | None = None
         self._ready_changed = asyncio.Event()

@@ -9,10 +9,13 @@ Two intakes admitting at the same instant may each see room for the last slot, s
 
 from __future__ import annotations
 
+from ..pipelines.slices import ImageWork
 from .memory import Segment
 
-REQUESTS, BYTES, REJECTED, OPEN_CONNECTIONS = range(4)  # REQUESTS..REJECTED match api.admission
-COLUMNS = 4
+REQUESTS, BYTES, REJECTED, OPEN_CONNECTIONS, IMAGES_WAITING, IMAGES_DECODED = range(
+    6
+)  # REQUESTS..REJECTED: api.admission
+COLUMNS = 6
 
 
 class SharedTable:
@@ -37,12 +40,15 @@ class SharedTable:
     def column_total(self, column: int) -> int:
         return sum(self._values[column::COLUMNS])
 
+    def value(self, row: int, column: int) -> int:
+        return self._values[row * COLUMNS + column]
+
     def add(self, row: int, column: int, delta: int) -> None:
         self._values[row * COLUMNS + column] += delta
 
     def clear_row(self, row: int) -> None:
         """Forget what a process that exited held (its requests died with it)."""
-        for column in (REQUESTS, BYTES, OPEN_CONNECTIONS):  # REJECTED is a counter: it keeps its count
+        for column in (REQUESTS, BYTES, OPEN_CONNECTIONS, IMAGES_WAITING):  # counters keep their counts
             self._values[row * COLUMNS + column] = 0
 
 
@@ -72,3 +78,44 @@ class SharedConnections:
 
     def total(self) -> int:
         return self._table.column_total(OPEN_CONNECTIONS)
+
+
+class SharedImageWork(ImageWork):
+    """An intake process's image pool counts, kept in its row (``pipelines.slices`` updates them)."""
+
+    def __init__(self, table: SharedTable, row: int) -> None:  # no dataclass fields of its own
+        self._table = table
+        self._row = row
+
+    @property
+    def waiting(self) -> int:
+        return self._table.value(self._row, IMAGES_WAITING)
+
+    @waiting.setter
+    def waiting(self, value: int) -> None:
+        self._table.add(self._row, IMAGES_WAITING, value - self.waiting)
+
+    @property
+    def decoded(self) -> int:
+        return self._table.value(self._row, IMAGES_DECODED)
+
+    @decoded.setter
+    def decoded(self, value: int) -> None:
+        self._table.add(self._row, IMAGES_DECODED, value - self.decoded)
+
+
+class ServerImageWork:
+    """The whole server's image pools for ``ferry_image_waiting`` / ``ferry_image_decoded_total``:
+    the model process's own and every intake's row."""
+
+    def __init__(self, own: ImageWork, table: SharedTable) -> None:
+        self._own = own
+        self._table = table
+
+    @property
+    def waiting(self) -> int:
+        return self._own.waiting + self._table.column_total(IMAGES_WAITING)
+
+    @property
+    def decoded(self) -> int:
+        return self._own.decoded + self._table.column_total(IMAGES_DECODED)

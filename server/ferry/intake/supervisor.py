@@ -33,7 +33,8 @@ from ..front_doors import QuietUvicornServer, reuse_port_socket, wait_started
 from ..security import ServerSecurity
 from ..settings import Settings
 from .handoff import HandoffHub, HubConnection
-from .shared_state import SharedTable
+from .model_directory import ModelDirectory
+from .shared_state import IMAGES_DECODED, SharedTable
 from .worker import ENV, Assignment
 
 log = logging.getLogger("ferry.intake")
@@ -81,7 +82,7 @@ class IntakeProcesses:
                 except OSError as exc:
                     raise OSError(f"cannot bind {s.host}:{port}: {exc.strerror or exc}") from None
         self._directory = _private_directory()
-        self.hub = HandoffHub(plane.infer, s.intake_arena_bytes)
+        self.hub = HandoffHub(plane.infer, s.intake_arena_bytes, ModelDirectory(plane))
         self.hub.on_connection_lost = self._on_connection_lost
         await self.hub.start(self._path("hub.sock"))
         for row in range(1, self.count + 1):  # before any gRPC server runs: forking then makes gRPC log warnings
@@ -200,7 +201,8 @@ def _private_directory() -> str:
 
 
 class IntakeCollector(Collector):
-    """``ferry_intake_processes`` (ready) and ``ferry_intake_handoffs`` (requests handed over, per process)."""
+    """``ferry_intake_processes`` (ready), and per intake process ``ferry_intake_handoffs`` (requests
+    and executions handed over) and ``ferry_intake_images_decoded`` (images its pool decoded)."""
 
     def __init__(self, intakes: IntakeProcesses) -> None:
         self._intakes = intakes
@@ -216,3 +218,10 @@ class IntakeCollector(Collector):
         for connection in sorted(hub.connections if hub is not None else (), key=lambda c: c.row):
             handoffs.add_metric([str(connection.row)], connection.handed_off)
         yield handoffs
+        decoded = CounterMetricFamily(
+            "ferry_intake_images_decoded", "Images an intake process decoded and pre-processed", labels=["row"]
+        )
+        table = self._intakes.table
+        for row in range(1, self._intakes.count + 1):
+            decoded.add_metric([str(row)], table.value(row, IMAGES_DECODED))
+        yield decoded

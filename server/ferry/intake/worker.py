@@ -1,6 +1,7 @@
 """An intake process: owns a share of the public REST and gRPC ports, answers inference requests by
-handing their tensors to the model process (``handoff.py``), and forwards every other request to
-the model process's own listeners, so clients get exactly what one process would answer.
+handing their tensors to the model process (``handoff.py``), runs the front half of the image
+endpoints (decode, validate, pre- and post-stages: ``front_half.py``), and forwards every other
+request to the model process's own listeners, so clients get exactly what one process would answer.
 
 Started by ``supervisor.py`` as ``python -m ferry.intake.worker`` with its assignment as JSON in
 ``FERRY_INTAKE``. It ignores SIGINT (a terminal's Ctrl-C reaches the whole process group; the model
@@ -16,14 +17,17 @@ import os
 import signal
 import sys
 from collections.abc import AsyncGenerator, Awaitable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+from starlette.types import ASGIApp
 
 from ..api.admission import Admission
 from ..api.http_fast import InferFastPath
 from ..api.limits import Limits
+from ..cores import usable_cores
 from ..errors import FerryError
 from ..front_doors import (
     QuietUvicornServer,
@@ -41,8 +45,10 @@ from ..settings import Settings
 from ..types import InferenceRequest, InferenceResponse
 from .forward_grpc import ForwardingServicer
 from .forward_http import ForwardToCore
+from .front_half import HandoffPath, ImageRoutes, IntakeImages
 from .handoff import HandoffClient
-from .shared_state import SharedConnections, SharedTable
+from .model_views import ModelViews
+from .shared_state import SharedConnections, SharedImageWork, SharedTable
 
 log = logging.getLogger("ferry.intake")
 
@@ -77,13 +83,25 @@ class IntakePlane:
     """What the inference front doors need from a data plane, in an intake process: admission and
     limits here (admission counted in the shared table), execution in the model process."""
 
-    def __init__(self, admission: Admission, limits: Limits, client: HandoffClient, identify: Identify) -> None:
+    def __init__(
+        self,
+        admission: Admission,
+        limits: Limits,
+        client: HandoffClient,
+        identify: Identify,
+        images: IntakeImages | None = None,
+    ) -> None:
         self.admission = admission
         self.limits = limits
         self.identify = identify  # the core uses the identity the request arrives with
         self._client = client
+        self.images = images  # encoded images for an image model: decoded here
 
     async def infer(self, request: InferenceRequest, door: str = "") -> InferenceResponse:
+        if self.images is not None:
+            response = await self.images.infer(request)
+            if response is not None:
+                return response
         return await self._client.infer(request)
 
     async def infer_stream(
@@ -104,12 +122,15 @@ async def run(assignment: Assignment) -> int:
     table = SharedTable.attach(assignment.core_pid, assignment.table_fd, assignment.table_rows)
     client = HandoffClient(assignment.row, assignment.arena_bytes)
     await client.connect(assignment.path("hub.sock"))
-    plane = IntakePlane(
-        Admission(settings.max_inflight_requests, settings.max_inflight_bytes, table.counts(assignment.row)),
-        request_limits(settings),
-        client,
-        security.identify,
+    admission = Admission(settings.max_inflight_requests, settings.max_inflight_bytes, table.counts(assignment.row))
+    workers = settings.image_workers or usable_cores()  # as the model process's DataPlane
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ferry-intake-image")
+    images = IntakeImages(
+        admission,
+        ModelViews(client),
+        HandoffPath(client, pool, max(1, workers // 2), SharedImageWork(table, assignment.row)),
     )
+    plane = IntakePlane(admission, request_limits(settings), client, security.identify, images)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
@@ -126,7 +147,8 @@ async def run(assignment: Assignment) -> int:
             ("grpc.http2.bdp_probe", 0),
         ],
     )
-    http = _rest_listener(settings, security, plane, forward, SharedConnections(table, assignment.row))
+    routes = ImageRoutes(forward, images, settings.http_max_body_bytes)
+    http = _rest_listener(settings, security, plane, routes, SharedConnections(table, assignment.row))
     server = None
     if settings.grpc_port:
         servicer = ForwardingServicer(plane, settings.max_response_bytes, channel)
@@ -151,6 +173,7 @@ async def run(assignment: Assignment) -> int:
     await forward.aclose()
     await channel.close()
     client.close()
+    pool.shutdown(wait=False, cancel_futures=True)
     return code
 
 
@@ -161,12 +184,13 @@ class _Listener:
 
 
 def _rest_listener(
-    settings: Settings, security: ServerSecurity, plane: IntakePlane, forward: ForwardToCore, shared: SharedConnections
+    settings: Settings, security: ServerSecurity, plane: IntakePlane, routes: ASGIApp, shared: SharedConnections
 ) -> _Listener | None:
-    """uvicorn on this process's own SO_REUSEPORT socket: inference here, the rest forwarded."""
+    """uvicorn on this process's own SO_REUSEPORT socket: inference here, then ``routes`` (the
+    image endpoints here, the rest forwarded)."""
     if not settings.http_port:
         return None
-    app = security.http_app(InferFastPath(forward, plane, settings.http_max_body_bytes, settings.max_response_bytes))
+    app = security.http_app(InferFastPath(routes, plane, settings.http_max_body_bytes, settings.max_response_bytes))
     config = rest_config(app, settings, security, **connection_options(settings, shared))
     sock = reuse_port_socket(settings.host, settings.http_port, listen=True)
     server = QuietUvicornServer(config)

@@ -9,7 +9,6 @@ when the models enable dynamic batching. Offers the same ``submit`` as every sch
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable
 
@@ -18,7 +17,7 @@ import numpy as np
 from ..ensembles.step import StepModel
 from ..errors import FerryError, InvalidArgument, Unavailable
 from ..response_streams import ResponseSink
-from ..scheduling.interface import ModelScheduler, RequestTiming
+from ..scheduling.interface import ComposingScheduler, RequestTiming
 from ..scheduling.timeline import Timeline
 from ..statistics import ModelStats
 from . import steps
@@ -28,43 +27,14 @@ Outputs = dict[str, np.ndarray]
 Resolve = Callable[[str, str], StepModel]
 
 
-class OcrScheduler(ModelScheduler):
+class OcrScheduler(ComposingScheduler):
     """Runs OCR requests (one encoded page each) over three composing models."""
 
     def __init__(self, name: str, settings: OcrSettings, resolve: Resolve, stats: ModelStats, max_pixels: int) -> None:
-        self.name = name
+        super().__init__(name, stats)
         self.settings = settings
-        self.stats = stats
         self.max_pixels = max_pixels
         self._resolve = resolve
-        self._closing = False
-        self._in_flight = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
-
-    @property
-    def queue_size(self) -> int:
-        return 0  # pages wait in the composing models' queues
-
-    @property
-    def in_flight(self) -> int:
-        return self._in_flight
-
-    @property
-    def closing(self) -> bool:
-        return self._closing
-
-    def start(self) -> None:
-        """Nothing to start: the composing models' schedulers do the work."""
-
-    async def stop(self, timeout: float | None = None) -> None:
-        """Refuse new requests and wait (up to ``timeout``) for those running to finish."""
-        self._closing = True
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._idle.wait(), timeout)
-
-    def hurry(self) -> None:
-        """Nothing waits here: the composing models' batchers are hurried themselves."""
 
     def models(self) -> tuple[StepModel, StepModel, StepModel]:
         """The READY detector, angle classifier and recogniser."""
@@ -77,12 +47,8 @@ class OcrScheduler(ModelScheduler):
                 raise Unavailable(f"model '{self.name}': its {role} '{name}' is not ready: {exc.message}") from None
         return found[0], found[1], found[2]
 
-    def unready_reason(self) -> str:
-        try:
-            self.models()
-        except FerryError as exc:
-            return exc.message
-        return ""
+    def check_ready(self) -> None:
+        self.models()
 
     async def submit(
         self,
@@ -96,8 +62,6 @@ class OcrScheduler(ModelScheduler):
         sink: ResponseSink | None = None,
     ) -> Outputs:
         """OCR of the one page in ``inputs['IMAGE']``: its lines' boxes, text and scores."""
-        if self._closing:
-            raise Unavailable(f"model '{self.name}' is unloading")
         pages = np.asarray(inputs[INPUT]).reshape(-1)
         if pages.size != 1:
             raise InvalidArgument(f"model '{self.name}' reads one page per request, got {pages.size}")
@@ -106,31 +70,8 @@ class OcrScheduler(ModelScheduler):
             raise InvalidArgument(f"model '{self.name}': input '{INPUT}' must hold an encoded image (BYTES)")
         started = time.perf_counter_ns()
         spent = RequestTiming()
-        self._in_flight += 1
-        self._idle.clear()
-        try:
-            result = await self._run(bytes(data), priority, timeout_us, spent)
-        except asyncio.CancelledError:
-            self.stats.record_failure(time.perf_counter_ns() - started, "CANCELED")
-            raise
-        except FerryError as exc:
-            reason = "REJECTED" if isinstance(exc, Unavailable) else "BACKEND"
-            self.stats.record_failure(time.perf_counter_ns() - started, reason)
-            raise
-        finally:
-            self._in_flight -= 1
-            if self._in_flight == 0:
-                self._idle.set()
-        if timeline is not None:
-            timeline.queue_start = timeline.compute_start = timeline.compute_input_end = started
-            timeline.compute_output_start = timeline.compute_end = time.perf_counter_ns()
-        self.stats.record_success(time.perf_counter_ns() - started, spent.queue_ns)
-        self.stats.record_execution(1, 1, spent.compute_input_ns, spent.compute_infer_ns, spent.compute_output_ns)
-        if timing is not None:
-            timing.queue_ns += spent.queue_ns
-            timing.compute_input_ns += spent.compute_input_ns
-            timing.compute_infer_ns += spent.compute_infer_ns
-            timing.compute_output_ns += spent.compute_output_ns
+        result = await self.counted(self._run(bytes(data), priority, timeout_us, spent), started)
+        self.record_success(started, spent, 1, timeline, timing)
         return {name: result[name] for name in outputs}
 
     async def _run(self, data: bytes, priority: int | None, timeout_us: int | None, timing: RequestTiming) -> Outputs:

@@ -49,7 +49,11 @@ def image_batches(
             except FerryError as exc:
                 raise OptimizeError(f"{chunk[0].parent}: {exc}") from None
             bar.update(len(chunk))
-            yield prepared.batch, prepared.transforms
+            if isinstance(prepared.batch, list):  # a variable-size input: one batch per run of one size
+                for images, tensor in pipeline.executions(prepared.batch):
+                    yield (tensor if tensor.ndim == 4 else tensor[None]), prepared.transforms[images]
+            else:
+                yield prepared.batch, prepared.transforms
 
 
 class PipelineCalibrationReader(CalibrationDataReader):

@@ -40,6 +40,8 @@ class Detection:
     class_id: int
     label: str | None
     keypoints: list[tuple[float, float]] | None = None
+    #: Quadrilateral families (DBNET): the four corners, clockwise from the top-left; ``box`` bounds them.
+    polygon: list[tuple[float, float]] | None = None
 
 
 @dataclass(frozen=True)
@@ -83,10 +85,19 @@ def decode_detections(
     """
     if decoder is None:
         decoder = decoder_for(spec, InputSize(transforms[0].input_width, transforms[0].input_height))
-    thresholds = _thresholds(spec, decoder, score_threshold, iou_threshold, max_detections)
     tensors = [_output(outputs, output_names, i, decoder) for i in range(len(decoder.outputs))]
     batch = len(transforms)
     decoder.check([t.shape for t in tensors], output_names)
+    if decoder.polygons:
+        if iou_threshold is not None:
+            raise InvalidArgument(f"format {decoder.name} applies no NMS: iou_threshold does not apply")
+        check_overrides(score_threshold, None, max_detections)
+        limit = max_detections or int(spec.max_detections) or decoder.default_max_detections or DEFAULT_MAX_DETECTIONS
+        return [
+            _regions(decoder, tensors[0][image], transform, labels, score_threshold, limit)
+            for image, transform in enumerate(transforms)
+        ]
+    thresholds = _thresholds(spec, decoder, score_threshold, iou_threshold, max_detections)
     for tensor, name in zip(tensors, output_names, strict=False):
         if tensor.shape[0] != batch:
             raise FerryError(
@@ -192,6 +203,28 @@ def _finish(
             keypoints=None if points is None else [(float(x), float(y)) for x, y in points[row]],
         )
         for row, ((x1, y1, x2, y2), index) in enumerate(zip(original.tolist(), chosen, strict=True))
+    ]
+
+
+def _regions(
+    decoder: Decoder,
+    probability_map: np.ndarray,
+    transform: ImageTransform,
+    labels: list[str] | None,
+    box_threshold: float | None,
+    limit: int,
+) -> list[Detection]:
+    """One image's quadrilaterals (already in original pixels), in the reference's order."""
+    quads, scores = decoder.regions(probability_map, transform, box_threshold)
+    return [
+        Detection(
+            box=(float(quad[:, 0].min()), float(quad[:, 1].min()), float(quad[:, 0].max()), float(quad[:, 1].max())),
+            score=float(score),
+            class_id=0,
+            label=_label(labels, 0),
+            polygon=[(float(x), float(y)) for x, y in quad.tolist()],
+        )
+        for quad, score in zip(quads[:limit], scores[:limit], strict=True)
     ]
 
 

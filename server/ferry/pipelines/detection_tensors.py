@@ -19,11 +19,15 @@ BOXES = "detection_boxes"
 SCORES = "detection_scores"
 CLASSES = "detection_classes"
 KEYPOINTS = "detection_keypoints"
+POLYGONS = "detection_polygons"
 
 
-def detection_tensors(found: list[list[Detection]], limit: int, keypoints: int = 0) -> dict[str, np.ndarray]:
+def detection_tensors(
+    found: list[list[Detection]], limit: int, keypoints: int = 0, polygons: bool = False
+) -> dict[str, np.ndarray]:
     """The tensors of each image's detections (at most ``limit`` each); ``keypoints`` > 0 adds
-    ``detection_keypoints`` with that many points per detection."""
+    ``detection_keypoints`` with that many points per detection, ``polygons`` adds
+    ``detection_polygons`` [N, K, 4, 2] (the quadrilaterals of text detectors)."""
     count = len(found)
     tensors = {
         NUM_DETECTIONS: np.zeros((count, 1), np.int32),
@@ -33,6 +37,8 @@ def detection_tensors(found: list[list[Detection]], limit: int, keypoints: int =
     }
     if keypoints:
         tensors[KEYPOINTS] = np.zeros((count, limit, keypoints, 2), np.float32)
+    if polygons:
+        tensors[POLYGONS] = np.zeros((count, limit, 4, 2), np.float32)
     for image, detections in enumerate(found):
         tensors[NUM_DETECTIONS][image, 0] = len(detections)
         for row, detection in enumerate(detections):
@@ -41,10 +47,12 @@ def detection_tensors(found: list[list[Detection]], limit: int, keypoints: int =
             tensors[CLASSES][image, row] = detection.class_id
             if keypoints and detection.keypoints is not None:
                 tensors[KEYPOINTS][image, row] = detection.keypoints
+            if polygons and detection.polygon is not None:
+                tensors[POLYGONS][image, row] = detection.polygon
     return tensors
 
 
-def detection_tensor_specs(limit: int, keypoints: int = 0) -> dict[str, TensorSpec]:
+def detection_tensor_specs(limit: int, keypoints: int = 0, polygons: bool = False) -> dict[str, TensorSpec]:
     """The tensors as outputs (dims after the image axis, which ``detection_tensors`` always has)."""
     specs = {
         NUM_DETECTIONS: TensorSpec(NUM_DETECTIONS, "INT32", (1,)),
@@ -54,4 +62,6 @@ def detection_tensor_specs(limit: int, keypoints: int = 0) -> dict[str, TensorSp
     }
     if keypoints:
         specs[KEYPOINTS] = TensorSpec(KEYPOINTS, "FP32", (limit, keypoints, 2))
+    if polygons:
+        specs[POLYGONS] = TensorSpec(POLYGONS, "FP32", (limit, 4, 2))
     return specs

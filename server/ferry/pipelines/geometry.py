@@ -92,10 +92,19 @@ def place(width: int, height: int, spec: PreprocessSpec) -> Placement:
     EXACT stretches to the input size ignoring the aspect ratio. SHORTER_SIDE_CENTER_CROP resizes the
     shorter side to ``resize_shorter`` and cuts the centre crop (roundings as the spec says). LETTERBOX
     fits the image inside the input keeping the aspect ratio; the border gets ``pad_value``.
-    With ``resize_alignment: CORNERS`` the placement is a warp (see ``_corners``).
+    LIMIT_SIDE and TEXT_LINE follow their modules' rules (``limit_side``, ``text_line``). With
+    ``resize_alignment: CORNERS`` the placement is a warp (see ``_corners``).
     """
     if spec.resize_alignment == _PRE.CORNERS:
         return _corners(width, height, spec)
+    if spec.resize == _PRE.LIMIT_SIDE:
+        from .limit_side import limit_side_placement  # they build on this module's types
+
+        return limit_side_placement(width, height, spec)
+    if spec.resize == _PRE.TEXT_LINE:
+        from .text_line import text_line_placement
+
+        return text_line_placement(width, height, spec)
     if spec.resize == _PRE.SHORTER_SIDE_CENTER_CROP:
         return _shorter_side_center_crop(width, height, spec)
     if spec.resize == _PRE.LETTERBOX:

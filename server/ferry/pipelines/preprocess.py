@@ -18,13 +18,17 @@ from ferry.errors import ModelLoadError
 from ferry_client.protocol import model_config_pb2 as mc
 
 from .geometry import ImageTransform, Placement, place
+from .limit_side import check_limit_side
 from .normalise import to_tensor
 from .resize import ENGINE_FILTERS, pixels_of, resize
+from .text_line import check_text_line
 
 __all__ = ["ImageTransform", "Placement", "PreprocessSpec", "pixels_of", "place", "preprocess", "to_model_mode"]
 
 _PRE = mc.FerryPreprocess
 _FIELD = "ferry_image.preprocess"
+#: Modes that size each image by a rule (and so accept -1 in the input's height or width).
+SIZED_MODES = (_PRE.LIMIT_SIDE, _PRE.TEXT_LINE)
 # V2 datatype name -> numpy dtype of the tensors this step can produce.
 _DTYPES: dict[str, np.dtype] = {"FP32": np.dtype(np.float32), "FP16": np.dtype(np.float16), "UINT8": np.dtype(np.uint8)}
 
@@ -57,17 +61,32 @@ class PreprocessSpec:
     resize_alignment: int = _PRE.PIXEL_CENTERS  # FerryPreprocess.ResizeAlignment
     letterbox_rounding: int = _PRE.LETTERBOX_ROUND  # FerryPreprocess.LetterboxRounding, resolved
     letterbox_mapping: int = _PRE.PER_AXIS  # FerryPreprocess.LetterboxMapping, resolved
+    limit_side_len: int = 0  # LIMIT_SIDE
+    limit_type: int = _PRE.LIMIT_MIN  # LIMIT_SIDE: FerryPreprocess.LimitType
+    size_multiple: int = 32  # LIMIT_SIDE, resolved
+    text_line_min_width: int = 0  # TEXT_LINE with a dynamic width, resolved
+    text_line_max_width: int = 0  # TEXT_LINE with a dynamic width, resolved
+    pad_to_batch: bool = False  # a variable-size input: pad an execution's images to its largest
 
     @property
     def dtype(self) -> np.dtype:
         return _DTYPES[self.datatype]
 
     @property
+    def variable_size(self) -> bool:
+        """Each image gets a tensor of its own size (height or width -1 in the input's dims)."""
+        return self.width <= 0 or self.height <= 0
+
+    @property
     def tensor_shape(self) -> tuple[int, int, int]:
-        """Shape of one image's tensor (no batch dimension)."""
+        """Shape of one image's tensor (no batch dimension; -1 where it varies per image)."""
+        return self.shape_at(self.height, self.width)
+
+    def shape_at(self, height: int, width: int) -> tuple[int, int, int]:
+        """Shape of a tensor of ``height`` x ``width`` pixels in the spec's layout."""
         if self.channels_first:
-            return (self.channels, self.height, self.width)
-        return (self.height, self.width, self.channels)
+            return (self.channels, height, width)
+        return (height, width, self.channels)
 
     @property
     def decode_size(self) -> tuple[int, int]:
@@ -88,13 +107,32 @@ class PreprocessSpec:
         input_dims: Sequence[int],
         input_datatype: str,
         detection_format: int | None = None,
+        variable_sizes: bool = True,
     ) -> PreprocessSpec:
         """Validate ``pre`` against the input's dims (batch dim excluded) and V2 (or TYPE_*) datatype.
 
         ``detection_format`` (a ``FerryDetection.DetectionFormat``, None for other tasks) picks the
-        letterbox conventions its reference uses where the config leaves them at their defaults."""
+        letterbox conventions its reference uses where the config leaves them at their defaults.
+        ``variable_sizes``: whether the consumer takes tensors whose size varies per image (a
+        model's image input does; an ensemble step's fixed-size output does not)."""
         channels_first = _layout(pre.layout)
-        channels, height, width = _image_dims(input_dims, channels_first)
+        channels, height, width = _image_dims(input_dims, channels_first, pre.resize)
+        sized = {
+            **check_limit_side(pre, height, width, variable_sizes),
+            **check_text_line(pre, height, width, variable_sizes),
+        }
+        if pre.pad_to_batch and not (pre.resize in SIZED_MODES and (height <= 0 or width <= 0)):
+            raise ModelLoadError(
+                f"{_FIELD}.pad_to_batch: only applies to a variable-size input (resize: LIMIT_SIDE, or TEXT_LINE "
+                "with width -1)"
+            )
+        sized["pad_to_batch"] = pre.pad_to_batch
+        if pre.resize in SIZED_MODES and (pre.device == _PRE.GPU or pre.draft_decode):
+            field = "device" if pre.device == _PRE.GPU else "draft_decode"
+            raise ModelLoadError(
+                f"{_FIELD}.{field}: not available with resize: {_PRE.ResizeMode.Name(pre.resize)}; use device: CPU "
+                "and a full decode"
+            )
         expected_channels = 1 if pre.color_order == _PRE.GRAY else 3
         if pre.color_order not in _PRE.ColorOrder.values():
             raise ModelLoadError(f"{_FIELD}.color_order: unknown value {pre.color_order}")
@@ -154,6 +192,7 @@ class PreprocessSpec:
             resize_alignment=pre.resize_alignment,
             letterbox_rounding=_letterbox_rounding(pre, detection_format),
             letterbox_mapping=_letterbox_mapping(pre, detection_format),
+            **sized,
         )
 
 
@@ -165,12 +204,14 @@ def to_model_mode(image: Image.Image, spec: PreprocessSpec) -> Image.Image:
 
 
 def preprocess(image: Image.Image, spec: PreprocessSpec) -> tuple[np.ndarray, ImageTransform]:
-    """Turn one decoded image into a contiguous tensor of ``spec.tensor_shape`` and ``spec.dtype``."""
+    """Turn one decoded image into a contiguous tensor of ``spec.tensor_shape`` (or, for a
+    variable-size input, the size its rule gives this image) and ``spec.dtype``."""
     image = to_model_mode(image, spec)
     where = place(*image.size, spec)
     pixels = resize(image, where, spec.engine, spec.interpolation, int(round(spec.pad_value)))
     pixels = pixels[where.crop_top : where.crop_top + where.rows, where.crop_left : where.crop_left + where.cols]
-    return to_tensor(pixels, spec, top=where.top, left=where.left), where.transform
+    size = (where.transform.input_height, where.transform.input_width)
+    return to_tensor(pixels, spec, top=where.top, left=where.left, size=size), where.transform
 
 
 def _layout(layout: int) -> bool:
@@ -181,16 +222,20 @@ def _layout(layout: int) -> bool:
     raise ModelLoadError(f"{_FIELD}.layout: unknown value {layout}")
 
 
-def _image_dims(dims: Sequence[int], channels_first: bool) -> tuple[int, int, int]:
-    """(channels, height, width) from the input's dims; height and width must be fixed."""
+def _image_dims(dims: Sequence[int], channels_first: bool, resize: int) -> tuple[int, int, int]:
+    """(channels, height, width) from the input's dims; height and width must be fixed, except
+    for the modes that size each image by a rule (LIMIT_SIDE, TEXT_LINE's width)."""
     if len(dims) != 3:
         raise ModelLoadError(
             f"{_FIELD}: the image input must have 3 dims besides the batch dim (C, H, W or H, W, C; with "
             f"max_batch_size: 0 also 1, C, H, W or a reshape), got {list(dims)}"
         )
     channels, height, width = dims if channels_first else (dims[2], dims[0], dims[1])
-    if height <= 0 or width <= 0:
-        raise ModelLoadError(f"{_FIELD}: the image input needs a fixed height and width, got dims {list(dims)}")
+    if (height <= 0 or width <= 0) and resize not in SIZED_MODES:
+        raise ModelLoadError(
+            f"{_FIELD}: the image input needs a fixed height and width, got dims {list(dims)}; a variable-size "
+            "input takes resize: LIMIT_SIDE (both -1) or TEXT_LINE (width -1)"
+        )
     return int(channels), int(height), int(width)
 
 

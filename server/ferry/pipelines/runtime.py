@@ -27,16 +27,25 @@ from .decoders import Decoder, InputSize
 from .detection import DEFAULT_MAX_DETECTIONS, Detection, decode_detections, load_decoder
 from .detection_tensors import detection_tensor_specs, detection_tensors
 from .embedding import EMBEDDING_OUTPUT, check_embedding, embedding_tensor_spec, embeddings
+from .normalise import pad_to
 from .preprocess import ImageTransform, Placement, PreprocessSpec, pixels_of, place, preprocess, to_model_mode
+from .text_recognition import recognise, recognition_characters, recognition_tensor_specs
+
+_DET = mc.FerryDetection
+#: Detection formats whose boxes do not depend on a fixed input size: usable with a variable-size input.
+_ANY_SIZE_FORMATS = (_DET.DBNET, _DET.YOLOV8, _DET.END_TO_END, _DET.BOXES_SCORES_CLASSES)
+#: Resize modes that stretch the whole image over the input (what a DBNET map is mapped back by).
+_WHOLE_IMAGE_RESIZES = (mc.FerryPreprocess.EXACT, mc.FerryPreprocess.LIMIT_SIDE)
 
 DEFAULT_MAX_PIXELS = 40_000_000
 
 
 @dataclass(frozen=True)
 class Prepared:
-    """A decoded and pre-processed batch, with the geometry needed to map results back."""
+    """A decoded and pre-processed batch, with the geometry needed to map results back: one array,
+    or for a variable-size input (``PreprocessSpec.variable_size``) one tensor per image."""
 
-    batch: np.ndarray
+    batch: np.ndarray | list[np.ndarray]
     transforms: list[ImageTransform]
     decode_ns: int
     preprocess_ns: int
@@ -67,6 +76,9 @@ class ImagePipeline:
     decoded_outputs: dict[str, TensorSpec] = field(default_factory=dict)
     #: Set for embedding models (``embed``).
     embedding: mc.FerryEmbedding | None = None
+    #: Set for CTC text recognisers (``recognize``), with the class index to character table.
+    text_recognition: mc.FerryTextRecognition | None = None
+    characters: list[str] | None = None
 
     @classmethod
     def from_config(
@@ -92,8 +104,9 @@ class ImagePipeline:
         classification = image.classification if image.HasField("classification") else None
         detection = image.detection if image.HasField("detection") else None
         embedding = image.embedding if image.HasField("embedding") else None
-        if sum(task is not None for task in (classification, detection, embedding)) > 1:
-            raise ModelLoadError("ferry_image: set one of classification, detection and embedding")
+        recognition = image.text_recognition if image.HasField("text_recognition") else None
+        if sum(task is not None for task in (classification, detection, embedding, recognition)) > 1:
+            raise ModelLoadError("ferry_image: set one of classification, detection, embedding and text_recognition")
         spec: PreprocessSpec | None = None
         if inputs[input_name].datatype == "BYTES":
             # The model decodes the images itself (a Python model): no pre-processing to run,
@@ -121,6 +134,8 @@ class ImagePipeline:
         elif embedding is not None:
             names = [embedding.output or next(iter(outputs))]
             check_embedding(embedding, outputs[names[0]].dims, config.max_batch_size)
+        elif recognition is not None:
+            names = [recognition.output or next(iter(outputs))]
         else:
             names = [classification.output if classification and classification.output else next(iter(outputs))]
         for name in names:
@@ -131,18 +146,38 @@ class ImagePipeline:
         )
         decoder = None
         decoded_outputs: dict[str, TensorSpec] = {}
+        characters = None
+        if recognition is not None:
+            dims = outputs[names[0]].dims
+            characters = recognition_characters(
+                recognition, names[0], dims, labels.get(names[0]), config.max_batch_size
+            )
+            decoded_outputs = {k: v for k, v in recognition_tensor_specs().items() if k not in outputs}
         if embedding is not None and EMBEDDING_OUTPUT not in outputs:
             decoded_outputs = {
                 EMBEDDING_OUTPUT: embedding_tensor_spec(embedding, outputs[names[0]].dims, config.max_batch_size)
             }
         if detection is not None and spec is not None:
-            specs = detection_tensor_specs(_detection_limit(detection), int(detection.num_keypoints))
-            decoded_outputs = {name: spec for name, spec in specs.items() if name not in outputs}
             shapes = [_batched_shape(outputs[name].dims, config.max_batch_size > 0) for name in names]
             try:
                 decoder = load_decoder(detection, names, shapes, InputSize(spec.width, spec.height))
             except FerryError as exc:
                 raise ModelLoadError(str(exc)) from None
+            if spec.variable_size and detection.format not in _ANY_SIZE_FORMATS:
+                name = mc.FerryDetection.DetectionFormat.Name(detection.format)
+                raise ModelLoadError(
+                    f"ferry_image.detection.format: {name} needs a fixed input size (its boxes are laid out on it); "
+                    f"a variable-size input (resize: {mc.FerryPreprocess.ResizeMode.Name(spec.resize)}) takes "
+                    f"{', '.join(mc.FerryDetection.DetectionFormat.Name(f) for f in _ANY_SIZE_FORMATS)}"
+                )
+            if decoder.polygons and spec.resize not in _WHOLE_IMAGE_RESIZES:
+                raise ModelLoadError(
+                    f"ferry_image.detection.format: DBNET maps its map onto the whole image, so it needs resize: "
+                    f"LIMIT_SIDE or EXACT, not {mc.FerryPreprocess.ResizeMode.Name(spec.resize)}"
+                )
+            limit = _detection_limit(detection, decoder)
+            specs = detection_tensor_specs(limit, int(detection.num_keypoints), decoder.polygons)
+            decoded_outputs = {name: spec for name, spec in specs.items() if name not in outputs}
         return cls(
             input_name,
             spec,
@@ -157,12 +192,16 @@ class ImagePipeline:
             decoder,
             decoded_outputs,
             embedding,
+            recognition,
+            characters,
         )
 
     @property
     def task(self) -> str:
         if self.detection is not None:
             return "detect"
+        if self.text_recognition is not None:
+            return "recognize"
         return "embed" if self.embedding is not None else "classify"
 
     @property
@@ -182,7 +221,8 @@ class ImagePipeline:
         assert spec is not None, "prepare needs a pre-processing spec (an input that is not BYTES)"
         if self.batch_preprocessor is not None:
             return self._prepare_on_device(images, spec, self.batch_preprocessor, first_index)
-        batch = np.empty((len(images), *spec.tensor_shape), dtype=spec.dtype)
+        batch: np.ndarray | list[np.ndarray]
+        batch = [] if spec.variable_size else np.empty((len(images), *spec.tensor_shape), dtype=spec.dtype)
         transforms = []
         decode_ns = preprocess_ns = 0
         for index, data in enumerate(images):
@@ -191,7 +231,11 @@ class ImagePipeline:
                 bytes(data), max_pixels=self.max_pixels, target_size=spec.draft_size, index=first_index + index
             )
             t1 = time.perf_counter_ns()
-            batch[index], transform = preprocess(image, spec)
+            tensor, transform = preprocess(image, spec)
+            if isinstance(batch, list):
+                batch.append(tensor)
+            else:
+                batch[index] = tensor
             preprocess_ns += time.perf_counter_ns() - t1
             decode_ns += t1 - t0
             transforms.append(transform)
@@ -214,10 +258,24 @@ class ImagePipeline:
         batch = preprocessor(pixels, placements)
         return Prepared(batch, [where.transform for where in placements], t1 - t0, time.perf_counter_ns() - t1)
 
-    def executions(self, batch: np.ndarray) -> list[tuple[slice, np.ndarray]]:
+    def executions(self, batch: np.ndarray | list[np.ndarray]) -> list[tuple[slice, np.ndarray]]:
         """Split a prepared batch into model executions: which images, and the input tensor as the
         config declares it (with the batch dim when the model batches; Triton's reshape is the data
-        plane's to apply). A model that cannot batch gets one image per execution."""
+        plane's to apply). A model that cannot batch gets one image per execution. Tensors of a
+        variable-size input share an execution only with neighbours of the same size, unless
+        ``pad_to_batch`` pads each execution's images to its largest."""
+        if isinstance(batch, list):
+            assert self.spec is not None
+            if self.spec.pad_to_batch and self.max_batch_size > 0:
+                chunks = [
+                    batch[start : start + self.max_batch_size] for start in range(0, len(batch), self.max_batch_size)
+                ]
+                starts = range(0, len(batch), self.max_batch_size)
+                return [
+                    (slice(start, start + len(chunk)), pad_to(chunk, self.spec))
+                    for start, chunk in zip(starts, chunks, strict=True)
+                ]
+            return _runs_of_one_size(batch, self.max_batch_size, self.input_dims)
         if self.max_batch_size > 0:
             return [
                 (slice(start, start + self.max_batch_size), batch[start : start + self.max_batch_size])
@@ -247,6 +305,11 @@ class ImagePipeline:
         assert self.embedding is not None
         return embeddings(outputs[self.output_names[0]], self.embedding, self.max_batch_size)
 
+    def recognize(self, outputs: dict[str, np.ndarray]) -> list[tuple[str, float]]:
+        """Each line's text and confidence (CTC greedy over the dictionary)."""
+        assert self.characters is not None
+        return recognise(np.asarray(outputs[self.output_names[0]]), self.characters)
+
     def detect(
         self,
         outputs: dict[str, np.ndarray],
@@ -274,7 +337,9 @@ class ImagePipeline:
         """``detect``'s detections (config thresholds) as the ``decoded_outputs`` tensors."""
         assert self.detection is not None
         found = self.detect(outputs, transforms)
-        return detection_tensors(found, _detection_limit(self.detection), int(self.detection.num_keypoints))
+        assert self.decoder is not None
+        limit = _detection_limit(self.detection, self.decoder)
+        return detection_tensors(found, limit, int(self.detection.num_keypoints), self.decoder.polygons)
 
     def _label(self, index: int) -> str | None:
         if self.labels and index < len(self.labels):
@@ -282,9 +347,29 @@ class ImagePipeline:
         return None
 
 
-def _detection_limit(detection: mc.FerryDetection) -> int:
+def _runs_of_one_size(
+    tensors: list[np.ndarray], limit: int, input_dims: tuple[int, ...]
+) -> list[tuple[slice, np.ndarray]]:
+    """Executions of consecutive images whose tensors have one shape (at most ``limit`` each; one
+    image each when the model cannot batch), so results stay in image order."""
+    runs: list[tuple[slice, np.ndarray]] = []
+    start = 0
+    while start < len(tensors):
+        end = start + 1
+        while limit > 0 and end < len(tensors) and end - start < limit and tensors[end].shape == tensors[start].shape:
+            end += 1
+        if limit > 0:
+            runs.append((slice(start, end), np.stack(tensors[start:end])))
+        else:
+            one = tensors[start]
+            runs.append((slice(start, end), one if len(input_dims) == one.ndim else one[None]))
+        start = end
+    return runs
+
+
+def _detection_limit(detection: mc.FerryDetection, decoder: Decoder) -> int:
     """K, the detection rows per image: the config's ``max_detections``, as ``detect`` applies it."""
-    return int(detection.max_detections) or DEFAULT_MAX_DETECTIONS
+    return int(detection.max_detections) or decoder.default_max_detections or DEFAULT_MAX_DETECTIONS
 
 
 def _batched_shape(dims: Sequence[int], batched: bool) -> tuple[int, ...]:

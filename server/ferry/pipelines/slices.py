@@ -12,6 +12,7 @@ import asyncio
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -60,18 +61,33 @@ async def prepare_in_slices(
         raise
     if len(parts) == 1:
         return parts[0]
+    batch = (
+        [tensor for part in parts for tensor in part.batch]
+        if isinstance(parts[0].batch, list)
+        else np.concatenate([part.batch for part in parts])
+    )
     return Prepared(
-        np.concatenate([part.batch for part in parts]),
+        batch,
         [transform for part in parts for transform in part.transforms],
         sum(part.decode_ns for part in parts),
         sum(part.preprocess_ns for part in parts),
     )
 
 
-class ImageWorkCollector(Collector):
-    """``ferry_image_waiting`` and ``ferry_image_decoded_total``: what the decode pool holds and did."""
+class ImageCounts(Protocol):
+    """What the metrics read: an ``ImageWork``, or the sum of several processes' pools."""
 
-    def __init__(self, work: ImageWork) -> None:
+    @property
+    def waiting(self) -> int: ...
+
+    @property
+    def decoded(self) -> int: ...
+
+
+class ImageWorkCollector(Collector):
+    """``ferry_image_waiting`` and ``ferry_image_decoded_total``: what the decode pools hold and did."""
+
+    def __init__(self, work: ImageCounts) -> None:
         self._work = work
 
     def collect(self) -> Iterable[Metric]:

@@ -97,20 +97,30 @@ def new_version(
     pipeline: ImagePipeline | None = None,
     composing_models: tuple[str, ...] = (),
     inherited_labels: dict[str, list[str]] | None = None,
+    seen_from: tuple[dict[str, list[str]], ModelStats, int] | None = None,
 ) -> ModelVersion:
     """The one place a version is built, for every model kind: its tensors and labels from the
     completed config, its statistics, and the scheduler made for them. ``started``: when its
     load began (``time.perf_counter()``). ``inherited_labels``: an ensemble's, from the composing
-    outputs that write its outputs (its own ``label_filename`` wins)."""
+    outputs that write its outputs (its own ``label_filename`` wins). ``seen_from``: a version
+    another process loaded, as an intake process sees it (``intake.model_views``): its labels as
+    loaded there (not read again from files that may have changed), the statistics that report
+    there, and its load generation there."""
     inputs, outputs = config_tensors(config, source)
-    stats = ModelStats(config.name, str(version))
+    if seen_from is not None:
+        labels, stats, generation = seen_from
+        extra: dict[str, int] = {"load_generation": generation}
+    else:
+        labels = {**(inherited_labels or {}), **output_labels(model_dir, outputs)}
+        stats = ModelStats(config.name, str(version))
+        extra = {}
     return ModelVersion(
         name=config.name,
         version=version,
         config=config,
         inputs=inputs,
         outputs=outputs,
-        labels={**(inherited_labels or {}), **output_labels(model_dir, outputs)},
+        labels=labels,
         instances=instances or [],
         load_seconds=time.perf_counter() - started,
         model_dir=model_dir,
@@ -118,6 +128,7 @@ def new_version(
         stats=stats,
         pipeline=pipeline,
         composing_models=composing_models,
+        **extra,
     )
 
 

@@ -1,24 +1,33 @@
 """The one scheduler interface: what a model version queues its requests on.
 
 The dynamic batcher (``scheduler.Scheduler``), the Python-model runner
-(``request_batches.RequestBatchScheduler``) and the ensemble scheduler
-(``ensembles.scheduler.EnsembleScheduler``) implement it; ``ModelVersion.scheduler`` holds it, so
+(``request_batches.RequestBatchScheduler``), the ensemble scheduler
+(``ensembles.scheduler.EnsembleScheduler``) and the OCR model's (``ocr.scheduler.OcrScheduler``)
+implement it, the last two through ``ComposingScheduler``; ``ModelVersion.scheduler`` holds it, so
 the data plane, the model manager and ensemble steps use one declared type (as Triton core's
 ``Scheduler``), never a union found by probing attributes.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
 from abc import ABC, abstractmethod
+from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
+from ..errors import FerryError, Unavailable
 from .timeline import Timeline
 
 if TYPE_CHECKING:
     from ..response_streams import ResponseSink
+    from ..statistics import ModelStats
+
+T = TypeVar("T")
 
 Outputs = dict[str, np.ndarray]
 
@@ -78,3 +87,102 @@ class ModelScheduler(ABC):
     @abstractmethod
     def in_flight(self) -> int:
         """Requests accepted and not yet answered."""
+
+
+class ComposingScheduler(ModelScheduler):
+    """A model that runs other models' schedulers (an ensemble, the OCR model): nothing queues
+    here, so what it keeps is the bookkeeping of requests in flight, refusing new ones once
+    stopping, the statistics of each request as a whole, and why it cannot serve (a composing
+    model not READY, say: ``check_ready``)."""
+
+    def __init__(self, name: str, stats: ModelStats) -> None:
+        self.name = name
+        self.stats = stats
+        self._closing = False
+        self._in_flight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    @property
+    def queue_size(self) -> int:
+        return 0  # requests wait in the composing models' queues, not here
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    @property
+    def closing(self) -> bool:
+        """Whether it refuses new requests (it is being unloaded or the server stops)."""
+        return self._closing
+
+    def start(self) -> None:
+        """Nothing to start: the composing models' schedulers do the work."""
+
+    def hurry(self) -> None:
+        """Nothing waits here: the composing models' batchers are hurried themselves."""
+
+    async def stop(self, timeout: float | None = None) -> None:
+        """Refuse new requests and wait (up to ``timeout``) for those running to finish; past it,
+        the composing models' own schedulers fail what they cannot finish."""
+        self._closing = True
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), timeout)
+
+    @abstractmethod
+    def check_ready(self) -> None:
+        """Raise a ``FerryError`` saying why the model cannot serve now."""
+
+    def unready_reason(self) -> str:
+        try:
+            self.check_ready()
+        except FerryError as exc:
+            return exc.message
+        return ""
+
+    async def counted(self, work: Awaitable[T], started: int) -> T:
+        """Await one request's ``work`` (started at ``started``, perf_counter_ns) as in flight; a
+        failure or cancellation is recorded in the statistics. Refused once stopping."""
+        if self._closing:
+            if asyncio.iscoroutine(work):
+                work.close()
+            raise Unavailable(f"model '{self.name}' is unloading")
+        self._in_flight += 1
+        self._idle.clear()
+        try:
+            return await work
+        except asyncio.CancelledError:
+            self.stats.record_failure(time.perf_counter_ns() - started, "CANCELED")
+            raise
+        except FerryError as exc:
+            reason = "REJECTED" if isinstance(exc, Unavailable) else "BACKEND"
+            self.stats.record_failure(time.perf_counter_ns() - started, reason)
+            raise
+        finally:
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self._idle.set()
+
+    def record_success(
+        self,
+        started: int,
+        spent: RequestTiming,
+        batch_size: int,
+        timeline: Timeline | None,
+        timing: RequestTiming | None,
+    ) -> None:
+        """A request's statistics: its whole run as one compute stage of a traced ``timeline``,
+        the sums of its composing models' queue and compute times (as Triton reports an
+        ensemble's), added to the caller's ``timing`` too (an ensemble that runs this one)."""
+        if timeline is not None:
+            timeline.queue_start = timeline.compute_start = timeline.compute_input_end = started
+            timeline.compute_output_start = timeline.compute_end = time.perf_counter_ns()
+        self.stats.record_success(time.perf_counter_ns() - started, spent.queue_ns)
+        self.stats.record_execution(
+            batch_size, 1, spent.compute_input_ns, spent.compute_infer_ns, spent.compute_output_ns
+        )
+        if timing is not None:
+            timing.queue_ns += spent.queue_ns
+            timing.compute_input_ns += spent.compute_input_ns
+            timing.compute_infer_ns += spent.compute_infer_ns
+            timing.compute_output_ns += spent.compute_output_ns

@@ -670,21 +670,29 @@ class ModelConfig(_message.Message):
     def __init__(self, name: _Optional[str] = ..., platform: _Optional[str] = ..., backend: _Optional[str] = ..., runtime: _Optional[str] = ..., version_policy: _Optional[_Union[ModelVersionPolicy, _Mapping]] = ..., max_batch_size: _Optional[int] = ..., input: _Optional[_Iterable[_Union[ModelInput, _Mapping]]] = ..., output: _Optional[_Iterable[_Union[ModelOutput, _Mapping]]] = ..., batch_input: _Optional[_Iterable[_Union[BatchInput, _Mapping]]] = ..., batch_output: _Optional[_Iterable[_Union[BatchOutput, _Mapping]]] = ..., optimization: _Optional[_Union[ModelOptimizationPolicy, _Mapping]] = ..., dynamic_batching: _Optional[_Union[ModelDynamicBatching, _Mapping]] = ..., sequence_batching: _Optional[_Union[ModelSequenceBatching, _Mapping]] = ..., ensemble_scheduling: _Optional[_Union[ModelEnsembling, _Mapping]] = ..., instance_group: _Optional[_Iterable[_Union[ModelInstanceGroup, _Mapping]]] = ..., default_model_filename: _Optional[str] = ..., cc_model_filenames: _Optional[_Mapping[str, str]] = ..., metric_tags: _Optional[_Mapping[str, str]] = ..., parameters: _Optional[_Mapping[str, ModelParameter]] = ..., model_warmup: _Optional[_Iterable[_Union[ModelWarmup, _Mapping]]] = ..., model_operations: _Optional[_Union[ModelOperations, _Mapping]] = ..., model_transaction_policy: _Optional[_Union[ModelTransactionPolicy, _Mapping]] = ..., model_repository_agents: _Optional[_Union[ModelRepositoryAgents, _Mapping]] = ..., response_cache: _Optional[_Union[ModelResponseCache, _Mapping]] = ..., model_metrics: _Optional[_Union[ModelMetrics, _Mapping]] = ..., ferry_image: _Optional[_Union[FerryImagePipeline, _Mapping]] = ...) -> None: ...
 
 class FerryImagePipeline(_message.Message):
-    __slots__ = ("preprocess", "classification", "detection", "input", "embedding")
+    __slots__ = ("preprocess", "classification", "detection", "input", "embedding", "text_recognition")
     PREPROCESS_FIELD_NUMBER: _ClassVar[int]
     CLASSIFICATION_FIELD_NUMBER: _ClassVar[int]
     DETECTION_FIELD_NUMBER: _ClassVar[int]
     INPUT_FIELD_NUMBER: _ClassVar[int]
     EMBEDDING_FIELD_NUMBER: _ClassVar[int]
+    TEXT_RECOGNITION_FIELD_NUMBER: _ClassVar[int]
     preprocess: FerryPreprocess
     classification: FerryClassification
     detection: FerryDetection
     input: str
     embedding: FerryEmbedding
-    def __init__(self, preprocess: _Optional[_Union[FerryPreprocess, _Mapping]] = ..., classification: _Optional[_Union[FerryClassification, _Mapping]] = ..., detection: _Optional[_Union[FerryDetection, _Mapping]] = ..., input: _Optional[str] = ..., embedding: _Optional[_Union[FerryEmbedding, _Mapping]] = ...) -> None: ...
+    text_recognition: FerryTextRecognition
+    def __init__(self, preprocess: _Optional[_Union[FerryPreprocess, _Mapping]] = ..., classification: _Optional[_Union[FerryClassification, _Mapping]] = ..., detection: _Optional[_Union[FerryDetection, _Mapping]] = ..., input: _Optional[str] = ..., embedding: _Optional[_Union[FerryEmbedding, _Mapping]] = ..., text_recognition: _Optional[_Union[FerryTextRecognition, _Mapping]] = ...) -> None: ...
+
+class FerryTextRecognition(_message.Message):
+    __slots__ = ("output",)
+    OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    output: str
+    def __init__(self, output: _Optional[str] = ...) -> None: ...
 
 class FerryPreprocess(_message.Message):
-    __slots__ = ("color_order", "layout", "data_type", "resize", "interpolation", "scale", "mean", "std", "pad_value", "letterbox_corner", "resize_shorter", "max_pixels", "device", "resize_engine", "crop_rounding", "resize_shorter_rounding", "pad_then_resize", "draft_decode", "resize_alignment", "letterbox_rounding", "letterbox_mapping")
+    __slots__ = ("color_order", "layout", "data_type", "resize", "interpolation", "scale", "mean", "std", "pad_value", "letterbox_corner", "resize_shorter", "max_pixels", "device", "resize_engine", "crop_rounding", "resize_shorter_rounding", "pad_then_resize", "draft_decode", "resize_alignment", "letterbox_rounding", "letterbox_mapping", "limit_side_len", "limit_type", "size_multiple", "text_line_min_width", "text_line_max_width", "pad_to_batch")
     class ColorOrder(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         RGB: _ClassVar[FerryPreprocess.ColorOrder]
@@ -704,9 +712,19 @@ class FerryPreprocess(_message.Message):
         EXACT: _ClassVar[FerryPreprocess.ResizeMode]
         SHORTER_SIDE_CENTER_CROP: _ClassVar[FerryPreprocess.ResizeMode]
         LETTERBOX: _ClassVar[FerryPreprocess.ResizeMode]
+        LIMIT_SIDE: _ClassVar[FerryPreprocess.ResizeMode]
+        TEXT_LINE: _ClassVar[FerryPreprocess.ResizeMode]
     EXACT: FerryPreprocess.ResizeMode
     SHORTER_SIDE_CENTER_CROP: FerryPreprocess.ResizeMode
     LETTERBOX: FerryPreprocess.ResizeMode
+    LIMIT_SIDE: FerryPreprocess.ResizeMode
+    TEXT_LINE: FerryPreprocess.ResizeMode
+    class LimitType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        LIMIT_MIN: _ClassVar[FerryPreprocess.LimitType]
+        LIMIT_MAX: _ClassVar[FerryPreprocess.LimitType]
+    LIMIT_MIN: FerryPreprocess.LimitType
+    LIMIT_MAX: FerryPreprocess.LimitType
     class Interpolation(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         BILINEAR: _ClassVar[FerryPreprocess.Interpolation]
@@ -788,6 +806,12 @@ class FerryPreprocess(_message.Message):
     RESIZE_ALIGNMENT_FIELD_NUMBER: _ClassVar[int]
     LETTERBOX_ROUNDING_FIELD_NUMBER: _ClassVar[int]
     LETTERBOX_MAPPING_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_SIDE_LEN_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_TYPE_FIELD_NUMBER: _ClassVar[int]
+    SIZE_MULTIPLE_FIELD_NUMBER: _ClassVar[int]
+    TEXT_LINE_MIN_WIDTH_FIELD_NUMBER: _ClassVar[int]
+    TEXT_LINE_MAX_WIDTH_FIELD_NUMBER: _ClassVar[int]
+    PAD_TO_BATCH_FIELD_NUMBER: _ClassVar[int]
     color_order: FerryPreprocess.ColorOrder
     layout: FerryPreprocess.Layout
     data_type: DataType
@@ -809,7 +833,13 @@ class FerryPreprocess(_message.Message):
     resize_alignment: FerryPreprocess.ResizeAlignment
     letterbox_rounding: FerryPreprocess.LetterboxRounding
     letterbox_mapping: FerryPreprocess.LetterboxMapping
-    def __init__(self, color_order: _Optional[_Union[FerryPreprocess.ColorOrder, str]] = ..., layout: _Optional[_Union[FerryPreprocess.Layout, str]] = ..., data_type: _Optional[_Union[DataType, str]] = ..., resize: _Optional[_Union[FerryPreprocess.ResizeMode, str]] = ..., interpolation: _Optional[_Union[FerryPreprocess.Interpolation, str]] = ..., scale: _Optional[float] = ..., mean: _Optional[_Iterable[float]] = ..., std: _Optional[_Iterable[float]] = ..., pad_value: _Optional[float] = ..., letterbox_corner: bool = ..., resize_shorter: _Optional[int] = ..., max_pixels: _Optional[int] = ..., device: _Optional[_Union[FerryPreprocess.Device, str]] = ..., resize_engine: _Optional[_Union[FerryPreprocess.ResizeEngine, str]] = ..., crop_rounding: _Optional[_Union[FerryPreprocess.CropRounding, str]] = ..., resize_shorter_rounding: _Optional[_Union[FerryPreprocess.SideRounding, str]] = ..., pad_then_resize: bool = ..., draft_decode: bool = ..., resize_alignment: _Optional[_Union[FerryPreprocess.ResizeAlignment, str]] = ..., letterbox_rounding: _Optional[_Union[FerryPreprocess.LetterboxRounding, str]] = ..., letterbox_mapping: _Optional[_Union[FerryPreprocess.LetterboxMapping, str]] = ...) -> None: ...
+    limit_side_len: int
+    limit_type: FerryPreprocess.LimitType
+    size_multiple: int
+    text_line_min_width: int
+    text_line_max_width: int
+    pad_to_batch: bool
+    def __init__(self, color_order: _Optional[_Union[FerryPreprocess.ColorOrder, str]] = ..., layout: _Optional[_Union[FerryPreprocess.Layout, str]] = ..., data_type: _Optional[_Union[DataType, str]] = ..., resize: _Optional[_Union[FerryPreprocess.ResizeMode, str]] = ..., interpolation: _Optional[_Union[FerryPreprocess.Interpolation, str]] = ..., scale: _Optional[float] = ..., mean: _Optional[_Iterable[float]] = ..., std: _Optional[_Iterable[float]] = ..., pad_value: _Optional[float] = ..., letterbox_corner: bool = ..., resize_shorter: _Optional[int] = ..., max_pixels: _Optional[int] = ..., device: _Optional[_Union[FerryPreprocess.Device, str]] = ..., resize_engine: _Optional[_Union[FerryPreprocess.ResizeEngine, str]] = ..., crop_rounding: _Optional[_Union[FerryPreprocess.CropRounding, str]] = ..., resize_shorter_rounding: _Optional[_Union[FerryPreprocess.SideRounding, str]] = ..., pad_then_resize: bool = ..., draft_decode: bool = ..., resize_alignment: _Optional[_Union[FerryPreprocess.ResizeAlignment, str]] = ..., letterbox_rounding: _Optional[_Union[FerryPreprocess.LetterboxRounding, str]] = ..., letterbox_mapping: _Optional[_Union[FerryPreprocess.LetterboxMapping, str]] = ..., limit_side_len: _Optional[int] = ..., limit_type: _Optional[_Union[FerryPreprocess.LimitType, str]] = ..., size_multiple: _Optional[int] = ..., text_line_min_width: _Optional[int] = ..., text_line_max_width: _Optional[int] = ..., pad_to_batch: bool = ...) -> None: ...
 
 class FerryEmbedding(_message.Message):
     __slots__ = ("output", "pooling", "l2_normalize")
@@ -840,7 +870,7 @@ class FerryClassification(_message.Message):
     def __init__(self, softmax: bool = ..., top_k: _Optional[int] = ..., output: _Optional[str] = ...) -> None: ...
 
 class FerryDetection(_message.Message):
-    __slots__ = ("format", "score_threshold", "iou_threshold", "class_agnostic_nms", "max_detections", "outputs", "box_format", "strides", "anchors", "box_coder", "num_keypoints", "score_activation", "suppression", "top_k_per_level", "multi_label", "clip_boxes", "nms_plus_one_area")
+    __slots__ = ("format", "score_threshold", "iou_threshold", "class_agnostic_nms", "max_detections", "outputs", "box_format", "strides", "anchors", "box_coder", "num_keypoints", "score_activation", "suppression", "top_k_per_level", "multi_label", "clip_boxes", "nms_plus_one_area", "dbnet")
     class DetectionFormat(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         YOLOV8: _ClassVar[FerryDetection.DetectionFormat]
@@ -851,6 +881,7 @@ class FerryDetection(_message.Message):
         DFL: _ClassVar[FerryDetection.DetectionFormat]
         DETR: _ClassVar[FerryDetection.DetectionFormat]
         END_TO_END: _ClassVar[FerryDetection.DetectionFormat]
+        DBNET: _ClassVar[FerryDetection.DetectionFormat]
     YOLOV8: FerryDetection.DetectionFormat
     YOLOV5: FerryDetection.DetectionFormat
     BOXES_SCORES_CLASSES: FerryDetection.DetectionFormat
@@ -859,6 +890,7 @@ class FerryDetection(_message.Message):
     DFL: FerryDetection.DetectionFormat
     DETR: FerryDetection.DetectionFormat
     END_TO_END: FerryDetection.DetectionFormat
+    DBNET: FerryDetection.DetectionFormat
     class ScoreActivation(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         SCORE_AS_IS: _ClassVar[FerryDetection.ScoreActivation]
@@ -891,6 +923,31 @@ class FerryDetection(_message.Message):
     CLIP_DEFAULT: FerryDetection.BoxClipping
     CLIP: FerryDetection.BoxClipping
     NO_CLIP: FerryDetection.BoxClipping
+    class DbNet(_message.Message):
+        __slots__ = ("binarize_threshold", "unclip_ratio", "max_candidates", "dilation", "score_mode")
+        class Dilation(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+            __slots__ = ()
+            DILATE: _ClassVar[FerryDetection.DbNet.Dilation]
+            NO_DILATION: _ClassVar[FerryDetection.DbNet.Dilation]
+        DILATE: FerryDetection.DbNet.Dilation
+        NO_DILATION: FerryDetection.DbNet.Dilation
+        class ScoreMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+            __slots__ = ()
+            FAST: _ClassVar[FerryDetection.DbNet.ScoreMode]
+            SLOW: _ClassVar[FerryDetection.DbNet.ScoreMode]
+        FAST: FerryDetection.DbNet.ScoreMode
+        SLOW: FerryDetection.DbNet.ScoreMode
+        BINARIZE_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+        UNCLIP_RATIO_FIELD_NUMBER: _ClassVar[int]
+        MAX_CANDIDATES_FIELD_NUMBER: _ClassVar[int]
+        DILATION_FIELD_NUMBER: _ClassVar[int]
+        SCORE_MODE_FIELD_NUMBER: _ClassVar[int]
+        binarize_threshold: float
+        unclip_ratio: float
+        max_candidates: int
+        dilation: FerryDetection.DbNet.Dilation
+        score_mode: FerryDetection.DbNet.ScoreMode
+        def __init__(self, binarize_threshold: _Optional[float] = ..., unclip_ratio: _Optional[float] = ..., max_candidates: _Optional[int] = ..., dilation: _Optional[_Union[FerryDetection.DbNet.Dilation, str]] = ..., score_mode: _Optional[_Union[FerryDetection.DbNet.ScoreMode, str]] = ...) -> None: ...
     class SsdAnchors(_message.Message):
         __slots__ = ("num_layers", "min_scale", "max_scale", "anchor_offset_x", "anchor_offset_y", "strides", "aspect_ratios", "fixed_anchor_size", "interpolated_scale_aspect_ratio", "reduce_boxes_in_lowest_layer")
         NUM_LAYERS_FIELD_NUMBER: _ClassVar[int]
@@ -946,6 +1003,7 @@ class FerryDetection(_message.Message):
     MULTI_LABEL_FIELD_NUMBER: _ClassVar[int]
     CLIP_BOXES_FIELD_NUMBER: _ClassVar[int]
     NMS_PLUS_ONE_AREA_FIELD_NUMBER: _ClassVar[int]
+    DBNET_FIELD_NUMBER: _ClassVar[int]
     format: FerryDetection.DetectionFormat
     score_threshold: float
     iou_threshold: float
@@ -963,4 +1021,5 @@ class FerryDetection(_message.Message):
     multi_label: bool
     clip_boxes: FerryDetection.BoxClipping
     nms_plus_one_area: bool
-    def __init__(self, format: _Optional[_Union[FerryDetection.DetectionFormat, str]] = ..., score_threshold: _Optional[float] = ..., iou_threshold: _Optional[float] = ..., class_agnostic_nms: bool = ..., max_detections: _Optional[int] = ..., outputs: _Optional[_Iterable[str]] = ..., box_format: _Optional[_Union[FerryDetection.BoxFormat, str]] = ..., strides: _Optional[_Iterable[int]] = ..., anchors: _Optional[_Union[FerryDetection.SsdAnchors, _Mapping]] = ..., box_coder: _Optional[_Union[FerryDetection.BoxCoder, _Mapping]] = ..., num_keypoints: _Optional[int] = ..., score_activation: _Optional[_Union[FerryDetection.ScoreActivation, str]] = ..., suppression: _Optional[_Union[FerryDetection.Suppression, str]] = ..., top_k_per_level: _Optional[int] = ..., multi_label: bool = ..., clip_boxes: _Optional[_Union[FerryDetection.BoxClipping, str]] = ..., nms_plus_one_area: bool = ...) -> None: ...
+    dbnet: FerryDetection.DbNet
+    def __init__(self, format: _Optional[_Union[FerryDetection.DetectionFormat, str]] = ..., score_threshold: _Optional[float] = ..., iou_threshold: _Optional[float] = ..., class_agnostic_nms: bool = ..., max_detections: _Optional[int] = ..., outputs: _Optional[_Iterable[str]] = ..., box_format: _Optional[_Union[FerryDetection.BoxFormat, str]] = ..., strides: _Optional[_Iterable[int]] = ..., anchors: _Optional[_Union[FerryDetection.SsdAnchors, _Mapping]] = ..., box_coder: _Optional[_Union[FerryDetection.BoxCoder, _Mapping]] = ..., num_keypoints: _Optional[int] = ..., score_activation: _Optional[_Union[FerryDetection.ScoreActivation, str]] = ..., suppression: _Optional[_Union[FerryDetection.Suppression, str]] = ..., top_k_per_level: _Optional[int] = ..., multi_label: bool = ..., clip_boxes: _Optional[_Union[FerryDetection.BoxClipping, str]] = ..., nms_plus_one_area: bool = ..., dbnet: _Optional[_Union[FerryDetection.DbNet, _Mapping]] = ...) -> None: ...

@@ -45,7 +45,7 @@ def crop_step(config: mc.ModelConfig) -> StepRun:
     if not dims or dims[0] != -1:
         raise ModelLoadError(f"output 'CROPS' needs dims [-1, ...] (one row per detection), got {list(dims)}")
     pre = settings(config, "preprocess", mc.FerryPreprocess)
-    spec = PreprocessSpec.from_config(pre, dims[1:], tensor_datatype(config, "output", "CROPS"))
+    spec = PreprocessSpec.from_config(pre, dims[1:], tensor_datatype(config, "output", "CROPS"), variable_sizes=False)
     max_pixels = spec.max_pixels or DEFAULT_MAX_PIXELS
 
     def run(inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:

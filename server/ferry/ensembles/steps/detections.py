@@ -21,6 +21,11 @@ from .transforms import TRANSFORM_WIDTH, unpack
 
 def detection_step(config: mc.ModelConfig) -> StepRun:
     spec = settings(config, "detection", mc.FerryDetection)
+    if spec.format == mc.FerryDetection.DBNET:
+        raise ModelLoadError(
+            "detection.format: DBNET is not available as an ensemble step (its quadrilaterals have no output "
+            "here); give the detector ferry_image.detection instead"
+        )
     raw = list(spec.outputs) or [t.name for t in config.input if t.name != "TRANSFORM"]
     for name in raw:
         tensor_dims(config, "input", name)

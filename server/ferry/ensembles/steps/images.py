@@ -27,7 +27,10 @@ def decode_preprocess_step(config: mc.ModelConfig) -> StepRun:
     require(config, "input", "IMAGE", "BYTES")
     dims = tensor_dims(config, "output", "TENSOR")
     spec = PreprocessSpec.from_config(
-        settings(config, "preprocess", mc.FerryPreprocess), dims, tensor_datatype(config, "output", "TENSOR")
+        settings(config, "preprocess", mc.FerryPreprocess),
+        dims,
+        tensor_datatype(config, "output", "TENSOR"),
+        variable_sizes=False,
     )
     if any(t.name == "TRANSFORM" for t in config.output):
         require(config, "output", "TRANSFORM", "FP64", (TRANSFORM_WIDTH,))
@@ -35,6 +38,7 @@ def decode_preprocess_step(config: mc.ModelConfig) -> StepRun:
 
     def run(inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
         prepared = pipeline.prepare(list(inputs["IMAGE"].reshape(-1)))
+        assert isinstance(prepared.batch, np.ndarray)  # variable sizes are refused at load
         result = {"TENSOR": prepared.batch}
         if "TRANSFORM" in outputs:
             result["TRANSFORM"] = pack(prepared.transforms)

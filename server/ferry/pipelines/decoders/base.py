@@ -17,6 +17,8 @@ import numpy as np
 from ferry.errors import FerryError
 from ferry_client.protocol import model_config_pb2 as mc
 
+from ..geometry import ImageTransform
+
 _DET = mc.FerryDetection
 
 #: A dimension the config leaves open (-1), or one the decoder accepts at any size (None).
@@ -53,6 +55,10 @@ class Decoder(ABC):
     default_suppression: int = _DET.GREEDY_NMS
     #: Whether the family's reference clips boxes to the image (``clip_boxes: CLIP_DEFAULT``).
     clips_boxes: bool = True
+    #: Whether detections are quadrilaterals mapped back by the decoder itself (``regions``).
+    polygons: bool = False
+    #: Detections kept when the config leaves ``max_detections`` at zero (None: the server's default).
+    default_max_detections: int | None = None
 
     def __init__(self, spec: mc.FerryDetection, size: InputSize) -> None:
         self.spec = spec
@@ -74,6 +80,13 @@ class Decoder(ABC):
 
         ``score_threshold`` is the resolved threshold; decoders may drop what scores below it
         (``multi_label`` keeps every class at or above it), the caller applies it again."""
+
+    def regions(
+        self, probability_map: np.ndarray, transform: ImageTransform, box_threshold: float | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Quadrilateral families (``polygons``): one image's corners ((N, 4, 2), original pixels)
+        and scores."""
+        raise FerryError(f"ferry_image.detection: format {self.name} gives boxes, not quadrilaterals")
 
     def check(self, shapes: Sequence[tuple[int, ...]], names: Sequence[str]) -> None:
         """Raise ``FerryError`` naming the first output whose shape does not fit this family.

@@ -7,6 +7,7 @@ from ferry_client.protocol import model_config_pb2 as mc
 
 from .base import Decoder, InputSize
 from .boxes_scores_classes import BoxesScoresClassesDecoder
+from .dbnet import DbNetDecoder
 from .detr import DetrDecoder
 from .dfl import DflDecoder
 from .end_to_end import EndToEndDecoder
@@ -25,6 +26,7 @@ _DECODERS: dict[int, type[Decoder]] = {
     _DET.DFL: DflDecoder,
     _DET.DETR: DetrDecoder,
     _DET.END_TO_END: EndToEndDecoder,
+    _DET.DBNET: DbNetDecoder,
 }
 
 
@@ -34,4 +36,8 @@ def decoder_for(spec: mc.FerryDetection, size: InputSize) -> Decoder:
         family = _DECODERS[spec.format]
     except KeyError:
         raise FerryError(f"ferry_image.detection.format: unknown value {spec.format}") from None
+    if spec.HasField("dbnet") and spec.format != _DET.DBNET:
+        raise FerryError(
+            f"ferry_image.detection.dbnet: only applies to format: DBNET, not {_DET.DetectionFormat.Name(spec.format)}"
+        )
     return family(spec, size)

@@ -1,0 +1,157 @@
+"""The core's front half in an intake process: ``/classify``, ``/detect``, ``/embed`` and V2 infer
+with encoded images decoded,
+validated and pre-processed here, in this process's own worker pool, by the very stages the
+model process runs (``inference.path.FrontHalf``, ``inference.stages``); each execution's tensors
+go to the model process through the arena as a V2 infer request (validated, traced, scheduled
+there, with its statistics), and its raw outputs come back for the post-stage (top-k and labels,
+detection decoding and NMS, pooling), which runs here too.
+
+A model whose image path cannot be split this way (``model_directory.relay_reason``: OCR,
+ensembles, Python models that take encoded images, GPU pre-processing, decoupled models, the
+response cache) has its image requests relayed whole, as does any request when the model process
+reports an error for the model (it then answers exactly as one process would).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Sequence
+from concurrent.futures import Executor
+from typing import Any
+
+from starlette.requests import Request
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ..api.admission import Admission
+from ..api.http import error_to_response, image_endpoint
+from ..errors import FerryError, Unavailable
+from ..inference.path import FrontHalf, Outputs
+from ..inference.stages.tasks import check_image_request, image_task
+from ..pipelines.slices import ImageWork
+from ..repository.model import ModelVersion
+from ..response_streams import ResponseSink
+from ..types import InferenceRequest, InferenceResponse, RequestedOutput
+from .handoff import HandoffClient, StaleModel
+from .model_views import ModelViews
+
+#: The image endpoints an intake serves itself, as FastAPI routes them.
+IMAGE_PATH = re.compile(r"/v2/models/(?P<model>[^/]+)(?:/versions/(?P<version>[^/]+))?/(?P<task>classify|detect|embed)")
+
+#: Times a request is pre-processed again when the model was reloaded while it was.
+STALE_RETRIES = 2
+
+
+class HandoffPath(FrontHalf):
+    """Pre-stages and post-stages here; each execution run by the model process."""
+
+    def __init__(self, client: HandoffClient, pool: Executor, image_share: int, work: ImageWork | None = None) -> None:
+        super().__init__(pool, image_share, work)
+        self.client = client
+
+    async def _schedule(
+        self, model: ModelVersion, request: InferenceRequest, names: Sequence[str], sink: ResponseSink | None = None
+    ) -> tuple[ModelVersion, Outputs, int]:
+        """The execution as a V2 infer of its tensors, for the load they were pre-processed for."""
+        asked = [RequestedOutput(name, binary=True) for name in names]
+        response = await self.client.infer(dataclasses.replace(request, outputs=asked), expect=model.identity)
+        outputs = {output.name: output.data for output in response.outputs}
+        batch_size = len(next(iter(request.inputs.values()))) if model.max_batch_size > 0 else 1
+        return model, outputs, batch_size
+
+
+class IntakeImages:
+    """``http.ImagePlane`` in an intake process: admission here, the front half here."""
+
+    def __init__(self, admission: Admission, views: ModelViews, path: HandoffPath) -> None:
+        self.admission = admission
+        self.views = views
+        self.path = path
+
+    async def run_images(
+        self,
+        name: str,
+        version: str,
+        images: list[bytes],
+        task: str,
+        options: dict[str, Any],
+        parameters: dict[str, Any] | None = None,
+    ) -> tuple[ModelVersion, list[Any]]:
+        """As ``DataPlane.run_images`` on the load ``ImageRoutes`` resolved; pre-processed again
+        (at most ``STALE_RETRIES`` times) for a load that replaced it meanwhile."""
+        model = self.views.current(name, version)
+        for attempt in range(STALE_RETRIES + 1):
+            if model is None:  # reloaded meanwhile into a model whose requests are relayed
+                raise Unavailable(f"model '{name}' was reloaded during the request; try again", retry_after=0)
+            check_image_request(model, images, task)
+            stage = image_task(model, task, options)
+            request = stage.request(model, images, parameters or {})
+            try:
+                return model, await self.path.run_image_task(model, stage, request)
+            except StaleModel:
+                if attempt == STALE_RETRIES:
+                    raise
+            model = await self.views.resolve(name, version)
+        raise AssertionError("unreachable")
+
+    async def infer(self, request: InferenceRequest) -> InferenceResponse | None:
+        """V2 infer with encoded images (BYTES) for an image model's tensor input: decoded and
+        pre-processed here (``FrontHalf.pre_stages``, as one process), the tensors handed over as
+        the same request. None when the request is for the model process as it is: no such input,
+        a model whose image requests are relayed, decoded outputs asked for (their post-stage
+        needs the images' transforms), several executions (a model that cannot batch),
+        shared-memory inputs, or an error the model process reports for the model."""
+        if request.shared_memory_inputs or "BYTES" not in request.input_datatypes.values():
+            return None
+        try:
+            model = await self.views.resolve(request.model_name, request.model_version)
+        except FerryError:
+            return None
+        for attempt in range(STALE_RETRIES + 1):
+            if model is None or model.pipeline is None or not self.path.image_input.applies(model, request):
+                return None
+            if any(output.name in model.pipeline.decoded_outputs for output in request.outputs or ()):
+                return None
+            if model.max_batch_size == 0 and request.inputs[model.pipeline.input_name].size != 1:
+                return None
+            executions, _, _ = await self.path.pre_stages(model, request, split=False)
+            (_, prepared), *more = executions
+            if more:
+                return None
+            try:
+                return await self.path.client.infer(prepared, expect=model.identity)
+            except StaleModel:
+                if attempt == STALE_RETRIES:
+                    raise
+            model = await self.views.resolve(request.model_name, request.model_version)
+        raise AssertionError("unreachable")
+
+
+class ImageRoutes:
+    """``POST /v2/models/{m}[/versions/{v}]/{classify,detect,embed}`` through the front half when
+    the model allows it; everything else (and those when it does not) to ``app``."""
+
+    def __init__(self, app: ASGIApp, images: IntakeImages, max_body_bytes: int) -> None:
+        self.app = app
+        self.images = images
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        match = IMAGE_PATH.fullmatch(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
+        if match is None or (match["version"] is None and b"version=" in scope.get("query_string", b"")):
+            await self.app(scope, receive, send)  # ?version= is FastAPI's to bind: relayed
+            return
+        name, version = match["model"], match["version"] or ""
+        try:
+            model = await self.images.views.resolve(name, version)
+        except FerryError:
+            model = None  # the model process answers with the precise error
+        if model is None:
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope, receive)
+        try:
+            response = await image_endpoint(self.images, request, name, version, match["task"], self.max_body_bytes)
+        except Exception as exc:  # mapped exactly as the REST app's exception handlers map it
+            response = error_to_response(request, exc)
+        await response(scope, receive, send)
