@@ -113,27 +113,32 @@ def engine_table() -> list[str]:
     return lines
 
 
-def load(server: FerryProcess, model: str, make_input, outputs, concurrency: int, duration: float) -> float:
-    """Closed-loop images/s over ``duration`` seconds after a short warm-up."""
+#: One thread's client: (send one request, close).
+Client = tuple[Callable[[], None], Callable[[], None]]
+
+
+def closed_loop(concurrency: int, duration: float, client: Callable[[int], Client]) -> float:
+    """Requests/s of ``concurrency`` threads over ``duration`` s, each after one warm-up request.
+
+    ``client(index)`` opens one thread's client and returns (send one request, close)."""
     count = [0]
     lock = threading.Lock()
     stop_at = [0.0]
     start = threading.Barrier(concurrency + 1)
 
-    def client() -> None:
-        c = tgrpc.InferenceServerClient(server.grpc_url)
-        inputs = make_input()
-        c.infer(model, inputs, outputs=outputs)
+    def run(index: int) -> None:
+        send, close = client(index)
+        send()
         start.wait()
         done = 0
         while time.perf_counter() < stop_at[0]:
-            c.infer(model, inputs, outputs=outputs)
+            send()
             done += 1
         with lock:
             count[0] += done
-        c.close()
+        close()
 
-    threads = [threading.Thread(target=client) for _ in range(concurrency)]
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(concurrency)]
     for t in threads:
         t.start()
     stop_at[0] = time.perf_counter() + 1e9
@@ -143,47 +148,54 @@ def load(server: FerryProcess, model: str, make_input, outputs, concurrency: int
     for t in threads:
         t.join()
     return count[0] / (time.perf_counter() - began)
+
+
+def load(server: FerryProcess, model: str, make_input, outputs, concurrency: int, duration: float) -> float:
+    """Closed-loop images/s of gRPC V2 infer over ``duration`` seconds after a short warm-up."""
+
+    def client(_: int) -> Client:
+        c = tgrpc.InferenceServerClient(server.grpc_url)
+        inputs = make_input()
+        return lambda: c.infer(model, inputs, outputs=outputs), c.close
+
+    return closed_loop(concurrency, duration, client)
 
 
 def classify_load(server: FerryProcess, model: str, jpegs: list[bytes], concurrency: int, duration: float) -> float:
     """Closed-loop images/s of ``POST /v2/models/{model}/classify?top_k=5`` (raw JPEG body, keep-alive)."""
     import http.client
 
-    count = [0]
-    lock = threading.Lock()
-    stop_at = [0.0]
-    start = threading.Barrier(concurrency + 1)
-
-    def post(connection: http.client.HTTPConnection, body: bytes) -> None:
-        connection.request("POST", f"/v2/models/{model}/classify?top_k=5", body, {"Content-Type": "image/jpeg"})
-        response = connection.getresponse()
-        response.read()
-        if response.status != 200:
-            raise RuntimeError(f"/classify answered {response.status}")
-
-    def client(index: int) -> None:
+    def client(index: int) -> Client:
         connection = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=60)
         body = jpegs[index % len(jpegs)]
-        post(connection, body)
-        start.wait()
-        done = 0
-        while time.perf_counter() < stop_at[0]:
-            post(connection, body)
-            done += 1
-        with lock:
-            count[0] += done
-        connection.close()
 
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(concurrency)]
-    for t in threads:
-        t.start()
-    stop_at[0] = time.perf_counter() + 1e9
-    start.wait()
-    began = time.perf_counter()
-    stop_at[0] = began + duration
-    for t in threads:
-        t.join()
-    return count[0] / (time.perf_counter() - began)
+        def post() -> None:
+            connection.request("POST", f"/v2/models/{model}/classify?top_k=5", body, {"Content-Type": "image/jpeg"})
+            response = connection.getresponse()
+            response.read()
+            if response.status != 200:
+                raise RuntimeError(f"/classify answered {response.status}")
+
+        return post, connection.close
+
+    return closed_loop(concurrency, duration, client)
+
+
+def resnet_inputs(jpegs: list[bytes]) -> tuple[Callable[[], list], Callable[[], list], list]:
+    """Makers of one request's inputs (a random tensor; one of ``jpegs``) and the top-5 output."""
+    tensor = np.random.default_rng(1).standard_normal((1, 3, 224, 224)).astype(np.float32)
+
+    def tensor_input() -> list:
+        t = tgrpc.InferInput("input", [1, 3, 224, 224], "FP32")
+        t.set_data_from_numpy(tensor)
+        return [t]
+
+    def image_input() -> list:
+        t = tgrpc.InferInput("input", [1], "BYTES")
+        t.set_data_from_numpy(np.array([jpegs[threading.get_ident() % len(jpegs)]], dtype=object))
+        return [t]
+
+    return tensor_input, image_input, [tgrpc.InferRequestedOutput("logits", class_count=5)]
 
 
 def baseline_rows(
@@ -226,18 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     engines = engine_table()
     jpegs = make_jpegs()
     repo = build_repo(models.DEFAULT_REPO)
-    tensor = np.random.default_rng(1).standard_normal((1, 3, 224, 224)).astype(np.float32)
-    top5 = [tgrpc.InferRequestedOutput("logits", class_count=5)]
-
-    def tensor_input():
-        t = tgrpc.InferInput("input", [1, 3, 224, 224], "FP32")
-        t.set_data_from_numpy(tensor)
-        return [t]
-
-    def image_input():
-        t = tgrpc.InferInput("input", [1], "BYTES")
-        t.set_data_from_numpy(np.array([jpegs[threading.get_ident() % len(jpegs)]], dtype=object))
-        return [t]
+    tensor_input, image_input, top5 = resnet_inputs(jpegs)
 
     tensor_rates, image_rates = [], []
     load_before = os.getloadavg()[0]
@@ -286,18 +287,7 @@ def compare_with_baseline(args: argparse.Namespace, argv: list[str] | None) -> i
     """This checkout and ``--baseline`` side by side on every image-serving path, interleaved."""
     jpegs = make_jpegs()
     repo = build_repo(models.DEFAULT_REPO)
-    tensor = np.random.default_rng(1).standard_normal((1, 3, 224, 224)).astype(np.float32)
-    top5 = [tgrpc.InferRequestedOutput("logits", class_count=5)]
-
-    def tensor_input():
-        t = tgrpc.InferInput("input", [1, 3, 224, 224], "FP32")
-        t.set_data_from_numpy(tensor)
-        return [t]
-
-    def image_input():
-        t = tgrpc.InferInput("input", [1], "BYTES")
-        t.set_data_from_numpy(np.array([jpegs[threading.get_ident() % len(jpegs)]], dtype=object))
-        return [t]
+    tensor_input, image_input, top5 = resnet_inputs(jpegs)
 
     c, d = args.concurrency, args.duration
     paths = {
