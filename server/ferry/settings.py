@@ -170,8 +170,8 @@ class Settings(BaseSettings):
     grpc_write_timeout_secs: Annotated[float, LIMIT] = Field(
         30.0,
         gt=0,
-        description="a client that has not taken a response message within this (plus 1 s per MiB) has its "
-        "connection closed, which frees the answer",
+        description="a call whose client has not taken a response message within this (plus 1 s per MiB) is "
+        "ended alone (DEADLINE_EXCEEDED), which frees the answer; its connection is closed only if that fails",
     )
 
     # --- security (see README "Security") ---------------------------------------------------------

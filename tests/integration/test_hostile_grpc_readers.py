@@ -1,30 +1,32 @@
 """gRPC clients that never read their answers (issue 24): an answer grpc has not yet written counts
-against ``--max-inflight-bytes``, unary or streamed, and a client that does not take a response
-within ``--grpc-write-timeout-secs`` (plus 1 s per MiB) has its connection closed, which frees it.
+against ``--max-inflight-bytes``, unary or streamed, and a call whose client does not take a
+response within ``--grpc-write-timeout-secs`` (plus 1 s per MiB) is ended alone, which frees it.
 
-The attack is real: a raw HTTP/2 peer (from 127.0.0.2, another address than the well-behaved
-client) sends 4 KiB requests whose answers are 2 MiB, and never grants flow-control window beyond
-HTTP/2's initial 64 KiB, so grpc can never finish writing them. It answers pings and settings like
-any live client, so only the write deadline can end it. The server's own metrics show the bytes
-held; the attacker sees its connection closed. Both process modes.
+The attack is real: a raw HTTP/2 peer (``tests/raw_grpc_peer.py``, from 127.0.0.2, another
+address than the well-behaved client) sends 4 KiB requests whose answers are 2 MiB, and never
+grants flow-control window beyond HTTP/2's initial 64 KiB, so grpc can never finish writing them.
+It answers pings and settings like any live client, so only the write deadline can end it. The
+server's own metrics show the bytes held; the attacker sees each stalled call ended
+(DEADLINE_EXCEEDED, RST_STREAM) while its connection, and the calls on it that it does read, go
+on. Both process modes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator
 
-import hpack
+import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as triton_grpc
 
-from ferry_client.perf.rawgrpc import frame
 from ferry_client.protocol import grpc_service_pb2 as pb
 
 from ..conftest import RunningServer, start_server
 from ..models import write_tile_model
+from ..raw_grpc_peer import RawPeer
 from ..server_metrics import metric, scrape, wait_for_metric
 
 pytestmark = pytest.mark.timeout(120)
@@ -33,8 +35,7 @@ ROWS, WIDTH = 512, 1024
 ANSWER = ROWS * WIDTH * 4  # 2 MiB
 WRITE_TIMEOUT_S = 2  # + 2 s for the 2 MiB answer
 ATTACKER = "127.0.0.2"
-DATA, HEADERS, SETTINGS, PING = 0, 1, 4, 6
-END_STREAM, END_HEADERS, ACK = 1, 4, 1
+DEADLINE_EXCEEDED = str(grpc.StatusCode.DEADLINE_EXCEEDED.value[0])
 
 
 @pytest.fixture(scope="module", params=["one process", "2 intake processes"])
@@ -48,60 +49,6 @@ def readers(request, tmp_path_factory) -> Iterator[tuple[RunningServer, int]]:
     running.stop()
 
 
-class NeverReads(asyncio.Protocol):
-    """One HTTP/2 connection that sends gRPC requests and never grants window for their answers."""
-
-    def __init__(self) -> None:
-        self.encoder = hpack.Encoder()
-        self.buffer = b""
-        self.received = 0
-        self.closed = asyncio.get_running_loop().create_future()
-        self.transport: asyncio.Transport | None = None
-
-    def connection_made(self, transport) -> None:  # type: ignore[override]
-        self.transport = transport
-        transport.write(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + frame(SETTINGS, 0, 0))
-
-    def connection_lost(self, exc) -> None:
-        self.closed.set_result(True)
-
-    def data_received(self, data: bytes) -> None:
-        self.buffer += data
-        while len(self.buffer) >= 9:
-            length = int.from_bytes(self.buffer[:3], "big")
-            if len(self.buffer) < 9 + length:
-                return
-            kind, flags = self.buffer[3], self.buffer[4]
-            payload, self.buffer = self.buffer[9 : 9 + length], self.buffer[9 + length :]
-            assert self.transport is not None
-            if kind == SETTINGS and not flags & ACK:
-                self.transport.write(frame(SETTINGS, ACK, 0))
-            elif kind == PING and not flags & ACK:
-                self.transport.write(frame(PING, ACK, 0, payload))
-            elif kind == DATA:
-                self.received += length  # and no WINDOW_UPDATE, ever
-
-    def call(self, stream: int, method: str, requests: int) -> None:
-        """Open ``stream`` and send ``requests`` messages (a unary call: one, then the end of the stream)."""
-        assert self.transport is not None
-        block = self.encoder.encode(
-            [
-                (":method", "POST"),
-                (":scheme", "http"),
-                (":path", f"/inference.GRPCInferenceService/{method}"),
-                (":authority", "localhost"),
-                ("content-type", "application/grpc"),
-                ("te", "trailers"),
-            ]
-        )
-        self.transport.write(frame(HEADERS, END_HEADERS, stream, block))
-        message = _request().SerializeToString()
-        for index in range(requests):
-            last = method == "ModelInfer" and index == requests - 1
-            body = b"\0" + len(message).to_bytes(4, "big") + message
-            self.transport.write(frame(DATA, END_STREAM if last else 0, stream, body))
-
-
 def _request() -> pb.ModelInferRequest:
     request = pb.ModelInferRequest(model_name="tile")
     request.inputs.add(name="x", datatype="FP32", shape=[1, WIDTH])
@@ -109,10 +56,32 @@ def _request() -> pb.ModelInferRequest:
     return request
 
 
-async def _connect(server: RunningServer) -> NeverReads:
-    loop = asyncio.get_running_loop()
-    _, peer = await loop.create_connection(NeverReads, "127.0.0.1", server.grpc_port, local_addr=(ATTACKER, 0))
-    return peer
+Connect = Callable[..., Awaitable[RawPeer]]
+
+
+@pytest.fixture
+async def connect(readers) -> AsyncIterator[Connect]:
+    """Opens raw connections to the server (``RawPeer``'s arguments) from the attacker's address;
+    closes them after the test, so no call of one test is left to the next."""
+    server, _ = readers
+    opened: list[RawPeer] = []
+
+    async def open_one(stalled: Collection[int] = (1,), reads_others: bool = False) -> RawPeer:
+        loop = asyncio.get_running_loop()
+        _, peer = await loop.create_connection(
+            lambda: RawPeer(_request().SerializeToString(), stalled, reads_others),
+            "127.0.0.1",
+            server.grpc_port,
+            local_addr=(ATTACKER, 0),
+        )
+        opened.append(peer)
+        return peer
+
+    yield open_one
+    for peer in opened:
+        if peer.transport is not None:
+            peer.transport.close()
+    await asyncio.wait_for(asyncio.gather(*(peer.closed for peer in opened)), timeout=10)
 
 
 def _others_are_served(server: RunningServer) -> float:
@@ -128,32 +97,85 @@ def _others_are_served(server: RunningServer) -> float:
     return time.monotonic() - started
 
 
-async def _held_then_cut(server: RunningServer, peers: list[NeverReads], at_least: int) -> None:
-    """The attack state (``at_least`` bytes held, others served), then every peer cut and 0 held."""
+def _ended_late(peer: RawPeer, stream: int) -> bool:
+    """``stream`` was ended by the server for its unread answer: DEADLINE_EXCEEDED, then RST_STREAM."""
+    trailers = peer.trailers.get(stream)
+    return trailers is not None and stream in peer.resets and trailers["grpc-status"] == DEADLINE_EXCEEDED
+
+
+async def _held_then_cut(server: RunningServer, peers: list[RawPeer], at_least: int) -> None:
+    """The attack state (``at_least`` bytes held, others served), then each stalled call ended
+    alone (its connection stays open) and 0 held."""
     started = time.monotonic()
+    log_before = len(server.log())
     await wait_for_metric(server, "ferry_inflight_bytes", at_least, timeout=30)
-    assert all(peer.received < ANSWER for peer in peers)  # none of the answers was taken
+    assert all(peer.received.get(1, 0) < ANSWER for peer in peers)  # none of the answers was taken
     assert await asyncio.to_thread(_others_are_served, server) < 2.0
     assert metric(scrape(server), "ferry_inflight_bytes") >= at_least  # still held meanwhile
-    await asyncio.wait_for(asyncio.gather(*(peer.closed for peer in peers)), timeout=30)
+    await asyncio.gather(*(peer.until(lambda peer=peer: _ended_late(peer, 1)) for peer in peers))
     assert time.monotonic() - started >= WRITE_TIMEOUT_S  # cut by the deadline, not before
     await wait_for_metric(server, "ferry_inflight_bytes", 0, timeout=30, at_most=True)
-    assert f"gRPC connection(s) of ipv4:{ATTACKER}" in server.log()
-    assert "a response was not taken within" in server.log()
+    assert not any(peer.closed.done() for peer in peers)  # the call was ended, not the connection
+    log = server.log()[log_before:]
+    assert f"ended a gRPC call of ipv4:{ATTACKER}" in log
+    assert "the response was not taken within" in log
+    assert "connection(s) of" not in log and "ExecuteBatchError" not in log
 
 
-async def test_unread_unary_answers_are_counted_then_cut(readers) -> None:
+async def test_unread_unary_answers_are_counted_then_cut(readers, connect: Connect) -> None:
     server, _ = readers
-    peers = [await _connect(server) for _ in range(3)]
+    peers = [await connect() for _ in range(3)]
     for peer in peers:
         peer.call(1, "ModelInfer", 1)
     await _held_then_cut(server, peers, at_least=3 * ANSWER)
 
 
-async def test_unread_stream_answers_are_counted_then_cut(readers) -> None:
+async def test_unread_stream_answers_are_counted_then_cut(readers, connect: Connect) -> None:
     server, _ = readers
-    peer = await _connect(server)
+    peer = await connect()
     peer.call(1, "ModelStreamInfer", 4)
     # all four answers wait: in the stream's buffer or being written (with intake processes, the
     # one the intake is writing to the client, the others in the model process's stream)
     await _held_then_cut(server, [peer], at_least=4 * ANSWER)
+
+
+async def test_only_the_stalled_calls_of_a_connection_are_cut(readers, connect: Connect) -> None:
+    """One connection: a unary call (stream 1) and a stream (3) whose answers it never reads, and a
+    stream (5) it reads. The stalled two are ended; stream 5, open all along, goes on after the
+    cut, and a new call (7) on the same connection is answered."""
+    server, _ = readers
+    log_before = len(server.log())
+    peer = await connect(stalled=(1, 3), reads_others=True)
+    peer.call(1, "ModelInfer", 1)
+    peer.call(3, "ModelStreamInfer", 1, end=False)
+    await wait_for_metric(server, "ferry_inflight_bytes", 2 * ANSWER, timeout=30)
+    assert not peer.resets  # the deadline (4 s) is far: nothing was cut yet
+    peer.call(5, "ModelStreamInfer", 1, end=False)
+    await peer.until(lambda: len(peer.messages(5)) == 1)
+    assert peer.received[1] < ANSWER and peer.received.get(3, 0) < ANSWER  # both still stalled
+
+    await peer.until(lambda: _ended_late(peer, 1) and _ended_late(peer, 3))
+    await wait_for_metric(server, "ferry_inflight_bytes", 0, timeout=30, at_most=True)
+    assert not peer.closed.done()
+
+    peer.send(5, 1, end=True)  # the stream that was open all along
+    peer.call(7, "ModelInfer", 1)  # and a new call on the same connection
+    await peer.until(lambda: 5 in peer.trailers and 7 in peer.trailers)
+    for stream in (5, 7):
+        assert peer.trailers[stream]["grpc-status"] == "0", peer.trailers[stream]
+    expected = np.ones((ROWS, WIDTH), np.float32)
+    for answer in peer.messages(5):
+        stream_answer = pb.ModelStreamInferResponse.FromString(answer)
+        assert not stream_answer.error_message
+        np.testing.assert_array_equal(_output(stream_answer.infer_response), expected)
+    assert len(peer.messages(5)) == 2
+    (unary_answer,) = peer.messages(7)
+    np.testing.assert_array_equal(_output(pb.ModelInferResponse.FromString(unary_answer)), expected)
+    assert not peer.closed.done() and 5 not in peer.resets and 7 not in peer.resets
+    log = server.log()[log_before:]
+    assert log.count(f"ended a gRPC call of ipv4:{ATTACKER}") == 2
+    assert "connection(s) of" not in log and "ExecuteBatchError" not in log
+
+
+def _output(answer: pb.ModelInferResponse) -> np.ndarray:
+    return np.frombuffer(answer.raw_output_contents[0], np.float32).reshape(ROWS, WIDTH)

@@ -17,9 +17,13 @@ its request message), and adds
   (``release_after_write``: its admission, with the answer's bytes) is released there, so
   ``--max-inflight-bytes`` counts answers a client has not taken. (Serving the call as a stream
   that yields its one answer does the same at about 12% more CPU per tiny request.)
-- a deadline for each response message (``write_timeout`` plus one second per MiB): a client that
-  has not taken it by then has its connection closed (``peer_sockets.py``), which ends its calls
-  and frees their answers. grpc itself offers no way to end a call whose message it is writing.
+- a deadline for each response message (``write_timeout`` plus one second per MiB): a call whose
+  client has not taken it by then is ended alone (``grpc_cancel.py``: grpc core cancels it, its
+  stream gets DEADLINE_EXCEEDED and RST_STREAM, its answer is freed and its done callbacks run),
+  unary or streamed; the client's other calls on the same connection go on. Only as a fallback,
+  when this grpcio gives no way to end one call or the ended call is still not over
+  ``END_GRACE_S`` (5 s) later, is the client's connection closed (``peer_sockets.py``). Calls of
+  this server's own intake processes (a unix socket) are never ended: they wait on their client.
 
 Streaming calls count against the peer cap for as long as they are open (a stream may rightly stay
 idle between requests).
@@ -44,12 +48,16 @@ from typing import Any
 
 import grpc
 
+from . import grpc_cancel
 from .peer_sockets import close_peer_connections
 
 log = logging.getLogger(__name__)
 
 #: Time allowed to write a response message, on top of the timeout: one second per MiB (1 MiB/s).
 WRITE_BYTES_PER_SEC = 1024 * 1024
+
+#: How long a call ended for a late response may take to be over before its connection is closed.
+END_GRACE_S = 5.0
 
 #: What the running call releases once its response is written (None: not a guarded call).
 _after_write: contextvars.ContextVar[list[Callable[[], object]] | None] = contextvars.ContextVar(
@@ -139,53 +147,85 @@ async def _close_reader(requests: AsyncIterator[Any]) -> None:
 
 
 class WriteDeadlines:
-    """Closes the connection of a client that does not take a response message in time: one sweep
-    for every message being written (``ports``: the listening ports whose connections may be closed)."""
+    """Ends the call of a client that does not take a response message in time: one sweep for
+    every message being written (``ports``: the listening ports whose connections the fallback may
+    close).
 
-    def __init__(self, timeout: float, ports: Collection[int] = ()) -> None:
+    The call alone is ended (``grpc_cancel.end_call``): its stream gets DEADLINE_EXCEEDED and
+    RST_STREAM, grpc frees its answer, the client's other calls on the connection go on. Only when
+    that is not possible, or the call is still not over ``end_grace`` seconds later, is the
+    client's whole connection closed (``peer_sockets.py``)."""
+
+    def __init__(self, timeout: float, ports: Collection[int] = (), end_grace: float = END_GRACE_S) -> None:
         self.timeout = timeout
         self.ports = ports
+        self.end_grace = end_grace
         self.period = min(1.0, timeout / SWEEPS_PER_TIMEOUT)
-        self._writing: dict[object, tuple[float, str, float]] = {}  # key -> deadline, peer, allowed
+        # key -> deadline, the call's context and grpc's task for it, the time allowed
+        self._writing: dict[object, tuple[float, grpc.aio.ServicerContext, asyncio.Task[Any] | None, float]] = {}
+        # key -> when to close the connection instead, peer, time allowed, grpc's task for the call
+        self._ending: dict[object, tuple[float, str, float, asyncio.Task[Any] | None]] = {}
         self._sweep: asyncio.TimerHandle | None = None
 
-    def watch(self, key: object, context: grpc.aio.ServicerContext, response: Any) -> bool:
-        """Start timing ``response``'s write (``done(key)`` once written); False for calls never
-        cut: those of this server's own intake processes (a unix socket)."""
-        peer = context.peer()
-        if not peer_host(peer) or not self.ports:
-            return False
-        allowed = self.timeout + response.ByteSize() / WRITE_BYTES_PER_SEC
-        self._writing[key] = (time.monotonic() + allowed, peer, allowed)
+    def watch(self, key: object, context: grpc.aio.ServicerContext, task: asyncio.Task[Any] | None, size: int) -> None:
+        """Start timing the write of a ``size``-byte response of ``context``'s call (grpc's
+        ``task`` runs it); ``done(key)`` once written."""
+        allowed = self.timeout + size / WRITE_BYTES_PER_SEC
+        self._writing[key] = (time.monotonic() + allowed, context, task, allowed)
         if self._sweep is None:
-            self._sweep = asyncio.get_running_loop().call_later(self.period, self._cut_late)
-        return True
+            self._sweep = asyncio.get_running_loop().call_later(self.period, self._sweep_late)
 
     def done(self, key: object) -> None:
+        """The message was written, or its call is over."""
         self._writing.pop(key, None)
+        if self._ending and key in self._ending:
+            grpc_cancel.quiet.discard(self._ending.pop(key)[3])
 
-    def _cut_late(self) -> None:
+    def _sweep_late(self) -> None:
         now = time.monotonic()
-        loop = asyncio.get_running_loop()
-        for key, (deadline, peer, allowed) in list(self._writing.items()):
+        for key, (deadline, context, task, allowed) in list(self._writing.items()):
             if deadline <= now:
-                del self._writing[key]  # off the loop: it reads this process's descriptors
-                closing = loop.run_in_executor(None, close_peer_connections, peer, tuple(self.ports))
-                closing.add_done_callback(functools.partial(_report_cut, peer, allowed))
+                del self._writing[key]
+                self._end(key, context, task, allowed, now)
+        for key, (closing_at, peer, allowed, task) in list(self._ending.items()):
+            if closing_at <= now:
+                del self._ending[key]
+                grpc_cancel.quiet.discard(task)
+                self._close(peer, allowed, f"its call was still not over {self.end_grace:g} s after it was ended")
         self._sweep = None
-        if self._writing:
-            self._sweep = loop.call_later(self.period, self._cut_late)
+        if self._writing or self._ending:
+            self._sweep = asyncio.get_running_loop().call_later(self.period, self._sweep_late)
+
+    def _end(
+        self, key: object, context: grpc.aio.ServicerContext, task: asyncio.Task[Any] | None, allowed: float, now: float
+    ) -> None:
+        peer = context.peer()
+        details = f"the response was not taken within {allowed:.0f} s (--grpc-write-timeout-secs)"
+        if task is not None:
+            grpc_cancel.quiet.add(task)
+        if not grpc_cancel.end_call(context, grpc.StatusCode.DEADLINE_EXCEEDED, details):
+            grpc_cancel.quiet.discard(task)
+            self._close(peer, allowed, "grpc offered no way to end the call alone")
+            return
+        log.warning("ended a gRPC call of %s: %s", peer, details)
+        self._ending[key] = (now + self.end_grace, peer, allowed, task)
+
+    def _close(self, peer: str, allowed: float, why: str) -> None:
+        """The fallback: close the client's connection(s) (off the loop: it reads this process's descriptors)."""
+        closing = asyncio.get_running_loop().run_in_executor(None, close_peer_connections, peer, tuple(self.ports))
+        closing.add_done_callback(functools.partial(_report_close, peer, allowed, why))
 
 
-def _report_cut(peer: str, allowed: float, closing: asyncio.Future[int]) -> None:
+def _report_close(peer: str, allowed: float, why: str, closing: asyncio.Future[int]) -> None:
     if closing.exception() is not None:
         log.error("could not close the gRPC connection of %s: %s", peer, closing.exception())
         return
     log.warning(
-        "closed %d gRPC connection(s) of %s: a response was not taken within %.0f s (--grpc-write-timeout-secs)",
+        "closed %d gRPC connection(s) of %s: a response was not taken within %.0f s (--grpc-write-timeout-secs) and %s",
         closing.result(),
         peer,
         allowed,
+        why,
     )
 
 
@@ -235,8 +275,10 @@ class CallGuard:
             finally:
                 with contextlib.suppress(ValueError):  # closed from another task (a collected call)
                     _after_write.reset(reset)
-            key = object()  # this call's write deadline
-            watched = key if writes.watch(key, context, response) else None
+            watched = None
+            if peer:  # not this server's own intake processes (a unix socket): their calls are never ended
+                watched = object()  # this call's write deadline
+                writes.watch(watched, context, asyncio.current_task(), response.ByteSize())
             # grpc ends the call (and calls this) once the answer is written, or the call is gone
             done: Any = lambda _: self._finish(pending, peer, watched)  # noqa: E731 (the stubs type grpc's sync callback)
             context.add_done_callback(done)
@@ -254,16 +296,21 @@ class CallGuard:
         async def bidi(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             peer = await self._enter(context)
             key = object()
+            task = asyncio.current_task()  # grpc's task for the call: it iterates this generator
+            if not peer:  # an intake relaying a stream cancels it only when its own caller is gone
+                grpc_cancel.quiet.add(task)
             try:
                 async for response in streaming(requests, context):
-                    watched = writes.watch(key, context, response)
+                    if peer:  # not this server's own intake processes (see unary)
+                        writes.watch(key, context, task, response.ByteSize())
                     try:
                         yield response  # resumes once grpc has written it
                     finally:
-                        if watched:
-                            writes.done(key)
+                        writes.done(key)
             finally:
                 self._leave(peer)
+                if not peer:
+                    grpc_cancel.quiet.discard(task)
 
         return grpc.stream_stream_rpc_method_handler(
             bidi, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer

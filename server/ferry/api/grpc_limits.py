@@ -5,8 +5,7 @@ connection (each holding buffers until it finishes), ping without limit and keep
 forever. ``max_concurrent_rpcs`` bounds unfinished calls server-wide, so memory held by streams is
 bounded however many connections a client opens; calls past it get RESOURCE_EXHAUSTED at once.
 ``max_calls_per_peer`` and ``request_timeout_secs`` keep one client from holding all of them, and
-``write_timeout_secs`` closes the connection of a client that does not take its answers
-(``grpc_calls.py``).
+``write_timeout_secs`` ends a call whose client does not take its answer (``grpc_calls.py``).
 """
 
 from __future__ import annotations
