@@ -1,4 +1,4 @@
-"""Per-peer call limits and a deadline for the request message of every gRPC call.
+"""Per-peer call limits, and deadlines for the request and response messages of every gRPC call.
 
 ``--grpc-max-concurrent-rpcs`` bounds unfinished calls server-wide, so alone it lets one client
 that opens thousands of calls and never finishes them hold every slot: everyone else is refused.

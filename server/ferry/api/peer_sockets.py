@@ -1,10 +1,10 @@
 """Close one client's TCP connection to this process, found by its address.
 
-Why: grpc.aio gives a server no way to end a call whose response grpc core is still trying to
-write (aborting only queues the status behind the unwritten message, and cancelling the handler
-leaves the call in core). A client that stops reading therefore holds its answer in core for as
+Why: the fallback of the gRPC write deadline (``grpc_calls.WriteDeadlines``). A call whose client
+stops reading is normally ended alone (``grpc_cancel.py``); when this grpcio gives no way to, or
+the ended call is still not over after a grace, the client would hold its answer in core for as
 long as it keeps the connection open. Shutting the connection's socket down makes core see the
-connection end, which cancels its calls and frees what they hold, exactly as if the client had
+connection end, which cancels all its calls and frees what they hold, exactly as if the client had
 gone. The socket is found among this process's descriptors by its peer address and local port.
 """
 
