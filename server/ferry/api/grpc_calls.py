@@ -28,6 +28,12 @@ its request message), and adds
 Streaming calls count against the peer cap for as long as they are open (a stream may rightly stay
 idle between requests).
 
+grpc.aio means to ignore a write that failed because the call was cancelled, but logs an ERROR with
+a traceback when the failure reaches the handler before grpc has marked the call as cancelled (the
+usual order when a call is cancelled while its answer is being written). ``ExpectedFailures`` drops
+that record for the calls where it is expected: those ended here, and the streams an intake
+process relays (it cancels one only when its own caller is gone or was ended).
+
 Why wrap the handlers once at registration, not a ``grpc.aio.ServerInterceptor``: an interceptor is
 awaited on every call and would build a new handler each time; the benchmark of the tiny model
 (benchmarks/intake.py) measured that at about 10% of the server's CPU per gRPC request. For the same
@@ -38,7 +44,6 @@ per call.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import functools
 import logging
@@ -73,6 +78,30 @@ def release_after_write(release: Callable[[], object]) -> None:
         release()
     else:
         pending.append(release)
+
+
+class ExpectedFailures(logging.Filter):
+    """Drops grpc.aio's ERROR about the failed write of a call in ``calls``: a unary call is known
+    by its list of releases (``_after_write``, still set in grpc's task for the call), a stream by
+    grpc's task for it; whoever adds one removes it once its call is over."""
+
+    calls: set[object] = set()  # id() of a unary call's releases, or a stream's task
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        calls = self.calls
+        if not calls or record.levelno != logging.ERROR or not str(record.msg).startswith("ExecuteBatchError"):
+            return True
+        held = _after_write.get()
+        if held is not None and id(held) in calls:
+            return False
+        try:
+            return asyncio.current_task() not in calls
+        except RuntimeError:  # logged outside a running loop
+            return True
+
+
+logging.getLogger("grpc._cython.cygrpc").addFilter(ExpectedFailures())
+_expected = ExpectedFailures.calls
 
 
 #: How often waiting request messages are checked, as a share of the deadline (at most once a second).
@@ -161,17 +190,17 @@ class WriteDeadlines:
         self.ports = ports
         self.end_grace = end_grace
         self.period = min(1.0, timeout / SWEEPS_PER_TIMEOUT)
-        # key -> deadline, the call's context and grpc's task for it, the time allowed
-        self._writing: dict[object, tuple[float, grpc.aio.ServicerContext, asyncio.Task[Any] | None, float]] = {}
-        # key -> when to close the connection instead, peer, time allowed, grpc's task for the call
-        self._ending: dict[object, tuple[float, str, float, asyncio.Task[Any] | None]] = {}
+        # key -> deadline, the call's context and its ExpectedFailures token, the time allowed
+        self._writing: dict[object, tuple[float, grpc.aio.ServicerContext, object, float]] = {}
+        # key -> when to close the connection instead, peer, time allowed, the call's token
+        self._ending: dict[object, tuple[float, str, float, object]] = {}
         self._sweep: asyncio.TimerHandle | None = None
 
-    def watch(self, key: object, context: grpc.aio.ServicerContext, task: asyncio.Task[Any] | None, size: int) -> None:
-        """Start timing the write of a ``size``-byte response of ``context``'s call (grpc's
-        ``task`` runs it); ``done(key)`` once written."""
+    def watch(self, key: object, context: grpc.aio.ServicerContext, token: object, size: int) -> None:
+        """Start timing the write of a ``size``-byte response of ``context``'s call (``token``: the
+        call as ``ExpectedFailures`` knows it); ``done(key)`` once written."""
         allowed = self.timeout + size / WRITE_BYTES_PER_SEC
-        self._writing[key] = (time.monotonic() + allowed, context, task, allowed)
+        self._writing[key] = (time.monotonic() + allowed, context, token, allowed)
         if self._sweep is None:
             self._sweep = asyncio.get_running_loop().call_later(self.period, self._sweep_late)
 
@@ -179,36 +208,33 @@ class WriteDeadlines:
         """The message was written, or its call is over."""
         self._writing.pop(key, None)
         if self._ending and key in self._ending:
-            grpc_cancel.quiet.discard(self._ending.pop(key)[3])
+            _expected.discard(self._ending.pop(key)[3])
 
     def _sweep_late(self) -> None:
         now = time.monotonic()
-        for key, (deadline, context, task, allowed) in list(self._writing.items()):
+        for key, (deadline, context, token, allowed) in list(self._writing.items()):
             if deadline <= now:
                 del self._writing[key]
-                self._end(key, context, task, allowed, now)
-        for key, (closing_at, peer, allowed, task) in list(self._ending.items()):
+                self._end(key, context, token, allowed, now)
+        for key, (closing_at, peer, allowed, token) in list(self._ending.items()):
             if closing_at <= now:
                 del self._ending[key]
-                grpc_cancel.quiet.discard(task)
+                _expected.discard(token)
                 self._close(peer, allowed, f"its call was still not over {self.end_grace:g} s after it was ended")
         self._sweep = None
         if self._writing or self._ending:
             self._sweep = asyncio.get_running_loop().call_later(self.period, self._sweep_late)
 
-    def _end(
-        self, key: object, context: grpc.aio.ServicerContext, task: asyncio.Task[Any] | None, allowed: float, now: float
-    ) -> None:
+    def _end(self, key: object, context: grpc.aio.ServicerContext, token: object, allowed: float, now: float) -> None:
         peer = context.peer()
         details = f"the response was not taken within {allowed:.0f} s (--grpc-write-timeout-secs)"
-        if task is not None:
-            grpc_cancel.quiet.add(task)
+        _expected.add(token)
         if not grpc_cancel.end_call(context, grpc.StatusCode.DEADLINE_EXCEEDED, details):
-            grpc_cancel.quiet.discard(task)
+            _expected.discard(token)
             self._close(peer, allowed, "grpc offered no way to end the call alone")
             return
         log.warning("ended a gRPC call of %s: %s", peer, details)
-        self._ending[key] = (now + self.end_grace, peer, allowed, task)
+        self._ending[key] = (now + self.end_grace, peer, allowed, token)
 
     def _close(self, peer: str, allowed: float, why: str) -> None:
         """The fallback: close the client's connection(s) (off the loop: it reads this process's descriptors)."""
@@ -265,20 +291,18 @@ class CallGuard:
         async def unary(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
             peer = await self._enter(context)
             pending: list[Callable[[], object]] = []
-            reset = _after_write.set(pending)
+            # left set: grpc's task for this call ends with it, and ExpectedFailures knows the call by it
+            _after_write.set(pending)
             try:
                 # the message goes to the handler without a name here to keep it alive after use
                 response = await behaviour(await first_message(requests, context), context)
             except BaseException:
                 self._finish(pending, peer, None)
                 raise
-            finally:
-                with contextlib.suppress(ValueError):  # closed from another task (a collected call)
-                    _after_write.reset(reset)
             watched = None
             if peer:  # not this server's own intake processes (a unix socket): their calls are never ended
                 watched = object()  # this call's write deadline
-                writes.watch(watched, context, asyncio.current_task(), response.ByteSize())
+                writes.watch(watched, context, id(pending), response.ByteSize())
             # grpc ends the call (and calls this) once the answer is written, or the call is gone
             done: Any = lambda _: self._finish(pending, peer, watched)  # noqa: E731 (the stubs type grpc's sync callback)
             context.add_done_callback(done)
@@ -298,7 +322,7 @@ class CallGuard:
             key = object()
             task = asyncio.current_task()  # grpc's task for the call: it iterates this generator
             if not peer:  # an intake relaying a stream cancels it only when its own caller is gone
-                grpc_cancel.quiet.add(task)
+                _expected.add(task)
             try:
                 async for response in streaming(requests, context):
                     if peer:  # not this server's own intake processes (see unary)
@@ -310,7 +334,7 @@ class CallGuard:
             finally:
                 self._leave(peer)
                 if not peer:
-                    grpc_cancel.quiet.discard(task)
+                    _expected.discard(task)
 
         return grpc.stream_stream_rpc_method_handler(
             bidi, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer

@@ -16,17 +16,11 @@ function for the length of one ``peer_identities()`` call, on this thread only, 
 call it is given. When a grpcio version stops doing this, ``end_call`` says so (False) and the
 caller falls back to closing the client's connection (``grpc_calls.WriteDeadlines``).
 
-grpc.aio means to ignore a write that failed because the call was cancelled, but logs an ERROR
-with a traceback when the failure reaches the handler before the "close" operation has marked the
-call as cancelled (the usual order when a call is cancelled while its answer is being written).
-The tasks of calls whose cancellation is expected are registered in ``quiet`` and that record is
-dropped for them: calls ended here, and (``grpc_calls.CallGuard``) the streams an intake process
-relays, which it cancels when its own caller is gone or was ended.
+grpc.aio logs an ERROR for the failed write of a call ended this way; ``grpc_calls.py`` drops it.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 from typing import Any
@@ -37,10 +31,6 @@ from grpc._cython import cygrpc  # type: ignore[attr-defined]  # (grpcio ships n
 log = logging.getLogger(__name__)
 
 GRPC_CALL_OK = 0
-
-#: Tasks (grpc.aio's task of each call) whose failed write is expected, not worth an ERROR. Whoever
-#: adds a task removes it once its call is over.
-quiet: set[object] = set()
 
 
 def end_call(context: grpc.aio.ServicerContext, code: grpc.StatusCode, details: str) -> bool:
@@ -67,19 +57,3 @@ def end_call(context: grpc.aio.ServicerContext, code: grpc.StatusCode, details: 
     finally:
         cygrpc.peer_identities = original
     return results == [GRPC_CALL_OK]
-
-
-class _QuietExpectedFailures(logging.Filter):
-    """Drops grpc.aio's ERROR about the failed write of a call registered in ``quiet``."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if not quiet or record.levelno != logging.ERROR:
-            return True
-        try:
-            task = asyncio.current_task()
-        except RuntimeError:  # logged outside a running loop
-            return True
-        return task not in quiet or not str(record.msg).startswith("ExecuteBatchError raised in core")
-
-
-logging.getLogger(cygrpc.__name__).addFilter(_QuietExpectedFailures())
