@@ -31,9 +31,9 @@ class RawPeer(asyncio.Protocol):
         self.stalled = set(stalled)
         self.reads_others = reads_others
         self.encoder, self.decoder = hpack.Encoder(), hpack.Decoder()
-        self.buffer = b""
+        self.buffer = bytearray()
         self.received: dict[int, int] = {}  # stream -> bytes of DATA
-        self.data: dict[int, bytes] = {}  # stream -> DATA of the streams read
+        self.data: dict[int, bytearray] = {}  # stream -> DATA of the streams read
         self.trailers: dict[int, dict[str, str]] = {}
         self.resets: dict[int, int] = {}  # stream -> RST_STREAM error code
         self.changed = asyncio.Event()
@@ -49,32 +49,42 @@ class RawPeer(asyncio.Protocol):
         self.changed.set()
 
     def data_received(self, data: bytes) -> None:
-        self.buffer += data
-        while len(self.buffer) >= 9:
-            length = int.from_bytes(self.buffer[:3], "big")
-            if len(self.buffer) < 9 + length:
-                return
-            kind, flags, stream = self.buffer[3], self.buffer[4], int.from_bytes(self.buffer[5:9], "big")
-            payload, self.buffer = self.buffer[9 : 9 + length], self.buffer[9 + length :]
-            assert self.transport is not None
-            if kind == SETTINGS and not flags & ACK:
-                self.transport.write(frame(SETTINGS, ACK, 0))
-            elif kind == PING and not flags & ACK:
-                self.transport.write(frame(PING, ACK, 0, payload))
-            elif kind == DATA:
-                self.received[stream] = self.received.get(stream, 0) + length
-                if self.reads_others and length:
-                    self.transport.write(frame(WINDOW_UPDATE, 0, 0, length.to_bytes(4, "big")))
-                    if stream not in self.stalled:
-                        self.data[stream] = self.data.get(stream, b"") + payload
-                        self.transport.write(frame(WINDOW_UPDATE, 0, stream, length.to_bytes(4, "big")))
-            elif kind == HEADERS and flags & END_STREAM:  # trailers (every header block fits one frame here)
-                self.trailers[stream] = {k: v for k, v in self.decoder.decode(payload) if k.startswith("grpc-")}
-            elif kind == HEADERS:
-                self.decoder.decode(payload)  # keeps the decoder's table in step
-            elif kind == RST_STREAM:
-                self.resets[stream] = int.from_bytes(payload, "big")
-            self.changed.set()
+        buffer = self.buffer
+        buffer += data
+        start = 0  # frames are read by offset and dropped at the end (no copy of the rest per frame)
+        while len(buffer) - start >= 9:
+            length = int.from_bytes(buffer[start : start + 3], "big")
+            if len(buffer) - start < 9 + length:
+                break
+            kind, flags = buffer[start + 3], buffer[start + 4]
+            stream = int.from_bytes(buffer[start + 5 : start + 9], "big")
+            payload = bytes(buffer[start + 9 : start + 9 + length])
+            start += 9 + length
+            self._frame(kind, flags, stream, payload)
+        del buffer[:start]
+
+    def _frame(self, kind: int, flags: int, stream: int, payload: bytes) -> None:
+        """Acts on one frame the server sent."""
+        length = len(payload)
+        assert self.transport is not None
+        if kind == SETTINGS and not flags & ACK:
+            self.transport.write(frame(SETTINGS, ACK, 0))
+        elif kind == PING and not flags & ACK:
+            self.transport.write(frame(PING, ACK, 0, payload))
+        elif kind == DATA:
+            self.received[stream] = self.received.get(stream, 0) + length
+            if self.reads_others and length:
+                self.transport.write(frame(WINDOW_UPDATE, 0, 0, length.to_bytes(4, "big")))
+                if stream not in self.stalled:
+                    self.data.setdefault(stream, bytearray()).extend(payload)
+                    self.transport.write(frame(WINDOW_UPDATE, 0, stream, length.to_bytes(4, "big")))
+        elif kind == HEADERS and flags & END_STREAM:  # trailers (every header block fits one frame here)
+            self.trailers[stream] = {k: v for k, v in self.decoder.decode(payload) if k.startswith("grpc-")}
+        elif kind == HEADERS:
+            self.decoder.decode(payload)  # keeps the decoder's table in step
+        elif kind == RST_STREAM:
+            self.resets[stream] = int.from_bytes(payload, "big")
+        self.changed.set()
 
     def call(self, stream: int, method: str, requests: int, end: bool | None = None) -> None:
         """Open ``stream`` to ``/inference.GRPCInferenceService/{method}`` and send ``requests``
@@ -114,9 +124,9 @@ class RawPeer(asyncio.Protocol):
 
     def messages(self, stream: int) -> list[bytes]:
         """The whole gRPC messages read on ``stream`` so far."""
-        data, found = self.data.get(stream, b""), []
-        while len(data) >= 5 and len(data) >= 5 + int.from_bytes(data[1:5], "big"):
-            size = int.from_bytes(data[1:5], "big")
-            found.append(data[5 : 5 + size])
-            data = data[5 + size :]
+        data, found, start = self.data.get(stream, bytearray()), [], 0
+        while len(data) - start >= 5 and len(data) - start >= 5 + int.from_bytes(data[start + 1 : start + 5], "big"):
+            size = int.from_bytes(data[start + 1 : start + 5], "big")
+            found.append(bytes(data[start + 5 : start + 5 + size]))
+            start += 5 + size
         return found
