@@ -15,8 +15,10 @@ so nothing that reaches the socket can make a process run code):
    ``("result", call, header)``, the outputs written into one block of the response arena, or
    ``("error", call, kind, message, retry_after)``. Either answer frees the request block: until
    then the model process may read it.
-3. The intake copies the outputs out and sends ``("free", [block, ...])``, giving the response
-   blocks back. ``("cancel", call)``: the caller went away; the model process cancels the call and
+3. The intake copies the outputs out and sends ``("free", block)``, giving the response block
+   back; for a block of ``ACK_FREE_BYTES`` or more, ``("free", block, call)``, answered
+   ``("freed", call)`` once the block is uncounted, and only then does the intake go on with the
+   answer. ``("cancel", call)``: the caller went away; the model process cancels the call and
    still answers, so the request block is freed only once nothing reads it.
 
 4. ``("describe", call, model, version, known)``: an intake process running the front half of an
@@ -67,6 +69,12 @@ log = logging.getLogger("ferry.intake")
 
 Where = tuple[str, int, int]  # ("arena", offset, size) or ("spill", fd, size)
 Count = Callable[[int], Callable[[], None] | None]  # counts bytes in admission; returns what uncounts them
+
+#: An answer's block this large is uncounted (in the model process's row) before the intake goes on
+#: with the answer, one round trip later: otherwise the answer's next reservation would find the
+#: request's own block counted as another request's bytes, and be refused for it near the cap.
+#: Smaller blocks are freed without waiting (what they can overstate is small).
+ACK_FREE_BYTES = 256 * 1024
 
 #: The start of each arena whose pages stay resident when its blocks are freed: what small requests
 #: in flight at once use (a 224 x 224 RGB float image is 0.6 MB), reused without page faults.
@@ -321,6 +329,7 @@ class HandoffClient:
         self._channel = FramedChannel(self._on_message, self._on_lost)
         self._pending: dict[int, tuple[asyncio.Future, Where]] = {}
         self._questions: dict[int, asyncio.Future] = {}  # describe calls: no blocks
+        self._freeing: dict[int, tuple[asyncio.Future, InferenceResponse]] = {}  # answers awaiting "freed"
         self._calls = itertools.count()
         self._welcome: asyncio.Future | None = None
         self.lost = asyncio.Event()
@@ -404,6 +413,8 @@ class HandoffClient:
             future = self._settle(message[1])
             if future is not None and not future.done():
                 future.set_exception(StaleModel("the model was reloaded during the request; try again", retry_after=0))
+        elif kind == "freed":
+            self._on_freed(message[1])
         elif kind == "welcome" and self._welcome is not None:
             self._welcome.set_result(message)
 
@@ -420,17 +431,31 @@ class HandoffClient:
         model_name, model_version, request_id, parameters, where, descs, outputs = header
         future = self._settle(call)
         assert self._responses is not None
-        if future is not None and not future.done():
-            buffer, base = self._responses.buffer(where)
-            arrays = _read_tensors(buffer, base, descs, copy=True)
-            tensors = [
-                OutputTensor(name, datatype, arrays[name], binary, shared) for name, datatype, binary, shared in outputs
-            ]
-            future.set_result(InferenceResponse(model_name, model_version, request_id, tensors, parameters))
-        self._channel.send(("free", where))
+        if future is None or future.done():
+            self._channel.send(("free", where))
+            return
+        buffer, base = self._responses.buffer(where)
+        arrays = _read_tensors(buffer, base, descs, copy=True)
+        tensors = [
+            OutputTensor(name, datatype, arrays[name], binary, shared) for name, datatype, binary, shared in outputs
+        ]
+        response = InferenceResponse(model_name, model_version, request_id, tensors, parameters)
+        if where[2] < ACK_FREE_BYTES:
+            future.set_result(response)
+            self._channel.send(("free", where))
+        else:  # answered once the model process has uncounted the block: see ACK_FREE_BYTES
+            self._freeing[call] = (future, response)
+            self._channel.send(("free", where, call))
+
+    def _on_freed(self, call: int) -> None:
+        entry = self._freeing.pop(call, None)
+        if entry is not None and not entry[0].done():
+            entry[0].set_result(entry[1])
 
     def _on_lost(self) -> None:
         self.lost.set()
+        for call in list(self._freeing):  # the answers were copied out; the blocks went with the process
+            self._on_freed(call)
         for call in list(self._pending):
             future = self._settle(call)
             if future is not None and not future.done():
@@ -477,6 +502,8 @@ class HubConnection:
         elif kind == "free":
             assert self._responses is not None
             self._responses.free(message[1])
+            if len(message) > 2:
+                self.channel.send(("freed", message[2]))
         elif kind == "describe":
             self.channel.send(self._describe(*message[1:]))
         elif kind == "stats":
