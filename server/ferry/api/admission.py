@@ -18,6 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from ..errors import PayloadTooLarge, Unavailable
+from ..heap import HeapTrimmer
 from ..inflight import current_ticket
 
 RETRY_AFTER_S = 1
@@ -110,7 +111,7 @@ class Ticket:
         if self.closed or nbytes <= 0:
             return
         self.nbytes -= nbytes
-        self._admission.counts.add(BYTES, -nbytes)
+        self._admission.uncount(nbytes)
 
 
 class Admission:
@@ -124,6 +125,7 @@ class Admission:
         self.max_requests = max_requests
         self.max_bytes = max_bytes
         self.counts: Counts = counts or LocalCounts()
+        self.heap = HeapTrimmer()  # what requests free goes back to the system (see ferry.heap)
 
     @property
     def requests(self) -> int:
@@ -139,6 +141,11 @@ class Admission:
 
     def count_rejection(self) -> None:
         self.counts.add(REJECTED, 1)
+
+    def uncount(self, nbytes: int) -> None:
+        """``nbytes`` counted are freed."""
+        self.counts.add(BYTES, -nbytes)
+        self.heap.released(nbytes)
 
     def check_room(self, nbytes: int) -> None:
         """Refuse at once, before reading a body, a request whose announced size cannot fit now."""
@@ -161,7 +168,7 @@ class Admission:
             nonlocal released
             if not released:
                 released = True
-                self.counts.add(BYTES, -nbytes)
+                self.uncount(nbytes)
 
         return release
 
@@ -189,7 +196,7 @@ class Admission:
         finally:
             ticket.closed = True
             self.counts.add(REQUESTS, -1)
-            self.counts.add(BYTES, -ticket.nbytes)
+            self.uncount(ticket.nbytes)
 
 
 class AdmissionCollector(Collector):
