@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from ferry.api.admission import Admission
 from ferry.errors import PayloadTooLarge, Unavailable
-from ferry.intake.handoff import KEEP_RESIDENT, Blocks, HandoffClient, HandoffHub
+from ferry.intake.handoff import IDLE_GIVE_BACK_S, KEEP_RESIDENT, Blocks, HandoffClient, HandoffHub
 from ferry.intake.memory import FirstFit, pages_to_give_back
 from ferry.types import InferenceRequest, InferenceResponse, OutputTensor
 
@@ -74,6 +74,26 @@ def test_an_arena_keeps_only_its_start_resident_once_its_blocks_are_freed() -> N
         again, buffer, base = blocks.allocate(20 * MIB)
         assert buffer[base + 19 * MIB] == 0  # a page given back reads as zeros; nothing breaks
         blocks.free(again)
+    finally:
+        blocks.close()
+
+
+async def test_small_blocks_keep_their_pages_until_the_arena_is_idle() -> None:
+    blocks = Blocks("test-arena", 32 * MIB)
+    try:
+        held = []
+        for _ in range(12):  # 12 blocks of 1 MiB in use at once: past the kept 8 MiB
+            where, buffer, base = blocks.allocate(MIB)
+            buffer[base : base + MIB] = b"\x01" * MIB
+            held.append(where)
+        for where in held[1:]:
+            blocks.free(where)
+        assert _allocated(blocks) >= 12 * MIB  # still busy: the next requests reuse the pages
+        blocks.free(held[0])  # idle now: after IDLE_GIVE_BACK_S the pages past the kept start go
+        deadline = asyncio.get_running_loop().time() + 10
+        while _allocated(blocks) > KEEP_RESIDENT and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(IDLE_GIVE_BACK_S)
+        assert _allocated(blocks) <= KEEP_RESIDENT
     finally:
         blocks.close()
 

@@ -76,6 +76,14 @@ Count = Callable[[int], Callable[[], None] | None]  # counts bytes in admission;
 #: Smaller blocks are freed without waiting (what they can overstate is small).
 ACK_FREE_BYTES = 256 * 1024
 
+#: A freed block this large gives its pages back at once; faulting them in again costs about what
+#: writing them does, as for a spill (a fresh memfd each time).
+GIVE_BACK_AT_ONCE = 4 * 2**20
+
+#: How long an arena stays idle (no block in use) before the pages of its small blocks past
+#: ``KEEP_RESIDENT`` go: a closed loop of requests, idle for microseconds between rounds, keeps them.
+IDLE_GIVE_BACK_S = 0.1
+
 #: The start of each arena whose pages stay resident when its blocks are freed: what small requests
 #: in flight at once use (a 224 x 224 RGB float image is 0.6 MB), reused without page faults.
 KEEP_RESIDENT = 8 * 2**20
@@ -170,9 +178,12 @@ class FramedChannel(asyncio.Protocol):
 class Blocks:
     """An arena this side writes (first-fit blocks) plus the spills that did not fit in it.
 
-    Memory: a block is counted against ``--max-inflight-bytes`` while it exists (``count``), and
-    the arena's pages that a freed block leaves free are given back at once, beyond the first
-    ``KEEP_RESIDENT`` bytes, so after a burst an arena holds no more than that.
+    Memory: a block is counted against ``--max-inflight-bytes`` while it exists (``count``). The
+    pages a freed block of ``GIVE_BACK_AT_ONCE`` or more leaves free are given back at once, beyond
+    the first ``KEEP_RESIDENT`` bytes (as a spill's would be); smaller blocks' pages stay for the next
+    requests until the arena has been idle (no block in use) for ``IDLE_GIVE_BACK_S``, when every
+    page past ``KEEP_RESIDENT`` goes: so after a burst an arena holds no more than that, and steady
+    traffic of small blocks does not fault its pages in again and again.
     """
 
     def __init__(self, name: str, size: int) -> None:
@@ -181,6 +192,8 @@ class Blocks:
         self._spills: dict[int, Segment] = {}
         self._counted: dict[tuple[str, int], Callable[[], None]] = {}
         self._name = name
+        self._touched = 0  # the end of the highest block allocated since pages were last given back
+        self._sweep_due = False
 
     def allocate(self, nbytes: int, count: Count | None = None) -> tuple[Where, mmap.mmap, int]:
         """Room for ``nbytes``: where it is (for the other side), the buffer and the offset in it.
@@ -191,6 +204,7 @@ class Blocks:
             if offset is not None:
                 where: Where = ("arena", offset, nbytes)
                 buffer, base = self.arena.buffer, offset
+                self._touched = max(self._touched, offset + nbytes)
             else:
                 spill = Segment.create(f"{self._name}-spill", nbytes)
                 self._spills[spill.fd] = spill
@@ -208,11 +222,26 @@ class Blocks:
         uncount = self._counted.pop((kind, key), None)
         if kind == "arena":
             size, free_start, free_end = self._fit.free(key)
-            self.arena.give_back(*pages_to_give_back(key, size, free_start, free_end, KEEP_RESIDENT))
+            if size >= GIVE_BACK_AT_ONCE:
+                self.arena.give_back(*pages_to_give_back(key, size, free_start, free_end, KEEP_RESIDENT))
+            if not self._fit.used_bytes and self._touched > KEEP_RESIDENT and not self._sweep_due:
+                try:
+                    asyncio.get_running_loop().call_later(IDLE_GIVE_BACK_S, self._sweep)
+                    self._sweep_due = True
+                except RuntimeError:  # no event loop (a test): at once
+                    self._sweep()
         else:
             self._spills.pop(key).close()
         if uncount is not None:
             uncount()
+
+    def _sweep(self) -> None:
+        """Give back every page past ``KEEP_RESIDENT`` if the arena is still idle; else the next
+        time it is."""
+        self._sweep_due = False
+        if not self._fit.used_bytes and self._touched > KEEP_RESIDENT and not self.arena.buffer.closed:
+            self.arena.give_back(*pages_to_give_back(0, self._touched, 0, self._fit.size, KEEP_RESIDENT))
+            self._touched = 0
 
     def close(self) -> None:
         for spill in self._spills.values():
