@@ -7,7 +7,8 @@ Run (a few minutes on two cores)::
 
 For each attack, on a fresh server: the answers (status counts), the server's RSS before the burst,
 its peak while the burst runs (sampled every 20 ms; with intake processes, the sum of every
-process's proportional set size, so shared arenas count once) and after. The goal the defaults
+process's proportional set size, so shared arenas count once) and after, and the p99 latency of
+another client sending small requests one after another during the burst. The goal the defaults
 are chosen for: no attack raises the peak by more than 500 MB. Prints a table.
 """
 
@@ -60,13 +61,34 @@ def _rss(pid: int) -> int:
     return total
 
 
-def measure(server: RunningServer, burst: Callable[[], list[str]]) -> tuple[list[str], int, int, int]:
-    """Run ``burst`` while sampling RSS: (answers, before, peak, after) in bytes."""
+def _other_client(server: RunningServer, done: threading.Event, latencies: list[float], failures: list[str]) -> None:
+    """Another client: one small REST inference after another (16 floats) until ``done``."""
+    head = json.dumps(
+        {"inputs": [{"name": "x", "shape": [1, 16], "datatype": "FP32", "parameters": {"binary_data_size": 64}}]}
+    ).encode()
+    body = head + np.ones(16, np.float32).tobytes()
+    headers = {"Content-Type": "application/octet-stream", HEADER_LENGTH: str(len(head))}
+    url = f"http://{server.http_url}/v2/models/wide/infer"
+    while not done.is_set():
+        started = time.perf_counter()
+        status = _post(url, body, headers)
+        if status == "200":
+            latencies.append(time.perf_counter() - started)
+        else:
+            failures.append(status)
+        time.sleep(0.01)
+
+
+def measure(server: RunningServer, burst: Callable[[], list[str]]) -> tuple[list[str], int, int, int, str]:
+    """Run ``burst`` while sampling RSS and another client's latency: (answers, before, peak, after
+    in bytes, the other client's p99 and failures)."""
     pid = server.process.pid
     time.sleep(0.5)
     before = _rss(pid)
     peak = before
     done = threading.Event()
+    latencies: list[float] = []
+    failures: list[str] = []
 
     def sample() -> None:
         nonlocal peak
@@ -74,15 +96,22 @@ def measure(server: RunningServer, burst: Callable[[], list[str]]) -> tuple[list
             peak = max(peak, _rss(pid))
             time.sleep(0.02)
 
-    sampler = threading.Thread(target=sample)
-    sampler.start()
+    threads = [
+        threading.Thread(target=sample),
+        threading.Thread(target=_other_client, args=(server, done, latencies, failures)),
+    ]
+    for thread in threads:
+        thread.start()
     try:
         answers = burst()
     finally:
         done.set()
-        sampler.join()
+        for thread in threads:
+            thread.join()
     time.sleep(0.5)
-    return answers, before, peak, _rss(pid)
+    p99 = f"{np.percentile(latencies, 99) * 1000:.0f} ms ({len(latencies)} ok" if latencies else "- (0 ok"
+    other = p99 + (f", {len(failures)} failed: {sorted(set(failures))})" if failures else ")")
+    return answers, before, peak, _rss(pid), other
 
 
 def _post(url: str, body: bytes, headers: dict[str, str]) -> str:
@@ -226,16 +255,18 @@ def main() -> None:
             title, attack = ATTACKS[key]
             server = start_server(repo, Path(tmp) / f"{key}.log", *flags)  # a fresh server per attack
             try:
-                answers, before, peak, after = measure(server, lambda attack=attack, server=server: attack(server))
+                answers, before, peak, after, other = measure(
+                    server, lambda attack=attack, server=server: attack(server)
+                )
             finally:
                 server.stop()
             counted = ", ".join(f"{n} x {a}" for a, n in sorted(collections.Counter(answers).items()))
             grew, kept = (peak - before) / MB, (after - before) / MB
-            rows.append([title, counted, f"{before / MB:.0f}", f"+{grew:.0f}", f"{kept:+.0f}"])
+            rows.append([title, counted, f"{before / MB:.0f}", f"+{grew:.0f}", f"{kept:+.0f}", other])
             print(" | ".join(rows[-1]), flush=True)
     print(f"\nintake processes: {args.intake_processes}; flags: {' '.join(args.flags) or '(defaults)'}")
-    print("| attack (burst) | answers | RSS before (MB) | peak | after |")
-    print("|---|---|---|---|---|")
+    print("| attack (burst) | answers | RSS before (MB) | peak | after | another client's p99 |")
+    print("|---|---|---|---|---|---|")
     for row in rows:
         print("| " + " | ".join(row) + " |")
 

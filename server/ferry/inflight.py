@@ -8,11 +8,14 @@ ticket the front door set for the task, without every layer passing the ticket o
 from __future__ import annotations
 
 import contextvars
+from collections.abc import Callable
 from typing import Protocol
 
 
 class Reserves(Protocol):
     def reserve(self, nbytes: int) -> None: ...
+
+    def hold(self, nbytes: int) -> Callable[[], None]: ...
 
 
 #: The ticket of the request the running task serves (None outside admitted requests).
@@ -24,3 +27,10 @@ def reserve_for_current(nbytes: int) -> None:
     ticket = current_ticket.get()
     if ticket is not None:
         ticket.reserve(nbytes)
+
+
+def hold_for_current(nbytes: int) -> Callable[[], None] | None:
+    """Count ``nbytes`` that may outlive the running request (``Ticket.hold``), when it has a
+    ticket; the returned function stops counting them."""
+    ticket = current_ticket.get()
+    return None if ticket is None else ticket.hold(nbytes)

@@ -18,6 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from ..errors import PayloadTooLarge, Unavailable
+from ..heap import HeapTrimmer
 from ..inflight import current_ticket
 
 RETRY_AFTER_S = 1
@@ -52,32 +53,57 @@ class Ticket:
     def __init__(self, admission: Admission) -> None:
         self._admission = admission
         self.nbytes = 0
+        self.held = 0  # bytes of ``hold``s not yet released
         self.closed = False
 
     def reserve(self, nbytes: int) -> None:
         """Count ``nbytes`` more (bytes received, decompressed, decoded or about to be encoded);
         raises Unavailable if that would pass the cap while other requests hold bytes too, and
         PayloadTooLarge if this request alone would need more than the cap (it could never fit)."""
-        a = self._admission
         if self.closed:  # the request was answered; nothing it does now holds memory for long
             return
-        if a.max_bytes and self.nbytes + nbytes > a.max_bytes:
+        self._check(nbytes)
+        self.nbytes += nbytes
+        self._admission.counts.add(BYTES, nbytes)
+
+    def hold(self, nbytes: int) -> Callable[[], None]:
+        """Count ``nbytes`` that may outlive this request (a block handed to another process, given
+        back when that process answers, even after a cancelled request ended): refused like
+        ``reserve`` while the request runs, counted until the returned function is called."""
+        if self.closed:
+            return self._admission.hold(nbytes)
+        self._check(nbytes)
+        self.held += nbytes  # this request's own, for _check, while it holds them
+        uncount: Callable[[], None] | None = self._admission.hold(nbytes)
+
+        def release() -> None:
+            nonlocal uncount
+            if uncount is not None:
+                self.held -= nbytes
+                uncount()
+                uncount = None
+
+        return release
+
+    def _check(self, nbytes: int) -> None:
+        """Raise if ``nbytes`` more would pass the cap (see ``reserve``)."""
+        a = self._admission
+        own = self.nbytes + self.held
+        if a.max_bytes and own + nbytes > a.max_bytes:
             a.count_rejection()
             raise PayloadTooLarge(
-                f"this request needs {self.nbytes + nbytes} bytes in flight (its body, what decoding makes of it "
+                f"this request needs {own + nbytes} bytes in flight (its body, what decoding makes of it "
                 f"and its answer while encoded), more than the limit of {a.max_bytes} (--max-inflight-bytes); "
                 "send less per request, or binary answers"
             )
         held = a.bytes
-        if a.max_bytes and held - self.nbytes > 0 and held + nbytes > a.max_bytes:
+        if a.max_bytes and held - own > 0 and held + nbytes > a.max_bytes:
             a.count_rejection()
             raise Unavailable(
                 f"server overloaded: requests in flight hold {held} bytes and this one needs "
                 f"{nbytes} more (limit {a.max_bytes}, --max-inflight-bytes); retry later",
                 retry_after=RETRY_AFTER_S,
             )
-        self.nbytes += nbytes
-        a.counts.add(BYTES, nbytes)
 
     def release(self, nbytes: int) -> None:
         """Count ``nbytes`` less: a copy that was reserved is gone (the pieces a body was joined from)."""
@@ -85,7 +111,7 @@ class Ticket:
         if self.closed or nbytes <= 0:
             return
         self.nbytes -= nbytes
-        self._admission.counts.add(BYTES, -nbytes)
+        self._admission.uncount(nbytes)
 
 
 class Admission:
@@ -99,6 +125,7 @@ class Admission:
         self.max_requests = max_requests
         self.max_bytes = max_bytes
         self.counts: Counts = counts or LocalCounts()
+        self.heap = HeapTrimmer()  # what requests free goes back to the system (see ferry.heap)
 
     @property
     def requests(self) -> int:
@@ -114,6 +141,11 @@ class Admission:
 
     def count_rejection(self) -> None:
         self.counts.add(REJECTED, 1)
+
+    def uncount(self, nbytes: int) -> None:
+        """``nbytes`` counted are freed."""
+        self.counts.add(BYTES, -nbytes)
+        self.heap.released(nbytes)
 
     def check_room(self, nbytes: int) -> None:
         """Refuse at once, before reading a body, a request whose announced size cannot fit now."""
@@ -136,7 +168,7 @@ class Admission:
             nonlocal released
             if not released:
                 released = True
-                self.counts.add(BYTES, -nbytes)
+                self.uncount(nbytes)
 
         return release
 
@@ -164,7 +196,7 @@ class Admission:
         finally:
             ticket.closed = True
             self.counts.add(REQUESTS, -1)
-            self.counts.add(BYTES, -ticket.nbytes)
+            self.uncount(ticket.nbytes)
 
 
 class AdmissionCollector(Collector):

@@ -50,9 +50,11 @@ def decoding_handler(handler: grpc.RpcMethodHandler[Any, Any], method: str) -> g
         behaviour = cast(UnaryBehaviour, handler.unary_unary)
 
         async def unary(raw: bytes, context: Context) -> Any:
-            message = await _decode(raw, deserialize, method, context)
+            decoding = _decode(raw, deserialize, method, context)
             del raw  # the parsed message is all the call needs from here on
-            return await behaviour(message, context)
+            # the message goes to the method without a name here: grpc keeps an aborted call's
+            # AbortError, whose traceback holds this frame, after the call
+            return await behaviour(await decoding, context)
 
         return grpc.unary_unary_rpc_method_handler(unary, response_serializer=serializer)
     if handler.request_streaming and handler.response_streaming and handler.stream_stream is not None:

@@ -160,14 +160,14 @@ async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T | None
     away is dropped from the queue instead of occupying an instance."""
     task = asyncio.ensure_future(work)
 
-    async def watch() -> None:
+    async def watch(work_task: asyncio.Future) -> None:
         while True:
             message = await request.receive()
             if message["type"] == "http.disconnect":
-                task.cancel()
+                work_task.cancel()
                 return
 
-    watcher = asyncio.ensure_future(watch())
+    watcher = asyncio.ensure_future(watch(task))
     try:
         return await task
     except asyncio.CancelledError:
@@ -176,6 +176,10 @@ async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T | None
         raise
     finally:
         watcher.cancel()
+        # an error raised by ``work`` is stored in ``task`` and its traceback holds this frame: a
+        # reference cycle that kept a refused request's body (uncounted) until the garbage collector
+        # ran, which in a quiet process may be never
+        del task, watcher
 
 
 def ferry_error_response(request: Request, exc: FerryError) -> Response:

@@ -15,8 +15,10 @@ so nothing that reaches the socket can make a process run code):
    ``("result", call, header)``, the outputs written into one block of the response arena, or
    ``("error", call, kind, message, retry_after)``. Either answer frees the request block: until
    then the model process may read it.
-3. The intake copies the outputs out and sends ``("free", [block, ...])``, giving the response
-   blocks back. ``("cancel", call)``: the caller went away; the model process cancels the call and
+3. The intake copies the outputs out and sends ``("free", block)``, giving the response block
+   back; for a block of ``ACK_FREE_BYTES`` or more, ``("free", block, call)``, answered
+   ``("freed", call)`` once the block is uncounted, and only then does the intake go on with the
+   answer. ``("cancel", call)``: the caller went away; the model process cancels the call and
    still answers, so the request block is freed only once nothing reads it.
 
 4. ``("describe", call, model, version, known)``: an intake process running the front half of an
@@ -50,7 +52,9 @@ import orjson
 
 from ferry_client.codec.tensors import decode_bytes_elements, encode_bytes_elements
 
+from ..api.admission import Admission
 from ..errors import ErrorKind, FerryError, InvalidArgument, NotFound, PayloadTooLarge, Unavailable, Unimplemented
+from ..inflight import hold_for_current
 from ..types import (
     InferenceRequest,
     InferenceResponse,
@@ -59,11 +63,30 @@ from ..types import (
     SharedMemoryInput,
     SharedMemoryRef,
 )
-from .memory import FirstFit, Segment, aligned
+from .memory import FirstFit, Segment, aligned, pages_to_give_back
 
 log = logging.getLogger("ferry.intake")
 
 Where = tuple[str, int, int]  # ("arena", offset, size) or ("spill", fd, size)
+Count = Callable[[int], Callable[[], None] | None]  # counts bytes in admission; returns what uncounts them
+
+#: An answer's block this large is uncounted (in the model process's row) before the intake goes on
+#: with the answer, one round trip later: otherwise the answer's next reservation would find the
+#: request's own block counted as another request's bytes, and be refused for it near the cap.
+#: Smaller blocks are freed without waiting (what they can overstate is small).
+ACK_FREE_BYTES = 256 * 1024
+
+#: A freed block this large gives its pages back at once; faulting them in again costs about what
+#: writing them does, as for a spill (a fresh memfd each time).
+GIVE_BACK_AT_ONCE = 4 * 2**20
+
+#: How long an arena stays idle (no block in use) before the pages of its small blocks past
+#: ``KEEP_RESIDENT`` go: a closed loop of requests, idle for microseconds between rounds, keeps them.
+IDLE_GIVE_BACK_S = 0.1
+
+#: The start of each arena whose pages stay resident when its blocks are freed: what small requests
+#: in flight at once use (a 224 x 224 RGB float image is 0.6 MB), reused without page faults.
+KEEP_RESIDENT = 8 * 2**20
 TensorDesc = tuple[str, str | None, tuple[int, ...], int, int]  # name, numpy dtype (None: BYTES), shape, offset, size
 
 _LENGTH = 4
@@ -153,35 +176,81 @@ class FramedChannel(asyncio.Protocol):
 
 
 class Blocks:
-    """An arena this side writes (first-fit blocks) plus the spills that did not fit in it."""
+    """An arena this side writes (first-fit blocks) plus the spills that did not fit in it.
+
+    Memory: a block is counted against ``--max-inflight-bytes`` while it exists (``count``). The
+    pages a freed block of ``GIVE_BACK_AT_ONCE`` or more leaves free are given back at once, beyond
+    the first ``KEEP_RESIDENT`` bytes (as a spill's would be); smaller blocks' pages stay for the next
+    requests until the arena has been idle (no block in use) for ``IDLE_GIVE_BACK_S``, when every
+    page past ``KEEP_RESIDENT`` goes: so after a burst an arena holds no more than that, and steady
+    traffic of small blocks does not fault its pages in again and again.
+    """
 
     def __init__(self, name: str, size: int) -> None:
         self.arena = Segment.create(name, size)
         self._fit = FirstFit(size)
         self._spills: dict[int, Segment] = {}
+        self._counted: dict[tuple[str, int], Callable[[], None]] = {}
         self._name = name
+        self._touched = 0  # the end of the highest block allocated since pages were last given back
+        self._sweep_due = False
 
-    def allocate(self, nbytes: int) -> tuple[Where, mmap.mmap, int]:
-        """Room for ``nbytes``: where it is (for the other side), the buffer and the offset in it."""
-        offset = self._fit.allocate(nbytes)
-        if offset is not None:
-            return ("arena", offset, nbytes), self.arena.buffer, offset
-        spill = Segment.create(f"{self._name}-spill", nbytes)
-        self._spills[spill.fd] = spill
-        return ("spill", spill.fd, nbytes), spill.buffer, 0
+    def allocate(self, nbytes: int, count: Count | None = None) -> tuple[Where, mmap.mmap, int]:
+        """Room for ``nbytes``: where it is (for the other side), the buffer and the offset in it.
+        ``count`` counts the bytes against admission (and may refuse them) until the block is freed."""
+        uncount = None if count is None else count(nbytes)
+        try:
+            offset = self._fit.allocate(nbytes)
+            if offset is not None:
+                where: Where = ("arena", offset, nbytes)
+                buffer, base = self.arena.buffer, offset
+                self._touched = max(self._touched, offset + nbytes)
+            else:
+                spill = Segment.create(f"{self._name}-spill", nbytes)
+                self._spills[spill.fd] = spill
+                where, buffer, base = ("spill", spill.fd, nbytes), spill.buffer, 0
+        except BaseException:
+            if uncount is not None:
+                uncount()
+            raise
+        if uncount is not None:
+            self._counted[where[:2]] = uncount
+        return where, buffer, base
 
     def free(self, where: Where) -> None:
         kind, key, _ = where
+        uncount = self._counted.pop((kind, key), None)
         if kind == "arena":
-            self._fit.free(key)
+            size, free_start, free_end = self._fit.free(key)
+            if size >= GIVE_BACK_AT_ONCE:
+                self.arena.give_back(*pages_to_give_back(key, size, free_start, free_end, KEEP_RESIDENT))
+            if not self._fit.used_bytes and self._touched > KEEP_RESIDENT and not self._sweep_due:
+                try:
+                    asyncio.get_running_loop().call_later(IDLE_GIVE_BACK_S, self._sweep)
+                    self._sweep_due = True
+                except RuntimeError:  # no event loop (a test): at once
+                    self._sweep()
         else:
             self._spills.pop(key).close()
+        if uncount is not None:
+            uncount()
+
+    def _sweep(self) -> None:
+        """Give back every page past ``KEEP_RESIDENT`` if the arena is still idle; else the next
+        time it is."""
+        self._sweep_due = False
+        if not self._fit.used_bytes and self._touched > KEEP_RESIDENT and not self.arena.buffer.closed:
+            self.arena.give_back(*pages_to_give_back(0, self._touched, 0, self._fit.size, KEEP_RESIDENT))
+            self._touched = 0
 
     def close(self) -> None:
         for spill in self._spills.values():
             spill.release()
         self._spills.clear()
         self.arena.release()
+        for uncount in self._counted.values():
+            uncount()
+        self._counted.clear()
 
     @property
     def used_bytes(self) -> int:
@@ -215,12 +284,14 @@ def _payload(array: np.ndarray) -> np.ndarray | bytes:
     return array
 
 
-def _write_tensors(blocks: Blocks, arrays: list[tuple[str, np.ndarray]]) -> tuple[Where, list[TensorDesc]]:
-    """Write named arrays into one block; describe where each one is."""
+def _write_tensors(
+    blocks: Blocks, arrays: list[tuple[str, np.ndarray]], count: Count | None = None
+) -> tuple[Where, list[TensorDesc]]:
+    """Write named arrays into one block (counted by ``count`` until freed); describe where each one is."""
     payloads = [(name, array, _payload(array)) for name, array in arrays]
     sizes = [payload.nbytes if isinstance(payload, np.ndarray) else len(payload) for _, _, payload in payloads]
     total = sum(aligned(size) for size in sizes)
-    where, buffer, base = blocks.allocate(total)
+    where, buffer, base = blocks.allocate(total, count)
     descs: list[TensorDesc] = []
     offset = 0
     for (name, array, payload), size in zip(payloads, sizes, strict=True):
@@ -287,6 +358,7 @@ class HandoffClient:
         self._channel = FramedChannel(self._on_message, self._on_lost)
         self._pending: dict[int, tuple[asyncio.Future, Where]] = {}
         self._questions: dict[int, asyncio.Future] = {}  # describe calls: no blocks
+        self._freeing: dict[int, tuple[asyncio.Future, InferenceResponse]] = {}  # answers awaiting "freed"
         self._calls = itertools.count()
         self._welcome: asyncio.Future | None = None
         self.lost = asyncio.Event()
@@ -327,7 +399,9 @@ class HandoffClient:
         pre-processed for (``StaleModel`` when another serves by then)."""
         if self.lost.is_set():
             raise HandoffLost("the model process is not reachable; retry later", retry_after=1)
-        where, descs = _write_tensors(self._requests, list(request.inputs.items()))
+        # the block is a copy of the inputs that lives until the model process answers: counted
+        # (and refused past the cap) on the request's own ticket, as one process counts its copies
+        where, descs = _write_tensors(self._requests, list(request.inputs.items()), hold_for_current)
         header = (
             request.model_name,
             request.model_version,
@@ -368,6 +442,8 @@ class HandoffClient:
             future = self._settle(message[1])
             if future is not None and not future.done():
                 future.set_exception(StaleModel("the model was reloaded during the request; try again", retry_after=0))
+        elif kind == "freed":
+            self._on_freed(message[1])
         elif kind == "welcome" and self._welcome is not None:
             self._welcome.set_result(message)
 
@@ -384,17 +460,31 @@ class HandoffClient:
         model_name, model_version, request_id, parameters, where, descs, outputs = header
         future = self._settle(call)
         assert self._responses is not None
-        if future is not None and not future.done():
-            buffer, base = self._responses.buffer(where)
-            arrays = _read_tensors(buffer, base, descs, copy=True)
-            tensors = [
-                OutputTensor(name, datatype, arrays[name], binary, shared) for name, datatype, binary, shared in outputs
-            ]
-            future.set_result(InferenceResponse(model_name, model_version, request_id, tensors, parameters))
-        self._channel.send(("free", where))
+        if future is None or future.done():
+            self._channel.send(("free", where))
+            return
+        buffer, base = self._responses.buffer(where)
+        arrays = _read_tensors(buffer, base, descs, copy=True)
+        tensors = [
+            OutputTensor(name, datatype, arrays[name], binary, shared) for name, datatype, binary, shared in outputs
+        ]
+        response = InferenceResponse(model_name, model_version, request_id, tensors, parameters)
+        if where[2] < ACK_FREE_BYTES:
+            future.set_result(response)
+            self._channel.send(("free", where))
+        else:  # answered once the model process has uncounted the block: see ACK_FREE_BYTES
+            self._freeing[call] = (future, response)
+            self._channel.send(("free", where, call))
+
+    def _on_freed(self, call: int) -> None:
+        entry = self._freeing.pop(call, None)
+        if entry is not None and not entry[0].done():
+            entry[0].set_result(entry[1])
 
     def _on_lost(self) -> None:
         self.lost.set()
+        for call in list(self._freeing):  # the answers were copied out; the blocks went with the process
+            self._on_freed(call)
         for call in list(self._pending):
             future = self._settle(call)
             if future is not None and not future.done():
@@ -441,6 +531,8 @@ class HubConnection:
         elif kind == "free":
             assert self._responses is not None
             self._responses.free(message[1])
+            if len(message) > 2:
+                self.channel.send(("freed", message[2]))
         elif kind == "describe":
             self.channel.send(self._describe(*message[1:]))
         elif kind == "stats":
@@ -515,7 +607,11 @@ class HubConnection:
 
     def _pack_response(self, response: InferenceResponse) -> tuple:
         assert self._responses is not None
-        where, descs = _write_tensors(self._responses, [(o.name, o.data) for o in response.outputs])
+        # counted in the model process's row until the intake frees the block (never refused: the
+        # answer exists already; the intake counted its outputs before the model ran)
+        admission = self._hub.admission
+        count = None if admission is None else admission.hold
+        where, descs = _write_tensors(self._responses, [(o.name, o.data) for o in response.outputs], count)
         outputs = [(o.name, o.datatype, o.binary, o.shared_memory) for o in response.outputs]
         return (
             response.model_name,
@@ -554,10 +650,13 @@ class HubConnection:
 class HandoffHub:
     """The model process's end: accepts intake processes on a unix socket and serves their calls."""
 
-    def __init__(self, infer: Infer, arena_bytes: int, models: ModelDirectory | None = None) -> None:
+    def __init__(
+        self, infer: Infer, arena_bytes: int, models: ModelDirectory | None = None, admission: Admission | None = None
+    ) -> None:
         self.infer = infer
         self.arena_bytes = arena_bytes
         self.models = models
+        self.admission = admission  # counts the response blocks until the intakes free them
         self.connections: set[HubConnection] = set()
         self._server: asyncio.AbstractServer | None = None
         self._ready_changed = asyncio.Event()

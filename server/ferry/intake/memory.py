@@ -45,6 +45,13 @@ class Segment:
             os.close(own)
             raise
 
+    def give_back(self, start: int, length: int) -> None:
+        """Free the pages of [start, start + length) in every process that maps them (a hole punched
+        in the memfd: they read as zeros until written again), so an arena holds memory only for
+        the blocks in use, not for the largest burst it ever carried."""
+        if length:
+            self.buffer.madvise(mmap.MADV_REMOVE, start, length)
+
     def close(self) -> None:
         """Drop this process's descriptor; the mapping lives on while numpy views still use it."""
         if self.fd >= 0:
@@ -92,7 +99,9 @@ class FirstFit:
                 return offset
         return None
 
-    def free(self, offset: int) -> None:
+    def free(self, offset: int) -> tuple[int, int, int]:
+        """Give the block at ``offset`` back: (its size, and the start and end of the free block that
+        now holds it, merged with its free neighbours)."""
         size = self._used.pop(offset)
         self.used_bytes -= size
         free = self._free
@@ -109,3 +118,22 @@ class FirstFit:
         if index < len(free) and left[0] + left[1] == free[index][0]:
             left[1] += free[index][1]
             del free[index]
+        return size, left[0], left[0] + left[1]
+
+
+def pages_to_give_back(offset: int, size: int, free_start: int, free_end: int, keep: int) -> tuple[int, int]:
+    """The whole pages (start, length) that freeing the block (``offset``, ``size``) left free, in
+    the free block [``free_start``, ``free_end``) that now holds it, above the first ``keep`` bytes
+    of the arena (kept resident: small requests reuse them without a page fault). Only the freed
+    block's own pages and the two it shares with its neighbours can have become free."""
+    start = max(_page_up(free_start), _page_down(offset), _page_up(keep))
+    end = min(_page_down(free_end), _page_up(offset + size))
+    return start, max(0, end - start)
+
+
+def _page_down(offset: int) -> int:
+    return offset // mmap.PAGESIZE * mmap.PAGESIZE
+
+
+def _page_up(offset: int) -> int:
+    return -(-offset // mmap.PAGESIZE) * mmap.PAGESIZE

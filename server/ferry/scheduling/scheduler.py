@@ -365,6 +365,9 @@ class Scheduler(ModelScheduler):
                     pending.future.set_exception(result)
                 else:
                     pending.future.set_result(result)
+            # the last batch's tensors (a request's body, or the intake arena or spill it was read from)
+            # must not live on while this worker waits for the next batch
+            del batch, results, pending, result
 
     @property
     def runs_inline(self) -> bool:
