@@ -34,7 +34,6 @@ per call.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import functools
 import logging
@@ -92,32 +91,37 @@ class MessageDeadlines:
         self._expired: set[asyncio.Task[Any]] = set()
         self._sweep: asyncio.TimerHandle | None = None
 
-    async def first_message(self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
-        """The call's one request message, or the call aborted when it has not arrived in time."""
+    async def first_message(self, context: grpc.aio.ServicerContext) -> Any:
+        """The call's one request message, or the call aborted when it has not arrived in time.
+
+        Read with ``context.read()``, not by iterating the request iterator grpc passes: that
+        builds an async generator per call, which keeps the last message it read until closed."""
         task = asyncio.current_task()
         assert task is not None
         self._waiting[task] = time.monotonic() + self.timeout
         if self._sweep is None:
             self._sweep = asyncio.get_running_loop().call_later(self.period, self._expire_late)
+        message: Any = grpc.aio.EOF
+        expired = False
         try:
-            message = await requests.__anext__()
-            # the reader would keep the message's bytes until the call is collected: close it now
-            await _close_reader(requests)
-            return message
+            message = await context.read()
         except asyncio.CancelledError:
             if task not in self._expired:
                 raise
             if hasattr(task, "uncancel"):  # Python 3.11+
                 task.uncancel()
-        except StopAsyncIteration:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the call ended without a request message")
+            expired = True
         finally:
-            self._waiting.pop(task, None)
+            del self._waiting[task]
             self._expired.discard(task)
-        await context.abort(
-            grpc.StatusCode.DEADLINE_EXCEEDED,
-            f"the request message did not arrive within {self.timeout:g} s (--grpc-request-timeout-secs)",
-        )
+        if expired:
+            await context.abort(
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                f"the request message did not arrive within {self.timeout:g} s (--grpc-request-timeout-secs)",
+            )
+        if message is grpc.aio.EOF:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the call ended without a request message")
+        return message
 
     def _expire_late(self) -> None:
         now = time.monotonic()
@@ -130,33 +134,27 @@ class MessageDeadlines:
             self._sweep = asyncio.get_running_loop().call_later(self.period, self._expire_late)
 
 
-async def _close_reader(requests: AsyncIterator[Any]) -> None:
-    """End grpc's request reader (its generator keeps the last message it read)."""
-    reader = requests.__aiter__()
-    aclose = getattr(reader, "aclose", None)
-    if aclose is not None:
-        await aclose()
-
-
 class WriteDeadlines:
     """Closes the connection of a client that does not take a response message in time: one sweep
-    for every message being written (``ports``: the listening ports whose connections may be closed)."""
+    for every message being written (``ports``: the listening ports whose connections may be closed).
+
+    A message's size (which sets its allowance) is looked at only once the plain timeout has
+    passed: ``ByteSize()`` serialises the whole message under protobuf's upb runtime, too costly to
+    pay on every call for the rare one that is late."""
 
     def __init__(self, timeout: float, ports: Collection[int] = ()) -> None:
         self.timeout = timeout
         self.ports = ports
         self.period = min(1.0, timeout / SWEEPS_PER_TIMEOUT)
-        self._writing: dict[object, tuple[float, str, float]] = {}  # key -> deadline, peer, allowed
+        self._writing: dict[object, _Write] = {}
         self._sweep: asyncio.TimerHandle | None = None
 
-    def watch(self, key: object, context: grpc.aio.ServicerContext, response: Any) -> bool:
-        """Start timing ``response``'s write (``done(key)`` once written); False for calls never
-        cut: those of this server's own intake processes (a unix socket)."""
-        peer = context.peer()
-        if not peer_host(peer) or not self.ports:
+    def watch(self, key: object, peer: str, response: Any) -> bool:
+        """Start timing ``response``'s write to ``peer`` (grpc's peer string; ``done(key)`` once
+        written); False for calls never cut: those of this server's own intake processes (a unix socket)."""
+        if not self.ports or not peer_host(peer):
             return False
-        allowed = self.timeout + response.ByteSize() / WRITE_BYTES_PER_SEC
-        self._writing[key] = (time.monotonic() + allowed, peer, allowed)
+        self._writing[key] = _Write(time.monotonic(), peer, response)
         if self._sweep is None:
             self._sweep = asyncio.get_running_loop().call_later(self.period, self._cut_late)
         return True
@@ -167,14 +165,31 @@ class WriteDeadlines:
     def _cut_late(self) -> None:
         now = time.monotonic()
         loop = asyncio.get_running_loop()
-        for key, (deadline, peer, allowed) in list(self._writing.items()):
-            if deadline <= now:
+        for key, write in list(self._writing.items()):
+            if now - write.start < self.timeout:
+                continue
+            if write.allowed is None:  # first time past the plain timeout: add the size's allowance
+                write.allowed = self.timeout + write.response.ByteSize() / WRITE_BYTES_PER_SEC
+                write.response = None
+            if now - write.start >= write.allowed:
                 del self._writing[key]  # off the loop: it reads this process's descriptors
-                closing = loop.run_in_executor(None, close_peer_connections, peer, tuple(self.ports))
-                closing.add_done_callback(functools.partial(_report_cut, peer, allowed))
+                closing = loop.run_in_executor(None, close_peer_connections, write.peer, tuple(self.ports))
+                closing.add_done_callback(functools.partial(_report_cut, write.peer, write.allowed))
         self._sweep = None
         if self._writing:
             self._sweep = loop.call_later(self.period, self._cut_late)
+
+
+class _Write:
+    """A response message being written: since when, to whom, and its allowance once known."""
+
+    __slots__ = ("start", "peer", "response", "allowed")
+
+    def __init__(self, start: float, peer: str, response: Any) -> None:
+        self.start = start
+        self.peer = peer
+        self.response = response
+        self.allowed: float | None = None
 
 
 def _report_cut(peer: str, allowed: float, closing: asyncio.Future[int]) -> None:
@@ -219,26 +234,23 @@ class CallGuard:
     def _guard_unary(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         behaviour: Any = handler.unary_unary
         first_message = self.deadlines.first_message
-
         writes = self.writes
 
-        async def unary(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
-            peer = await self._enter(context)
+        async def unary(_: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
+            peer = context.peer()
+            host = await self._enter(peer, context)
             pending: list[Callable[[], object]] = []
-            reset = _after_write.set(pending)
+            _after_write.set(pending)  # in this call's own task context: never reset
             try:
                 # the message goes to the handler without a name here to keep it alive after use
-                response = await behaviour(await first_message(requests, context), context)
+                response = await behaviour(await first_message(context), context)
             except BaseException:
-                self._finish(pending, peer, None)
+                self._finish(pending, host, None)
                 raise
-            finally:
-                with contextlib.suppress(ValueError):  # closed from another task (a collected call)
-                    _after_write.reset(reset)
             key = object()  # this call's write deadline
-            watched = key if writes.watch(key, context, response) else None
+            watched = key if writes.watch(key, peer, response) else None
             # grpc ends the call (and calls this) once the answer is written, or the call is gone
-            done: Any = lambda _: self._finish(pending, peer, watched)  # noqa: E731 (the stubs type grpc's sync callback)
+            done: Any = lambda _: self._finish(pending, host, watched)  # noqa: E731 (the stubs type grpc's sync callback)
             context.add_done_callback(done)
             return response
 
@@ -252,18 +264,19 @@ class CallGuard:
         writes = self.writes
 
         async def bidi(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-            peer = await self._enter(context)
+            peer = context.peer()
+            host = await self._enter(peer, context)
             key = object()
             try:
                 async for response in streaming(requests, context):
-                    watched = writes.watch(key, context, response)
+                    watched = writes.watch(key, peer, response)
                     try:
                         yield response  # resumes once grpc has written it
                     finally:
                         if watched:
                             writes.done(key)
             finally:
-                self._leave(peer)
+                self._leave(host)
 
         return grpc.stream_stream_rpc_method_handler(
             bidi, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer
@@ -278,8 +291,10 @@ class CallGuard:
         pending.clear()
         self._leave(peer)
 
-    async def _enter(self, context: grpc.aio.ServicerContext) -> str:
-        peer = peer_host(context.peer())
+    async def _enter(self, full_peer: str, context: grpc.aio.ServicerContext) -> str:
+        """Count a call of ``full_peer`` (grpc's peer string); returns its address ("" for calls
+        never counted)."""
+        peer = peer_host(full_peer)
         if not peer:
             return peer
         held = self.calls.get(peer, 0)
