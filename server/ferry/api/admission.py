@@ -10,8 +10,7 @@ shared table (``intake/shared_state.py``) and the caps apply to the sum.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -48,13 +47,34 @@ class LocalCounts:
 
 
 class Ticket:
-    """One admitted request's share of the byte cap: grows as its real cost becomes known."""
+    """One admitted request's slot and share of the byte cap: grows as its real cost becomes known,
+    and is given back by ``close()`` (or leaving its ``with`` block).
 
-    def __init__(self, admission: Admission) -> None:
+    A plain object, not a generator-based context manager: one is made per request, and a request
+    often hands its ``close`` on (to be called once its answer is written)."""
+
+    __slots__ = ("_admission", "nbytes", "held", "closed")
+
+    def __init__(self, admission: Admission, nbytes: int) -> None:
         self._admission = admission
-        self.nbytes = 0
+        self.nbytes = nbytes
         self.held = 0  # bytes of ``hold``s not yet released
         self.closed = False
+
+    def __enter__(self) -> Ticket:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Give the slot and every byte counted back (once; later calls do nothing)."""
+        if self.closed:
+            return
+        self.closed = True
+        admission = self._admission
+        admission.counts.add(REQUESTS, -1)
+        admission.uncount(self.nbytes)
 
     def reserve(self, nbytes: int) -> None:
         """Count ``nbytes`` more (bytes received, decompressed, decoded or about to be encoded);
@@ -172,9 +192,9 @@ class Admission:
 
         return release
 
-    @contextlib.contextmanager
-    def admit(self, nbytes: int = 0) -> Iterator[Ticket]:
-        """Hold one request slot, and ``nbytes`` plus what the ticket reserves, for the block's duration."""
+    def admit(self, nbytes: int = 0) -> Ticket:
+        """Hold one request slot, and ``nbytes`` plus what the ticket reserves, until the ticket is
+        closed (``with admission.admit() as ticket:``, or ``ticket.close`` handed on)."""
         requests = self.requests
         if self.max_requests and requests >= self.max_requests:
             self.count_rejection()
@@ -186,17 +206,11 @@ class Admission:
         # one request is always let in here, however large its announced body (the body limits bound
         # that); what it then needs beyond the cap is refused by Ticket.reserve
         self.check_room(nbytes)
-        ticket = Ticket(self)
+        ticket = Ticket(self, nbytes)
         self.counts.add(REQUESTS, 1)
-        ticket.nbytes = nbytes
         self.counts.add(BYTES, nbytes)
         current_ticket.set(ticket)  # not reset: the release may run in another context (HeldResponse)
-        try:
-            yield ticket
-        finally:
-            ticket.closed = True
-            self.counts.add(REQUESTS, -1)
-            self.uncount(ticket.nbytes)
+        return ticket
 
 
 class AdmissionCollector(Collector):

@@ -88,6 +88,8 @@ def guarded_protocol(limits: HttpConnectionLimits) -> type[HttpToolsProtocol]:
             self._in_headers = False
             self._header_bytes = 0
             self._header_timer: asyncio.TimerHandle | None = None
+            self._header_since = 0.0  # when this request's line and headers began (loop time)
+            self._body_open = False  # a body whose arrival rate is checked is still arriving
             self._body_timer: asyncio.TimerHandle | None = None
             self._body_bytes = 0
             self._body_clock = 0.0  # seconds the body has been receivable (reading not paused)
@@ -111,6 +113,7 @@ def guarded_protocol(limits: HttpConnectionLimits) -> type[HttpToolsProtocol]:
                 shared.add(1)
             super().connection_made(transport)
             self._begin_headers()
+            self._arm_header_timer()  # a client that sends nothing at all is timed too
 
         def connection_lost(self, exc: Exception | None) -> None:
             if self._refused:
@@ -132,6 +135,15 @@ def guarded_protocol(limits: HttpConnectionLimits) -> type[HttpToolsProtocol]:
                         HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE,
                         f"request line and headers exceed {limits.max_header_bytes} bytes (--http-max-header-bytes)",
                     )
+                    return
+            # Timers are armed only for what is still incomplete once this data is parsed: most
+            # requests arrive whole in one read and need none (a timer per request is measurable CPU).
+            if self._closing or self.transport.is_closing():
+                return
+            if self._in_headers:
+                self._arm_header_timer()
+            elif self._body_open and self._body_timer is None:
+                self._body_timer = self.loop.call_later(BODY_CHECK_INTERVAL_S, self._check_body_rate)
 
         # --- per request ---------------------------------------------------------------------
 
@@ -148,13 +160,14 @@ def guarded_protocol(limits: HttpConnectionLimits) -> type[HttpToolsProtocol]:
             if self.parser.get_method() not in (b"GET", b"HEAD") and limits.min_body_rate:
                 self._body_bytes = 0
                 self._body_clock = 0.0
-                self._body_timer = self.loop.call_later(BODY_CHECK_INTERVAL_S, self._check_body_rate)
+                self._body_open = True  # timed from the end of this read, if still arriving then
 
         def on_body(self, body: bytes) -> None:
             self._body_bytes += len(body)
             super().on_body(body)
 
         def on_message_complete(self) -> None:
+            self._body_open = False
             self._cancel(self._body_timer)
             self._body_timer = None
             super().on_message_complete()
@@ -201,8 +214,13 @@ def guarded_protocol(limits: HttpConnectionLimits) -> type[HttpToolsProtocol]:
         def _begin_headers(self) -> None:
             self._in_headers = True
             self._header_bytes = 0
-            if limits.header_timeout:
-                self._header_timer = self.loop.call_later(limits.header_timeout, self._header_timed_out)
+            self._header_since = self.loop.time()
+
+        def _arm_header_timer(self) -> None:
+            """Time the request line and headers (from when they began), unless already timed."""
+            if limits.header_timeout and self._header_timer is None:
+                left = limits.header_timeout - (self.loop.time() - self._header_since)
+                self._header_timer = self.loop.call_later(max(0.0, left), self._header_timed_out)
 
         def _header_timed_out(self) -> None:
             self._header_timer = None

@@ -12,7 +12,6 @@ response is an ordinary JSON error with its status code. Works for every model, 
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -62,15 +61,14 @@ def add_generate_routes(app: FastAPI, plane: DataPlane, json_body: JsonBody) -> 
     @app.post("/v2/models/{model}/generate_stream")
     @app.post("/v2/models/{model}/versions/{version}/generate_stream")
     async def generate_stream(model: str, request: Request, version: str = "") -> Response:
-        stack = contextlib.ExitStack()
-        ticket = stack.enter_context(plane.admission.admit())  # held until the stream ends
+        ticket = plane.admission.admit()  # held until the stream ends
         try:
             body = await json_body(request)
             ticket.reserve(len(json.dumps(body)))
             responses = plane.infer_stream(generate_request(plane, model, version, body))
             first = await _first_data(responses)  # errors before it are ordinary JSON errors
         except BaseException:
-            stack.close()
+            ticket.close()
             raise
 
         async def events() -> AsyncIterator[bytes]:
@@ -82,7 +80,7 @@ def add_generate_routes(app: FastAPI, plane: DataPlane, json_body: JsonBody) -> 
                             yield _event(item, plane)
             finally:
                 await responses.aclose()
-                stack.close()
+                ticket.close()
 
         return StreamingResponse(events(), media_type=EVENT_STREAM)
 

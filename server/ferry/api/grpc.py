@@ -7,7 +7,6 @@ status code its kind carries, so gRPC and REST report the same failures the same
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -26,7 +25,7 @@ from .cuda_shared_memory import cuda_register_refused, cuda_status, cuda_unregis
 from .dataplane import DataPlane
 from .grpc_calls import CallGuard, WrappedRegistration, release_after_write
 from .grpc_codec import decode_infer_request, encode_infer_response
-from .grpc_decode import decoding_handler
+from .grpc_decode import decoding_handler, received_bytes
 from .grpc_limits import GrpcLimits
 from .inference_plane import InferencePlane
 from .limits import OFF_LOOP_BYTES
@@ -76,12 +75,12 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
 
     @_rpc
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Context) -> pb.ModelInferResponse:
-        message, release = await self._infer(request, caller(self.plane.identify, context))
+        message, release = await self._infer(request, received_bytes(request), caller(self.plane.identify, context))
         release_after_write(release)  # the admission, answer included, stays until grpc wrote it
         return message
 
-    async def _decode(self, request: pb.ModelInferRequest, ticket: Any, client: str) -> InferenceRequest:
-        if request.ByteSize() < OFF_LOOP_BYTES:
+    async def _decode(self, request: pb.ModelInferRequest, size: int, ticket: Any, client: str) -> InferenceRequest:
+        if size < OFF_LOOP_BYTES:
             infer_request = decode_infer_request(request, self.plane.limits)
         else:
             infer_request = await asyncio.to_thread(decode_infer_request, request, self.plane.limits)
@@ -91,28 +90,28 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
         return infer_request
 
     async def _infer(
-        self, request: pb.ModelInferRequest, client: str, into: pb.ModelInferResponse | None = None
+        self, request: pb.ModelInferRequest, size: int, client: str, into: pb.ModelInferResponse | None = None
     ) -> tuple[pb.ModelInferResponse, Release]:
         """Admit one request at its real cost: the message, typed contents decoded, the response.
 
-        Returns the answer with the release of its admission, which the caller calls once the
-        answer has been written: until then the answer is memory this request holds."""
-        held = contextlib.ExitStack()
+        ``size``: the request message's serialised size. Returns the answer with the release of
+        its admission, which the caller calls once the answer has been written: until then the
+        answer is memory this request holds."""
         # twice the message: it is parsed from bytes grpc read whole before this runs (dropped once
         # parsed, see grpc_decode.py), so calls still arriving hold as much again, uncounted
-        ticket = held.enter_context(self.plane.admission.admit(2 * request.ByteSize()))
+        ticket = self.plane.admission.admit(2 * size)
         try:
-            infer_request = await self._decode(request, ticket, client)
+            infer_request = await self._decode(request, size, ticket, client)
             outputs = reserve_outputs(infer_request.inputs, ticket)
             response = await self.plane.infer(infer_request, door="ModelInfer RPC")
             reserve_response(
                 response, self.max_response_bytes, ticket, binary_only=True, copies=GRPC_BINARY_COPIES, reserved=outputs
             )
             if estimated_size(response, binary_only=True) < OFF_LOOP_BYTES:
-                return encode_infer_response(response, into), held.close
-            return await asyncio.to_thread(encode_infer_response, response, into), held.close
+                return encode_infer_response(response, into), ticket.close
+            return await asyncio.to_thread(encode_infer_response, response, into), ticket.close
         except BaseException:
-            held.close()
+            ticket.close()
             raise
 
     async def ModelStreamInfer(
@@ -179,7 +178,7 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
         try:
             empty_final = _wants_empty_final(request)
             streamed = pb.ModelStreamInferResponse()
-            message, release = await self._infer(request, client, streamed.infer_response)
+            message, release = await self._infer(request, request.ByteSize(), client, streamed.infer_response)
             message.parameters[FINAL_FLAG].bool_param = not empty_final
             await _put(out, streamed, release)
             if empty_final:
@@ -197,8 +196,9 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
             model_name=request.model_name, model_version=request.model_version, id=request.id
         )
         try:
-            with self.plane.admission.admit(2 * request.ByteSize()) as ticket:
-                infer_request = await self._decode(request, ticket, client)
+            size = request.ByteSize()
+            with self.plane.admission.admit(2 * size) as ticket:
+                infer_request = await self._decode(request, size, ticket, client)
                 async for item, final in self.plane.infer_stream(infer_request):
                     if isinstance(item, FerryError):
                         failed = pb.ModelInferResponse()

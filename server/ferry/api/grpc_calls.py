@@ -129,32 +129,37 @@ class MessageDeadlines:
         self._expired: set[asyncio.Task[Any]] = set()
         self._sweep: asyncio.TimerHandle | None = None
 
-    async def first_message(self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
-        """The call's one request message, or the call aborted when it has not arrived in time."""
+    async def first_message(self, context: grpc.aio.ServicerContext) -> Any:
+        """The call's one request message, or the call aborted when it has not arrived in time.
+
+        Read with ``context.read()``, not by iterating the request iterator grpc passes: that
+        builds an async generator per call, which keeps the last message it read until closed."""
         task = asyncio.current_task()
         assert task is not None
         self._waiting[task] = time.monotonic() + self.timeout
         if self._sweep is None:
             self._sweep = asyncio.get_running_loop().call_later(self.period, self._expire_late)
+        message: Any = grpc.aio.EOF
+        expired = False
         try:
-            message = await requests.__anext__()
-            # the reader would keep the message's bytes until the call is collected: close it now
-            await _close_reader(requests)
-            return message
+            message = await context.read()
         except asyncio.CancelledError:
             if task not in self._expired:
                 raise
             if hasattr(task, "uncancel"):  # Python 3.11+
                 task.uncancel()
-        except StopAsyncIteration:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the call ended without a request message")
+            expired = True
         finally:
-            self._waiting.pop(task, None)
+            del self._waiting[task]
             self._expired.discard(task)
-        await context.abort(
-            grpc.StatusCode.DEADLINE_EXCEEDED,
-            f"the request message did not arrive within {self.timeout:g} s (--grpc-request-timeout-secs)",
-        )
+        if expired:
+            await context.abort(
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                f"the request message did not arrive within {self.timeout:g} s (--grpc-request-timeout-secs)",
+            )
+        if message is grpc.aio.EOF:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the call ended without a request message")
+        return message
 
     def _expire_late(self) -> None:
         now = time.monotonic()
@@ -167,14 +172,6 @@ class MessageDeadlines:
             self._sweep = asyncio.get_running_loop().call_later(self.period, self._expire_late)
 
 
-async def _close_reader(requests: AsyncIterator[Any]) -> None:
-    """End grpc's request reader (its generator keeps the last message it read)."""
-    reader = requests.__aiter__()
-    aclose = getattr(reader, "aclose", None)
-    if aclose is not None:
-        await aclose()
-
-
 class WriteDeadlines:
     """Ends the call of a client that does not take a response message in time: one sweep for
     every message being written (``ports``: the listening ports whose connections the fallback may
@@ -183,24 +180,26 @@ class WriteDeadlines:
     The call alone is ended (``grpc_cancel.end_call``): its stream gets DEADLINE_EXCEEDED and
     RST_STREAM, grpc frees its answer, the client's other calls on the connection go on. Only when
     that is not possible, or the call is still not over ``end_grace`` seconds later, is the
-    client's whole connection closed (``peer_sockets.py``)."""
+    client's whole connection closed (``peer_sockets.py``).
+
+    A message's size (which adds to its allowance) is looked at only once the plain timeout has
+    passed: ``ByteSize()`` serialises the whole message under protobuf's upb runtime, too costly to
+    pay on every call for the rare one that is late."""
 
     def __init__(self, timeout: float, ports: Collection[int] = (), end_grace: float = END_GRACE_S) -> None:
         self.timeout = timeout
         self.ports = ports
         self.end_grace = end_grace
         self.period = min(1.0, timeout / SWEEPS_PER_TIMEOUT)
-        # key -> deadline, the call's context and its ExpectedFailures token, the time allowed
-        self._writing: dict[object, tuple[float, grpc.aio.ServicerContext, object, float]] = {}
+        self._writing: dict[object, _Write] = {}
         # key -> when to close the connection instead, peer, time allowed, the call's token
         self._ending: dict[object, tuple[float, str, float, object]] = {}
         self._sweep: asyncio.TimerHandle | None = None
 
-    def watch(self, key: object, context: grpc.aio.ServicerContext, token: object, size: int) -> None:
-        """Start timing the write of a ``size``-byte response of ``context``'s call (``token``: the
-        call as ``ExpectedFailures`` knows it); ``done(key)`` once written."""
-        allowed = self.timeout + size / WRITE_BYTES_PER_SEC
-        self._writing[key] = (time.monotonic() + allowed, context, token, allowed)
+    def watch(self, key: object, context: grpc.aio.ServicerContext, token: object, response: Any) -> None:
+        """Start timing the write of ``response``, of ``context``'s call (``token``: the call as
+        ``ExpectedFailures`` knows it); ``done(key)`` once written."""
+        self._writing[key] = _Write(time.monotonic(), context, token, response, self.timeout)
         if self._sweep is None:
             self._sweep = asyncio.get_running_loop().call_later(self.period, self._sweep_late)
 
@@ -212,10 +211,15 @@ class WriteDeadlines:
 
     def _sweep_late(self) -> None:
         now = time.monotonic()
-        for key, (deadline, context, token, allowed) in list(self._writing.items()):
-            if deadline <= now:
+        for key, write in list(self._writing.items()):
+            if now - write.start < self.timeout:
+                continue
+            if write.response is not None:  # first time past the plain timeout: add the size's allowance
+                write.allowed += write.response.ByteSize() / WRITE_BYTES_PER_SEC
+                write.response = None
+            if now - write.start >= write.allowed:
                 del self._writing[key]
-                self._end(key, context, token, allowed, now)
+                self._end(key, write.context, write.token, write.allowed, now)
         for key, (closing_at, peer, allowed, token) in list(self._ending.items()):
             if closing_at <= now:
                 del self._ending[key]
@@ -240,6 +244,22 @@ class WriteDeadlines:
         """The fallback: close the client's connection(s) (off the loop: it reads this process's descriptors)."""
         closing = asyncio.get_running_loop().run_in_executor(None, close_peer_connections, peer, tuple(self.ports))
         closing.add_done_callback(functools.partial(_report_close, peer, allowed, why))
+
+
+class _Write:
+    """A response message being written: since when, its call (context and ExpectedFailures token),
+    the time it is allowed, and the message itself until its size has been added to that."""
+
+    __slots__ = ("start", "context", "token", "response", "allowed")
+
+    def __init__(
+        self, start: float, context: grpc.aio.ServicerContext, token: object, response: Any, allowed: float
+    ) -> None:
+        self.start = start
+        self.context = context
+        self.token = token
+        self.response: Any = response
+        self.allowed = allowed
 
 
 def _report_close(peer: str, allowed: float, why: str, closing: asyncio.Future[int]) -> None:
@@ -288,21 +308,21 @@ class CallGuard:
 
         writes = self.writes
 
-        async def unary(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
+        async def unary(_: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
             peer = await self._enter(context)
             pending: list[Callable[[], object]] = []
             # left set: grpc's task for this call ends with it, and ExpectedFailures knows the call by it
             _after_write.set(pending)
             try:
                 # the message goes to the handler without a name here to keep it alive after use
-                response = await behaviour(await first_message(requests, context), context)
+                response = await behaviour(await first_message(context), context)
             except BaseException:
                 self._finish(pending, peer, None)
                 raise
             watched = None
             if peer:  # not this server's own intake processes (a unix socket): their calls are never ended
                 watched = object()  # this call's write deadline
-                writes.watch(watched, context, id(pending), response.ByteSize())
+                writes.watch(watched, context, id(pending), response)
             # grpc ends the call (and calls this) once the answer is written, or the call is gone
             done: Any = lambda _: self._finish(pending, peer, watched)  # noqa: E731 (the stubs type grpc's sync callback)
             context.add_done_callback(done)
@@ -326,7 +346,7 @@ class CallGuard:
             try:
                 async for response in streaming(requests, context):
                     if peer:  # not this server's own intake processes (see unary)
-                        writes.watch(key, context, task, response.ByteSize())
+                        writes.watch(key, context, task, response)
                     try:
                         yield response  # resumes once grpc has written it
                     finally:

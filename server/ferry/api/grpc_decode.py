@@ -9,6 +9,7 @@ deserialisation over: the caller gets a precise status and the server logs nothi
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, cast
 
@@ -19,6 +20,18 @@ from ..errors import ErrorKind
 from .limits import OFF_LOOP_BYTES
 
 Context = grpc.aio.ServicerContext[Any, Any]
+
+#: The size on the wire of the unary call's request message being served (-1: not known here).
+_received_bytes: contextvars.ContextVar[int] = contextvars.ContextVar("ferry_grpc_received_bytes", default=-1)
+
+
+def received_bytes(message: Any) -> int:
+    """The serialised size of ``message``, the request of the unary call being served: as read
+    from the wire when this module decoded it, else from ``ByteSize()``. Why not always
+    ``ByteSize()``: protobuf's upb runtime computes it by serialising the whole message, a full
+    copy of every tensor in it."""
+    size = _received_bytes.get()
+    return size if size >= 0 else int(message.ByteSize())
 
 
 async def _decode(raw: bytes, deserialize: Callable[[bytes], Any], method: str, context: Context) -> Any:
@@ -50,6 +63,7 @@ def decoding_handler(handler: grpc.RpcMethodHandler[Any, Any], method: str) -> g
         behaviour = cast(UnaryBehaviour, handler.unary_unary)
 
         async def unary(raw: bytes, context: Context) -> Any:
+            _received_bytes.set(len(raw))  # this call's own task and context
             decoding = _decode(raw, deserialize, method, context)
             del raw  # the parsed message is all the call needs from here on
             # the message goes to the method without a name here: grpc keeps an aborted call's

@@ -29,10 +29,10 @@ class HeldResponse(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            if len(self.body) <= SMALL_BODY:
-                await super().__call__(scope, receive, send)
-                return
             await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+            if len(self.body) <= SMALL_BODY:
+                await send({"type": "http.response.body", "body": self.body})
+                return
             await send({"type": "http.response.body", "body": self.body, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})  # after the drain
         finally:

@@ -7,7 +7,6 @@ the status code the error kind carries.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
@@ -237,8 +236,7 @@ async def infer_response(
 ) -> Response:
     """``POST .../infer``: admit, read and decode the body, run the model, encode and compress."""
     plane.admission.check_room(_declared_length(request))
-    held = contextlib.ExitStack()  # the admission, held until the answer is written (HeldResponse)
-    ticket = held.enter_context(plane.admission.admit())
+    ticket = plane.admission.admit()  # held until the answer is written (HeldResponse)
     try:
         body = await _read_body(request, max_body_bytes, ticket)
         infer_request = await _off_loop_if_large(
@@ -249,7 +247,7 @@ async def infer_response(
         outputs = reserve_outputs(infer_request.inputs, ticket)
         response = await _unless_disconnected(request, plane.infer(infer_request))
         if response is None:
-            held.close()
+            ticket.close()
             return Response(status_code=499)  # the caller is gone; nobody reads this
         reserve_response(response, max_response_bytes, ticket, binary_only=False, reserved=outputs)
         payload, header_length = await _off_loop_if_large(
@@ -261,12 +259,12 @@ async def infer_response(
             len(payload), compress_response, payload, request.headers.get("accept-encoding")
         )
     except BaseException:
-        held.close()
+        ticket.close()
         raise
     if encoding:
         headers["Content-Encoding"] = encoding
     media_type = JSON if header_length is None else "application/octet-stream"
-    return HeldResponse(payload, held.close, media_type=media_type, headers=headers)
+    return HeldResponse(payload, ticket.close, media_type=media_type, headers=headers)
 
 
 class ImagePlane(Protocol):

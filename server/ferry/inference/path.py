@@ -227,10 +227,22 @@ class RequestPath(FrontHalf):
             raise
         trace = self.tracing.start(model.name, request.id)
         timeline = trace.timeline if trace else None
+        names = list(names)
         try:
-            served, results = await self._submit(
-                model, request.model_version, sink, inputs, list(names), batch_size, priority, timeout_us, timeline
-            )
+            try:
+                served = model
+                results = await model.scheduler.submit(
+                    inputs, names, batch_size, priority, timeout_us, timeline, sink=sink
+                )
+            except Unloading:
+                # a reload retired this version since it was looked up (while images decoded, say):
+                # queue on the version that replaced it, so reloads drop nothing
+                served = self.manager.get(model.name, request.model_version)  # raises when none did
+                if served is model:
+                    raise
+                results = await served.scheduler.submit(
+                    inputs, names, batch_size, priority, timeout_us, timeline, sink=sink
+                )
         except Exception as exc:
             if trace:
                 self.tracing.finish(trace, str(model.version), error=str(exc) or type(exc).__name__)
@@ -240,32 +252,6 @@ class RequestPath(FrontHalf):
         batched = model.max_batch_size > 0
         outputs = {k: engine_output(model.outputs[k], v, batch_size, batched) for k, v in results.items()}
         return served, outputs, batch_size
-
-    async def _submit(
-        self,
-        model: ModelVersion,
-        version: str,
-        sink: ResponseSink | None,
-        inputs: Outputs,
-        names: list[str],
-        batch_size: int,
-        priority: int | None,
-        timeout_us: int | None,
-        timeline: Timeline | None,
-    ) -> tuple[ModelVersion, dict[str, np.ndarray]]:
-        """Queue on ``model``'s scheduler; if a reload retired that version since it was looked up
-        (while images decoded, say), queue on the version that replaced it, so reloads drop nothing."""
-        try:
-            return model, await model.scheduler.submit(
-                inputs, names, batch_size, priority, timeout_us, timeline, sink=sink
-            )
-        except Unloading:
-            replacement = self.manager.get(model.name, version)  # raises when nothing replaced it
-            if replacement is model:
-                raise
-            return replacement, await replacement.scheduler.submit(
-                inputs, names, batch_size, priority, timeout_us, timeline, sink=sink
-            )
 
 
 def _joined(name: str, arrays: list[np.ndarray]) -> np.ndarray:
