@@ -240,6 +240,10 @@ def tensor_from_contents(name: str, datatype: str, shape: Sequence[int], content
         out = np.empty(count, dtype=object)
         out[:] = list(values)
         return out.reshape(shape)
+    if datatype in FIXED_WIDTH_CONTENTS:
+        packed = _packed_field(contents, field, FIXED_WIDTH_CONTENTS[datatype], count)
+        if packed is not None:
+            return packed.reshape(shape)
     out = np.empty(count, dtype=numpy_dtype(datatype))
     elements = iter(values)
     try:
@@ -251,6 +255,54 @@ def tensor_from_contents(name: str, datatype: str, shape: Sequence[int], content
     except (OverflowError, ValueError) as exc:
         raise CodecError(f"tensor '{name}': data does not fit {datatype}: {exc}") from None
     return out.reshape(shape)
+
+
+#: Typed fields whose wire form is the little-endian values themselves (fixed32 / fixed64).
+FIXED_WIDTH_CONTENTS = {"FP32": np.dtype("<f4"), "FP64": np.dtype("<f8")}
+
+
+def _packed_field(contents: Any, field: str, dtype: np.dtype, count: int) -> np.ndarray | None:
+    """The values of fixed-width ``field`` as an array over the message's serialised bytes, or None
+    when they are not found there in one packed run.
+
+    Why: copying a repeated field into numpy goes element by element with the GIL held (about half
+    a second for 30 MiB of FP32, with every other request waiting), while the protobuf runtime
+    serialises the message at memory speed, writing proto3 repeated scalars packed however the
+    client sent them: the field's payload is then exactly the little-endian values."""
+    number = contents.DESCRIPTOR.fields_by_name[field].number
+    wire = contents.SerializeToString()
+    position = 0
+    while position < len(wire):
+        key, position = _varint(wire, position)
+        kind = key & 7
+        if kind == 2:  # length-delimited: a packed field, or another message's bytes
+            length, position = _varint(wire, position)
+            if key >> 3 == number:
+                if length != count * dtype.itemsize:
+                    return None
+                return np.frombuffer(wire, dtype=dtype, count=count, offset=position)
+            position += length
+        elif kind == 0:
+            _, position = _varint(wire, position)
+        elif kind == 1:
+            position += 8
+        elif kind == 5:
+            position += 4
+        else:
+            return None
+    return None if count else np.empty(0, dtype=dtype)
+
+
+def _varint(data: bytes, position: int) -> tuple[int, int]:
+    """The base-128 varint at ``position`` and the position after it."""
+    value = shift = 0
+    while True:
+        byte = data[position]
+        position += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, position
+        shift += 7
 
 
 def tensor_to_contents(array: np.ndarray, datatype: str, contents: Any) -> None:
