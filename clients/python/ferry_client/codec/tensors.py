@@ -258,10 +258,10 @@ def tensor_from_contents(name: str, datatype: str, shape: Sequence[int], content
 
 
 #: Typed fields whose wire form is the little-endian values themselves (fixed32 / fixed64).
-FIXED_WIDTH_CONTENTS = {"FP32": np.dtype("<f4"), "FP64": np.dtype("<f8")}
+FIXED_WIDTH_CONTENTS: dict[str, np.dtype[Any]] = {"FP32": np.dtype("<f4"), "FP64": np.dtype("<f8")}
 
 
-def _packed_field(contents: Any, field: str, dtype: np.dtype, count: int) -> np.ndarray | None:
+def _packed_field(contents: Any, field: str, dtype: np.dtype[Any], count: int) -> np.ndarray | None:
     """The values of fixed-width ``field`` as an array over the message's serialised bytes, or None
     when they are not found there in one packed run.
 
