@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
@@ -214,3 +215,20 @@ def test_client_retries_ride_out_overload(busy_server) -> None:
         return outcomes
 
     assert asyncio.run(run())["ok"] == 100
+
+
+def test_a_queued_request_whose_client_leaves_is_dropped(busy_server) -> None:
+    """A REST client that hangs up while its request waits in the queue frees its admission and its
+    place in the queue at once (the gated model would otherwise hold it for ten minutes)."""
+    body, headers = _binary_body(1)
+    head = f"POST /v2/models/{GATED}/infer HTTP/1.1\r\nHost: test\r\nContent-Length: {len(body)}\r\n"
+    head += "".join(f"{name}: {value}\r\n" for name, value in headers.items()) + "\r\n"
+    host, port = busy_server.http_url.split(":")
+    with socket.create_connection((host, int(port))) as client:
+        client.sendall(head.encode() + body)
+        asyncio.run(wait_for_metric(busy_server, "nv_inference_pending_request_count", 1, model=GATED, version="1"))
+        assert metric(scrape(busy_server), "ferry_inflight_requests") == 1
+    asyncio.run(
+        wait_for_metric(busy_server, "nv_inference_pending_request_count", 0, at_most=True, model=GATED, version="1")
+    )
+    asyncio.run(wait_for_metric(busy_server, "ferry_inflight_requests", 0, at_most=True))

@@ -156,29 +156,38 @@ async def _off_loop_if_large(size: int, function: Callable[..., T], *args: Any) 
 
 async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T | None:
     """Await ``work`` but cancel it if the client disconnects first, so a request whose caller went
-    away is dropped from the queue instead of occupying an instance."""
-    task = asyncio.ensure_future(work)
+    away is dropped from the queue instead of occupying an instance.
 
-    async def watch(work_task: asyncio.Future) -> None:
+    ``work`` runs in this task (the watcher cancels it here): one task per request fewer than
+    running it in a task of its own, which is measurable on small requests."""
+    current = asyncio.current_task()
+    assert current is not None
+    gone = False
+
+    async def watch() -> None:
+        nonlocal gone
         while True:
             message = await request.receive()
             if message["type"] == "http.disconnect":
-                work_task.cancel()
+                gone = True
+                current.cancel()
                 return
 
-    watcher = asyncio.ensure_future(watch(task))
+    watcher = asyncio.ensure_future(watch())
     try:
-        return await task
+        return await work
     except asyncio.CancelledError:
-        if watcher.done():
-            return None
-        raise
+        if not gone:
+            raise
+        if hasattr(current, "uncancel"):  # Python 3.11+: this cancellation is handled here
+            current.uncancel()
+        return None
     finally:
         watcher.cancel()
-        # an error raised by ``work`` is stored in ``task`` and its traceback holds this frame: a
-        # reference cycle that kept a refused request's body (uncounted) until the garbage collector
-        # ran, which in a quiet process may be never
-        del task, watcher
+        # an error raised by ``work`` has a traceback holding this frame: drop the names that
+        # would keep a refused request's body alive in a reference cycle until the garbage
+        # collector runs (which in a quiet process may be never)
+        del watcher, work
 
 
 def ferry_error_response(request: Request, exc: FerryError) -> Response:
