@@ -19,6 +19,20 @@ DATA, HEADERS, RST_STREAM, SETTINGS, PING, WINDOW_UPDATE = 0, 1, 3, 4, 6, 8
 END_STREAM, END_HEADERS, ACK = 1, 4, 1
 
 
+def call_headers(encoder: hpack.Encoder, method: str) -> bytes:
+    """The header block that opens a call of ``/inference.GRPCInferenceService/{method}``."""
+    return encoder.encode(
+        [
+            (":method", "POST"),
+            (":scheme", "http"),
+            (":path", f"/inference.GRPCInferenceService/{method}"),
+            (":authority", "localhost"),
+            ("content-type", "application/grpc"),
+            ("te", "trailers"),
+        ]
+    )
+
+
 class RawPeer(asyncio.Protocol):
     """One HTTP/2 connection that sends gRPC requests and never grants window for the answers of
     its ``stalled`` streams; with ``reads_others``, it reads every other stream's answers as they
@@ -90,17 +104,7 @@ class RawPeer(asyncio.Protocol):
         """Open ``stream`` to ``/inference.GRPCInferenceService/{method}`` and send ``requests``
         messages, then the end of the stream when ``end`` (by default: for ``ModelInfer``)."""
         assert self.transport is not None
-        block = self.encoder.encode(
-            [
-                (":method", "POST"),
-                (":scheme", "http"),
-                (":path", f"/inference.GRPCInferenceService/{method}"),
-                (":authority", "localhost"),
-                ("content-type", "application/grpc"),
-                ("te", "trailers"),
-            ]
-        )
-        self.transport.write(frame(HEADERS, END_HEADERS, stream, block))
+        self.transport.write(frame(HEADERS, END_HEADERS, stream, call_headers(self.encoder, method)))
         self.send(stream, requests, method == "ModelInfer" if end is None else end)
 
     def send(self, stream: int, requests: int, end: bool = False) -> None:

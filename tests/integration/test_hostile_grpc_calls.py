@@ -25,6 +25,7 @@ from ferry_client.protocol import grpc_service_pb2_grpc as pb_grpc
 
 from ..conftest import RunningServer, start_server
 from ..models import write_mlp_model
+from ..raw_grpc_peer import ACK, END_HEADERS, HEADERS, PING, RST_STREAM, SETTINGS, call_headers
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -33,8 +34,6 @@ MAX_RPCS = 48
 REQUEST_TIMEOUT_S = 3
 CONNECTIONS, STREAMS = 4, 24  # 96 streams from one peer: twice the server-wide cap
 ATTACKER = "127.0.0.2"
-HEADERS, RST_STREAM, SETTINGS, PING = 1, 3, 4, 6
-END_STREAM, END_HEADERS, ACK = 1, 4, 1
 
 
 @pytest.fixture(scope="module", params=["one process", "2 intake processes"])
@@ -95,18 +94,8 @@ class Attacker(asyncio.Protocol):
                 self.ended.setdefault(stream, "RST")
 
     def open(self, stream: int, method: str) -> None:
-        block = self.encoder.encode(
-            [
-                (":method", "POST"),
-                (":scheme", "http"),
-                (":path", f"/inference.GRPCInferenceService/{method}"),
-                (":authority", "localhost"),
-                ("content-type", "application/grpc"),
-                ("te", "trailers"),
-            ]
-        )
         assert self.transport is not None
-        self.transport.write(frame(HEADERS, END_HEADERS, stream, block))
+        self.transport.write(frame(HEADERS, END_HEADERS, stream, call_headers(self.encoder, method)))
 
 
 async def _attack(port: int, method: str, connections: int, streams: int) -> list[Attacker]:

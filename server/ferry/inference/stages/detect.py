@@ -14,12 +14,10 @@ from ...errors import InvalidArgument
 from ...pipelines.detection import check_overrides
 from ...pipelines.preprocess import ImageTransform
 from ...pipelines.runtime import ImagePipeline
-from ...repository.model import ModelVersion
-from ...types import InferenceRequest
-from .encoded_images import image_bytes_request
+from .pipeline_task import PipelineTask
 
 
-class Detect:
+class Detect(PipelineTask):
     """``/detect`` on a model whose ``ferry_image`` declares detection."""
 
     cheap = False
@@ -32,14 +30,10 @@ class Detect:
         max_detections: int | None,
     ) -> None:
         check_overrides(score_threshold, iou_threshold, max_detections)  # before any image is decoded
-        self.pipeline = pipeline
+        super().__init__(pipeline)
         self.score_threshold = score_threshold
         self.iou_threshold = iou_threshold
         self.max_detections = max_detections
-        self.outputs = pipeline.output_names
-
-    def request(self, model: ModelVersion, images: list[bytes], parameters: dict[str, Any]) -> InferenceRequest:
-        return image_bytes_request(model, self.pipeline.input_name, images, parameters)
 
     def __call__(self, outputs: dict[str, np.ndarray], transforms: Sequence[ImageTransform]) -> list[Any]:
         if not transforms:

@@ -11,23 +11,13 @@ import numpy as np
 from ...pipelines.preprocess import ImageTransform
 from ...pipelines.runtime import ImagePipeline
 from ...pipelines.text_recognition import recognition_tensors
-from ...repository.model import ModelVersion
-from ...types import InferenceRequest
-from ..validation import as_batch_of_one
-from .encoded_images import image_bytes_request
+from .pipeline_task import PipelineTask, with_item_axis
 
 
-class Recognize:
+class Recognize(PipelineTask):
     """``/recognize`` on a model whose ``ferry_image`` declares ``text_recognition``."""
 
     cheap = False  # an argmax over thousands of classes per time step
-
-    def __init__(self, pipeline: ImagePipeline) -> None:
-        self.pipeline = pipeline
-        self.outputs = pipeline.output_names
-
-    def request(self, model: ModelVersion, images: list[bytes], parameters: dict[str, Any]) -> InferenceRequest:
-        return image_bytes_request(model, self.pipeline.input_name, images, parameters)
 
     def __call__(self, outputs: dict[str, np.ndarray], transforms: Sequence[ImageTransform]) -> list[Any]:
         return [{"text": text, "score": score} for text, score in self.pipeline.recognize(outputs)]
@@ -42,7 +32,4 @@ class RecognitionTensors:
         self.pipeline = pipeline
 
     def __call__(self, outputs: dict[str, np.ndarray], transforms: Sequence[ImageTransform]) -> dict[str, np.ndarray]:
-        if not transforms and self.pipeline.max_batch_size == 0:
-            # tensors sent as they are to a model that cannot batch: one line, no line axis yet
-            outputs = {name: as_batch_of_one(array) for name, array in outputs.items()}
-        return recognition_tensors(self.pipeline.recognize(outputs))
+        return recognition_tensors(self.pipeline.recognize(with_item_axis(self.pipeline, outputs, transforms)))
