@@ -178,7 +178,7 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
         try:
             empty_final = _wants_empty_final(request)
             streamed = pb.ModelStreamInferResponse()
-            message, release = await self._infer(request, request.ByteSize(), client, streamed.infer_response)
+            message, release = await self._infer(request, received_bytes(request), client, streamed.infer_response)
             message.parameters[FINAL_FLAG].bool_param = not empty_final
             await _put(out, streamed, release)
             if empty_final:
@@ -196,7 +196,7 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
             model_name=request.model_name, model_version=request.model_version, id=request.id
         )
         try:
-            size = request.ByteSize()
+            size = received_bytes(request)
             with self.plane.admission.admit(2 * size) as ticket:
                 infer_request = await self._decode(request, size, ticket, client)
                 async for item, final in self.plane.infer_stream(infer_request):

@@ -21,13 +21,14 @@ from .limits import OFF_LOOP_BYTES
 
 Context = grpc.aio.ServicerContext[Any, Any]
 
-#: The size on the wire of the unary call's request message being served (-1: not known here).
+#: The size on the wire of the request message being served (-1: not known here): the unary call's,
+#: or in a stream the one read last (a task serving it copies the value when it starts).
 _received_bytes: contextvars.ContextVar[int] = contextvars.ContextVar("ferry_grpc_received_bytes", default=-1)
 
 
 def received_bytes(message: Any) -> int:
-    """The serialised size of ``message``, the request of the unary call being served: as read
-    from the wire when this module decoded it, else from ``ByteSize()``. Why not always
+    """The serialised size of ``message``, the request being served (see ``_received_bytes``): as
+    read from the wire when this module decoded it, else from ``ByteSize()``. Why not always
     ``ByteSize()``: protobuf's upb runtime computes it by serialising the whole message, a full
     copy of every tensor in it."""
     size = _received_bytes.get()
@@ -77,6 +78,7 @@ def decoding_handler(handler: grpc.RpcMethodHandler[Any, Any], method: str) -> g
         async def bidi(raw_requests: AsyncIterator[bytes], context: Context) -> AsyncIterator[Any]:
             async def requests() -> AsyncIterator[Any]:
                 async for raw in raw_requests:
+                    _received_bytes.set(len(raw))  # in the context of the task reading the stream
                     yield await _decode(raw, deserialize, method, context)
 
             async for response in streaming(requests(), context):
