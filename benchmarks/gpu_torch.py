@@ -10,14 +10,18 @@ figures only show that the script works and are labelled CPU-only.
 
 Steps, in order:
 
-1. raw torch throughput per batch size, the input resident on the device: eager, and CUDA-graph
-   replay (GPU), in the server's precision (FP16 half weights on a GPU);
+1. raw torch throughput per batch size and precision (``--precisions``: FP16 half weights and FP32 on
+   a GPU), the input resident on the device: eager, and CUDA-graph replay (GPU);
 2. for each instance count (``count`` KIND_GPU instances on GPU 0): a server in a subprocess with
    CUDA graphs and FP16; closed-loop batch-1 requests over gRPC and REST (binary) at each
    concurrency from several client processes; the image path (640x480 JPEG as a BYTES input over
    gRPC, decoded on the CPU, resized and normalised on the GPU) at the top concurrency; then gRPC
    paced at half of that instance count's best throughput, for latency at half load. NVML metrics
    (``nv_gpu_*``) are scraped from the server's /metrics during the top-concurrency gRPC step;
+2b. every further precision (FP32) served the same way with the fewest instances, top concurrency only;
+2c. intake scaling (``--intakes``): the most instances, first precision, with ``--intake-processes K``
+   for each K: the image path and gRPC tensors at the top concurrency (K intakes decode JPEGs in
+   parallel; one process decodes them all in its worker pool);
 3. a markdown table and a JSON file of every number, in ``benchmarks/results/``.
 
 Clients are tritonclient threads in spawned worker processes (benchmarks/serving.py's machinery).
@@ -28,6 +32,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import json
 import os
 import re
 import shlex
@@ -41,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -153,9 +159,15 @@ def served_steps(
     meter: serving.CpuMeter,
     instances: int,
     jpeg: bytes,
-) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, float]]:
+    precision: str,
+    concurrencies: Sequence[int] | None = None,
+    protocols: Sequence[str] = ("grpc", "rest"),
+    half_load: bool = True,
+    label_suffix: str = "",
+) -> tuple[list[dict[str, Any]], dict[str, Any] | None, dict[str, float]]:
     image = models.sample_image()
     top = max(args.concurrency)
+    concurrencies = list(concurrencies or args.concurrency)
     rows = []
     gpu_metrics: dict[str, float] = {}
 
@@ -170,7 +182,7 @@ def served_steps(
     ) -> dict[str, Any]:
         processes = max(1, min(args.processes, concurrency))
         load = serving.LoadStep(
-            f"{instances}x {label} c={concurrency}",
+            f"{instances}x {precision}{label_suffix} {label} c={concurrency}",
             protocol,
             model,
             "input",
@@ -195,11 +207,11 @@ def served_steps(
         result = serving.run_load(pool, server, load, raw, meter)
         if timer is not None:
             timer.join()
-        result.update(instances=instances, path=label)
+        result.update(instances=instances, path=label, precision=precision)
         return result
 
-    for concurrency in args.concurrency:
-        for protocol in ("grpc", "rest"):
+    for concurrency in concurrencies:
+        for protocol in protocols:
             rows.append(
                 step(
                     serving.PROTOCOL_NAMES[protocol],
@@ -211,6 +223,8 @@ def served_steps(
                 )
             )
     rows.append(step("image path (gRPC, JPEG)", "grpc", "resnet50_images", np.array([jpeg], dtype=object), top))
+    if not half_load:
+        return rows, None, gpu_metrics
     best = max((r for r in rows if r["protocol"] == "grpc" and r["model"] == "resnet50"), key=lambda r: r["throughput"])
     half_rate = best["throughput"] / 2
     half = step("gRPC at half load", "grpc", "resnet50", image, min(64, top), rate=half_rate)
@@ -231,14 +245,19 @@ def machine(device: torch.device) -> dict[str, Any]:
 
 def render(report: dict[str, Any]) -> str:
     info, settings = report["machine"], report["settings"]
-    raw = report["raw"]
-    best = max(raw, key=lambda r: r["throughput"])
-    served_best = max(report["served"], key=lambda r: r["throughput"] if r["model"] == "resnet50" else 0)
+    first = settings["precision"]
+    raw_first = [r for r in report["raw"] if r.get("precision", first) == first]
+    best = max(raw_first, key=lambda r: r["throughput"])
+    served_first = [r for r in report["served"] if r["model"] == "resnet50" and r.get("precision", first) == first]
+    served_best = max(served_first, key=lambda r: r["throughput"])
+    precisions = "/".join(p.upper() for p in settings.get("precisions", [first]))
     title = (
-        "# Ferry PyTorch backend on a GPU: ResNet-50 FP16"
+        f"# Ferry PyTorch backend on a GPU: ResNet-50 {precisions}"
         if report["gpu"]
         else "# Ferry PyTorch backend benchmark: CPU-only smoke run (NOT GPU figures)"
     )
+    other_cpu = report["raw_other_cpu"]
+    other_text = ", ".join(f"{k} {v:.0%}" for k, v in other_cpu.items()) if isinstance(other_cpu, dict) else ""
     lines = [
         title,
         "",
@@ -246,47 +265,51 @@ def render(report: dict[str, Any]) -> str:
         f"commit {info['commit'] or '?'}",
         f"- device: {info['device']}; torch {info['torch']} (CUDA {info['cuda']}); {info['cpu_count']} CPUs "
         f"({info['cpu_model']}); Python {info['python']}; tritonclient {info['tritonclient']}",
-        f"- model: ResNet-50 topology with random weights in plain torch (benchmarks/torch_models.py), TorchScript, "
-        f"{settings['precision']}; input FP32 1x3x224x224 per request; server: `ferry_precision: "
-        f"{settings['precision']}`, CUDA graphs {'on' if settings['graphs'] else 'off'}, "
-        f"max_batch_size {settings['max_batch_size']}, `dynamic_batching {{ }}`, {settings['kind']} instances",
+        f"- model: ResNet-50 topology with random weights in plain torch (benchmarks/torch_models.py), TorchScript; "
+        f"input FP32 1x3x224x224 per request; server: `ferry_precision` as the precision column, CUDA graphs "
+        f"{'on' if settings['graphs'] else 'off'}, max_batch_size {settings['max_batch_size']}, "
+        f"`dynamic_batching {{ }}`, {settings['kind']} instances, image pre-processing on the "
+        f"{'GPU' if report['gpu'] else 'CPU'}",
         f"- raw: in-process, input already on the device, one synchronisation per run; eager and CUDA-graph "
-        f"replay; best raw: {best['throughput']:.1f} img/s at batch {best['batch']} ({best['best_mode']}); "
-        f"other processes used {report['raw_other_cpu']:.0%} of the CPUs meanwhile",
+        f"replay; best raw {first}: {best['throughput']:.1f} img/s at batch {best['batch']} ({best['best_mode']}); "
+        f"other processes used {other_text} of the CPUs meanwhile",
         f"- served: closed-loop batch-1 requests from up to {settings['processes']} spawned client processes "
         f"(tritonclient threads); {settings['warmup_s']:g} s warm-up, {settings['windows']} windows of "
-        f"{settings['window_s']:g} s, median window; avg batch and busy from the statistics API; other CPU: "
-        "share of the machine's CPU used by processes outside the benchmark during the step (rows with more "
-        "than a few percent were disturbed)",
+        f"{settings['window_s']:g} s, median window; avg batch and busy from the statistics API; 'vs raw best' "
+        "against the same precision's best raw figure; other CPU: share of the machine's CPU used by processes "
+        "outside the benchmark during the step (rows with more than a few percent were disturbed)",
         "",
         "## Raw torch",
         "",
-        "| batch | eager img/s | eager p50 ms | graph img/s | graph p50 ms | graph p99 ms |",
-        "|---:|---:|---:|---:|---:|---:|",
+        "| precision | batch | eager img/s | eager p50 ms | graph img/s | graph p50 ms | graph p99 ms |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     fmt = serving._fmt
-    for r in raw:
+    for r in report["raw"]:
         graph = r.get("graph", {})
         lines.append(
-            f"| {r['batch']} | {fmt(r['eager']['throughput'])} | {fmt(r['eager']['p50_ms'], 2)} | "
-            f"{fmt(graph.get('throughput'))} | {fmt(graph.get('p50_ms'), 2)} | "
+            f"| {r.get('precision', first)} | {r['batch']} | {fmt(r['eager']['throughput'])} | "
+            f"{fmt(r['eager']['p50_ms'], 2)} | {fmt(graph.get('throughput'))} | {fmt(graph.get('p50_ms'), 2)} | "
             f"{fmt(graph.get('p99_ms'), 2)} |"
         )
-    lines += [
-        "",
-        "## Served",
-        "",
-        "| instances | path | concurrency | clients | img/s | p50 ms | p99 ms | avg batch | busy | vs raw best "
-        "| other CPU |",
-        "|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for r in report["served"]:
-        lines.append(
-            f"| {r['instances']} | {r['path']} | {r['concurrency']} | {r['clients']} | "
-            f"{fmt(r['throughput'])} | {fmt(r['p50_ms'], 2)} | {fmt(r['p99_ms'], 2)} | "
-            f"{fmt(r['avg_batch'], 2)} | {fmt(r['busy'], 2)} | {fmt(r['vs_raw_best'], 3)} | "
-            f"{r['other_cpu']:.0%} |"
-        )
+
+    def served_table(rows: list[dict[str, Any]], lead: str) -> list[str]:
+        out = [
+            f"| {lead} | precision | path | concurrency | clients | img/s | p50 ms | p99 ms | avg batch | busy "
+            "| vs raw best | other CPU |",
+            "|---:|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for r in rows:
+            key = r["intakes"] if lead == "intakes" else r["instances"]
+            out.append(
+                f"| {key} | {r.get('precision', first)} | {r['path']} | {r['concurrency']} | {r['clients']} | "
+                f"{fmt(r['throughput'])} | {fmt(r['p50_ms'], 2)} | {fmt(r['p99_ms'], 2)} | "
+                f"{fmt(r['avg_batch'], 2)} | {fmt(r['busy'], 2)} | {fmt(r['vs_raw_best'], 3)} | "
+                f"{r['other_cpu']:.0%} |"
+            )
+        return out
+
+    lines += ["", "## Served", "", *served_table(report["served"], "instances")]
     lines += [
         "",
         "## Latency at half load (gRPC, paced)",
@@ -299,10 +322,18 @@ def render(report: dict[str, Any]) -> str:
             f"| {r['instances']} | {fmt(r['target_rate'])} | {fmt(r['throughput'])} | {r['clients']} | "
             f"{fmt(r['p50_ms'], 2)} | {fmt(r['p99_ms'], 2)} | {fmt(r['avg_batch'], 2)} |"
         )
+    if report.get("intake"):
+        instances = report["intake"][0]["instances"]
+        lines += [
+            "",
+            f"## Intake scaling ({instances} instance(s), {first}, `--intake-processes` K)",
+            "",
+            *served_table(report["intake"], "intakes"),
+        ]
     lines += ["", "## NVML metrics from the server's /metrics (GPU 0, during the top-concurrency gRPC step)", ""]
     for count, values in report["gpu_metrics"].items():
         text = ", ".join(f"{k} {v:g}" for k, v in values.items()) or "absent (no NVML-visible GPU)"
-        lines.append(f"- {count} instance(s): {text}")
+        lines.append(f"- {count} (instances x precision): {text}")
     ratio = served_best["throughput"] / best["throughput"]
     verdict = (
         f"target >= 0.8: {'met' if ratio >= 0.8 else 'NOT met'}"
@@ -311,7 +342,7 @@ def render(report: dict[str, Any]) -> str:
     )
     lines += [
         "",
-        f"**Best served: {served_best['throughput']:.1f} img/s ({served_best['instances']} instance(s), "
+        f"**Best served {first}: {served_best['throughput']:.1f} img/s ({served_best['instances']} instance(s), "
         f"{served_best['path']}, concurrency {served_best['concurrency']}) = {ratio:.3f} x raw best "
         f"({verdict}).**",
         "",
@@ -337,6 +368,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--processes", type=int, help="client processes at most (8; smoke 2)")
     parser.add_argument("--max-batch-size", type=int, help="server max_batch_size (128; smoke 4)")
     parser.add_argument(
+        "--precisions",
+        nargs="+",
+        choices=("fp16", "fp32"),
+        help="precisions: the first served at every instance count, the rest with the fewest (GPU: fp16 fp32)",
+    )
+    parser.add_argument(
+        "--intakes",
+        type=int,
+        nargs="+",
+        help="intake process counts for intake scaling, with the most instances (8+ cores: 1 4 8; else 1 2)",
+    )
+    parser.add_argument(
         "--output",
         type=Path,
         help="markdown file (results/gpu-torch.md; smoke: results/gpu-torch-cpu-smoke.md); the JSON goes next to it",
@@ -351,6 +394,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.instances = args.instances or ([1, 2] if smoke else [1, 2, 3, 4])
     args.processes = args.processes or (2 if smoke else 8)
     args.max_batch_size = args.max_batch_size or (4 if smoke else 128)
+    args.intakes = args.intakes or ([1, 2] if smoke or (os.cpu_count() or 1) < 8 else [1, 4, 8])
     output = args.output or RESULTS / ("gpu-torch-cpu-smoke.md" if smoke else "gpu-torch.md")
     argv_text = shlex.join(["python", "benchmarks/gpu_torch.py", *(sys.argv[1:] if argv is None else argv)])
 
@@ -358,7 +402,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     device = torch.device("cuda", 0) if gpu else torch.device("cpu")
     if not gpu:
         print("NOTE: torch sees no CUDA device; these are CPU figures, not GPU figures", flush=True)
-    precision = "fp16" if gpu else "fp32"
+    precisions: list[str] = args.precisions or (["fp16", "fp32"] if gpu else ["fp32"])
     started = time.monotonic()
     model_file = torch_models.build_torchscript(WORK / "resnet50.pt")
     report: dict[str, Any] = {
@@ -367,7 +411,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M"),
         "machine": machine(device),
         "settings": {
-            "precision": precision,
+            "precision": precisions[0],
+            "precisions": precisions,
             "graphs": gpu,
             "max_batch_size": args.max_batch_size,
             "kind": "KIND_GPU" if gpu else "KIND_CPU",
@@ -377,47 +422,124 @@ def main(argv: Sequence[str] | None = None) -> int:
             "windows": args.windows,
         },
     }
-    print(f"raw torch on {report['machine']['device']} ({precision})", flush=True)
     our_pids = [os.getpid()]
     meter = serving.CpuMeter(lambda: our_pids)
-    cpu = meter.snapshot()
-    report["raw"] = raw_benchmark(
-        model_file, device, precision == "fp16", args.raw_batches, max(0.5, args.duration / 2), args.windows
-    )
-    report["raw_other_cpu"] = meter.other_share(cpu, meter.snapshot())
+    raw_by_precision: dict[str, list[dict[str, Any]]] = {}
+    report["raw"], report["raw_other_cpu"] = [], {}
+    for precision in precisions:
+        print(f"raw torch on {report['machine']['device']} ({precision})", flush=True)
+        cpu = meter.snapshot()
+        rows = raw_benchmark(
+            model_file, device, precision == "fp16", args.raw_batches, max(0.5, args.duration / 2), args.windows
+        )
+        report["raw_other_cpu"][precision] = meter.other_share(cpu, meter.snapshot())
+        for row in rows:
+            row["precision"] = precision
+        raw_by_precision[precision] = rows
+        report["raw"] += rows
+        if gpu:
+            torch.cuda.empty_cache()
     jpeg = images.make_jpegs(1)[0]
     pool = serving.WorkerPool(args.processes)
     our_pids += [process.pid for process in pool.processes]
-    report["served"], report["half_load"], report["gpu_metrics"] = [], [], {}
+    report["served"], report["half_load"], report["gpu_metrics"], report["intake"] = [], [], {}, []
+
+    def serve(instances: int, precision: str, intakes: int = 1) -> serving.FerryProcess:
+        repo = WORK / f"repo-{instances}-{precision}"
+        shutil.rmtree(repo, ignore_errors=True)
+        torch_models.write_repository(
+            repo,
+            model_file,
+            kind=report["settings"]["kind"],
+            instances=instances,
+            max_batch_size=args.max_batch_size,
+            precision=precision,
+            graphs=gpu,
+            preprocess_device="GPU" if gpu else "CPU",
+        )
+        extra = ["--intake-processes", str(intakes)] if intakes > 1 else []
+        server = serving.FerryProcess(repo, extra=extra)
+        try:
+            server.wait_ready(["resnet50", "resnet50_images"], timeout=600)
+        except BaseException:
+            server.stop()
+            raise
+        server_pids = [server.pid] + [child.pid for child in psutil.Process(server.pid).children(recursive=True)]
+        our_pids.extend(server_pids)
+        print(f"{instances} instance(s), {precision}, {intakes} intake(s): ferry pids {server_pids}", flush=True)
+        return server
+
+    def checkpoint() -> None:
+        """The JSON so far, so that a run cut short still leaves its numbers behind."""
+        report["elapsed_s"] = round(time.monotonic() - started, 1)
+        output.with_suffix(".partial.json").parent.mkdir(parents=True, exist_ok=True)
+        output.with_suffix(".partial.json").write_text(json.dumps(report, indent=1, default=str))
+
     try:
+        first = precisions[0]
         for instances in args.instances:
-            repo = WORK / f"repo-{instances}"
-            shutil.rmtree(repo, ignore_errors=True)
-            torch_models.write_repository(
-                repo,
-                model_file,
-                kind=report["settings"]["kind"],
-                instances=instances,
-                max_batch_size=args.max_batch_size,
-                precision=precision,
-                graphs=gpu,
-                preprocess_device="GPU" if gpu else "CPU",
-            )
-            server = serving.FerryProcess(repo)
+            server = serve(instances, first)
             try:
-                server.wait_ready(["resnet50", "resnet50_images"], timeout=600)
-                our_pids.append(server.pid)
-                print(f"{instances} instance(s): ferry pid {server.pid}", flush=True)
-                rows, half, metrics = served_steps(pool, server, args, report["raw"], meter, instances, jpeg)
+                rows, half, metrics = served_steps(
+                    pool, server, args, raw_by_precision[first], meter, instances, jpeg, first
+                )
             finally:
                 server.stop()
             report["served"] += rows
             report["half_load"].append(half)
-            report["gpu_metrics"][str(instances)] = metrics
+            report["gpu_metrics"][f"{instances} x {first}"] = metrics
+            checkpoint()
+        for precision in precisions[1:]:
+            instances = min(args.instances)
+            server = serve(instances, precision)
+            try:
+                rows, _, metrics = served_steps(
+                    pool,
+                    server,
+                    args,
+                    raw_by_precision[precision],
+                    meter,
+                    instances,
+                    jpeg,
+                    precision,
+                    concurrencies=[max(args.concurrency)],
+                    protocols=("grpc",),
+                    half_load=False,
+                )
+            finally:
+                server.stop()
+            report["served"] += rows
+            report["gpu_metrics"][f"{instances} x {precision}"] = metrics
+            checkpoint()
+        for intakes in args.intakes:
+            instances = max(args.instances)
+            server = serve(instances, first, intakes)
+            try:
+                rows, _, _ = served_steps(
+                    pool,
+                    server,
+                    args,
+                    raw_by_precision[first],
+                    meter,
+                    instances,
+                    jpeg,
+                    first,
+                    concurrencies=[max(args.concurrency)],
+                    protocols=("grpc",),
+                    half_load=False,
+                    label_suffix=f" {intakes} intake(s)",
+                )
+            finally:
+                server.stop()
+            for row in rows:
+                row["intakes"] = intakes
+            report["intake"] += rows
+            checkpoint()
     finally:
         pool.close()
     report["elapsed_s"] = round(time.monotonic() - started, 1)
     serving.write_report(output, render(report), report)
+    output.with_suffix(".partial.json").unlink(missing_ok=True)
     return 0
 
 

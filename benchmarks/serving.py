@@ -330,8 +330,26 @@ class FerryProcess:
                     self._get(f"/v2/models/{name}/ready", 2.0)[0] == 200 for name in models_
                 ):
                     return
+                self._raise_on_failed_load(models_)
             time.sleep(0.25)
         raise RuntimeError(f"ferry not ready after {timeout:.0f} s; see {self.log_path}")
+
+    def _raise_on_failed_load(self, models_: Sequence[str]) -> None:
+        """Stop waiting at once when the repository index says a wanted model failed to load."""
+        status, body = self._post_index()
+        if status != 200:
+            return
+        for entry in json.loads(body):
+            if entry.get("name") in models_ and entry.get("state") == "UNAVAILABLE" and entry.get("reason"):
+                raise RuntimeError(f"model {entry['name']!r} failed to load: {entry['reason']}; see {self.log_path}")
+
+    def _post_index(self) -> tuple[int, bytes]:
+        request = urllib.request.Request(f"http://{self.http_url}/v2/repository/index", data=b"{}", method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=2.0) as response:
+                return response.status, response.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read()
 
     def stats(self, model: str) -> dict[str, Any]:
         status, body = self._get(f"/v2/models/{model}/stats")

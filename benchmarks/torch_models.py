@@ -9,6 +9,8 @@ no downloads. Its weights are random because only the compute cost matters here.
 from __future__ import annotations
 
 import math
+import os
+import shutil
 from pathlib import Path
 
 import models  # benchmarks/ is on sys.path for every benchmark script
@@ -121,7 +123,11 @@ def write_repository(
         (model_dir / "1").mkdir(parents=True, exist_ok=True)
         target = model_dir / "1" / "model.pt"
         if not target.exists():
-            target.symlink_to(model_file.resolve())
+            # A hard link (or a copy): the repository refuses symlinks that leave the model's folder.
+            try:
+                os.link(model_file, target)
+            except OSError:
+                shutil.copyfile(model_file, target)
         (model_dir / "config.pbtxt").write_text(
             config(
                 name,

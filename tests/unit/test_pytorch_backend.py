@@ -7,7 +7,9 @@ import importlib.util
 import shutil
 import sys
 import types
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -48,10 +50,13 @@ def onnx_logits(x: np.ndarray) -> np.ndarray:
 def digits_torch(tmp_path: Path, extra: str = "", kind: str = "KIND_AUTO") -> tuple[Path, mc.ModelConfig]:
     model_dir = tmp_path / "digits_torch"
     shutil.copytree(EXTRAS / "digits_torch", model_dir)
-    text = (model_dir / "config.pbtxt").read_text().replace("KIND_AUTO", kind) + extra
-    (model_dir / "config.pbtxt").write_text(text)
+    (model_dir / "config.pbtxt").write_text((model_dir / "config.pbtxt").read_text().replace("KIND_AUTO", kind))
     config = read_config_file(model_dir)
     assert config is not None
+    # Merged, not appended: the bundled config has an `optimization` block already, and a second one
+    # is a parse error (this broke every GPU test that sets an optimization option).
+    text_format.Merge(extra, config)
+    (model_dir / "config.pbtxt").write_text(text_format.MessageToString(config))
     return model_dir, config
 
 
@@ -370,3 +375,45 @@ def test_instances_per_gpu_each_have_a_stream(tmp_path: Path, marks: None) -> No
             )
     finally:
         version.close()
+
+
+@pytest.mark.parametrize("marks", [pytest.param(None, marks=needs_cuda, id="cuda")])
+def test_capture_tolerates_another_thread_loading_onto_the_gpu(
+    tmp_path: Path, marks: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server loads other models while an instance captures its graphs. Each capture here is made
+    to wait for another thread that loads TorchScript onto the GPU and runs it, so the overlap that
+    failed on the H100 (with the global capture mode) happens on every capture, not by chance."""
+    import contextlib
+    import threading
+
+    real_graph = torch.cuda.graph
+    neighbour_errors: list[BaseException] = []
+    captures: list[int] = []
+
+    def neighbour() -> None:
+        try:
+            module = torch.jit.load(str(EXTRAS / "digits_torch" / "1" / "model.pt"), map_location="cuda:0")
+            stream = torch.cuda.Stream()
+            with torch.cuda.stream(stream), torch.inference_mode():
+                module(torch.from_numpy(digits_inputs(2)).to("cuda:0", non_blocking=True))
+            stream.synchronize()
+        except BaseException as exc:  # reported by the assertion below
+            neighbour_errors.append(exc)
+
+    @contextlib.contextmanager
+    def graph_with_a_neighbour(*args: Any, **kwargs: Any) -> Iterator[Any]:
+        with real_graph(*args, **kwargs) as graph:
+            thread = threading.Thread(target=neighbour)
+            thread.start()
+            thread.join()
+            captures.append(1)
+            yield graph
+
+    monkeypatch.setattr(torch.cuda, "graph", graph_with_a_neighbour)
+    model = instance(tmp_path, kind="GPU")
+    assert neighbour_errors == []
+    assert model._graphs is not None and len(captures) == len(model._graphs.buckets)
+    x = digits_inputs(5)
+    np.testing.assert_allclose(model.run({"input": x}, ["logits"])["logits"], onnx_logits(x), atol=GPU_FP32_TOLERANCE)
+    model.close()

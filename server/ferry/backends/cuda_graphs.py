@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from ..gpu.setup_lock import CUDA_SETUP_LOCK
 from .torch_options import bucket_for
 
 log = logging.getLogger(__name__)
@@ -48,7 +49,11 @@ class CudaGraphs:
                     forward(self._views(size))
             stream.synchronize()
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool, stream=stream):
+            # Thread-local capture: in the default (global) mode any other thread's unsafe CUDA call
+            # fails while this capture runs, and a server loads other models and serves other
+            # instances meanwhile. On the H100, a second model's torch.jit.load to the GPU failed with
+            # "operation not permitted when stream is capturing" (benchmarks/gpu_torch.py, 2 instances).
+            with CUDA_SETUP_LOCK, torch.cuda.graph(graph, pool=pool, stream=stream, capture_error_mode="thread_local"):
                 outputs = forward(self._views(size))
             pool = graph.pool()
             self._graphs[size] = (graph, outputs)

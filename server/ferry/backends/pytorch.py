@@ -24,6 +24,7 @@ from ferry_client.protocol import model_config_pb2 as mc
 
 from ..cores import usable_cores
 from ..errors import FerryError, InvalidArgument, ModelLoadError
+from ..gpu.setup_lock import CUDA_SETUP_LOCK
 from .base import Backend, InstanceSpec, ModelIO
 from .cuda_graphs import CudaGraphs
 from .torch_loading import LoadedModule, load_onnx, load_torchscript, to_numpy, to_tensor, torch_dtype
@@ -65,7 +66,7 @@ class PyTorchInstance:
         self._cuda = self._device.type == "cuda"
         if not self._cuda:
             cap_torch_threads(usable_cores())
-        with self._device_context():
+        with self._device_context(), CUDA_SETUP_LOCK if self._cuda else contextlib.nullcontext():
             loaded = (
                 load_onnx(model_file)
                 if self.options.convert_from == "onnx"
@@ -248,7 +249,8 @@ class PyTorchInstance:
         self._staging.clear()
         del self._module
         if self._cuda:
-            torch.cuda.empty_cache()
+            with CUDA_SETUP_LOCK:
+                torch.cuda.empty_cache()
 
 
 def _writable(array: np.ndarray) -> np.ndarray:

@@ -25,6 +25,7 @@ from torch.nn import functional
 
 from ferry_client.protocol import model_config_pb2 as mc
 
+from ..gpu.setup_lock import CUDA_SETUP_LOCK
 from .preprocess import Placement, PreprocessSpec
 
 _PRE = mc.FerryPreprocess
@@ -53,11 +54,12 @@ class DevicePreprocessor:
         self.device = torch.device(device)
         self._mode, self._antialias = _MODES[spec.interpolation]
         std = torch.tensor(spec.std, dtype=torch.float32)
-        self._gain = (spec.scale / std).view(-1, 1, 1).to(self.device)
-        self._bias = (-torch.tensor(spec.mean, dtype=torch.float32) / std).view(-1, 1, 1).to(self.device)
         self._pad = float(round(spec.pad_value)) if spec.datatype == "UINT8" else spec.pad_value
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)  # gain and bias were copied on the default stream
+        with CUDA_SETUP_LOCK:
+            self._gain = (spec.scale / std).view(-1, 1, 1).to(self.device)
+            self._bias = (-torch.tensor(spec.mean, dtype=torch.float32) / std).view(-1, 1, 1).to(self.device)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)  # gain and bias were copied on the default stream
 
     def __call__(self, images: Sequence[np.ndarray], placements: Sequence[Placement]) -> np.ndarray:
         """``images``: (H, W, C) uint8 pixels in the spec's colour mode (RGB or L); one placement each."""
