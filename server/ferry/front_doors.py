@@ -100,6 +100,7 @@ def public_grpc_server(
             s.grpc_max_calls_per_peer,
             s.grpc_request_timeout_secs,
             s.grpc_write_timeout_secs,
+            s.grpc_reads_per_peer,
         ),
         s.max_response_bytes,
         servicer=servicer,

@@ -68,7 +68,7 @@ class Settings(BaseSettings):
     )
     http_max_body_bytes: int = Field(256 * MIB, gt=0, description="largest accepted REST body")
     grpc_max_message_bytes: int = Field(
-        128 * MIB,
+        48 * MIB,
         gt=0,
         description="largest gRPC message (gRPC reads a message whole, and parses a copy, before admission sees it)",
     )
@@ -163,6 +163,12 @@ class Settings(BaseSettings):
     )
     grpc_max_calls_per_peer: Annotated[int, LIMIT] = Field(
         1024, gt=0, description="unfinished gRPC calls of one client address (per process); more get RESOURCE_EXHAUSTED"
+    )
+    grpc_reads_per_peer: Annotated[int, LIMIT] = Field(
+        2,
+        gt=0,
+        description="request messages of one client address received at once (per process): grpc holds a "
+        "message whole before admission sees it; the client's other unary calls wait their turn",
     )
     grpc_request_timeout_secs: Annotated[float, LIMIT] = Field(
         60.0, gt=0, description="a unary gRPC call's request message must arrive within this (DEADLINE_EXCEEDED)"

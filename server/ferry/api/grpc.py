@@ -23,7 +23,7 @@ from ..errors import FerryError, InvalidArgument, Unimplemented
 from ..types import InferenceRequest
 from .cuda_shared_memory import cuda_register_refused, cuda_status, cuda_unregister
 from .dataplane import DataPlane
-from .grpc_calls import CallGuard, WrappedRegistration, release_after_write
+from .grpc_calls import CallGuard, WrappedRegistration, message_admitted, release_after_write
 from .grpc_codec import decode_infer_request, encode_infer_response
 from .grpc_decode import decoding_handler, received_bytes
 from .grpc_limits import GrpcLimits
@@ -100,6 +100,7 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
         # twice the message: it is parsed from bytes grpc read whole before this runs (dropped once
         # parsed, see grpc_decode.py), so calls still arriving hold as much again, uncounted
         ticket = self.plane.admission.admit(2 * size)
+        message_admitted()  # counted now: the peer's next message may come (grpc_calls.PeerTurns)
         try:
             infer_request = await self._decode(request, size, ticket, client)
             outputs = reserve_outputs(infer_request.inputs, ticket)
@@ -411,15 +412,21 @@ def create_grpc_server(
         interceptors=list(interceptors),
         options=[
             ("grpc.max_receive_message_length", max_message_bytes),
-            ("grpc.max_send_message_length", max_message_bytes),
+            # answers are counted by admission before they are encoded (reserve_response), so they
+            # may be as large as --max-response-bytes allows, whatever the request limit
+            ("grpc.max_send_message_length", max(max_message_bytes, max_response_bytes)),
             ("grpc.so_reuseport", int(reuse_port)),
             *limits.channel_options(),
         ],
         maximum_concurrent_rpcs=limits.max_concurrent_rpcs,
     )
     servicer = servicer or InferenceServicer(plane, max_response_bytes)
-    guard = CallGuard(limits.max_calls_per_peer, limits.request_timeout_secs, limits.write_timeout_secs)
-    registration = WrappedRegistration(server, lambda handler, method: guard.wrap(decoding_handler(handler, method)))
+    guard = CallGuard(
+        limits.max_calls_per_peer, limits.request_timeout_secs, limits.write_timeout_secs, limits.reads_per_peer
+    )
+    registration = WrappedRegistration(
+        server, lambda handler, method: guard.wrap(decoding_handler(handler, method), method)
+    )
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, registration)
     registration.check_registered("inference.GRPCInferenceService")
     try:

@@ -9,6 +9,12 @@ its request message), and adds
   new calls get RESOURCE_EXHAUSTED at once, other peers keep their share of the server-wide cap;
 - a deadline for a unary call's request message (``request_timeout``): a call whose message never
   completes (headers sent, data withheld) is ended with DEADLINE_EXCEEDED and frees its slot.
+- turns for receiving request messages (``reads_per_peer``): grpc reads a message whole, and parses
+  it, before admission can see its size, so one client sending many large unary calls at once had
+  them all in memory, uncounted (16 x 64 MiB: +1 GB). A unary call asks for its message only in
+  its peer's turn, at most ``reads_per_peer`` at a time; with BDP probing off (``grpc_limits.py``)
+  grpc grants a stream whose message nobody has asked for no more than its initial 64 KiB window,
+  so a waiting call holds that, not its message. The wait counts against the message's deadline.
 
 - answers held until written: a unary call is served as a stream-unary call that reads one message
   (the same bytes on the wire, so clients cannot tell; it lets the guard see the call before its
@@ -44,6 +50,8 @@ per call.
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import contextvars
 import functools
 import logging
@@ -68,6 +76,21 @@ END_GRACE_S = 5.0
 _after_write: contextvars.ContextVar[list[Callable[[], object]] | None] = contextvars.ContextVar(
     "ferry_grpc_after_write", default=None
 )
+
+
+#: The end of this unary call's turn for receiving its message (``PeerTurns``), or None.
+_turn_end: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar(
+    "ferry_grpc_turn_end", default=None
+)
+
+
+def message_admitted() -> None:
+    """The call's request message is parsed and counted by admission: its peer's next message may
+    come (the turn ends here, not when grpc has read the bytes, so that the bytes and the parsed
+    copy of one message exist while uncounted, never those of several)."""
+    end = _turn_end.get()
+    if end is not None:
+        end()
 
 
 def release_after_write(release: Callable[[], object]) -> None:
@@ -117,6 +140,81 @@ def peer_host(peer: str) -> str:
     return ""
 
 
+class PeerTurns:
+    """At most ``limit`` request messages of one peer being received at once; the others wait in
+    arrival order. Everything runs on the server's event loop, so plain dicts are the state."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._receiving: dict[str, int] = {}
+        self._waiting: dict[str, collections.deque[asyncio.Future[None]]] = {}
+
+    def enter_now(self, peer: str) -> bool:
+        """Take a turn if one is free (the usual case: no suspension on the hot path)."""
+        count = self._receiving.get(peer, 0)
+        if count >= self.limit:
+            return False
+        self._receiving[peer] = count + 1
+        return True
+
+    async def wait(self, peer: str) -> None:
+        """Wait for a turn that ``leave`` hands over (it stays counted as the leaver's was)."""
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        queue = self._waiting.setdefault(peer, collections.deque())
+        queue.append(turn)
+        try:
+            await turn
+        except asyncio.CancelledError:
+            if turn.done() and not turn.cancelled():  # handed over just as the call was cancelled
+                self.leave(peer)
+            else:
+                with contextlib.suppress(ValueError):
+                    queue.remove(turn)
+                if not queue and self._waiting.get(peer) is queue:
+                    del self._waiting[peer]
+            raise
+
+    def leave(self, peer: str) -> None:
+        """A message has been admitted (or its call ended): hand the turn to the next waiting call."""
+        queue = self._waiting.get(peer)
+        while queue:
+            turn = queue.popleft()
+            if not turn.done():
+                turn.set_result(None)
+                if not queue:
+                    del self._waiting[peer]
+                return
+        if queue is not None:
+            del self._waiting[peer]
+        left = self._receiving[peer] - 1
+        if left:
+            self._receiving[peer] = left
+        else:
+            del self._receiving[peer]
+
+
+class Turn:
+    """One call's claim on a turn of its peer: ``take`` waits for it, ``end`` gives it back (once,
+    however often called, and only if it was taken)."""
+
+    __slots__ = ("turns", "peer", "taken")
+
+    def __init__(self, turns: PeerTurns, peer: str) -> None:
+        self.turns = turns
+        self.peer = peer
+        self.taken = False
+
+    async def take(self) -> None:
+        if not self.turns.enter_now(self.peer):
+            await self.turns.wait(self.peer)  # cancelled: no turn is kept (wait sees to that)
+        self.taken = True
+
+    def end(self) -> None:
+        if self.taken:
+            self.taken = False
+            self.turns.leave(self.peer)
+
+
 class MessageDeadlines:
     """Ends calls whose request message has not arrived in time: one sweep for all of them.
 
@@ -129,11 +227,14 @@ class MessageDeadlines:
         self._expired: set[asyncio.Task[Any]] = set()
         self._sweep: asyncio.TimerHandle | None = None
 
-    async def first_message(self, context: grpc.aio.ServicerContext) -> Any:
+    async def first_message(self, context: grpc.aio.ServicerContext, turn: Turn | None = None) -> Any:
         """The call's one request message, or the call aborted when it has not arrived in time.
 
-        Read with ``context.read()``, not by iterating the request iterator grpc passes: that
-        builds an async generator per call, which keeps the last message it read until closed."""
+        With a ``turn``, the message is asked for only once the turn is taken (the wait counts
+        against the deadline); the turn is still held when the message is returned (the caller
+        ends it), and ended here when none is. Read with ``context.read()``, not by iterating the request iterator
+        grpc passes: that builds an async generator per call, which keeps the last message it read
+        until closed."""
         task = asyncio.current_task()
         assert task is not None
         self._waiting[task] = time.monotonic() + self.timeout
@@ -142,7 +243,15 @@ class MessageDeadlines:
         message: Any = grpc.aio.EOF
         expired = False
         try:
-            message = await context.read()
+            if turn is None:
+                message = await context.read()
+            else:
+                await turn.take()
+                try:
+                    message = await context.read()
+                finally:
+                    if message is grpc.aio.EOF:  # no message (cancelled, expired or none sent)
+                        turn.end()
         except asyncio.CancelledError:
             if task not in self._expired:
                 raise
@@ -279,8 +388,11 @@ class CallGuard:
     """Counts unfinished calls per peer address, times request and response messages, and holds
     what a unary call asks to keep until its answer is written (see the module docstring)."""
 
-    def __init__(self, max_calls_per_peer: int, request_timeout: float, write_timeout: float) -> None:
+    def __init__(
+        self, max_calls_per_peer: int, request_timeout: float, write_timeout: float, reads_per_peer: int = 2
+    ) -> None:
         self.max_calls_per_peer = max_calls_per_peer
+        self.turns = PeerTurns(reads_per_peer)
         self.deadlines = MessageDeadlines(request_timeout)
         self.writes = WriteDeadlines(write_timeout)
         self.calls: dict[str, int] = {}
@@ -294,17 +406,22 @@ class CallGuard:
         """The listening ports (set once bound) whose connections a stalled write may close."""
         self.writes.ports = ports
 
-    def wrap(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-        """The guarded form of one method's handler (built once, when the service is registered)."""
+    def wrap(self, handler: grpc.RpcMethodHandler, method: str = "") -> grpc.RpcMethodHandler:
+        """The guarded form of one method's handler (built once, when the service is registered).
+
+        ModelInfer keeps its peer's turn until its message is admitted (``message_admitted``); other
+        unary methods end it once their message has been read, since some run long (a model load)
+        and would hold their peer's inferences back."""
         if not handler.request_streaming and not handler.response_streaming:
-            return self._guard_unary(handler)
+            return self._guard_unary(handler, until_admitted=method.endswith("/ModelInfer"))
         if handler.request_streaming and handler.response_streaming:
             return self._guard_bidi(handler)
         return handler  # the inference service has no other kinds of RPC
 
-    def _guard_unary(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    def _guard_unary(self, handler: grpc.RpcMethodHandler, until_admitted: bool = False) -> grpc.RpcMethodHandler:
         behaviour: Any = handler.unary_unary
         first_message = self.deadlines.first_message
+        turns = self.turns
 
         writes = self.writes
 
@@ -313,9 +430,22 @@ class CallGuard:
             pending: list[Callable[[], object]] = []
             # left set: grpc's task for this call ends with it, and ExpectedFailures knows the call by it
             _after_write.set(pending)
+            # this server's own intakes (no peer) take no turns: each gates its own clients
+            turn = Turn(turns, peer) if peer else None
+            _turn_end.set(turn.end if turn is not None else None)
             try:
-                # the message goes to the handler without a name here to keep it alive after use
-                response = await behaviour(await first_message(context), context)
+                try:
+                    if until_admitted:
+                        # the message goes to the handler without a name here to keep it alive after use
+                        response = await behaviour(await first_message(context, turn), context)
+                    else:
+                        message = await first_message(context, turn)
+                        if turn is not None:
+                            turn.end()
+                        response = await behaviour(message, context)
+                finally:
+                    if turn is not None:  # at the latest; message_admitted() ends it sooner
+                        turn.end()
             except BaseException:
                 self._finish(pending, peer, None)
                 raise

@@ -26,9 +26,13 @@ class GrpcLimits:
     max_calls_per_peer: int = 1024
     request_timeout_secs: float = 60.0
     write_timeout_secs: float = 30.0
+    reads_per_peer: int = 2
 
     def channel_options(self) -> list[tuple[str, int]]:
         return [
+            # no window grown ahead of the reads: a call waiting for its peer's turn (grpc_calls.py)
+            # then holds its initial 64 KiB window, not its whole message
+            ("grpc.http2.bdp_probe", 0),
             ("grpc.max_concurrent_streams", self.max_concurrent_streams),
             ("grpc.http2.min_ping_interval_without_data_ms", round(self.min_ping_interval_secs * 1000)),
             ("grpc.http2.max_ping_strikes", self.max_ping_strikes),

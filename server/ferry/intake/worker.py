@@ -140,7 +140,7 @@ async def run(assignment: Assignment) -> int:
     channel = grpc.aio.insecure_channel(
         f"unix:{assignment.path('grpc.sock')}",
         options=[
-            ("grpc.max_receive_message_length", settings.grpc_max_message_bytes),
+            ("grpc.max_receive_message_length", max(settings.grpc_max_message_bytes, settings.max_response_bytes)),
             ("grpc.max_send_message_length", settings.grpc_max_message_bytes),
             # read only what a relayed stream's caller takes: no window grown ahead of it, so the
             # answers it has not taken wait in the model process, counted (api/grpc.py), not here

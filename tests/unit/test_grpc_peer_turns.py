@@ -1,0 +1,63 @@
+"""PeerTurns: a peer's request messages are received a few at a time, the rest wait in order."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from ferry.api.grpc_calls import PeerTurns
+
+
+async def test_turns_are_per_peer_and_handed_over_in_arrival_order() -> None:
+    turns = PeerTurns(1)
+    assert turns.enter_now("a")
+    assert turns.enter_now("b")  # another peer has turns of its own
+    assert not turns.enter_now("a")
+    order: list[int] = []
+
+    async def wait(index: int) -> None:
+        await turns.wait("a")
+        order.append(index)
+
+    waiters = [asyncio.create_task(wait(index)) for index in range(3)]
+    await asyncio.sleep(0)
+    assert order == []
+    for expected in range(3):
+        turns.leave("a")  # the holder's message arrived: the oldest waiter gets the turn
+        await asyncio.sleep(0)
+        assert order == list(range(expected + 1))
+    await asyncio.gather(*waiters)
+    turns.leave("a")
+    turns.leave("b")
+    assert turns._receiving == {} and turns._waiting == {}
+
+
+async def test_a_cancelled_waiter_leaves_the_queue() -> None:
+    turns = PeerTurns(1)
+    assert turns.enter_now("a")
+    gone = asyncio.create_task(turns.wait("a"))
+    stays = asyncio.create_task(turns.wait("a"))
+    await asyncio.sleep(0)
+    gone.cancel()  # e.g. its request deadline passed, or its client hung up
+    with pytest.raises(asyncio.CancelledError):
+        await gone
+    turns.leave("a")
+    await asyncio.wait_for(stays, 1)
+    turns.leave("a")
+    assert turns._receiving == {} and turns._waiting == {}
+
+
+async def test_a_turn_handed_to_a_call_cancelled_at_that_moment_is_passed_on() -> None:
+    turns = PeerTurns(1)
+    assert turns.enter_now("a")
+    first = asyncio.create_task(turns.wait("a"))
+    second = asyncio.create_task(turns.wait("a"))
+    await asyncio.sleep(0)
+    turns.leave("a")  # hands the turn to ``first``...
+    first.cancel()  # ...which is cancelled before it runs: the turn must go on, not be lost
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    await asyncio.wait_for(second, 1)
+    turns.leave("a")
+    assert turns._receiving == {} and turns._waiting == {}
