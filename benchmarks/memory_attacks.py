@@ -150,6 +150,16 @@ def typed(server: RunningServer, count: int = 4, mib: int = 30) -> list[str]:
     return _at_once(count, lambda: _grpc_infer(server, request))
 
 
+def grpc_raw(server: RunningServer, count: int = 16, mib: int = 47) -> list[str]:
+    """``count`` gRPC requests at once, each ``mib`` MiB of raw contents (just under the default
+    --grpc-max-message-bytes): grpc holds each message whole before admission sees it."""
+    n = mib * 2**20 // 4
+    request = pb.ModelInferRequest(model_name="wide")
+    request.inputs.add(name="x", datatype="FP32", shape=[1, n])
+    request.raw_input_contents.append(np.ones(n, np.float32).tobytes())
+    return _at_once(count, lambda: _grpc_infer(server, request))
+
+
 def big_tensors(server: RunningServer, count: int = 24, mib: int = 64) -> list[str]:
     """``count`` REST binary requests at once, each a ``mib`` MiB FP32 tensor, answered binary."""
     n = mib * 2**20 // 4
@@ -228,6 +238,7 @@ def multipart(server: RunningServer, count: int = 4, files: int = 64, side: int 
 
 ATTACKS: dict[str, tuple[str, Callable[[RunningServer], list[str]]]] = {
     "typed": ("4 x gRPC fp32_contents of 30 MiB", typed),
+    "grpc_raw": ("16 x gRPC raw contents of 47 MiB", grpc_raw),
     "tensors": ("24 x 64 MiB binary FP32 tensors (REST)", big_tensors),
     "json": ("3 x 16 MB binary asking for 4M numbers as JSON", json_answers),
     "gzip": ("6 x gzip bodies inflating to 200 MiB", gzip_bodies),

@@ -92,6 +92,7 @@ class RequestTracing:
         self._models: dict[str, dict[str, list[str]]] = {}
         self._seen: dict[str, int] = {}
         self._lock = threading.Lock()
+        self._any_on = self._some_level_on()  # read without the lock on every request (see start)
 
     # --- settings ---------------------------------------------------------------------------------
 
@@ -119,12 +120,23 @@ class RequestTracing:
                 else:
                     target[key] = values
             self._seen.pop(model, None) if model else self._seen.clear()
+            self._any_on = self._some_level_on()
         return self.settings(model)
+
+    def _some_level_on(self) -> bool:
+        """Whether any setting (global or a model's) traces: when none does, ``start`` answers at once."""
+        levels = [
+            self._global["trace_level"],
+            *(own["trace_level"] for own in self._models.values() if "trace_level" in own),
+        ]
+        return any("TIMESTAMPS" in level for level in levels)
 
     # --- sampling and spans ----------------------------------------------------------------------
 
     def start(self, model: str, request_id: str) -> TraceHandle | None:
         """Decide whether this request is traced (level, rate, remaining count)."""
+        if not self._any_on:  # tracing is off everywhere (the default): no lock, no lookups
+            return None
         with self._lock:
             own = self._models.get(model, {})
             level = own.get("trace_level", self._global["trace_level"])

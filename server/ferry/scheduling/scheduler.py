@@ -352,10 +352,11 @@ class Scheduler(ModelScheduler):
                 if pending.timeline is not None:
                     pending.timeline.compute_start = started
             try:
-                if self.runs_inline and _input_bytes(batch) <= INLINE_MAX_BYTES_FACTOR * self._input_bytes:
-                    results = self._run_batch(instance, batch)
+                nbytes = _input_bytes(batch)
+                if self.runs_inline and nbytes <= INLINE_MAX_BYTES_FACTOR * self._input_bytes:
+                    results = self._run_batch(instance, batch, nbytes)
                 else:
-                    results = await loop.run_in_executor(self._executor, self._run_batch, instance, batch)
+                    results = await loop.run_in_executor(self._executor, self._run_batch, instance, batch, nbytes)
             except Exception as exc:  # the whole batch failed: find out which request caused it
                 results = await self._isolate(loop, instance, batch, exc)
             for pending, result in zip(batch, results, strict=True):
@@ -388,8 +389,11 @@ class Scheduler(ModelScheduler):
                 results.append(_as_request_error(self.name, single))
         return results
 
-    def _run_batch(self, instance: Instance, batch: list[Pending]) -> list[Outputs | BaseException]:
-        """Concatenate, execute and split one batch (in a worker thread, or inline when fast)."""
+    def _run_batch(
+        self, instance: Instance, batch: list[Pending], nbytes: int | None = None
+    ) -> list[Outputs | BaseException]:
+        """Concatenate, execute and split one batch (in a worker thread, or inline when fast);
+        ``nbytes``: the batch's input bytes when the caller has counted them already."""
         sample = self._runs < INLINE_AFTER_RUNS or self._runs % CPU_SAMPLE_EVERY == 0
         cpu0 = time.thread_time_ns() if sample else 0
         t0 = time.perf_counter_ns()
@@ -424,7 +428,7 @@ class Scheduler(ModelScheduler):
         span = min(self._runs, INLINE_AFTER_RUNS)
         if sample:
             self._cpu_ns += (time.thread_time_ns() - cpu0 - self._cpu_ns) / span
-        self._input_bytes += (_input_bytes(batch) - self._input_bytes) / span
+        self._input_bytes += ((_input_bytes(batch) if nbytes is None else nbytes) - self._input_bytes) / span
         for pending in batch:
             pending.compute_ns = (t1 - t0, t2 - t1, t3 - t2)
         self.stats.record_execution(total, len(batch), t1 - t0, t2 - t1, t3 - t2)
