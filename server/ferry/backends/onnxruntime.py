@@ -67,6 +67,19 @@ def _tensor_info(node: Any) -> TensorInfo:
 # Triton's ORT backend takes cudnn_conv_algo_search as 0/1/2; ONNX Runtime wants the names.
 _CUDNN_ALGO_SEARCH = {"0": "EXHAUSTIVE", "1": "HEURISTIC", "2": "DEFAULT"}
 
+#: A run whose inputs reach this many bytes gives back, at its end, what ONNX Runtime's CPU memory
+#: arena grew by for it. Why: the arena keeps its largest chunks for good, so one client's burst of
+#: large tensors left the server 140-160 MB bigger (docs/reliability.md); smaller runs keep the
+#: arena's speed (shrinking every run would free and fault in the same pages each time): a batch of
+#: 32 ResNet-50 inputs (19 MiB) stays below it.
+SHRINK_ARENA_AFTER_BYTES = 32 * 2**20
+
+
+def _shrinking_run_options() -> Any:
+    options = ort.RunOptions()
+    options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
+    return options
+
 
 def _tensorrt_options(
     accelerator: Any,
@@ -331,6 +344,7 @@ class OnnxRuntimeInstance:
         self._string_inputs = {t.name for t in self.io.inputs if t.datatype == "BYTES"}
         self._bf16 = any(t.datatype == "BF16" for t in (*self.io.inputs, *self.io.outputs))
         self._fixed: FixedBindingRunner | None = None
+        self._shrinking = _shrinking_run_options()
         cuda = self.session.get_provider_options().get("CUDAExecutionProvider", {})
         if used and used[0] == "CUDAExecutionProvider" and str(cuda.get("enable_cuda_graph", "0")) == "1":
             self._fixed = FixedBindingRunner(self.session, "cuda", spec.device_id)  # CUDA graphs need it
@@ -342,7 +356,8 @@ class OnnxRuntimeInstance:
         feeds = {name: self._to_ort(name, array) for name, array in inputs.items()}
         if self._bf16:
             return self._run_ort_values(feeds, outputs)
-        results = self.session.run(outputs, feeds)
+        large = sum(array.nbytes for array in inputs.values()) >= SHRINK_ARENA_AFTER_BYTES
+        results = self.session.run(outputs, feeds, self._shrinking if large else None)
         return {name: self._from_ort(value) for name, value in zip(outputs, results, strict=False)}
 
     def _to_ort(self, name: str, array: np.ndarray) -> np.ndarray:
