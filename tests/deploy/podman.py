@@ -46,6 +46,15 @@ def missing_tools() -> str | None:
     return None
 
 
+def missing_pod_tools() -> str | None:
+    """Why pods (``podman kube play``) cannot run here, or None: besides the image tools, podman
+    builds its pause image from catatonit, a package podman only recommends."""
+    missing = missing_tools()
+    if missing is None and shutil.which("catatonit") is None:
+        return "catatonit is not installed (apt-get install catatonit): podman needs it for a pod's pause image"
+    return missing
+
+
 @dataclass
 class Podman:
     """Runs podman with a containers.conf that works on these machines."""

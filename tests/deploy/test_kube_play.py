@@ -7,7 +7,7 @@ locally built one, the model PersistentVolumeClaim becomes a hostPath holding on
 container port gets a hostPort so the host can reach it, one replica runs, and the Deployment gets a
 name of its own (test runs side by side on one machine). Everything else (env from the ConfigMap,
 securityContext, emptyDir /tmp, resources) is played as written.
-Skips (with the reason) where podman is not installed; reuses the session's CPU image.
+Skips (with the reason) where podman or catatonit is not installed; reuses the session's CPU image.
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ import pytest
 import yaml
 
 from tests.conftest import MODEL_REPO, free_port
-from tests.deploy.podman import BuiltImage, Podman, http_status, missing_tools
+from tests.deploy.podman import BuiltImage, Podman, http_status, missing_pod_tools
 from tests.deploy.test_kubernetes import OVERLAYS, render
 
 pytestmark = [
-    pytest.mark.skipif(missing_tools() is not None, reason=str(missing_tools())),
+    pytest.mark.skipif(missing_pod_tools() is not None, reason=str(missing_pod_tools())),
     pytest.mark.timeout(1200),
 ]
 
