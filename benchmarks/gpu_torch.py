@@ -469,6 +469,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{instances} instance(s), {precision}, {intakes} intake(s): ferry pids {server_pids}", flush=True)
         return server
 
+    def top_concurrency_steps(
+        instances: int, precision: str, intakes: int = 1, label_suffix: str = ""
+    ) -> tuple[list[dict[str, Any]], dict[str, float]]:
+        """gRPC tensors and the image path at the top concurrency only, on a server of its own."""
+        server = serve(instances, precision, intakes)
+        try:
+            rows, _, metrics = served_steps(
+                pool,
+                server,
+                args,
+                raw_by_precision[precision],
+                meter,
+                instances,
+                jpeg,
+                precision,
+                concurrencies=[max(args.concurrency)],
+                protocols=("grpc",),
+                half_load=False,
+                label_suffix=label_suffix,
+            )
+        finally:
+            server.stop()
+        return rows, metrics
+
     def checkpoint() -> None:
         """The JSON so far, so that a run cut short still leaves its numbers behind."""
         report["elapsed_s"] = round(time.monotonic() - started, 1)
@@ -491,46 +515,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             checkpoint()
         for precision in precisions[1:]:
             instances = min(args.instances)
-            server = serve(instances, precision)
-            try:
-                rows, _, metrics = served_steps(
-                    pool,
-                    server,
-                    args,
-                    raw_by_precision[precision],
-                    meter,
-                    instances,
-                    jpeg,
-                    precision,
-                    concurrencies=[max(args.concurrency)],
-                    protocols=("grpc",),
-                    half_load=False,
-                )
-            finally:
-                server.stop()
+            rows, metrics = top_concurrency_steps(instances, precision)
             report["served"] += rows
             report["gpu_metrics"][f"{instances} x {precision}"] = metrics
             checkpoint()
         for intakes in args.intakes:
-            instances = max(args.instances)
-            server = serve(instances, first, intakes)
-            try:
-                rows, _, _ = served_steps(
-                    pool,
-                    server,
-                    args,
-                    raw_by_precision[first],
-                    meter,
-                    instances,
-                    jpeg,
-                    first,
-                    concurrencies=[max(args.concurrency)],
-                    protocols=("grpc",),
-                    half_load=False,
-                    label_suffix=f" {intakes} intake(s)",
-                )
-            finally:
-                server.stop()
+            rows, _ = top_concurrency_steps(max(args.instances), first, intakes, f" {intakes} intake(s)")
             for row in rows:
                 row["intakes"] = intakes
             report["intake"] += rows

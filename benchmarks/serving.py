@@ -313,9 +313,11 @@ class FerryProcess:
     def url(self, protocol: str) -> str:
         return self.grpc_url if protocol == "grpc" else self.http_url
 
-    def _get(self, path: str, timeout: float = 10.0) -> tuple[int, bytes]:
+    def _get(self, path: str, timeout: float = 10.0, data: bytes | None = None) -> tuple[int, bytes]:
+        """GET ``path`` (POST when ``data`` is given): the status and body, error statuses included."""
+        request = urllib.request.Request(f"http://{self.http_url}{path}", data=data)
         try:
-            with urllib.request.urlopen(f"http://{self.http_url}{path}", timeout=timeout) as response:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
                 return response.status, response.read()
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read()
@@ -336,20 +338,12 @@ class FerryProcess:
 
     def _raise_on_failed_load(self, models_: Sequence[str]) -> None:
         """Stop waiting at once when the repository index says a wanted model failed to load."""
-        status, body = self._post_index()
+        status, body = self._get("/v2/repository/index", 2.0, data=b"{}")
         if status != 200:
             return
         for entry in json.loads(body):
             if entry.get("name") in models_ and entry.get("state") == "UNAVAILABLE" and entry.get("reason"):
                 raise RuntimeError(f"model {entry['name']!r} failed to load: {entry['reason']}; see {self.log_path}")
-
-    def _post_index(self) -> tuple[int, bytes]:
-        request = urllib.request.Request(f"http://{self.http_url}/v2/repository/index", data=b"{}", method="POST")
-        try:
-            with urllib.request.urlopen(request, timeout=2.0) as response:
-                return response.status, response.read()
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read()
 
     def stats(self, model: str) -> dict[str, Any]:
         status, body = self._get(f"/v2/models/{model}/stats")

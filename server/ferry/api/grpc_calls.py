@@ -232,9 +232,9 @@ class MessageDeadlines:
 
         With a ``turn``, the message is asked for only once the turn is taken (the wait counts
         against the deadline); the turn is still held when the message is returned (the caller
-        ends it), and ended here when none is. Read with ``context.read()``, not by iterating the request iterator
-        grpc passes: that builds an async generator per call, which keeps the last message it read
-        until closed."""
+        ends it), and ended here when none is. Read with ``context.read()``, not by iterating the
+        request iterator grpc passes: that builds an async generator per call, which keeps the last
+        message it read until closed."""
         task = asyncio.current_task()
         assert task is not None
         self._waiting[task] = time.monotonic() + self.timeout

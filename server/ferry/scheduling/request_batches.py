@@ -34,9 +34,7 @@ class RequestBatchScheduler(Scheduler):
         super().__init__(name, instances, stats, policy)
         self._runners = {instance.spec.name: instance for instance in instances}
 
-    def _run_batch(
-        self, instance: Instance, batch: list[Pending], nbytes: int | None = None
-    ) -> list[Outputs | BaseException]:
+    def _run_batch(self, instance: Instance, batch: list[Pending], nbytes: int) -> list[Outputs | BaseException]:
         started = time.perf_counter_ns()
         runner = self._runners[instance.spec.name]
         inputs, outputs = [p.inputs for p in batch], [p.outputs for p in batch]

@@ -384,16 +384,18 @@ class Scheduler(ModelScheduler):
         results: list[Outputs | BaseException] = []
         for pending in batch:
             try:
-                results.extend(await loop.run_in_executor(self._executor, self._run_batch, instance, [pending]))
+                results.extend(
+                    await loop.run_in_executor(
+                        self._executor, self._run_batch, instance, [pending], _input_bytes([pending])
+                    )
+                )
             except Exception as single:
                 results.append(_as_request_error(self.name, single))
         return results
 
-    def _run_batch(
-        self, instance: Instance, batch: list[Pending], nbytes: int | None = None
-    ) -> list[Outputs | BaseException]:
+    def _run_batch(self, instance: Instance, batch: list[Pending], nbytes: int) -> list[Outputs | BaseException]:
         """Concatenate, execute and split one batch (in a worker thread, or inline when fast);
-        ``nbytes``: the batch's input bytes when the caller has counted them already."""
+        ``nbytes``: the batch's input bytes, as the caller counted them."""
         sample = self._runs < INLINE_AFTER_RUNS or self._runs % CPU_SAMPLE_EVERY == 0
         cpu0 = time.thread_time_ns() if sample else 0
         t0 = time.perf_counter_ns()
@@ -428,7 +430,7 @@ class Scheduler(ModelScheduler):
         span = min(self._runs, INLINE_AFTER_RUNS)
         if sample:
             self._cpu_ns += (time.thread_time_ns() - cpu0 - self._cpu_ns) / span
-        self._input_bytes += ((_input_bytes(batch) if nbytes is None else nbytes) - self._input_bytes) / span
+        self._input_bytes += (nbytes - self._input_bytes) / span
         for pending in batch:
             pending.compute_ns = (t1 - t0, t2 - t1, t3 - t2)
         self.stats.record_execution(total, len(batch), t1 - t0, t2 - t1, t3 - t2)
