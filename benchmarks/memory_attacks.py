@@ -6,7 +6,8 @@ Run (a few minutes on two cores)::
     python benchmarks/memory_attacks.py [--intake-processes 2] [--only typed,images] [-- --max-inflight-bytes ...]
 
 For each attack, on a fresh server: the answers (status counts), the server's RSS before the burst,
-its peak while the burst runs (sampled every 20 ms; with intake processes, the sum of every
+its peak while the burst runs (sampled every 20 ms by another process, which also runs the other
+client, so that the attack's threads delay neither; with intake processes, the sum of every
 process's proportional set size, so shared arenas count once) and after, and the p99 latency of
 another client sending small requests one after another during the burst. The goal the defaults
 are chosen for: no attack raises the peak by more than 500 MB. Prints a table.
@@ -19,6 +20,7 @@ import collections
 import contextlib
 import io
 import json
+import multiprocessing
 import shutil
 import sys
 import tempfile
@@ -30,6 +32,7 @@ import zlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import grpc
 import numpy as np
@@ -61,14 +64,13 @@ def _rss(pid: int) -> int:
     return total
 
 
-def _other_client(server: RunningServer, done: threading.Event, latencies: list[float], failures: list[str]) -> None:
+def _other_client(url: str, done: threading.Event, latencies: list[float], failures: list[str]) -> None:
     """Another client: one small REST inference after another (16 floats) until ``done``."""
     head = json.dumps(
         {"inputs": [{"name": "x", "shape": [1, 16], "datatype": "FP32", "parameters": {"binary_data_size": 64}}]}
     ).encode()
     body = head + np.ones(16, np.float32).tobytes()
     headers = {"Content-Type": "application/octet-stream", HEADER_LENGTH: str(len(head))}
-    url = f"http://{server.http_url}/v2/models/wide/infer"
     while not done.is_set():
         started = time.perf_counter()
         status = _post(url, body, headers)
@@ -79,36 +81,46 @@ def _other_client(server: RunningServer, done: threading.Event, latencies: list[
         time.sleep(0.01)
 
 
+def _observe(pid: int, url: str, started: Any, done: Any, results: Any) -> None:
+    """The observer process: samples the server's memory every 20 ms and runs the other client
+    until ``done``, then puts (peak, latencies, failures) in ``results``. A process of its own, so
+    the attack's threads (which serialise large messages under this interpreter's GIL) delay
+    neither a sample nor the other client's requests."""
+    stop = threading.Event()
+    latencies: list[float] = []
+    failures: list[str] = []
+    peak = _rss(pid)
+    other = threading.Thread(target=_other_client, args=(url, stop, latencies, failures))
+    other.start()
+    started.set()
+    while not done.is_set():
+        peak = max(peak, _rss(pid))
+        time.sleep(0.02)
+    stop.set()
+    other.join()
+    results.put((peak, latencies, failures))
+
+
 def measure(server: RunningServer, burst: Callable[[], list[str]]) -> tuple[list[str], int, int, int, str]:
-    """Run ``burst`` while sampling RSS and another client's latency: (answers, before, peak, after
-    in bytes, the other client's p99 and failures)."""
+    """Run ``burst`` while another process samples the server's RSS and times another client:
+    (answers, before, peak, after in bytes, the other client's p99 and failures)."""
     pid = server.process.pid
     time.sleep(0.5)
     before = _rss(pid)
-    peak = before
-    done = threading.Event()
-    latencies: list[float] = []
-    failures: list[str] = []
-
-    def sample() -> None:
-        nonlocal peak
-        while not done.is_set():
-            peak = max(peak, _rss(pid))
-            time.sleep(0.02)
-
-    threads = [
-        threading.Thread(target=sample),
-        threading.Thread(target=_other_client, args=(server, done, latencies, failures)),
-    ]
-    for thread in threads:
-        thread.start()
+    spawn = multiprocessing.get_context("spawn")
+    started, done, results = spawn.Event(), spawn.Event(), spawn.Queue()
+    url = f"http://{server.http_url}/v2/models/wide/infer"
+    observer = spawn.Process(target=_observe, args=(pid, url, started, done, results))
+    observer.start()
+    started.wait()
     try:
         answers = burst()
     finally:
         done.set()
-        for thread in threads:
-            thread.join()
+        peak, latencies, failures = results.get()
+        observer.join()
     time.sleep(0.5)
+    peak = max(peak, before)
     p99 = f"{np.percentile(latencies, 99) * 1000:.0f} ms ({len(latencies)} ok" if latencies else "- (0 ok"
     other = p99 + (f", {len(failures)} failed: {sorted(set(failures))})" if failures else ")")
     return answers, before, peak, _rss(pid), other
@@ -158,6 +170,28 @@ def grpc_raw(server: RunningServer, count: int = 16, mib: int = 47) -> list[str]
     request.inputs.add(name="x", datatype="FP32", shape=[1, n])
     request.raw_input_contents.append(np.ones(n, np.float32).tobytes())
     return _at_once(count, lambda: _grpc_infer(server, request))
+
+
+def grpc_streams(server: RunningServer, count: int = 16, mib: int = 47) -> list[str]:
+    """``count`` ModelStreamInfer streams at once, each sending one request of ``mib`` MiB raw
+    contents: a stream's next message is asked for as soon as its last is answered, so each open
+    stream may receive a whole message before admission sees it (no turns: see docs/reliability.md)."""
+    n = mib * 2**20 // 4
+    request = pb.ModelInferRequest(model_name="wide")
+    request.inputs.add(name="x", datatype="FP32", shape=[1, n])
+    request.raw_input_contents.append(np.ones(n, np.float32).tobytes())
+
+    def one() -> str:
+        options = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
+        with grpc.insecure_channel(server.grpc_url, options=options) as channel:
+            try:
+                for answer in pb_grpc.GRPCInferenceServiceStub(channel).ModelStreamInfer(iter([request]), timeout=300):
+                    return "error in stream" if answer.error_message else "OK"
+                return "no answer"
+            except grpc.RpcError as exc:
+                return exc.code().name
+
+    return _at_once(count, one)
 
 
 def big_tensors(server: RunningServer, count: int = 24, mib: int = 64) -> list[str]:
@@ -239,6 +273,7 @@ def multipart(server: RunningServer, count: int = 4, files: int = 64, side: int 
 ATTACKS: dict[str, tuple[str, Callable[[RunningServer], list[str]]]] = {
     "typed": ("4 x gRPC fp32_contents of 30 MiB", typed),
     "grpc_raw": ("16 x gRPC raw contents of 47 MiB", grpc_raw),
+    "grpc_streams": ("16 x ModelStreamInfer streams, one 47 MiB message each", grpc_streams),
     "tensors": ("24 x 64 MiB binary FP32 tensors (REST)", big_tensors),
     "json": ("3 x 16 MB binary asking for 4M numbers as JSON", json_answers),
     "gzip": ("6 x gzip bodies inflating to 200 MiB", gzip_bodies),

@@ -75,6 +75,24 @@ def rest_config(app: ASGIApp, s: Settings, security: ServerSecurity, **listener:
     )
 
 
+def grpc_limits(s: Settings, processes: int = 1) -> GrpcLimits:
+    """The gRPC listener's limits of one of ``processes`` intake processes: grpc counts calls per
+    server, and a peer's message turns are kept per process (its connections spread over them), so
+    each process gets its share of both server-wide caps."""
+    return GrpcLimits(
+        s.grpc_max_concurrent_streams,
+        _share(s.grpc_max_concurrent_rpcs, processes),
+        s.grpc_min_ping_interval_secs,
+        s.grpc_max_ping_strikes,
+        s.grpc_max_metadata_bytes,
+        s.grpc_max_connection_idle_secs,
+        s.grpc_max_calls_per_peer,
+        s.grpc_request_timeout_secs,
+        s.grpc_write_timeout_secs,
+        _share(s.grpc_reads_per_peer, processes),
+    )
+
+
 def public_grpc_server(
     plane: Any,
     s: Settings,
@@ -82,26 +100,15 @@ def public_grpc_server(
     processes: int = 1,
     servicer: Any = None,
 ) -> grpc.aio.Server:
-    """The public gRPC listener; with several intake processes they share the port (SO_REUSEPORT)
-    and each gets its share of the server-wide call cap (grpc counts calls per server)."""
+    """The public gRPC listener; with several intake processes they share the port (SO_REUSEPORT),
+    each with its share of the limits (``grpc_limits``)."""
     return create_grpc_server(
         plane,
         f"{s.host}:{s.grpc_port}",
         s.grpc_max_message_bytes,
         security.grpc_interceptors(),
         security.grpc_credentials(),
-        GrpcLimits(
-            s.grpc_max_concurrent_streams,
-            _share(s.grpc_max_concurrent_rpcs, processes),
-            s.grpc_min_ping_interval_secs,
-            s.grpc_max_ping_strikes,
-            s.grpc_max_metadata_bytes,
-            s.grpc_max_connection_idle_secs,
-            s.grpc_max_calls_per_peer,
-            s.grpc_request_timeout_secs,
-            s.grpc_write_timeout_secs,
-            s.grpc_reads_per_peer,
-        ),
+        grpc_limits(s, processes),
         s.max_response_bytes,
         servicer=servicer,
         reuse_port=processes > 1,

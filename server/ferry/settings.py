@@ -82,7 +82,7 @@ class Settings(BaseSettings):
         1024, ge=0, description="requests received, queued or running at once; more get 503/UNAVAILABLE (0 = no cap)"
     )
     max_inflight_bytes: int = Field(
-        384 * MIB,
+        256 * MIB,
         ge=0,
         description="memory requests may hold at once (bodies, decoded tensors and images, answers until "
         "written); more get 503/UNAVAILABLE, a request needing more alone 413 (0 = no cap)",
@@ -167,8 +167,9 @@ class Settings(BaseSettings):
     grpc_reads_per_peer: Annotated[int, LIMIT] = Field(
         2,
         gt=0,
-        description="request messages of one client address received at once (per process): grpc holds a "
-        "message whole before admission sees it; the client's other unary calls wait their turn",
+        description="request messages of one client address received at once (split among intake processes, "
+        "at least one each): grpc holds a message whole before admission sees it; the client's other unary "
+        "calls wait their turn",
     )
     grpc_request_timeout_secs: Annotated[float, LIMIT] = Field(
         60.0, gt=0, description="a unary gRPC call's request message must arrive within this (DEADLINE_EXCEEDED)"

@@ -169,12 +169,12 @@ def test_huge_headers_are_refused_before_auth_with_bounded_memory(guarded) -> No
 
 
 def test_bodies_that_never_arrive_hold_no_admission_and_are_cut(guarded) -> None:
-    """Requests announcing 256 MiB bodies and trickling almost nothing: admitted, but holding only the
+    """Requests announcing 128 MiB bodies and trickling almost nothing: admitted, but holding only the
     bytes that arrived, so others are served; closed with 408 once behind the minimum rate."""
     head = (
         b"POST /v2/models/quick/infer HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
         + TOKEN.encode()
-        + b"\r\nContent-Type: application/json\r\nContent-Length: 268435456\r\n\r\n{"
+        + b"\r\nContent-Type: application/json\r\nContent-Length: 134217728\r\n\r\n{"
     )
 
     async def run() -> None:

@@ -42,7 +42,10 @@ def server(tmp_path_factory) -> Iterator[RunningServer]:
     repo = tmp_path_factory.mktemp("grpc_turns") / "models"
     write_mlp_model(repo / "quick", width=16, layers=1)
     running = start_server(
-        repo, repo.parent / "server.log", "--grpc-request-timeout-secs", "60", "--grpc-reads-per-peer", str(TURNS)
+        repo,
+        repo.parent / "server.log",
+        *("--grpc-request-timeout-secs", "60", "--grpc-reads-per-peer", str(TURNS)),
+        *("--max-inflight-bytes", str(2**30)),  # room for every call: turns, not admission, are tested
     )
     yield running
     running.stop()
@@ -110,3 +113,35 @@ async def test_large_messages_of_one_client_are_received_in_turns(server: Runnin
     assert set(statuses) == {grpc.StatusCode.INVALID_ARGUMENT}, statuses
     assert time.monotonic() - started < 60
     assert await asyncio.to_thread(_call, server, _request(16), 10.0) == grpc.StatusCode.OK
+
+
+def _raw_call(server: RunningServer, message: bytes) -> tuple[grpc.StatusCode, str]:
+    """A ModelInfer call whose message is ``message`` as it is, valid or not: its status and details."""
+    with grpc.insecure_channel(server.grpc_url, options=[("grpc.max_send_message_length", -1)]) as channel:
+        call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+        try:
+            call(message, timeout=30)
+        except grpc.RpcError as exc:
+            return exc.code(), exc.details() or ""
+        return grpc.StatusCode.OK, ""
+
+
+def test_a_message_is_counted_from_its_bytes_before_it_is_parsed(tmp_path) -> None:
+    """Admission counts a ModelInfer message (twice: its bytes and the parsed copy) before parsing
+    it, so the parsed copy never exists uncounted and a message that cannot fit is never parsed.
+    Bytes that are no valid message prove the order: one too large for the 1 MiB cap is refused
+    with RESOURCE_EXHAUSTED naming the cap (parsing first would have said INVALID_ARGUMENT), a
+    small one still gets INVALID_ARGUMENT, and a valid call is answered."""
+    repo = tmp_path / "models"
+    write_mlp_model(repo / "quick", width=16, layers=1)
+    running = start_server(repo, tmp_path / "server.log", "--max-inflight-bytes", str(2**20))
+    try:
+        code, details = _raw_call(running, b"\xff" * (600 * 1024))  # counted twice: 1.2 MiB
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, (code, details)
+        assert "--max-inflight-bytes" in details
+        code, details = _raw_call(running, b"\xff" * 1024)
+        assert code == grpc.StatusCode.INVALID_ARGUMENT, (code, details)
+        assert "not a valid ModelInferRequest message" in details
+        assert _call(running, _request(16), 10.0) == grpc.StatusCode.OK
+    finally:
+        running.stop()

@@ -7,6 +7,7 @@ status code its kind carries, so gRPC and REST report the same failures the same
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -21,6 +22,7 @@ from ferry_client.protocol import grpc_service_pb2_grpc as pb_grpc
 
 from ..errors import FerryError, InvalidArgument, Unimplemented
 from ..types import InferenceRequest
+from .admission import Ticket
 from .cuda_shared_memory import cuda_register_refused, cuda_status, cuda_unregister
 from .dataplane import DataPlane
 from .grpc_calls import CallGuard, WrappedRegistration, message_admitted, release_after_write
@@ -65,6 +67,13 @@ def _rpc(method: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
     return wrapper
 
 
+#: The admission of the ModelInfer message being served, taken from its bytes before it was parsed
+#: (``InferenceRpcs.count_message``) and not yet taken over by ``_infer``.
+_message_ticket: contextvars.ContextVar[Ticket | None] = contextvars.ContextVar(
+    "ferry_grpc_message_ticket", default=None
+)
+
+
 class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
     """``ModelInfer`` and ``ModelStreamInfer`` over any inference plane (an intake process's too);
     every other RPC answers UNIMPLEMENTED unless a subclass implements it."""
@@ -72,6 +81,32 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
     def __init__(self, plane: InferencePlane, max_response_bytes: int = 256 * 1024 * 1024) -> None:
         self.plane = plane
         self.max_response_bytes = max_response_bytes
+
+    def count_message(self, size: int) -> Callable[[], None]:
+        """Admit a ModelInfer call from its message's bytes, before grpc_decode parses them (its
+        ``count``): twice the message, the bytes and the parsed copy. The peer's next message may
+        come from here on (``message_admitted``), so what a client's messages hold uncounted is only
+        what grpc is still receiving. Returns what closes the admission unless ``_infer`` took it."""
+        admission = self.plane.admission
+        try:
+            ticket = admission.admit()
+            try:
+                ticket.reserve(2 * size)  # refused as a whole when it alone cannot fit
+            except FerryError:
+                ticket.close()
+                raise
+        except FerryError:
+            admission.heap.released(2 * size)  # grpc's copy and the bytes are freed, uncounted
+            raise
+        message_admitted()
+        _message_ticket.set(ticket)
+
+        def close_unless_taken() -> None:
+            if _message_ticket.get() is ticket:
+                _message_ticket.set(None)
+                ticket.close()
+
+        return close_unless_taken
 
     @_rpc
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Context) -> pb.ModelInferResponse:
@@ -97,10 +132,13 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
         ``size``: the request message's serialised size. Returns the answer with the release of
         its admission, which the caller calls once the answer has been written: until then the
         answer is memory this request holds."""
-        # twice the message: it is parsed from bytes grpc read whole before this runs (dropped once
-        # parsed, see grpc_decode.py), so calls still arriving hold as much again, uncounted
-        ticket = self.plane.admission.admit(2 * size)
-        message_admitted()  # counted now: the peer's next message may come (grpc_calls.PeerTurns)
+        ticket = _message_ticket.get()
+        if ticket is None:  # a streamed message: admitted once parsed
+            # twice the message: it is parsed from bytes grpc read whole before this runs (dropped
+            # once parsed, see grpc_decode.py)
+            ticket = self.plane.admission.admit(2 * size)
+        else:  # counted from its bytes (count_message): this call holds it from here on
+            _message_ticket.set(None)
         try:
             infer_request = await self._decode(request, size, ticket, client)
             outputs = reserve_outputs(infer_request.inputs, ticket)
@@ -424,9 +462,13 @@ def create_grpc_server(
     guard = CallGuard(
         limits.max_calls_per_peer, limits.request_timeout_secs, limits.write_timeout_secs, limits.reads_per_peer
     )
-    registration = WrappedRegistration(
-        server, lambda handler, method: guard.wrap(decoding_handler(handler, method), method)
-    )
+    count_message = servicer.count_message
+
+    def guarded(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+        count = count_message if method.endswith("/ModelInfer") else None
+        return guard.wrap(decoding_handler(handler, method, count), method)
+
+    registration = WrappedRegistration(server, guarded)
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, registration)
     registration.check_registered("inference.GRPCInferenceService")
     try:

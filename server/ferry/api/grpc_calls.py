@@ -85,9 +85,9 @@ _turn_end: contextvars.ContextVar[Callable[[], None] | None] = contextvars.Conte
 
 
 def message_admitted() -> None:
-    """The call's request message is parsed and counted by admission: its peer's next message may
-    come (the turn ends here, not when grpc has read the bytes, so that the bytes and the parsed
-    copy of one message exist while uncounted, never those of several)."""
+    """The call's request message is counted by admission (from its bytes, before it is parsed):
+    its peer's next message may come. The turn ends here, not when grpc has read the bytes, so that
+    what a peer's calls hold uncounted is at most the messages grpc is receiving in its turns."""
     end = _turn_end.get()
     if end is not None:
         end()

@@ -4,6 +4,10 @@ grpc.aio deserialises requests before the servicer runs; bytes that are not a va
 answer UNKNOWN ("Unexpected DecodeError") and log a traceback per call, which lets any client fill
 the log. ``decoding_handler`` wraps each method's handler (once, at registration) so that it takes
 deserialisation over: the caller gets a precise status and the server logs nothing.
+
+Taking it over also lets a method count its message from the bytes, before it is parsed
+(``count``): the parsed copy then never exists uncounted, and a message the server has no room for
+is refused without being parsed at all.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from typing import Any, cast
 import grpc
 from google.protobuf.message import DecodeError
 
-from ..errors import ErrorKind
+from ..errors import ErrorKind, FerryError
 from .limits import OFF_LOOP_BYTES
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -54,8 +58,16 @@ UnaryBehaviour = Callable[[Any, Context], Awaitable[Any]]
 StreamBehaviour = Callable[[AsyncIterator[Any], Context], AsyncIterator[Any]]
 
 
-def decoding_handler(handler: grpc.RpcMethodHandler[Any, Any], method: str) -> grpc.RpcMethodHandler[Any, Any]:
-    """The same handler, receiving raw bytes and decoding them itself (unary and bidi-streaming RPCs)."""
+#: Counts a unary request message from its size before it is parsed (raises a FerryError to refuse
+#: it); returns what gives the count back if the method's handler did not take it over.
+MessageCount = Callable[[int], Callable[[], None]]
+
+
+def decoding_handler(
+    handler: grpc.RpcMethodHandler[Any, Any], method: str, count: MessageCount | None = None
+) -> grpc.RpcMethodHandler[Any, Any]:
+    """The same handler, receiving raw bytes and decoding them itself (unary and bidi-streaming
+    RPCs); a unary one calls ``count`` with its message's size first."""
     deserialize = handler.request_deserializer
     serializer = handler.response_serializer
     if deserialize is None:
@@ -65,11 +77,25 @@ def decoding_handler(handler: grpc.RpcMethodHandler[Any, Any], method: str) -> g
 
         async def unary(raw: bytes, context: Context) -> Any:
             _received_bytes.set(len(raw))  # this call's own task and context
-            decoding = _decode(raw, deserialize, method, context)
-            del raw  # the parsed message is all the call needs from here on
-            # the message goes to the method without a name here: grpc keeps an aborted call's
-            # AbortError, whose traceback holds this frame, after the call
-            return await behaviour(await decoding, context)
+            uncount = None
+            if count is not None:
+                refusal = None
+                try:
+                    uncount = count(len(raw))
+                except FerryError as exc:
+                    refusal = exc
+                if refusal is not None:  # aborted outside the except clause (see api/grpc.py's _rpc)
+                    del raw
+                    await context.abort(refusal.grpc_code, refusal.message)
+            try:
+                decoding = _decode(raw, deserialize, method, context)
+                del raw  # the parsed message is all the call needs from here on
+                # the message goes to the method without a name here: grpc keeps an aborted call's
+                # AbortError, whose traceback holds this frame, after the call
+                return await behaviour(await decoding, context)
+            finally:
+                if uncount is not None:
+                    uncount()
 
         return grpc.unary_unary_rpc_method_handler(unary, response_serializer=serializer)
     if handler.request_streaming and handler.response_streaming and handler.stream_stream is not None:
