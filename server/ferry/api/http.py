@@ -158,36 +158,32 @@ async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T | None
     """Await ``work`` but cancel it if the client disconnects first, so a request whose caller went
     away is dropped from the queue instead of occupying an instance.
 
-    ``work`` runs in this task (the watcher cancels it here): one task per request fewer than
-    running it in a task of its own, which is measurable on small requests."""
-    current = asyncio.current_task()
-    assert current is not None
-    gone = False
-
-    async def watch() -> None:
-        nonlocal gone
-        while True:
-            message = await request.receive()
-            if message["type"] == "http.disconnect":
-                gone = True
-                current.cancel()
-                return
-
-    watcher = asyncio.ensure_future(watch())
+    ``work`` runs in a task of its own, which the watcher cancels. Running it in this task and
+    cancelling this one instead saves a task but measured about 8 us a request more (an in-process
+    REST loop of the tiny model, four runs each: 120 against 128 us), so the task stays."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_cancel_on_disconnect(request, task))
     try:
-        return await work
+        return await task
     except asyncio.CancelledError:
-        if not gone:
-            raise
-        if hasattr(current, "uncancel"):  # Python 3.11+: this cancellation is handled here
-            current.uncancel()
-        return None
+        if watcher.done():  # the client is gone: nobody reads the answer
+            return None
+        raise
     finally:
         watcher.cancel()
-        # an error raised by ``work`` has a traceback holding this frame: drop the names that
-        # would keep a refused request's body alive in a reference cycle until the garbage
-        # collector runs (which in a quiet process may be never)
-        del watcher, work
+        # an error raised by ``work`` has a traceback holding this frame, and the task holds the
+        # error: emptying the names breaks that cycle, which would keep a refused request's body
+        # alive until the garbage collector runs (in a quiet process, never)
+        del watcher, task, work
+
+
+async def _cancel_on_disconnect(request: Request, task: asyncio.Future[Any]) -> None:
+    """The disconnect watcher: cancels ``task`` once the client has gone."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            task.cancel()
+            return
 
 
 def ferry_error_response(request: Request, exc: FerryError) -> Response:
