@@ -338,6 +338,23 @@ def test_every_rpc_but_inference_is_answered_by_the_core(stack: Stack) -> None:
             assert answers[0] == answers[1], method.name
 
 
+@pytest.mark.timeout(60)
+def test_relayed_messages_pass_through_unparsed(stack: Stack) -> None:
+    """The intake relays a message's bytes as they came: bytes that are no valid message reach the
+    core (the intake parsed and refused them itself before) and get the core's own answer."""
+    garbage = b"\xff" * 64
+    path = f"/{SERVICE.full_name}/ModelMetadata"
+    with (
+        grpc.insecure_channel(f"127.0.0.1:{stack.grpc_port}") as front,
+        grpc.insecure_channel(f"unix:{stack.grpc_socket}") as direct,
+    ):
+        seen = len(stack.core_calls.methods)
+        answers = [_answer_of(channel.unary_unary(path), garbage) for channel in (front, direct)]
+        assert stack.core_calls.methods[seen:] == ["ModelMetadata"] * 2, answers
+    assert answers[0] == answers[1]
+    assert answers[0][0] == "StatusCode.INVALID_ARGUMENT", answers
+
+
 def _answer_of(multicallable: Any, request: Any) -> tuple[str, Any]:
     try:
         return "OK", multicallable(request, timeout=WAIT)

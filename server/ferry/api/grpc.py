@@ -27,7 +27,7 @@ from .cuda_shared_memory import cuda_register_refused, cuda_status, cuda_unregis
 from .dataplane import DataPlane
 from .grpc_calls import CallGuard, WrappedRegistration, message_admitted, release_after_write
 from .grpc_codec import decode_infer_request, encode_infer_response
-from .grpc_decode import decoding_handler, received_bytes
+from .grpc_decode import decoding_handler, raw_handler, received_bytes
 from .grpc_limits import GrpcLimits
 from .inference_plane import InferencePlane
 from .limits import OFF_LOOP_BYTES
@@ -77,6 +77,9 @@ _message_ticket: contextvars.ContextVar[Ticket | None] = contextvars.ContextVar(
 class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
     """``ModelInfer`` and ``ModelStreamInfer`` over any inference plane (an intake process's too);
     every other RPC answers UNIMPLEMENTED unless a subclass implements it."""
+
+    #: Methods served with their messages as bytes, unparsed (none here; an intake relays some).
+    raw_methods: frozenset[str] = frozenset()
 
     def __init__(self, plane: InferencePlane, max_response_bytes: int = 256 * 1024 * 1024) -> None:
         self.plane = plane
@@ -463,8 +466,11 @@ def create_grpc_server(
         limits.max_calls_per_peer, limits.request_timeout_secs, limits.write_timeout_secs, limits.reads_per_peer
     )
     count_message = servicer.count_message
+    raw_methods = servicer.raw_methods
 
     def guarded(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+        if method.rsplit("/", 1)[-1] in raw_methods:  # relayed as bytes (an intake's servicer)
+            return guard.wrap(raw_handler(handler), method)
         count = count_message if method.endswith("/ModelInfer") else None
         return guard.wrap(decoding_handler(handler, method, count), method)
 

@@ -324,7 +324,9 @@ class WriteDeadlines:
             if now - write.start < self.timeout:
                 continue
             if write.response is not None:  # first time past the plain timeout: add the size's allowance
-                write.allowed += write.response.ByteSize() / WRITE_BYTES_PER_SEC
+                response = write.response  # a message, or bytes a relay passes through
+                size = len(response) if isinstance(response, bytes) else response.ByteSize()
+                write.allowed += size / WRITE_BYTES_PER_SEC
                 write.response = None
             if now - write.start >= write.allowed:
                 del self._writing[key]

@@ -18,7 +18,6 @@ from typing import Any
 
 import grpc
 from google.protobuf.descriptor import MethodDescriptor
-from google.protobuf.message_factory import GetMessageClass
 
 from ferry_client.protocol import grpc_service_pb2 as pb
 
@@ -50,6 +49,8 @@ class ForwardingServicer(InferenceRpcs):
     """The inference RPCs answered here; every other RPC relayed to the core behind ``core_channel``."""
 
     local_methods: frozenset[str] = LOCAL_METHODS
+    #: Methods whose messages pass through as bytes (``create_grpc_server`` registers them so).
+    raw_methods: frozenset[str] = frozenset(m.name for m in SERVICE.methods) - LOCAL_METHODS
 
     def __init__(self, plane: InferencePlane, max_response_bytes: int, core_channel: grpc.aio.Channel) -> None:
         super().__init__(plane, max_response_bytes)
@@ -59,17 +60,19 @@ class ForwardingServicer(InferenceRpcs):
                 setattr(self, method.name, self._relay(method))
 
     def _relay(self, method: MethodDescriptor) -> Callable[..., Any]:
-        """A handler of ``method``'s kind (unary or streaming either way) calling it on the core."""
+        """A handler of ``method``'s kind (unary or streaming either way) calling it on the core.
+
+        Messages pass through as bytes both ways: the core parses (and refuses) them itself, so a
+        relayed message is neither parsed nor re-encoded here (a streamed 47 MiB message cost two
+        copies more in the intake that way)."""
         path = f"/{SERVICE.full_name}/{method.name}"
-        serialize = GetMessageClass(method.input_type).SerializeToString
-        deserialize = GetMessageClass(method.output_type).FromString
         kind = (method.client_streaming, method.server_streaming)
         if kind == (False, False):
-            return self._unary(self.core_channel.unary_unary(path, serialize, deserialize))
+            return self._unary(self.core_channel.unary_unary(path))
         if kind == (True, False):
-            return self._unary(self.core_channel.stream_unary(path, serialize, deserialize))
+            return self._unary(self.core_channel.stream_unary(path))
         factory = self.core_channel.unary_stream if kind == (False, True) else self.core_channel.stream_stream
-        return self._streaming(factory(path, serialize, deserialize))
+        return self._streaming(factory(path))
 
     def _unary(self, multicallable: Any) -> Callable[..., Any]:
         async def relay(request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -91,7 +94,7 @@ class ForwardingServicer(InferenceRpcs):
             try:
                 await _pass_initial_metadata(call, context)
                 async for response in call:
-                    release = self.plane.admission.hold(response.ByteSize())  # until grpc wrote it
+                    release = self.plane.admission.hold(len(response))  # until grpc wrote it
                     try:
                         yield response
                     finally:
