@@ -25,7 +25,7 @@ from ..types import InferenceRequest
 from .admission import Ticket
 from .cuda_shared_memory import cuda_register_refused, cuda_status, cuda_unregister
 from .dataplane import DataPlane
-from .grpc_calls import CallGuard, WrappedRegistration, message_admitted, release_after_write
+from .grpc_calls import CallGuard, WrappedRegistration, release_after_write
 from .grpc_codec import decode_infer_request, encode_infer_response
 from .grpc_decode import decoding_handler, raw_handler, received_bytes
 from .grpc_limits import GrpcLimits
@@ -87,21 +87,20 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
 
     def count_message(self, size: int) -> Callable[[], None]:
         """Admit a ModelInfer call from its message's bytes, before grpc_decode parses them (its
-        ``count``): twice the message, the bytes and the parsed copy. The peer's next message may
-        come from here on (``message_admitted``), so what a client's messages hold uncounted is only
-        what grpc is still receiving. Returns what closes the admission unless ``_infer`` took it."""
+        ``count``): twice the message, the bytes and the parsed copy. It runs as soon as the peer's
+        turn for the message ends (``grpc_calls.PeerTurns``), so what a client's messages hold
+        uncounted is only what grpc is still receiving. Returns what closes the admission unless
+        ``_infer`` took it."""
         admission = self.plane.admission
+        ticket = None
         try:
             ticket = admission.admit()
-            try:
-                ticket.reserve(2 * size)  # refused as a whole when it alone cannot fit
-            except FerryError:
-                ticket.close()
-                raise
+            ticket.reserve(2 * size)  # refused as a whole when it alone cannot fit
         except FerryError:
+            if ticket is not None:
+                ticket.close()
             admission.heap.released(2 * size)  # grpc's copy and the bytes are freed, uncounted
             raise
-        message_admitted()
         _message_ticket.set(ticket)
 
         def close_unless_taken() -> None:
@@ -470,9 +469,9 @@ def create_grpc_server(
 
     def guarded(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
         if method.rsplit("/", 1)[-1] in raw_methods:  # relayed as bytes (an intake's servicer)
-            return guard.wrap(raw_handler(handler), method)
+            return guard.wrap(raw_handler(handler))
         count = count_message if method.endswith("/ModelInfer") else None
-        return guard.wrap(decoding_handler(handler, method, count), method)
+        return guard.wrap(decoding_handler(handler, method, count))
 
     registration = WrappedRegistration(server, guarded)
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, registration)

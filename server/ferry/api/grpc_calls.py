@@ -78,21 +78,6 @@ _after_write: contextvars.ContextVar[list[Callable[[], object]] | None] = contex
 )
 
 
-#: The end of this unary call's turn for receiving its message (``PeerTurns``), or None.
-_turn_end: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar(
-    "ferry_grpc_turn_end", default=None
-)
-
-
-def message_admitted() -> None:
-    """The call's request message is counted by admission (from its bytes, before it is parsed):
-    its peer's next message may come. The turn ends here, not when grpc has read the bytes, so that
-    what a peer's calls hold uncounted is at most the messages grpc is receiving in its turns."""
-    end = _turn_end.get()
-    if end is not None:
-        end()
-
-
 def release_after_write(release: Callable[[], object]) -> None:
     """Call ``release`` once grpc has written this unary call's response (or the call ended);
     at once when the call is not served through ``CallGuard``."""
@@ -175,7 +160,7 @@ class PeerTurns:
             raise
 
     def leave(self, peer: str) -> None:
-        """A message has been admitted (or its call ended): hand the turn to the next waiting call."""
+        """A message has arrived (or its call ended): hand the turn to the next waiting call."""
         queue = self._waiting.get(peer)
         while queue:
             turn = queue.popleft()
@@ -231,10 +216,12 @@ class MessageDeadlines:
         """The call's one request message, or the call aborted when it has not arrived in time.
 
         With a ``turn``, the message is asked for only once the turn is taken (the wait counts
-        against the deadline); the turn is still held when the message is returned (the caller
-        ends it), and ended here when none is. Read with ``context.read()``, not by iterating the
-        request iterator grpc passes: that builds an async generator per call, which keeps the last
-        message it read until closed."""
+        against the deadline), and the turn ends once the message is read. The handler it goes to
+        runs at once, with no suspension before ModelInfer counts the message from its bytes
+        (``grpc_decode``'s ``count``), so the next message of the peer never starts arriving while
+        this one is uncounted. Read with ``context.read()``, not by iterating the request iterator
+        grpc passes: that builds an async generator per call, which keeps the last message it read
+        until closed."""
         task = asyncio.current_task()
         assert task is not None
         self._waiting[task] = time.monotonic() + self.timeout
@@ -250,8 +237,7 @@ class MessageDeadlines:
                 try:
                     message = await context.read()
                 finally:
-                    if message is grpc.aio.EOF:  # no message (cancelled, expired or none sent)
-                        turn.end()
+                    turn.end()
         except asyncio.CancelledError:
             if task not in self._expired:
                 raise
@@ -408,19 +394,15 @@ class CallGuard:
         """The listening ports (set once bound) whose connections a stalled write may close."""
         self.writes.ports = ports
 
-    def wrap(self, handler: grpc.RpcMethodHandler, method: str = "") -> grpc.RpcMethodHandler:
-        """The guarded form of one method's handler (built once, when the service is registered).
-
-        ModelInfer keeps its peer's turn until its message is admitted (``message_admitted``); other
-        unary methods end it once their message has been read, since some run long (a model load)
-        and would hold their peer's inferences back."""
+    def wrap(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        """The guarded form of one method's handler (built once, when the service is registered)."""
         if not handler.request_streaming and not handler.response_streaming:
-            return self._guard_unary(handler, until_admitted=method.endswith("/ModelInfer"))
+            return self._guard_unary(handler)
         if handler.request_streaming and handler.response_streaming:
             return self._guard_bidi(handler)
         return handler  # the inference service has no other kinds of RPC
 
-    def _guard_unary(self, handler: grpc.RpcMethodHandler, until_admitted: bool = False) -> grpc.RpcMethodHandler:
+    def _guard_unary(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         behaviour: Any = handler.unary_unary
         first_message = self.deadlines.first_message
         turns = self.turns
@@ -434,20 +416,9 @@ class CallGuard:
             _after_write.set(pending)
             # this server's own intakes (no peer) take no turns: each gates its own clients
             turn = Turn(turns, peer) if peer else None
-            _turn_end.set(turn.end if turn is not None else None)
             try:
-                try:
-                    if until_admitted:
-                        # the message goes to the handler without a name here to keep it alive after use
-                        response = await behaviour(await first_message(context, turn), context)
-                    else:
-                        message = await first_message(context, turn)
-                        if turn is not None:
-                            turn.end()
-                        response = await behaviour(message, context)
-                finally:
-                    if turn is not None:  # at the latest; message_admitted() ends it sooner
-                        turn.end()
+                # the message goes to the handler without a name here to keep it alive after use
+                response = await behaviour(await first_message(context, turn), context)
             except BaseException:
                 self._finish(pending, peer, None)
                 raise

@@ -115,13 +115,10 @@ def decoding_handler(
 
 
 def raw_handler(handler: grpc.RpcMethodHandler[Any, Any]) -> grpc.RpcMethodHandler[Any, Any]:
-    """The same behaviour, taking and answering messages as bytes, unparsed (a relay's)."""
+    """The same behaviour, taking and answering messages as bytes, unparsed (a relay's; unary and
+    bidi-streaming RPCs, the service's only kinds, as in ``decoding_handler``)."""
     if not handler.request_streaming and not handler.response_streaming and handler.unary_unary is not None:
         return grpc.unary_unary_rpc_method_handler(handler.unary_unary)
-    if handler.request_streaming and not handler.response_streaming and handler.stream_unary is not None:
-        return grpc.stream_unary_rpc_method_handler(handler.stream_unary)
-    if not handler.request_streaming and handler.response_streaming and handler.unary_stream is not None:
-        return grpc.unary_stream_rpc_method_handler(handler.unary_stream)
-    if handler.stream_stream is not None:
+    if handler.request_streaming and handler.response_streaming and handler.stream_stream is not None:
         return grpc.stream_stream_rpc_method_handler(handler.stream_stream)
     return handler

@@ -49,15 +49,15 @@ class ForwardingServicer(InferenceRpcs):
     """The inference RPCs answered here; every other RPC relayed to the core behind ``core_channel``."""
 
     local_methods: frozenset[str] = LOCAL_METHODS
-    #: Methods whose messages pass through as bytes (``create_grpc_server`` registers them so).
-    raw_methods: frozenset[str] = frozenset(m.name for m in SERVICE.methods) - LOCAL_METHODS
 
     def __init__(self, plane: InferencePlane, max_response_bytes: int, core_channel: grpc.aio.Channel) -> None:
         super().__init__(plane, max_response_bytes)
         self.core_channel = core_channel
-        for method in SERVICE.methods:
-            if method.name not in self.local_methods:
-                setattr(self, method.name, self._relay(method))
+        relayed = [method for method in SERVICE.methods if method.name not in self.local_methods]
+        for method in relayed:
+            setattr(self, method.name, self._relay(method))
+        # their messages pass through as bytes (``create_grpc_server`` registers them so)
+        self.raw_methods = frozenset(method.name for method in relayed)
 
     def _relay(self, method: MethodDescriptor) -> Callable[..., Any]:
         """A handler of ``method``'s kind (unary or streaming either way) calling it on the core.
