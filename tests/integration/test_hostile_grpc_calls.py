@@ -5,7 +5,8 @@ another peer than the well-behaved client (127.0.0.1): it opens streams, sends t
 never a request message or the end of the stream. The test establishes the attack (the server's
 answers to the attacker's streams are read: refused ones carry RESOURCE_EXHAUSTED naming the peer
 cap), shows that the other peer is served while it holds, and that unary calls whose message never
-arrives end with DEADLINE_EXCEEDED after ``--grpc-request-timeout-secs``. Both process modes.
+arrives end with DEADLINE_EXCEEDED after ``--grpc-request-timeout-secs`` and give their slots back.
+No assertion times a call: the other peer is served or refused, never merely slow. Both modes.
 """
 
 from __future__ import annotations
@@ -120,16 +121,14 @@ async def _wait(condition, timeout: float = 30) -> None:
         await asyncio.sleep(0.05)
 
 
-async def _infer(server: RunningServer) -> float:
-    """One ModelInfer from the other peer (127.0.0.1) on a fresh connection; returns its latency."""
-    started = time.monotonic()
+async def _infer(server: RunningServer) -> None:
+    """One ModelInfer from the other peer (127.0.0.1) on a fresh connection; raises unless served."""
     options = [("grpc.use_local_subchannel_pool", 1)]
     async with grpc.aio.insecure_channel(server.grpc_url, options=options) as channel:
         request = pb.ModelInferRequest(model_name="quick")
         request.inputs.add(name="x", datatype="FP32", shape=[1, 16])
         request.raw_input_contents.append(np.ones((1, 16), np.float32).tobytes())
         await pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=30)
-    return time.monotonic() - started
 
 
 async def test_one_peer_cannot_hold_every_call_slot(grpc_server) -> None:
@@ -145,8 +144,8 @@ async def test_one_peer_cannot_hold_every_call_slot(grpc_server) -> None:
     assert set(statuses) == {str(grpc.StatusCode.RESOURCE_EXHAUSTED.value[0])}, statuses
     messages = {m for a in attackers for m in a.messages.values()}
     assert any(f"too many unfinished calls from {ATTACKER}" in m for m in messages), messages
-    for _ in range(3):  # the other peer is served while the attacker holds its share
-        assert await _infer(server) < 2.0
+    for _ in range(3):  # the other peer is served (not refused) while the attacker holds its share
+        await _infer(server)
     for attacker in attackers:
         assert attacker.transport is not None
         attacker.transport.close()
@@ -161,7 +160,12 @@ async def test_a_request_message_that_never_arrives_times_out(grpc_server) -> No
     assert set(_statuses(attackers)) == {str(grpc.StatusCode.DEADLINE_EXCEEDED.value[0])}
     messages = {m for a in attackers for m in a.messages.values()}
     assert any("did not arrive within 3 s" in m for m in messages), messages
-    for attacker in attackers:
+    # the expired calls gave their slots back while their connections stay open: the attacker's
+    # address may open a full share again, and those calls end by the same timeout, not refused
+    again = await _attack(server.grpc_port, "ModelInfer", 1, PER_PEER)
+    await _wait(lambda: len(_statuses(again)) == PER_PEER, timeout=REQUEST_TIMEOUT_S + 20)
+    assert set(_statuses(again)) == {str(grpc.StatusCode.DEADLINE_EXCEEDED.value[0])}
+    await _infer(server)
+    for attacker in attackers + again:
         assert attacker.transport is not None
         attacker.transport.close()
-    assert await _infer(server) < 2.0
