@@ -162,36 +162,70 @@ def typed(server: RunningServer, count: int = 4, mib: int = 30) -> list[str]:
     return _at_once(count, lambda: _grpc_infer(server, request))
 
 
-def grpc_raw(server: RunningServer, count: int = 16, mib: int = 47) -> list[str]:
+def _wide_request(mib: int) -> pb.ModelInferRequest:
+    n = mib * 2**20 // 4
+    request = pb.ModelInferRequest(model_name="wide")
+    request.inputs.add(name="x", datatype="FP32", shape=[1, n])
+    request.raw_input_contents.append(np.ones(n, np.float32).tobytes())
+    return request
+
+
+def _grpc_client(url: str, streamed: bool, mib: int, barrier: Any, answers: Any) -> None:
+    """One attacking client process: connects, builds its request, waits for the others at the
+    barrier, then sends it (unary or in a stream) and puts how it was answered in ``answers``."""
+    request = _wide_request(mib)
+    options = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
+    with grpc.insecure_channel(url, options=options) as channel:
+        grpc.channel_ready_future(channel).result(timeout=60)
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        barrier.wait()
+        try:
+            if not streamed:
+                stub.ModelInfer(request, timeout=300)
+                answers.put("OK")
+                return
+            for answer in stub.ModelStreamInfer(iter([request]), timeout=300):
+                answers.put("error in stream" if answer.error_message else "OK")
+                return
+            answers.put("no answer")
+        except grpc.RpcError as exc:
+            answers.put(exc.code().name)
+
+
+def _grpc_burst(server: RunningServer, count: int, mib: int, streamed: bool) -> Callable[[], list[str]]:
+    """Starts ``count`` client processes (one connection each) and returns the burst: releasing
+    them at once. Processes, not threads: threads serialise their sends under one interpreter, so
+    the messages arrived one after another and the burst measured half of what it can reach."""
+    spawn = multiprocessing.get_context("spawn")
+    barrier, answers = spawn.Barrier(count + 1), spawn.Queue()
+    clients = [
+        spawn.Process(target=_grpc_client, args=(server.grpc_url, streamed, mib, barrier, answers))
+        for _ in range(count)
+    ]
+    for client in clients:
+        client.start()
+
+    def burst() -> list[str]:
+        barrier.wait(timeout=120)
+        results = [answers.get(timeout=600) for _ in clients]
+        for client in clients:
+            client.join()
+        return results
+
+    return burst
+
+
+def grpc_raw(server: RunningServer, count: int = 16, mib: int = 47) -> Callable[[], list[str]]:
     """``count`` gRPC requests at once, each ``mib`` MiB of raw contents (just under the default
     --grpc-max-message-bytes): grpc holds each message whole before admission sees it."""
-    n = mib * 2**20 // 4
-    request = pb.ModelInferRequest(model_name="wide")
-    request.inputs.add(name="x", datatype="FP32", shape=[1, n])
-    request.raw_input_contents.append(np.ones(n, np.float32).tobytes())
-    return _at_once(count, lambda: _grpc_infer(server, request))
+    return _grpc_burst(server, count, mib, streamed=False)
 
 
-def grpc_streams(server: RunningServer, count: int = 16, mib: int = 47) -> list[str]:
+def grpc_streams(server: RunningServer, count: int = 16, mib: int = 47) -> Callable[[], list[str]]:
     """``count`` ModelStreamInfer streams at once, each sending one request of ``mib`` MiB raw
-    contents: a stream's next message is asked for as soon as its last is answered, so each open
-    stream may receive a whole message before admission sees it (no turns: see docs/reliability.md)."""
-    n = mib * 2**20 // 4
-    request = pb.ModelInferRequest(model_name="wide")
-    request.inputs.add(name="x", datatype="FP32", shape=[1, n])
-    request.raw_input_contents.append(np.ones(n, np.float32).tobytes())
-
-    def one() -> str:
-        options = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
-        with grpc.insecure_channel(server.grpc_url, options=options) as channel:
-            try:
-                for answer in pb_grpc.GRPCInferenceServiceStub(channel).ModelStreamInfer(iter([request]), timeout=300):
-                    return "error in stream" if answer.error_message else "OK"
-                return "no answer"
-            except grpc.RpcError as exc:
-                return exc.code().name
-
-    return _at_once(count, one)
+    contents: each open stream that asks for its message may receive it whole before admission
+    sees it (streams take turns: see docs/reliability.md)."""
+    return _grpc_burst(server, count, mib, streamed=True)
 
 
 def big_tensors(server: RunningServer, count: int = 24, mib: int = 64) -> list[str]:
@@ -270,10 +304,13 @@ def multipart(server: RunningServer, count: int = 4, files: int = 64, side: int 
     return _at_once(count, lambda: _post(url, body, headers))
 
 
-ATTACKS: dict[str, tuple[str, Callable[[RunningServer], list[str]]]] = {
+#: Attacks that return their burst, clients ready (made ready before the measurement starts).
+PREPARED = frozenset({"grpc_raw", "grpc_streams"})
+
+ATTACKS: dict[str, tuple[str, Callable[[RunningServer], Any]]] = {
     "typed": ("4 x gRPC fp32_contents of 30 MiB", typed),
-    "grpc_raw": ("16 x gRPC raw contents of 47 MiB", grpc_raw),
-    "grpc_streams": ("16 x ModelStreamInfer streams, one 47 MiB message each", grpc_streams),
+    "grpc_raw": ("16 x gRPC raw contents of 47 MiB (16 client processes)", grpc_raw),
+    "grpc_streams": ("16 x ModelStreamInfer streams, one 47 MiB message each (16 client processes)", grpc_streams),
     "tensors": ("24 x 64 MiB binary FP32 tensors (REST)", big_tensors),
     "json": ("3 x 16 MB binary asking for 4M numbers as JSON", json_answers),
     "gzip": ("6 x gzip bodies inflating to 200 MiB", gzip_bodies),
@@ -301,9 +338,9 @@ def main() -> None:
             title, attack = ATTACKS[key]
             server = start_server(repo, Path(tmp) / f"{key}.log", *flags)  # a fresh server per attack
             try:
-                answers, before, peak, after, other = measure(
-                    server, lambda attack=attack, server=server: attack(server)
-                )
+                prepared = attack(server) if key in PREPARED else None
+                burst = prepared or (lambda attack=attack, server=server: attack(server))
+                answers, before, peak, after, other = measure(server, burst)
             finally:
                 server.stop()
             counted = ", ".join(f"{n} x {a}" for a, n in sorted(collections.Counter(answers).items()))

@@ -77,8 +77,8 @@ def rest_config(app: ASGIApp, s: Settings, security: ServerSecurity, **listener:
 
 def grpc_limits(s: Settings, processes: int = 1) -> GrpcLimits:
     """The gRPC listener's limits of one of ``processes`` intake processes: grpc counts calls per
-    server, and a peer's message turns are kept per process (its connections spread over them), so
-    each process gets its share of both server-wide caps."""
+    server, and a peer's message turns (unary and streamed) are kept per process (its connections
+    spread over them), so each process gets its share of these server-wide caps."""
     return GrpcLimits(
         s.grpc_max_concurrent_streams,
         _share(s.grpc_max_concurrent_rpcs, processes),
@@ -90,6 +90,8 @@ def grpc_limits(s: Settings, processes: int = 1) -> GrpcLimits:
         s.grpc_request_timeout_secs,
         s.grpc_write_timeout_secs,
         _share(s.grpc_reads_per_peer, processes),
+        _share(s.grpc_stream_reads_per_peer, processes),
+        s.grpc_idle_stream_secs,
     )
 
 

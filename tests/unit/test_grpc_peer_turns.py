@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from ferry.api.grpc_calls import PeerTurns
+from ferry.api.grpc_turns import PeerTurns
 from ferry.front_doors import grpc_limits
 from ferry.settings import Settings
 
@@ -68,6 +68,8 @@ async def test_a_turn_handed_to_a_call_cancelled_at_that_moment_is_passed_on() -
 @pytest.mark.parametrize(("processes", "turns", "calls"), [(1, 2, 2048), (2, 1, 1024), (3, 1, 683), (4, 1, 512)])
 def test_intake_processes_share_a_peers_turns_and_the_call_cap(processes: int, turns: int, calls: int) -> None:
     """Each intake process keeps its own turns, and a client's connections spread over them: the
-    peer's turns (2) are split among the processes, at least one each, like the call cap."""
-    limits = grpc_limits(Settings(grpc_reads_per_peer=2, grpc_max_concurrent_rpcs=2048), processes)
-    assert (limits.reads_per_peer, limits.max_concurrent_rpcs) == (turns, calls)
+    peer's turns (2, unary and streamed) are split among the processes, at least one each, like
+    the call cap."""
+    settings = Settings(grpc_reads_per_peer=2, grpc_stream_reads_per_peer=2, grpc_max_concurrent_rpcs=2048)
+    limits = grpc_limits(settings, processes)
+    assert (limits.reads_per_peer, limits.stream_reads_per_peer, limits.max_concurrent_rpcs) == (turns, turns, calls)

@@ -25,10 +25,11 @@ from ..types import InferenceRequest
 from .admission import Ticket
 from .cuda_shared_memory import cuda_register_refused, cuda_status, cuda_unregister
 from .dataplane import DataPlane
-from .grpc_calls import CallGuard, WrappedRegistration, release_after_write
+from .grpc_calls import CallGuard, WrappedRegistration, peer_host, release_after_write
 from .grpc_codec import decode_infer_request, encode_infer_response
-from .grpc_decode import decoding_handler, raw_handler, received_bytes
+from .grpc_decode import decoding_handler, raw_handler, received_bytes, take_refusal
 from .grpc_limits import GrpcLimits
+from .grpc_turns import COUNTED, READY, SMALL_MESSAGE_BYTES, current_stream
 from .inference_plane import InferencePlane
 from .limits import OFF_LOOP_BYTES
 from .logging_ext import grpc_log_settings
@@ -67,8 +68,9 @@ def _rpc(method: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
     return wrapper
 
 
-#: The admission of the ModelInfer message being served, taken from its bytes before it was parsed
-#: (``InferenceRpcs.count_message``) and not yet taken over by ``_infer``.
+#: The admission of the request message being served (ModelInfer's, or the one a stream read last),
+#: taken from its bytes before it was parsed (``InferenceRpcs.count_message``) and not yet taken
+#: over by ``_infer`` or a decoupled request.
 _message_ticket: contextvars.ContextVar[Ticket | None] = contextvars.ContextVar(
     "ferry_grpc_message_ticket", default=None
 )
@@ -86,11 +88,11 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
         self.max_response_bytes = max_response_bytes
 
     def count_message(self, size: int) -> Callable[[], None]:
-        """Admit a ModelInfer call from its message's bytes, before grpc_decode parses them (its
-        ``count``): twice the message, the bytes and the parsed copy. It runs as soon as the peer's
-        turn for the message ends (``grpc_calls.PeerTurns``), so what a client's messages hold
-        uncounted is only what grpc is still receiving. Returns what closes the admission unless
-        ``_infer`` took it."""
+        """Admit a request message (ModelInfer's, or a streamed one) from its bytes, before
+        grpc_decode parses them (its ``count``): twice the message, the bytes and the parsed copy.
+        It runs as soon as the peer's turn for the message ends (``grpc_turns.py``), so what a
+        client's messages hold uncounted is only what grpc is still receiving. Returns what closes
+        the admission unless ``_infer`` (or a decoupled request) took it."""
         admission = self.plane.admission
         ticket = None
         try:
@@ -134,8 +136,11 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
         ``size``: the request message's serialised size. Returns the answer with the release of
         its admission, which the caller calls once the answer has been written: until then the
         answer is memory this request holds."""
+        refusal = take_refusal()
+        if refusal is not None:  # a streamed message refused from its bytes (never parsed)
+            raise refusal
         ticket = _message_ticket.get()
-        if ticket is None:  # a streamed message: admitted once parsed
+        if ticket is None:  # not counted from its bytes (a caller without grpc_decode): admitted now
             # twice the message: it is parsed from bytes grpc read whole before this runs (dropped
             # once parsed, see grpc_decode.py)
             ticket = self.plane.admission.admit(2 * size)
@@ -171,15 +176,27 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
         client = caller(self.plane.identify, context)
         out: asyncio.Queue[Outgoing | None] = asyncio.Queue(STREAM_BUFFER)
         running: set[asyncio.Task] = set()
+        relayed = not peer_host(context.peer())  # by an intake process (see grpc_turns.py)
 
         async def read() -> None:
+            if relayed:
+                await _put(out, READY_MESSAGE)
             async for request in request_iterator:
-                if self._is_decoupled(request):
-                    task = asyncio.create_task(self._stream_decoupled(request, out, client))
+                if relayed and received_bytes(request) > SMALL_MESSAGE_BYTES:  # (a small one's turn is over)
+                    await _put(out, COUNTED_MESSAGE)  # counted from its bytes by now: the intake's turn ends
+                if self._is_decoupled(request):  # (a refused message is empty: no model's)
+                    ticket = _message_ticket.get()
+                    _message_ticket.set(None)  # the request's own task holds it from here on
+                    task = asyncio.create_task(self._stream_decoupled(request, out, client, ticket))
                     running.add(task)
                     task.add_done_callback(running.discard)
                 else:
                     await self._stream_one(request, out, client)
+                    if not running and current_stream.get() is not None:  # the next message is asked
+                        await out.join()  # for in a turn of its address: once this answer is written
+                del request  # an idle stream keeps no message
+                if relayed:
+                    await _put(out, READY_MESSAGE)
             while running:
                 await asyncio.gather(*list(running), return_exceptions=True)
             await out.put(None)
@@ -203,6 +220,7 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
                     yield message  # resumes once grpc has written it
                 finally:
                     release()
+                    out.task_done()
         finally:
             for task in (reader, *running):
                 task.cancel()
@@ -230,15 +248,18 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
             log.exception("unexpected error in ModelStreamInfer")
             await _put(out, pb.ModelStreamInferResponse(error_message=f"internal error: {exc}"))
 
-    async def _stream_decoupled(self, request: pb.ModelInferRequest, out: asyncio.Queue, client: str) -> None:
-        """Every response of one decoupled request into the stream (holding its admission slot)."""
+    async def _stream_decoupled(
+        self, request: pb.ModelInferRequest, out: asyncio.Queue, client: str, counted: Ticket | None = None
+    ) -> None:
+        """Every response of one decoupled request into the stream (holding its admission slot:
+        ``counted``, taken from the message's bytes, or one admitted here)."""
         empty_final = _wants_empty_final(request)
         answers = pb.ModelInferResponse(
             model_name=request.model_name, model_version=request.model_version, id=request.id
         )
         try:
             size = received_bytes(request)
-            with self.plane.admission.admit(2 * size) as ticket:
+            with counted or self.plane.admission.admit(2 * size) as ticket:
                 infer_request = await self._decode(request, size, ticket, client)
                 async for item, final in self.plane.infer_stream(infer_request):
                     if isinstance(item, FerryError):
@@ -413,6 +434,11 @@ async def _put(
         raise
 
 
+#: What tells an intake relaying a stream that its last request message was counted, and that the
+#: stream asks for its next one (grpc_turns.COUNTED, grpc_turns.READY).
+COUNTED_MESSAGE = pb.ModelStreamInferResponse.FromString(COUNTED)
+READY_MESSAGE = pb.ModelStreamInferResponse.FromString(READY)
+
 FINAL_FLAG = "triton_final_response"
 #: Responses a gRPC stream holds for a client that is slow to read (then decoupled models wait).
 STREAM_BUFFER = 16
@@ -462,15 +488,20 @@ def create_grpc_server(
     )
     servicer = servicer or InferenceServicer(plane, max_response_bytes)
     guard = CallGuard(
-        limits.max_calls_per_peer, limits.request_timeout_secs, limits.write_timeout_secs, limits.reads_per_peer
+        limits.max_calls_per_peer,
+        limits.request_timeout_secs,
+        limits.write_timeout_secs,
+        limits.reads_per_peer,
+        limits.stream_reads_per_peer,
+        limits.idle_stream_secs,
     )
     count_message = servicer.count_message
     raw_methods = servicer.raw_methods
 
     def guarded(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
         if method.rsplit("/", 1)[-1] in raw_methods:  # relayed as bytes (an intake's servicer)
-            return guard.wrap(raw_handler(handler))
-        count = count_message if method.endswith("/ModelInfer") else None
+            return guard.wrap(raw_handler(handler), relayed=True)
+        count = count_message if method.endswith(("/ModelInfer", "/ModelStreamInfer")) else None
         return guard.wrap(decoding_handler(handler, method, count))
 
     registration = WrappedRegistration(server, guarded)

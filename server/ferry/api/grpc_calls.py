@@ -9,12 +9,13 @@ its request message), and adds
   new calls get RESOURCE_EXHAUSTED at once, other peers keep their share of the server-wide cap;
 - a deadline for a unary call's request message (``request_timeout``): a call whose message never
   completes (headers sent, data withheld) is ended with DEADLINE_EXCEEDED and frees its slot.
-- turns for receiving request messages (``reads_per_peer``): grpc reads a message whole, and parses
-  it, before admission can see its size, so one client sending many large unary calls at once had
-  them all in memory, uncounted (16 x 64 MiB: +1 GB). A unary call asks for its message only in
-  its peer's turn, at most ``reads_per_peer`` at a time; with BDP probing off (``grpc_limits.py``)
-  grpc grants a stream whose message nobody has asked for no more than its initial 64 KiB window,
-  so a waiting call holds that, not its message. The wait counts against the message's deadline.
+- turns for receiving request messages (``grpc_turns.py``): grpc reads a message whole, and parses
+  it, before admission can see its size, so one client sending many large calls at once had them
+  all in memory, uncounted (16 x 64 MiB: +1 GB). A unary call asks for its message only in its
+  peer's turn, at most ``reads_per_peer`` at a time (the wait counts against the message's
+  deadline); with ``stream_reads_per_peer`` (off by default), a stream asks for each of its
+  messages in a turn of a pool of its own, and one idle on a turn while another stream of its
+  address waits is ended after ``idle_stream_timeout``.
 
 - answers held until written: a unary call is served as a stream-unary call that reads one message
   (the same bytes on the wire, so clients cannot tell; it lets the guard see the call before its
@@ -32,7 +33,7 @@ its request message), and adds
   this server's own intake processes (a unix socket) are never ended: they wait on their client.
 
 Streaming calls count against the peer cap for as long as they are open (a stream may rightly stay
-idle between requests).
+idle between requests, though not on a turn others wait for).
 
 grpc.aio means to ignore a write that failed because the call was cancelled, but logs an ERROR with
 a traceback when the failure reaches the handler before grpc has marked the call as cancelled (the
@@ -50,8 +51,6 @@ per call.
 from __future__ import annotations
 
 import asyncio
-import collections
-import contextlib
 import contextvars
 import functools
 import logging
@@ -62,6 +61,7 @@ from typing import Any
 import grpc
 
 from . import grpc_cancel
+from .grpc_turns import PeerTurns, StreamActivity, StreamTurns, Turn, current_stream
 from .peer_sockets import close_peer_connections
 
 log = logging.getLogger(__name__)
@@ -123,81 +123,6 @@ def peer_host(peer: str) -> str:
     if kind in ("ipv4", "ipv6"):
         return rest.rsplit(":", 1)[0]
     return ""
-
-
-class PeerTurns:
-    """At most ``limit`` request messages of one peer being received at once; the others wait in
-    arrival order. Everything runs on the server's event loop, so plain dicts are the state."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._receiving: dict[str, int] = {}
-        self._waiting: dict[str, collections.deque[asyncio.Future[None]]] = {}
-
-    def enter_now(self, peer: str) -> bool:
-        """Take a turn if one is free (the usual case: no suspension on the hot path)."""
-        count = self._receiving.get(peer, 0)
-        if count >= self.limit:
-            return False
-        self._receiving[peer] = count + 1
-        return True
-
-    async def wait(self, peer: str) -> None:
-        """Wait for a turn that ``leave`` hands over (it stays counted as the leaver's was)."""
-        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        queue = self._waiting.setdefault(peer, collections.deque())
-        queue.append(turn)
-        try:
-            await turn
-        except asyncio.CancelledError:
-            if turn.done() and not turn.cancelled():  # handed over just as the call was cancelled
-                self.leave(peer)
-            else:
-                with contextlib.suppress(ValueError):
-                    queue.remove(turn)
-                if not queue and self._waiting.get(peer) is queue:
-                    del self._waiting[peer]
-            raise
-
-    def leave(self, peer: str) -> None:
-        """A message has arrived (or its call ended): hand the turn to the next waiting call."""
-        queue = self._waiting.get(peer)
-        while queue:
-            turn = queue.popleft()
-            if not turn.done():
-                turn.set_result(None)
-                if not queue:
-                    del self._waiting[peer]
-                return
-        if queue is not None:
-            del self._waiting[peer]
-        left = self._receiving[peer] - 1
-        if left:
-            self._receiving[peer] = left
-        else:
-            del self._receiving[peer]
-
-
-class Turn:
-    """One call's claim on a turn of its peer: ``take`` waits for it, ``end`` gives it back (once,
-    however often called, and only if it was taken)."""
-
-    __slots__ = ("turns", "peer", "taken")
-
-    def __init__(self, turns: PeerTurns, peer: str) -> None:
-        self.turns = turns
-        self.peer = peer
-        self.taken = False
-
-    async def take(self) -> None:
-        if not self.turns.enter_now(self.peer):
-            await self.turns.wait(self.peer)  # cancelled: no turn is kept (wait sees to that)
-        self.taken = True
-
-    def end(self) -> None:
-        if self.taken:
-            self.taken = False
-            self.turns.leave(self.peer)
 
 
 class MessageDeadlines:
@@ -377,10 +302,19 @@ class CallGuard:
     what a unary call asks to keep until its answer is written (see the module docstring)."""
 
     def __init__(
-        self, max_calls_per_peer: int, request_timeout: float, write_timeout: float, reads_per_peer: int = 2
+        self,
+        max_calls_per_peer: int,
+        request_timeout: float,
+        write_timeout: float,
+        reads_per_peer: int = 2,
+        stream_reads_per_peer: int = 0,
+        idle_stream_timeout: float = 60.0,
     ) -> None:
         self.max_calls_per_peer = max_calls_per_peer
         self.turns = PeerTurns(reads_per_peer)
+        self.stream_turns = (
+            StreamTurns(stream_reads_per_peer, idle_stream_timeout, _expected) if stream_reads_per_peer else None
+        )
         self.deadlines = MessageDeadlines(request_timeout)
         self.writes = WriteDeadlines(write_timeout)
         self.calls: dict[str, int] = {}
@@ -394,12 +328,13 @@ class CallGuard:
         """The listening ports (set once bound) whose connections a stalled write may close."""
         self.writes.ports = ports
 
-    def wrap(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-        """The guarded form of one method's handler (built once, when the service is registered)."""
+    def wrap(self, handler: grpc.RpcMethodHandler, relayed: bool = False) -> grpc.RpcMethodHandler:
+        """The guarded form of one method's handler (built once, when the service is registered);
+        ``relayed``: it passes its messages on as bytes (an intake's), counted where they go."""
         if not handler.request_streaming and not handler.response_streaming:
             return self._guard_unary(handler)
         if handler.request_streaming and handler.response_streaming:
-            return self._guard_bidi(handler)
+            return self._guard_bidi(handler, relayed)
         return handler  # the inference service has no other kinds of RPC
 
     def _guard_unary(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
@@ -435,15 +370,21 @@ class CallGuard:
             unary, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer
         )
 
-    def _guard_bidi(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    def _guard_bidi(self, handler: grpc.RpcMethodHandler, relayed: bool) -> grpc.RpcMethodHandler:
         streaming: Any = handler.stream_stream
 
         writes = self.writes
+
+        stream_turns = self.stream_turns
 
         async def bidi(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             peer = await self._enter(context)
             key = object()
             task = asyncio.current_task()  # grpc's task for the call: it iterates this generator
+            stream = StreamActivity(context, task)
+            if peer and stream_turns is not None:  # its messages are asked for in its peer's stream turns
+                requests = stream_turns.messages(peer, stream, relayed)
+                current_stream.set(stream)  # (a relay reports counted messages to it)
             if not peer:  # an intake relaying a stream cancels it only when its own caller is gone
                 _expected.add(task)
             try:
@@ -454,8 +395,11 @@ class CallGuard:
                         yield response  # resumes once grpc has written it
                     finally:
                         writes.done(key)
+                        stream.responded()
             finally:
                 self._leave(peer)
+                if stream_turns is not None:
+                    stream_turns.closed(stream)
                 if not peer:
                     _expected.discard(task)
 

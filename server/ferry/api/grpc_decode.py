@@ -58,16 +58,29 @@ UnaryBehaviour = Callable[[Any, Context], Awaitable[Any]]
 StreamBehaviour = Callable[[AsyncIterator[Any], Context], AsyncIterator[Any]]
 
 
-#: Counts a unary request message from its size before it is parsed (raises a FerryError to refuse
-#: it); returns what gives the count back if the method's handler did not take it over.
+#: Counts a request message from its size before it is parsed (raises a FerryError to refuse it);
+#: returns what gives the count back if the method's handler did not take it over.
 MessageCount = Callable[[int], Callable[[], None]]
+
+#: Why the streamed message being served was refused by its ``count`` (None: it was not): it goes
+#: on, unparsed, as an empty message whose serving answers that refusal (``take_refusal``), so the
+#: stream answers that request with an error and goes on, as for any refused request.
+_refusal: contextvars.ContextVar[FerryError | None] = contextvars.ContextVar("ferry_grpc_refusal", default=None)
+
+
+def take_refusal() -> FerryError | None:
+    """Why the streamed message being served was refused before it was parsed (once), or None."""
+    refusal = _refusal.get()
+    if refusal is not None:
+        _refusal.set(None)
+    return refusal
 
 
 def decoding_handler(
     handler: grpc.RpcMethodHandler[Any, Any], method: str, count: MessageCount | None = None
 ) -> grpc.RpcMethodHandler[Any, Any]:
     """The same handler, receiving raw bytes and decoding them itself (unary and bidi-streaming
-    RPCs); a unary one calls ``count`` with its message's size first."""
+    RPCs), calling ``count`` with each message's size first."""
     deserialize = handler.request_deserializer
     serializer = handler.response_serializer
     if deserialize is None:
@@ -105,7 +118,23 @@ def decoding_handler(
             async def requests() -> AsyncIterator[Any]:
                 async for raw in raw_requests:
                     _received_bytes.set(len(raw))  # in the context of the task reading the stream
-                    yield await _decode(raw, deserialize, method, context)
+                    uncount = None
+                    if count is not None:
+                        try:
+                            uncount = count(len(raw))
+                        except FerryError as exc:
+                            del raw
+                            _refusal.set(exc)
+                            yield deserialize(b"")
+                            _refusal.set(None)
+                            continue
+                    decoding = _decode(raw, deserialize, method, context)
+                    del raw  # not kept by this frame while the stream serves the message
+                    try:
+                        yield await decoding
+                    finally:  # the stream has served it (or ended): the count is its handler's
+                        if uncount is not None:
+                            uncount()
 
             async for response in streaming(requests(), context):
                 yield response

@@ -27,6 +27,8 @@ class GrpcLimits:
     request_timeout_secs: float = 60.0
     write_timeout_secs: float = 30.0
     reads_per_peer: int = 2
+    stream_reads_per_peer: int = 0  # no turns
+    idle_stream_secs: float = 60.0
 
     def channel_options(self) -> list[tuple[str, int]]:
         return [

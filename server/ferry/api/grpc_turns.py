@@ -1,0 +1,270 @@
+"""Turns for receiving request messages, per peer address: unary calls', and streams' (which end
+streams idle on one).
+
+``PeerTurns``: grpc reads a message whole, and parses it, before admission can see its size, so
+one client sending many large messages at once had them all in memory, uncounted. A call asks for
+its message only in a turn of its peer, a few at a time; with BDP probing off (``grpc_limits.py``)
+grpc grants a stream whose message nobody has asked for no more than its initial 64 KiB window,
+so a waiting call holds that, not its message. Unary calls take ``--grpc-reads-per-peer`` turns
+(``grpc_calls.MessageDeadlines`` times their wait).
+
+A stream (``ModelStreamInfer``) asks grpc for its next message as soon as it has answered the last,
+and grpc receives a message whole, before admission can see its size: with every open stream
+asking, one client's 16 streams each sending 47 MiB held +735 MB at once, uncounted (twice that
+with intake processes). So a stream asks only in a turn of its peer address, as unary calls do
+(``StreamTurns``), from a pool of its own (``--grpc-stream-reads-per-peer``): a stream
+between requests holds its turn while it waits, and unary calls must never wait behind that.
+
+A posted read cannot be taken back (grpc.aio has no way to withdraw it, nor to see a message's size
+before reading it), so a stream idle on a turn would keep its peer's other streams from receiving
+for as long as it stays idle. A stream that has held a turn with no traffic either way (no request
+received, no response sent) for ``idle_timeout`` seconds while another stream of its address has
+waited that long for a turn is therefore ended alone, with UNAVAILABLE naming both options
+(``grpc_cancel.end_call``; the client's other calls on the connection go on). A stream with work
+in flight answers within that time, or counts as idle like any other. Streams of this server's own
+intake processes (a unix socket, no peer address) take no turns: each intake gates its own clients.
+
+Everything runs on the server's event loop, so plain dicts are the state; one periodic sweep, only
+while a stream waits, looks for idle holders.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import contextvars
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+
+from . import grpc_cancel
+
+log = logging.getLogger(__name__)
+
+#: How often idle holders are looked for while a stream waits, as a share of the idle timeout (at
+#: most once a second).
+SWEEPS_PER_TIMEOUT = 4
+
+
+class PeerTurns:
+    """At most ``limit`` request messages of one peer being received at once; the others wait in
+    arrival order. Everything runs on the server's event loop, so plain dicts are the state."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._receiving: dict[str, int] = {}
+        self._waiting: dict[str, collections.deque[asyncio.Future[None]]] = {}
+
+    def enter_now(self, peer: str) -> bool:
+        """Take a turn if one is free (the usual case: no suspension on the hot path)."""
+        count = self._receiving.get(peer, 0)
+        if count >= self.limit:
+            return False
+        self._receiving[peer] = count + 1
+        return True
+
+    async def wait(self, peer: str) -> None:
+        """Wait for a turn that ``leave`` hands over (it stays counted as the leaver's was)."""
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        queue = self._waiting.setdefault(peer, collections.deque())
+        queue.append(turn)
+        try:
+            await turn
+        except asyncio.CancelledError:
+            if turn.done() and not turn.cancelled():  # handed over just as the call was cancelled
+                self.leave(peer)
+            else:
+                with contextlib.suppress(ValueError):
+                    queue.remove(turn)
+                if not queue and self._waiting.get(peer) is queue:
+                    del self._waiting[peer]
+            raise
+
+    def leave(self, peer: str) -> None:
+        """A message has arrived (or its call ended): hand the turn to the next waiting call."""
+        queue = self._waiting.get(peer)
+        while queue:
+            turn = queue.popleft()
+            if not turn.done():
+                turn.set_result(None)
+                if not queue:
+                    del self._waiting[peer]
+                return
+        if queue is not None:
+            del self._waiting[peer]
+        left = self._receiving[peer] - 1
+        if left:
+            self._receiving[peer] = left
+        else:
+            del self._receiving[peer]
+
+
+class Turn:
+    """One call's claim on a turn of its peer: ``take`` waits for it, ``end`` gives it back (once,
+    however often called, and only if it was taken)."""
+
+    __slots__ = ("turns", "peer", "taken")
+
+    def __init__(self, turns: PeerTurns, peer: str) -> None:
+        self.turns = turns
+        self.peer = peer
+        self.taken = False
+
+    async def take(self) -> None:
+        if not self.turns.enter_now(self.peer):
+            await self.turns.wait(self.peer)  # cancelled: no turn is kept (wait sees to that)
+        self.taken = True
+
+    def end(self) -> None:
+        if self.taken:
+            self.taken = False
+            self.turns.leave(self.peer)
+
+
+#: What the core says on a stream an intake relays, in messages never forwarded to the client (an
+#: intake cannot see when the core has its message: grpc reports a relayed message sent as soon as
+#: flow control lets it into the connection's buffer, so one client's messages piled up in the
+#: intake and arrived interleaved, all at once, in the core):
+#: COUNTED: the last request message was counted (an empty ModelStreamInferResponse, no bytes:
+#: nothing the core answers is empty, an answer names its model and an error has its message);
+#: READY: the stream asks for its next message (its last answer is written), so the intake asks its
+#: client for one only then, not holding a turn while the core works.
+COUNTED = b""
+READY = b"\n\x17ferry: ready (internal)"  # error_message (field 1), 23 bytes
+
+#: A relayed message this small ends its turn on arrival, without waiting for the core's COUNTED:
+#: a gRPC stream's initial window, what a stream waiting for its turn may hold anyway.
+SMALL_MESSAGE_BYTES = 64 * 1024
+
+#: The stream the running call is (set by the guard for a stream of a peer).
+current_stream: contextvars.ContextVar[StreamActivity | None] = contextvars.ContextVar(
+    "ferry_grpc_stream", default=None
+)
+
+
+def core_said(response: bytes) -> bool:
+    """Whether ``response``, relayed from the core on the running stream, is COUNTED or READY (and
+    then tell the stream): such a message is not the client's."""
+    if response != COUNTED and response != READY:
+        return False
+    stream = current_stream.get()
+    if stream is not None:
+        (stream.counted if response == COUNTED else stream.ready).set()
+    return True
+
+
+class StreamActivity:
+    """When a stream last had traffic (a request received or a response sent), and how to end it."""
+
+    __slots__ = ("context", "task", "last", "ended", "counted", "ready")
+
+    def __init__(self, context: grpc.aio.ServicerContext, task: asyncio.Task[Any] | None) -> None:
+        self.context = context
+        self.task = task  # grpc's task for the call: ExpectedFailures knows an ended call by it
+        self.last = time.monotonic()
+        self.ended = False
+        self.counted = asyncio.Event()  # a relayed message was counted where it went (COUNTED)
+        self.ready = asyncio.Event()  # where it goes, the next message is asked for (READY)
+
+    def responded(self) -> None:
+        self.last = time.monotonic()
+
+
+class StreamTurns:
+    """At most ``per_peer`` streams of one peer waiting for a request message at once (see the
+    module docstring); ``idle_timeout``: when one idle on a turn gives way to a waiting one."""
+
+    def __init__(self, per_peer: int, idle_timeout: float, expected: set[object]) -> None:
+        self.turns = PeerTurns(per_peer)
+        self.idle_timeout = idle_timeout
+        self.expected = expected  # calls whose failed writes grpc.aio logs, expected (grpc_calls.py)
+        self.period = min(1.0, idle_timeout / SWEEPS_PER_TIMEOUT)
+        self._holders: dict[str, set[StreamActivity]] = {}
+        self._waiting: dict[str, dict[StreamActivity, float]] = {}  # peer -> stream -> waiting since
+        self._sweep: asyncio.TimerHandle | None = None
+
+    async def messages(self, peer: str, stream: StreamActivity, relayed: bool = False) -> AsyncIterator[Any]:
+        """The stream's request messages, each asked for in a turn of ``peer``. The turn ends once
+        the message has arrived (its handler counts it from its bytes before anything else), or,
+        ``relayed`` (an intake passing it on as bytes, counted only where it goes), once the core
+        has said it counted it (COUNTED; a small one at once); a relayed stream asks for a message
+        only once the core's stream has asked for it (READY)."""
+        context = stream.context
+        turn = Turn(self.turns, peer)
+        while True:
+            if relayed:
+                await stream.ready.wait()
+                stream.ready.clear()
+            if not self.turns.enter_now(peer):
+                await self._wait(peer, stream, turn)
+            turn.taken = True
+            try:
+                holders = self._holders.setdefault(peer, set())
+                holders.add(stream)
+                try:
+                    message = await context.read()
+                finally:
+                    holders.discard(stream)
+                    if not holders and self._holders.get(peer) is holders:
+                        del self._holders[peer]
+                if message is grpc.aio.EOF:
+                    return
+                stream.last = time.monotonic()
+                if not relayed or len(message) <= SMALL_MESSAGE_BYTES:
+                    turn.end()
+                else:
+                    stream.counted.clear()
+                held = [message]
+                del message  # not kept by this frame while the stream serves it
+                yield held.pop()
+                if turn.taken:  # relayed: the relay asks for the next message, having passed this one on
+                    await stream.counted.wait()
+            finally:
+                turn.end()
+
+    async def _wait(self, peer: str, stream: StreamActivity, turn: Turn) -> None:
+        waiting = self._waiting.setdefault(peer, {})
+        waiting[stream] = time.monotonic()
+        if self._sweep is None:
+            self._sweep = asyncio.get_running_loop().call_later(self.period, self._end_idle)
+        try:
+            await self.turns.wait(peer)  # cancelled: no turn is kept (wait sees to that)
+        finally:
+            del waiting[stream]
+            if not waiting and self._waiting.get(peer) is waiting:
+                del self._waiting[peer]
+
+    def closed(self, stream: StreamActivity) -> None:
+        """The stream is over: an ended one's failed writes need no longer be excused."""
+        if stream.ended:
+            self.expected.discard(stream.task)
+
+    def _end_idle(self) -> None:
+        now = time.monotonic()
+        for peer, waiting in list(self._waiting.items()):
+            if not waiting or now - min(waiting.values()) < self.idle_timeout:
+                continue
+            idle = [s for s in self._holders.get(peer, ()) if not s.ended and now - s.last >= self.idle_timeout]
+            if idle:
+                self._end(peer, min(idle, key=lambda s: s.last), now)
+        self._sweep = None
+        if self._waiting:
+            self._sweep = asyncio.get_running_loop().call_later(self.period, self._end_idle)
+
+    def _end(self, peer: str, stream: StreamActivity, now: float) -> None:
+        details = (
+            f"the stream was idle for {now - stream.last:.0f} s holding one of the "
+            f"{self.turns.limit} message turns of {peer} while another stream of that address waited "
+            "(--grpc-stream-reads-per-peer, --grpc-idle-stream-secs)"
+        )
+        stream.ended = True
+        self.expected.add(stream.task)
+        if grpc_cancel.end_call(stream.context, grpc.StatusCode.UNAVAILABLE, details):
+            log.warning("ended a gRPC stream of %s: %s", peer, details)
+            return
+        self.expected.discard(stream.task)
+        log.error("could not end an idle gRPC stream of %s: this grpcio offers no way to end one call", peer)
