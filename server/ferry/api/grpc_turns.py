@@ -10,10 +10,13 @@ so a waiting call holds that, not its message. Unary calls take ``--grpc-reads-p
 
 A stream (``ModelStreamInfer``) asks grpc for its next message as soon as it has answered the last,
 and grpc receives a message whole, before admission can see its size: with every open stream
-asking, one client's 16 streams each sending 47 MiB held +735 MB at once, uncounted (twice that
-with intake processes). So a stream asks only in a turn of its peer address, as unary calls do
-(``StreamTurns``), from a pool of its own (``--grpc-stream-reads-per-peer``): a stream
-between requests holds its turn while it waits, and unary calls must never wait behind that.
+asking, one client's 16 streams each sending 47 MiB (from 16 processes) peak at +1.4 GB (more with
+intake processes). With ``--grpc-stream-reads-per-peer`` (off by default) a stream asks only in a
+turn of its peer address, as unary calls do (``StreamTurns``), from a pool of its own: a stream
+between requests holds its turn while it waits, and unary calls must never wait behind that. Why
+off by default: streams that send at their own pace (a camera's frames), and decoupled streams
+waiting on their answers, hold the turn between messages, so those of one address wait on each
+other.
 
 A posted read cannot be taken back (grpc.aio has no way to withdraw it, nor to see a message's size
 before reading it), so a stream idle on a turn would keep its peer's other streams from receiving
