@@ -38,14 +38,18 @@ _PA_LINE = re.compile(r"Concurrency: (\d+), throughput: ([\d.]+) infer/sec")
 def perf_analyzer(
     binary: str, server: FerryProcess, protocol: str, concurrency: int, window_ms: int, model: str = "simple"
 ) -> float:
+    """Infer/s of one perf_analyzer run; ``protocol`` "grpc-stream": gRPC with ``--streaming``
+    (ModelStreamInfer, one stream per concurrent request)."""
+    wire = "grpc" if protocol == "grpc-stream" else protocol
     command = [
         binary,
         "-m",
         model,
         "-u",
-        server.url(protocol),
+        server.url(wire),
         "-i",
-        protocol,
+        wire,
+        *(["--streaming"] if protocol == "grpc-stream" else []),
         "-b",
         "1",
         "--concurrency-range",

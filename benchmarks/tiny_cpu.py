@@ -8,7 +8,11 @@ side on one repository; rounds are interleaved with the server order rotated. Pr
 medians with each server's ratio to the first baseline.
 
     LD_LIBRARY_PATH=... python benchmarks/tiny_cpu.py --perf-analyzer /tmp/pa/venv/bin/perf_analyzer \\
-        --baseline before=/tmp/base --baseline previous=/tmp/prev --rounds 5 [--protocols http grpc] [--intakes 2]
+        --baseline before=/tmp/base --baseline previous=/tmp/prev --rounds 5 [--protocols http grpc grpc-stream] \\
+        [--intakes 2] [--variant "stream turns=--grpc-stream-reads-per-peer 1"]
+
+``grpc-stream`` runs perf_analyzer with ``--streaming`` (one ModelStreamInfer stream per concurrent
+request); ``--variant`` adds a server of this checkout with other flags.
 """
 
 from __future__ import annotations
@@ -30,7 +34,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--baseline", action="append", required=True, metavar="NAME=CHECKOUT", help="a checkout to compare against"
     )
-    parser.add_argument("--protocols", nargs="+", default=["http", "grpc"], choices=["http", "grpc"])
+    parser.add_argument("--protocols", nargs="+", default=["http", "grpc"], choices=["http", "grpc", "grpc-stream"])
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME=FLAGS",
+        help="also a server of this checkout started with these flags (space-separated)",
+    )
     parser.add_argument("--intakes", type=int, default=1, help="also run each checkout with this many intakes (>1)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--concurrency", type=int, default=16)
@@ -44,6 +55,9 @@ def main(argv: list[str] | None = None) -> int:
         launchers[name] = ("env", f"PYTHONPATH={Path(checkout).resolve() / 'server'}", sys.executable, "-m", "ferry")
     launchers["this"] = (sys.executable, "-m", "ferry")
     servers = {name: FerryProcess(repo, launcher) for name, launcher in launchers.items()}
+    for spec in args.variant:
+        name, _, flags = spec.partition("=")
+        servers[name] = FerryProcess(repo, launchers["this"], extra=tuple(flags.split()))
     if args.intakes > 1:
         extra = ("--intake-processes", str(args.intakes))
         servers.update(
