@@ -82,6 +82,9 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
 
     #: Methods served with their messages as bytes, unparsed (none here; an intake relays some).
     raw_methods: frozenset[str] = frozenset()
+    #: Whether the intakes relaying streams here take stream turns, and so wait for COUNTED and
+    #: READY (grpc_turns.py); without turns the messages would only be work for both processes.
+    paces_relays: bool = False
 
     def __init__(self, plane: InferencePlane, max_response_bytes: int = 256 * 1024 * 1024) -> None:
         self.plane = plane
@@ -176,7 +179,7 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
         client = caller(self.plane.identify, context)
         out: asyncio.Queue[Outgoing | None] = asyncio.Queue(STREAM_BUFFER)
         running: set[asyncio.Task] = set()
-        relayed = not peer_host(context.peer())  # by an intake process (see grpc_turns.py)
+        relayed = self.paces_relays and not peer_host(context.peer())  # by an intake taking turns
 
         async def read() -> None:
             if relayed:
@@ -467,12 +470,14 @@ def create_grpc_server(
     max_response_bytes: int = 256 * 1024 * 1024,
     servicer: InferenceRpcs | None = None,
     reuse_port: bool = False,
+    paced_relays: bool = False,
 ) -> grpc.aio.Server:
     """A grpc.aio server bound to ``address`` with message and connection limits (TLS when given credentials).
 
     ``servicer`` replaces the default ``InferenceServicer(plane, max_response_bytes)`` (an intake
     process passes its forwarding one). ``reuse_port``: several intake processes listen on the port
-    (otherwise a port in use is an error)."""
+    (otherwise a port in use is an error). ``paced_relays``: the intakes relaying streams here take
+    stream turns (``--grpc-stream-reads-per-peer``), so their streams are told COUNTED and READY."""
     limits = limits or GrpcLimits()
     server = grpc.aio.server(
         interceptors=list(interceptors),
@@ -487,6 +492,7 @@ def create_grpc_server(
         maximum_concurrent_rpcs=limits.max_concurrent_rpcs,
     )
     servicer = servicer or InferenceServicer(plane, max_response_bytes)
+    servicer.paces_relays = paced_relays
     guard = CallGuard(
         limits.max_calls_per_peer,
         limits.request_timeout_secs,

@@ -61,7 +61,7 @@ from typing import Any
 import grpc
 
 from . import grpc_cancel
-from .grpc_turns import PeerTurns, StreamActivity, StreamTurns, Turn, current_stream
+from .grpc_turns import SWEEPS_PER_TIMEOUT, PeerTurns, StreamActivity, StreamTurns, Turn, current_stream
 from .peer_sockets import close_peer_connections
 
 log = logging.getLogger(__name__)
@@ -110,10 +110,6 @@ class ExpectedFailures(logging.Filter):
 
 logging.getLogger("grpc._cython.cygrpc").addFilter(ExpectedFailures())
 _expected = ExpectedFailures.calls
-
-
-#: How often waiting request messages are checked, as a share of the deadline (at most once a second).
-SWEEPS_PER_TIMEOUT = 4
 
 
 def peer_host(peer: str) -> str:
@@ -381,8 +377,9 @@ class CallGuard:
             peer = await self._enter(context)
             key = object()
             task = asyncio.current_task()  # grpc's task for the call: it iterates this generator
-            stream = StreamActivity(context, task)
+            stream = None
             if peer and stream_turns is not None:  # its messages are asked for in its peer's stream turns
+                stream = StreamActivity(context, task)
                 requests = stream_turns.messages(peer, stream, relayed)
                 current_stream.set(stream)  # (a relay reports counted messages to it)
             if not peer:  # an intake relaying a stream cancels it only when its own caller is gone
@@ -395,10 +392,11 @@ class CallGuard:
                         yield response  # resumes once grpc has written it
                     finally:
                         writes.done(key)
-                        stream.responded()
+                        if stream is not None:
+                            stream.responded()
             finally:
                 self._leave(peer)
-                if stream_turns is not None:
+                if stream is not None and stream_turns is not None:
                     stream_turns.closed(stream)
                 if not peer:
                     _expected.discard(task)

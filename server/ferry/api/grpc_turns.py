@@ -48,8 +48,8 @@ from . import grpc_cancel
 
 log = logging.getLogger(__name__)
 
-#: How often idle holders are looked for while a stream waits, as a share of the idle timeout (at
-#: most once a second).
+#: How often a sweep looks for late messages (grpc_calls) or idle holders of stream turns, as a
+#: share of its timeout (at most once a second).
 SWEEPS_PER_TIMEOUT = 4
 
 
@@ -202,9 +202,7 @@ class StreamTurns:
             if relayed:
                 await stream.ready.wait()
                 stream.ready.clear()
-            if not self.turns.enter_now(peer):
-                await self._wait(peer, stream, turn)
-            turn.taken = True
+            await self._take(peer, stream, turn)
             try:
                 holders = self._holders.setdefault(peer, set())
                 holders.add(stream)
@@ -229,13 +227,17 @@ class StreamTurns:
             finally:
                 turn.end()
 
-    async def _wait(self, peer: str, stream: StreamActivity, turn: Turn) -> None:
+    async def _take(self, peer: str, stream: StreamActivity, turn: Turn) -> None:
+        """Take ``turn``; a stream that must wait is seen by the sweep for idle holders."""
+        if self.turns.enter_now(peer):
+            turn.taken = True
+            return
         waiting = self._waiting.setdefault(peer, {})
         waiting[stream] = time.monotonic()
         if self._sweep is None:
             self._sweep = asyncio.get_running_loop().call_later(self.period, self._end_idle)
         try:
-            await self.turns.wait(peer)  # cancelled: no turn is kept (wait sees to that)
+            await turn.take()  # cancelled: no turn is kept
         finally:
             del waiting[stream]
             if not waiting and self._waiting.get(peer) is waiting:
