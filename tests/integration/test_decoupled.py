@@ -285,16 +285,36 @@ def test_statistics_and_metrics_count_each_response(server: RunningServer) -> No
 
 
 def test_streams_through_intake_processes(tmp_path: Path) -> None:
-    """With several intake processes the stream is relayed to the model process and still streams."""
+    """With several intake processes an intake serves the stream itself and relays each request to a
+    decoupled model to the model process as a stream of its own: in one client stream, a decoupled
+    request's three responses, a plain model's answer and an unknown model's error all arrive, each
+    answering its own request, and the stream goes on."""
     repo = tmp_path / "models"
+    add_simple(repo)
     shutil.copytree(MODELS / "square", repo / "square", ignore=shutil.ignore_patterns("__pycache__"))
     server = start_server(repo, tmp_path / "server.log", "--allow-python-models", "--intake-processes", "2")
     opened = Stream(server)
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    plain = [_input(tgrpc, "INPUT0", a, "INT32"), _input(tgrpc, "INPUT1", a, "INT32")]
     try:
         opened.client.async_stream_infer(
             "square", [_input(tgrpc, "IN", np.array([3], dtype=np.int32), "INT32")], request_id="i"
         )
-        assert [int(r.as_numpy("OUT")[0]) for r, _ in opened.until_final("i")] == [3, 3, 3]
+        opened.client.async_stream_infer("simple", plain, request_id="s")
+        opened.client.async_stream_infer("nonexistent", plain, request_id="x")
+        got = [opened.results.get(timeout=30) for _ in range(5)]  # 3 squares, the sum, the error
+        errors = [error for _, error in got if error is not None]
+        results = {}
+        for result, error in got:
+            if error is None:
+                results.setdefault(result.get_response().id, []).append(result)
+        assert [int(r.as_numpy("OUT")[0]) for r in results["i"]] == [3, 3, 3]
+        np.testing.assert_array_equal(results["s"][0].as_numpy("OUTPUT0"), a + a)
+        assert len(errors) == 1 and "unknown model" in errors[0].message(), errors
+        opened.client.async_stream_infer(
+            "square", [_input(tgrpc, "IN", np.array([2], dtype=np.int32), "INT32")], request_id="j"
+        )
+        assert [int(r.as_numpy("OUT")[0]) for r, _ in opened.until_final("j")] == [2, 2]
         events = httpx.post(f"http://{server.http_url}/v2/models/square/generate_stream", json={"IN": 2}, timeout=30)
         assert _sse(events.text) == [{"model_name": "square", "model_version": "1", "OUT": 2}] * 2
     finally:

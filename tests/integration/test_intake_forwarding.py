@@ -317,9 +317,9 @@ def test_errors_are_the_cores_own(stack: Stack) -> None:
 @pytest.mark.timeout(60)
 def test_every_rpc_but_inference_is_answered_by_the_core(stack: Stack) -> None:
     """Each relayed unary method, called with an empty request, reaches the core and answers as the
-    core does (ModelStreamInfer is relayed too: see test_stream_infer)."""
-    assert {"ModelInfer"} == LOCAL_METHODS
-    relayed = [m for m in SERVICE.methods if m.name not in LOCAL_METHODS and not m.client_streaming]
+    core does (a stream's requests to a decoupled model are relayed too: see test_decoupled.py)."""
+    assert {"ModelInfer", "ModelStreamInfer"} == LOCAL_METHODS
+    relayed = [m for m in SERVICE.methods if m.name not in LOCAL_METHODS]
     assert len(relayed) == len(SERVICE.methods) - 2
     with (
         grpc.insecure_channel(f"127.0.0.1:{stack.grpc_port}") as front,
@@ -365,8 +365,8 @@ def _answer_of(multicallable: Any, request: Any) -> tuple[str, Any]:
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("relayed", [False, True], ids=["front", "relay_all"])
 def test_stream_infer(stack: Stack, relayed: bool) -> None:
-    """The front relays stream inference to the core (a decoupled model's responses stream from there),
-    as does a servicer told to relay everything."""
+    """The front serves stream inference itself (the core sees no ModelStreamInfer for a model that
+    is not decoupled); a servicer told to relay everything relays the stream whole."""
     results: queue.Queue = queue.Queue()
     client = tgrpc.InferenceServerClient(f"127.0.0.1:{stack.relay_all_port if relayed else stack.grpc_port}")
     a = np.arange(16, dtype=np.int32).reshape(1, 16)
@@ -387,7 +387,7 @@ def test_stream_infer(stack: Stack, relayed: bool) -> None:
         assert no_error is None
         np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + a)
     assert "unknown model" in error.message()  # an error answers its request, not the stream
-    assert "ModelStreamInfer" in stack.core_calls.methods[seen:]
+    assert ("ModelStreamInfer" in stack.core_calls.methods[seen:]) == relayed
 
 
 # --- repository control, statistics, shared memory --------------------------------------------

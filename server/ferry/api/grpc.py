@@ -25,11 +25,11 @@ from ..types import InferenceRequest
 from .admission import Ticket
 from .cuda_shared_memory import cuda_register_refused, cuda_status, cuda_unregister
 from .dataplane import DataPlane
-from .grpc_calls import CallGuard, WrappedRegistration, peer_host, release_after_write
+from .grpc_calls import CallGuard, WrappedRegistration, release_after_write
 from .grpc_codec import decode_infer_request, encode_infer_response
 from .grpc_decode import decoding_handler, raw_handler, received_bytes, take_refusal
 from .grpc_limits import GrpcLimits
-from .grpc_turns import COUNTED, READY, SMALL_MESSAGE_BYTES, current_stream
+from .grpc_turns import current_stream
 from .inference_plane import InferencePlane
 from .limits import OFF_LOOP_BYTES
 from .logging_ext import grpc_log_settings
@@ -82,9 +82,6 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
 
     #: Methods served with their messages as bytes, unparsed (none here; an intake relays some).
     raw_methods: frozenset[str] = frozenset()
-    #: Whether the intakes relaying streams here take stream turns, and so wait for COUNTED and
-    #: READY (grpc_turns.py); without turns the messages would only be work for both processes.
-    paces_relays: bool = False
 
     def __init__(self, plane: InferencePlane, max_response_bytes: int = 256 * 1024 * 1024) -> None:
         self.plane = plane
@@ -179,18 +176,13 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
         client = caller(self.plane.identify, context)
         out: asyncio.Queue[Outgoing | None] = asyncio.Queue(STREAM_BUFFER)
         running: set[asyncio.Task] = set()
-        relayed = self.paces_relays and not peer_host(context.peer())  # by an intake taking turns
 
         async def read() -> None:
-            if relayed:
-                await _put(out, READY_MESSAGE)
             async for request in request_iterator:
-                if relayed and received_bytes(request) > SMALL_MESSAGE_BYTES:  # (a small one's turn is over)
-                    await _put(out, COUNTED_MESSAGE)  # counted from its bytes by now: the intake's turn ends
-                if self._is_decoupled(request):  # (a refused message is empty: no model's)
+                if await self._is_decoupled(request):
                     ticket = _message_ticket.get()
                     _message_ticket.set(None)  # the request's own task holds it from here on
-                    task = asyncio.create_task(self._stream_decoupled(request, out, client, ticket))
+                    task = asyncio.create_task(self._stream_decoupled(request, out, client, ticket, context))
                     running.add(task)
                     task.add_done_callback(running.discard)
                 else:
@@ -198,8 +190,6 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
                     if not running and current_stream.get() is not None:  # the next message is asked
                         await out.join()  # for in a turn of its address: once this answer is written
                 del request  # an idle stream keeps no message
-                if relayed:
-                    await _put(out, READY_MESSAGE)
             while running:
                 await asyncio.gather(*list(running), return_exceptions=True)
             await out.put(None)
@@ -233,8 +223,10 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
                 if left is not None:
                     left[1]()
 
-    def _is_decoupled(self, request: pb.ModelInferRequest) -> bool:
-        return self.plane.is_decoupled(request.model_name, request.model_version)
+    async def _is_decoupled(self, request: pb.ModelInferRequest) -> bool:
+        if not request.model_name:  # (a message refused from its bytes is empty: no model's)
+            return False
+        return await self.plane.is_decoupled(request.model_name, request.model_version)
 
     async def _stream_one(self, request: pb.ModelInferRequest, out: asyncio.Queue, client: str) -> None:
         try:
@@ -242,17 +234,22 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
             streamed = pb.ModelStreamInferResponse()
             message, release = await self._infer(request, received_bytes(request), client, streamed.infer_response)
             message.parameters[FINAL_FLAG].bool_param = not empty_final
-            await _put(out, streamed, release)
+            await put_answer(out, streamed, release)
             if empty_final:
-                await _put(out, pb.ModelStreamInferResponse(infer_response=_empty_final(message)))
+                await put_answer(out, pb.ModelStreamInferResponse(infer_response=_empty_final(message)))
         except FerryError as exc:
-            await _put(out, pb.ModelStreamInferResponse(error_message=exc.message))
+            await put_answer(out, pb.ModelStreamInferResponse(error_message=exc.message))
         except Exception as exc:
             log.exception("unexpected error in ModelStreamInfer")
-            await _put(out, pb.ModelStreamInferResponse(error_message=f"internal error: {exc}"))
+            await put_answer(out, pb.ModelStreamInferResponse(error_message=f"internal error: {exc}"))
 
     async def _stream_decoupled(
-        self, request: pb.ModelInferRequest, out: asyncio.Queue, client: str, counted: Ticket | None = None
+        self,
+        request: pb.ModelInferRequest,
+        out: asyncio.Queue,
+        client: str,
+        counted: Ticket | None = None,
+        context: Context | None = None,
     ) -> None:
         """Every response of one decoupled request into the stream (holding its admission slot:
         ``counted``, taken from the message's bytes, or one admitted here)."""
@@ -269,7 +266,9 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
                         failed = pb.ModelInferResponse()
                         failed.CopyFrom(answers)
                         failed.parameters[FINAL_FLAG].bool_param = final
-                        await _put(out, pb.ModelStreamInferResponse(error_message=item.message, infer_response=failed))
+                        await put_answer(
+                            out, pb.ModelStreamInferResponse(error_message=item.message, infer_response=failed)
+                        )
                         continue
                     if final and not item.outputs and not empty_final:
                         continue  # the bare end of the request: sent only to clients that asked for it
@@ -277,12 +276,12 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
                     encode_infer_response(item, streamed.infer_response)
                     streamed.infer_response.parameters[FINAL_FLAG].bool_param = final
                     # counted from here until written, apart from the request's admission
-                    await _put(out, streamed, self.plane.admission.hold(streamed.ByteSize()))
+                    await put_answer(out, streamed, self.plane.admission.hold(streamed.ByteSize()))
         except FerryError as exc:
-            await _put(out, pb.ModelStreamInferResponse(error_message=exc.message, infer_response=answers))
+            await put_answer(out, pb.ModelStreamInferResponse(error_message=exc.message, infer_response=answers))
         except Exception as exc:
             log.exception("unexpected error in ModelStreamInfer")
-            await _put(out, pb.ModelStreamInferResponse(error_message=f"internal error: {exc}"))
+            await put_answer(out, pb.ModelStreamInferResponse(error_message=f"internal error: {exc}"))
 
 
 class InferenceServicer(InferenceRpcs):
@@ -426,7 +425,7 @@ def _nothing() -> None:
     """The release of an answer that holds nothing worth counting (an error, an empty final)."""
 
 
-async def _put(
+async def put_answer(
     out: asyncio.Queue[Outgoing | None], message: pb.ModelStreamInferResponse, release: Release = _nothing
 ) -> None:
     """Queue ``message``; if the stream is ended while waiting for room, release it at once."""
@@ -436,11 +435,6 @@ async def _put(
         release()
         raise
 
-
-#: What tells an intake relaying a stream that its last request message was counted, and that the
-#: stream asks for its next one (grpc_turns.COUNTED, grpc_turns.READY).
-COUNTED_MESSAGE = pb.ModelStreamInferResponse.FromString(COUNTED)
-READY_MESSAGE = pb.ModelStreamInferResponse.FromString(READY)
 
 FINAL_FLAG = "triton_final_response"
 #: Responses a gRPC stream holds for a client that is slow to read (then decoupled models wait).
@@ -470,14 +464,12 @@ def create_grpc_server(
     max_response_bytes: int = 256 * 1024 * 1024,
     servicer: InferenceRpcs | None = None,
     reuse_port: bool = False,
-    paced_relays: bool = False,
 ) -> grpc.aio.Server:
     """A grpc.aio server bound to ``address`` with message and connection limits (TLS when given credentials).
 
     ``servicer`` replaces the default ``InferenceServicer(plane, max_response_bytes)`` (an intake
     process passes its forwarding one). ``reuse_port``: several intake processes listen on the port
-    (otherwise a port in use is an error). ``paced_relays``: the intakes relaying streams here take
-    stream turns (``--grpc-stream-reads-per-peer``), so their streams are told COUNTED and READY."""
+    (otherwise a port in use is an error)."""
     limits = limits or GrpcLimits()
     server = grpc.aio.server(
         interceptors=list(interceptors),
@@ -492,7 +484,6 @@ def create_grpc_server(
         maximum_concurrent_rpcs=limits.max_concurrent_rpcs,
     )
     servicer = servicer or InferenceServicer(plane, max_response_bytes)
-    servicer.paces_relays = paced_relays
     guard = CallGuard(
         limits.max_calls_per_peer,
         limits.request_timeout_secs,
@@ -506,7 +497,7 @@ def create_grpc_server(
 
     def guarded(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
         if method.rsplit("/", 1)[-1] in raw_methods:  # relayed as bytes (an intake's servicer)
-            return guard.wrap(raw_handler(handler), relayed=True)
+            return guard.wrap(raw_handler(handler))
         count = count_message if method.endswith(("/ModelInfer", "/ModelStreamInfer")) else None
         return guard.wrap(decoding_handler(handler, method, count))
 

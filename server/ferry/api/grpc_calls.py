@@ -324,13 +324,12 @@ class CallGuard:
         """The listening ports (set once bound) whose connections a stalled write may close."""
         self.writes.ports = ports
 
-    def wrap(self, handler: grpc.RpcMethodHandler, relayed: bool = False) -> grpc.RpcMethodHandler:
-        """The guarded form of one method's handler (built once, when the service is registered);
-        ``relayed``: it passes its messages on as bytes (an intake's), counted where they go."""
+    def wrap(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        """The guarded form of one method's handler (built once, when the service is registered)."""
         if not handler.request_streaming and not handler.response_streaming:
             return self._guard_unary(handler)
         if handler.request_streaming and handler.response_streaming:
-            return self._guard_bidi(handler, relayed)
+            return self._guard_bidi(handler)
         return handler  # the inference service has no other kinds of RPC
 
     def _guard_unary(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
@@ -366,7 +365,7 @@ class CallGuard:
             unary, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer
         )
 
-    def _guard_bidi(self, handler: grpc.RpcMethodHandler, relayed: bool) -> grpc.RpcMethodHandler:
+    def _guard_bidi(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         streaming: Any = handler.stream_stream
 
         writes = self.writes
@@ -380,8 +379,8 @@ class CallGuard:
             stream = None
             if peer and stream_turns is not None:  # its messages are asked for in its peer's stream turns
                 stream = StreamActivity(context, task)
-                requests = stream_turns.messages(peer, stream, relayed)
-                current_stream.set(stream)  # (a relay reports counted messages to it)
+                requests = stream_turns.messages(peer, stream)
+                current_stream.set(stream)
             if not peer:  # an intake relaying a stream cancels it only when its own caller is gone
                 _expected.add(task)
             try:

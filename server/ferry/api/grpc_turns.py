@@ -128,50 +128,22 @@ class Turn:
             self.turns.leave(self.peer)
 
 
-#: What the core says on a stream an intake relays, in messages never forwarded to the client (an
-#: intake cannot see when the core has its message: grpc reports a relayed message sent as soon as
-#: flow control lets it into the connection's buffer, so one client's messages piled up in the
-#: intake and arrived interleaved, all at once, in the core):
-#: COUNTED: the last request message was counted (an empty ModelStreamInferResponse, no bytes:
-#: nothing the core answers is empty, an answer names its model and an error has its message);
-#: READY: the stream asks for its next message (its last answer is written), so the intake asks its
-#: client for one only then, not holding a turn while the core works.
-COUNTED = b""
-READY = b"\n\x17ferry: ready (internal)"  # error_message (field 1), 23 bytes
-
-#: A relayed message this small ends its turn on arrival, without waiting for the core's COUNTED:
-#: a gRPC stream's initial window, what a stream waiting for its turn may hold anyway.
-SMALL_MESSAGE_BYTES = 64 * 1024
-
 #: The stream the running call is (set by the guard for a stream of a peer).
 current_stream: contextvars.ContextVar[StreamActivity | None] = contextvars.ContextVar(
     "ferry_grpc_stream", default=None
 )
 
 
-def core_said(response: bytes) -> bool:
-    """Whether ``response``, relayed from the core on the running stream, is COUNTED or READY (and
-    then tell the stream): such a message is not the client's."""
-    if response != COUNTED and response != READY:
-        return False
-    stream = current_stream.get()
-    if stream is not None:
-        (stream.counted if response == COUNTED else stream.ready).set()
-    return True
-
-
 class StreamActivity:
     """When a stream last had traffic (a request received or a response sent), and how to end it."""
 
-    __slots__ = ("context", "task", "last", "ended", "counted", "ready")
+    __slots__ = ("context", "task", "last", "ended")
 
     def __init__(self, context: grpc.aio.ServicerContext, task: asyncio.Task[Any] | None) -> None:
         self.context = context
         self.task = task  # grpc's task for the call: ExpectedFailures knows an ended call by it
         self.last = time.monotonic()
         self.ended = False
-        self.counted = asyncio.Event()  # a relayed message was counted where it went (COUNTED)
-        self.ready = asyncio.Event()  # where it goes, the next message is asked for (READY)
 
     def responded(self) -> None:
         self.last = time.monotonic()
@@ -190,18 +162,12 @@ class StreamTurns:
         self._waiting: dict[str, dict[StreamActivity, float]] = {}  # peer -> stream -> waiting since
         self._sweep: asyncio.TimerHandle | None = None
 
-    async def messages(self, peer: str, stream: StreamActivity, relayed: bool = False) -> AsyncIterator[Any]:
+    async def messages(self, peer: str, stream: StreamActivity) -> AsyncIterator[Any]:
         """The stream's request messages, each asked for in a turn of ``peer``. The turn ends once
-        the message has arrived (its handler counts it from its bytes before anything else), or,
-        ``relayed`` (an intake passing it on as bytes, counted only where it goes), once the core
-        has said it counted it (COUNTED; a small one at once); a relayed stream asks for a message
-        only once the core's stream has asked for it (READY)."""
+        the message has arrived: its handler counts it from its bytes before anything else."""
         context = stream.context
         turn = Turn(self.turns, peer)
         while True:
-            if relayed:
-                await stream.ready.wait()
-                stream.ready.clear()
             await self._take(peer, stream, turn)
             try:
                 holders = self._holders.setdefault(peer, set())
@@ -215,15 +181,10 @@ class StreamTurns:
                 if message is grpc.aio.EOF:
                     return
                 stream.last = time.monotonic()
-                if not relayed or len(message) <= SMALL_MESSAGE_BYTES:
-                    turn.end()
-                else:
-                    stream.counted.clear()
+                turn.end()
                 held = [message]
                 del message  # not kept by this frame while the stream serves it
                 yield held.pop()
-                if turn.taken:  # relayed: the relay asks for the next message, having passed this one on
-                    await stream.counted.wait()
             finally:
                 turn.end()
 

@@ -25,7 +25,9 @@ class InferencePlane(Protocol):
         """One response; ``door`` names the endpoint in the error a decoupled model gets."""
         ...
 
-    def is_decoupled(self, name: str, version: str = "") -> bool: ...
+    async def is_decoupled(self, name: str, version: str = "") -> bool:
+        """Whether requests to this model stream (False when it cannot serve: its request says why)."""
+        ...
 
     def infer_stream(
         self, request: InferenceRequest

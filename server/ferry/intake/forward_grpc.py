@@ -1,17 +1,21 @@
 """The intake's gRPC servicer: inference served here, every other RPC relayed to the core.
 
-Why: ``ModelInfer`` runs in the intake process (through its data plane); ``ModelStreamInfer`` is
-relayed whole, because a decoupled model's responses stream from the model process; health,
-metadata, repository control, statistics, shared-memory registration, trace and log settings
-belong to the core process, which serves its normal gRPC server on a unix socket. The relaying
-methods are made from the service descriptor, so an RPC added to the proto is relayed without a
-code change. A relayed stream's answers count against the in-flight bytes until they are written
-to the caller. The caller's metadata and deadline go to the core; the core's status code, details
-and metadata come back unchanged; a core that cannot be reached is UNAVAILABLE.
+Why: ``ModelInfer`` and ``ModelStreamInfer`` run in the intake process (through its data plane), so
+a client's messages are received, counted and parsed only here (relaying a stream whole cost the
+intake the message's bytes and grpc's copies of them, and the core as much again); a stream's
+request to a decoupled model is relayed to the core as a stream of its own, whose responses come
+back into the client's stream as they come. Health, metadata, repository control, statistics,
+shared-memory registration, trace and log settings belong to the core process, which serves its
+normal gRPC server on a unix socket. The relaying methods are made from the service descriptor, so
+an RPC added to the proto is relayed without a code change. A relayed stream's answers count
+against the in-flight bytes until they are written to the caller. The caller's metadata and
+deadline go to the core; the core's status code, details and metadata come back unchanged; a core
+that cannot be reached is UNAVAILABLE.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
@@ -21,16 +25,19 @@ from google.protobuf.descriptor import MethodDescriptor
 
 from ferry_client.protocol import grpc_service_pb2 as pb
 
-from ..api.grpc import InferenceRpcs
-from ..api.grpc_turns import core_said
+from ..api.admission import Ticket
+from ..api.grpc import InferenceRpcs, put_answer
+from ..api.grpc_decode import received_bytes
 from ..api.inference_plane import InferencePlane
+from ..errors import FerryError
 from ..heap import HeapTrimmer
 
 log = logging.getLogger(__name__)
 
 SERVICE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
 #: Served by the intake process itself; every other method of SERVICE is relayed.
-LOCAL_METHODS = frozenset({"ModelInfer"})
+LOCAL_METHODS = frozenset({"ModelInfer", "ModelStreamInfer"})
+STREAM_PATH = f"/{SERVICE.full_name}/ModelStreamInfer"
 #: Metadata that gRPC sets for each call itself (or refuses from an application): never relayed.
 CALL_METADATA = frozenset({"user-agent", "te", "content-type", "host"})
 UNREACHABLE = "the model process is not reachable; try again later"
@@ -97,8 +104,6 @@ class ForwardingServicer(InferenceRpcs):
             try:
                 await _pass_initial_metadata(call, context)
                 async for response in call:
-                    if core_said(response):  # the core's word to this relay, not an answer (grpc_turns.py)
-                        continue
                     release = self.plane.admission.hold(len(response))  # until grpc wrote it
                     try:
                         yield response
@@ -111,6 +116,47 @@ class ForwardingServicer(InferenceRpcs):
                 call.cancel()  # the caller went away (or the call ended: then this does nothing)
 
         return relay
+
+    async def _stream_decoupled(
+        self,
+        request: pb.ModelInferRequest,
+        out: asyncio.Queue,
+        client: str,
+        counted: Ticket | None = None,
+        context: grpc.aio.ServicerContext | None = None,
+    ) -> None:
+        """A stream's request to a decoupled model, relayed to the core as a stream of its own (the
+        model runs there): each response goes into the client's stream as it comes, counted until
+        written. Its message stays counted here (``counted``) until grpc has taken it for the core."""
+        assert context is not None  # ModelStreamInfer passes its call's
+        answers = pb.ModelInferResponse(
+            model_name=request.model_name, model_version=request.model_version, id=request.id
+        )
+        call: Any = self.core_channel.stream_stream(STREAM_PATH)(
+            metadata=relayed_metadata(context), timeout=context.time_remaining()
+        )
+        try:
+            with counted or self.plane.admission.admit(2 * received_bytes(request)):
+                message = request.SerializeToString()
+                del request  # (the stream's reader drops its own reference once this task runs)
+                await call.write(message)
+                del message
+            await call.done_writing()
+            async for raw in call:
+                release = self.plane.admission.hold(len(raw))  # until grpc wrote it
+                try:
+                    response = pb.ModelStreamInferResponse.FromString(raw)
+                except BaseException:
+                    release()
+                    raise
+                await put_answer(out, response, release)
+        except FerryError as exc:
+            await put_answer(out, pb.ModelStreamInferResponse(error_message=exc.message, infer_response=answers))
+        except grpc.aio.AioRpcError as exc:
+            details = UNREACHABLE if self._core_unreachable() else exc.details() or exc.code().name
+            await put_answer(out, pb.ModelStreamInferResponse(error_message=details, infer_response=answers))
+        finally:
+            call.cancel()  # the client's stream went away (or the call ended: then this does nothing)
 
     async def _abort_as(self, exc: grpc.aio.AioRpcError, context: grpc.aio.ServicerContext) -> None:
         """End the caller's RPC as the core ended it; a connection failure says the core is unreachable.

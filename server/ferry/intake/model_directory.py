@@ -49,12 +49,13 @@ class ModelDirectory:
 
     def describe(self, name: str, version: str, known: str) -> dict[str, Any]:
         """The load serving (name, version), as one process resolves it (its errors too): only its
-        identity when the intake ``known``s it already, else everything the intake builds it from."""
+        identity when the intake ``known``s it already, else everything the intake builds it from
+        (and whether it is decoupled: an intake serves a stream's requests to other models itself)."""
         model = self.plane.model(name, version)
         if model.identity == known:
             return {"identity": model.identity}
         reason = relay_reason(self.plane, model)
-        description: dict[str, Any] = {"identity": model.identity, "relay": reason}
+        description: dict[str, Any] = {"identity": model.identity, "relay": reason, "decoupled": model.decoupled}
         if not reason:
             description.update(
                 version=model.version,

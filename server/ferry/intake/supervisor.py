@@ -104,7 +104,6 @@ class IntakeProcesses:
             s.grpc_max_message_bytes,
             self.security.grpc_interceptors(),
             max_response_bytes=s.max_response_bytes,
-            paced_relays=s.grpc_stream_reads_per_peer > 0,
         )
         await self._private_grpc.start()
         await wait_started(self._private_http, self._private_http_task, "the model process's private REST listener")

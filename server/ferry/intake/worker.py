@@ -89,12 +89,14 @@ class IntakePlane:
         limits: Limits,
         client: HandoffClient,
         identify: Identify,
+        views: ModelViews,
         images: IntakeImages | None = None,
     ) -> None:
         self.admission = admission
         self.limits = limits
         self.identify = identify  # the core uses the identity the request arrives with
         self._client = client
+        self.views = views
         self.images = images  # encoded images for an image model: decoded here
 
     async def infer(self, request: InferenceRequest, door: str = "") -> InferenceResponse:
@@ -107,12 +109,17 @@ class IntakePlane:
     async def infer_stream(
         self, request: InferenceRequest
     ) -> AsyncGenerator[tuple[InferenceResponse | FerryError, bool], None]:
+        """Never used: a stream's requests to a decoupled model are relayed to the model process
+        (``ForwardingServicer``), whose responses stream from there."""
         yield await self.infer(request), True
 
-    def is_decoupled(self, name: str, version: str = "") -> bool:
-        """Decoupled models are not streamed through intake processes: their requests go to the
-        model process as one-response requests, which it refuses with Triton's error."""
-        return False
+    async def is_decoupled(self, name: str, version: str = "") -> bool:
+        """Whether the model process serves (name, version) with a decoupled model (one small round
+        trip; False when it cannot serve it: the request's own answer says why)."""
+        try:
+            return await self.views.is_decoupled(name, version)
+        except FerryError:
+            return False
 
 
 async def run(assignment: Assignment) -> int:
@@ -125,12 +132,13 @@ async def run(assignment: Assignment) -> int:
     admission = Admission(settings.max_inflight_requests, settings.max_inflight_bytes, table.counts(assignment.row))
     workers = settings.image_workers or usable_cores()  # as the model process's DataPlane
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ferry-intake-image")
+    views = ModelViews(client)
     images = IntakeImages(
         admission,
-        ModelViews(client),
+        views,
         HandoffPath(client, pool, max(1, workers // 2), SharedImageWork(table, assignment.row)),
     )
-    plane = IntakePlane(admission, request_limits(settings), client, security.identify, images)
+    plane = IntakePlane(admission, request_limits(settings), client, security.identify, views, images)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
