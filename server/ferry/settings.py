@@ -172,18 +172,18 @@ class Settings(BaseSettings):
         "calls wait their turn",
     )
     grpc_stream_reads_per_peer: Annotated[int, LIMIT] = Field(
-        0,
+        8,
         ge=0,
         description="streams (ModelStreamInfer) of one client address waiting for a request message at once (split "
         "among intake processes, at least one each), a pool apart from the unary calls': bounds what a client's "
-        "streams hold before admission sees it, but streams that send at their own pace then wait on each other; "
+        "streams hold before admission sees it; more streams of one address than this wait on each other; "
         "0: no turns, each open stream may receive one message",
     )
     grpc_idle_stream_secs: Annotated[float, LIMIT] = Field(
         60.0,
         gt=0,
-        description="with --grpc-stream-reads-per-peer, a stream holding a message turn with no traffic for this "
-        "long, while another stream of its address has waited as long for one, is ended (UNAVAILABLE)",
+        description="a stream holding a message turn with no traffic for this long is ended (UNAVAILABLE) once "
+        "another stream of its address waits for a turn",
     )
     grpc_request_timeout_secs: Annotated[float, LIMIT] = Field(
         60.0, gt=0, description="a unary gRPC call's request message must arrive within this (DEADLINE_EXCEEDED)"

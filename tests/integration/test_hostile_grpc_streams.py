@@ -1,11 +1,11 @@
 """A client's streams take turns to receive their request messages (issue 24), both process modes.
 
-grpc receives a message whole before admission can see its size, and every open stream asks for its
-next message as soon as it has answered the last: one client's 16 streams each sending 47 MiB held
-+735 MB uncounted (over a GB with intake processes). Now a stream asks for a message only in a turn
-of its address (``--grpc-stream-reads-per-peer``, 1 here as by default), each message is counted
-from its bytes before it is parsed, and a stream idle on the turn while another stream of its
-address waits is ended after ``--grpc-idle-stream-secs``.
+grpc receives a message whole before admission can see its size, and every open stream asked for
+its next message as soon as it had answered the last: one client's 16 streams each sending 47 MiB
+held +735 MB uncounted (over a GB with intake processes), and more streams held more. Now a stream
+asks for a message only in a turn of its address (``--grpc-stream-reads-per-peer``: 1 in most tests
+here, 8 by default), each message is counted from its bytes before it is parsed, and a stream idle
+on a turn for ``--grpc-idle-stream-secs`` is ended once another stream of its address waits.
 
 The attacker speaks raw HTTP/2 from 127.0.0.2 on ONE connection (so with intake processes every
 stream is in the same intake, whose turns these are). What the server sends is logged frame by
@@ -21,6 +21,8 @@ import grpc
 import numpy as np
 import pytest
 
+from ferry.front_doors import grpc_limits
+from ferry.settings import Settings
 from ferry_client.protocol import grpc_service_pb2 as pb
 
 from ..conftest import RunningServer, start_server
@@ -47,6 +49,19 @@ def server(request, tmp_path_factory) -> Iterator[RunningServer]:
         *extra,
     )
     yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module", params=[1, 2], ids=["one process", "2 intake processes"])
+def default_turns_server(request, tmp_path_factory) -> Iterator[tuple[RunningServer, int]]:
+    """A server with the default stream turns, and how many of them one connection gets."""
+    repo = tmp_path_factory.mktemp("default_stream_turns") / "models"
+    write_mlp_model(repo / "quick", width=16, layers=1)
+    processes = request.param
+    extra = ["--intake-processes", str(processes)] if processes > 1 else []
+    running = start_server(repo, repo.parent / "server.log", "--grpc-idle-stream-secs", str(IDLE_S), *extra)
+    # a connection is served by one process, whose share of the turns it gets
+    yield running, grpc_limits(Settings(), processes).stream_reads_per_peer
     running.stop()
 
 
@@ -100,10 +115,43 @@ async def test_a_stream_idle_on_the_turn_gives_way_to_a_waiting_one(server: Runn
     details = peer.trailers[1].get("grpc-message", "")
     assert "--grpc-stream-reads-per-peer" in details and "--grpc-idle-stream-secs" in details, details
     assert peer.log.index(("end", 1)) < peer.log.index(("data", 5))  # answered only once 1 was ended
-    # both streams got their answer and nothing else (what the core tells an intake is not forwarded)
-    for stream in (1, 5):
+    for stream in (1, 5):  # both streams got their answer and nothing else
         (answer,) = _answers(peer, stream)
         assert not answer.error_message and answer.infer_response.model_name == "quick"
+
+
+async def test_streams_take_turns_by_default(default_turns_server: tuple[RunningServer, int]) -> None:
+    """With the default flags, one address's streams idle on all of its turns hold the next stream's
+    message back (what one client's streams hold uncounted is bounded by the turns, not by how many
+    streams it opens) until the idlest of them is ended; a unary call of the address goes on."""
+    server, turns = default_turns_server
+    assert turns >= 2  # (so that the default is not one turn, whose cost is measured in the docs)
+    loop = asyncio.get_running_loop()
+    _, peer = await loop.create_connection(
+        lambda: LoggingPeer(_request().SerializeToString()), "127.0.0.1", server.grpc_port, local_addr=(ATTACKER, 0)
+    )
+    assert isinstance(peer, LoggingPeer)
+    holders = [1 + 2 * index for index in range(turns)]
+    unary, waiting = holders[-1] + 2, holders[-1] + 4  # (HTTP/2 stream ids only grow)
+    try:
+        for stream in holders:  # each answered, then idle on a turn, asking for its next message
+            peer.call(stream, "ModelStreamInfer", 1, end=False)
+        await peer.until(lambda: all(len(peer.messages(stream)) == 1 for stream in holders))
+        peer.call(unary, "ModelInfer", 1)
+        await peer.until(lambda: unary in peer.trailers)
+        assert peer.trailers[unary]["grpc-status"] == "0"
+        peer.call(waiting, "ModelStreamInfer", 1, end=False)
+        await peer.until(lambda: len(peer.messages(waiting)) == 1, timeout=IDLE_S + 60)
+    finally:
+        assert peer.transport is not None
+        peer.transport.close()
+    ended = [stream for stream in holders if stream in peer.trailers]
+    assert len(ended) >= 1, peer.trailers
+    first_end = min(peer.log.index(("end", stream)) for stream in ended)
+    assert first_end < peer.log.index(("data", waiting))  # answered only once an idle one was ended
+    for stream in ended:
+        assert peer.trailers[stream]["grpc-status"] == str(grpc.StatusCode.UNAVAILABLE.value[0])
+        assert "--grpc-stream-reads-per-peer" in peer.trailers[stream].get("grpc-message", "")
 
 
 async def test_a_streamed_message_is_counted_from_its_bytes_before_it_is_parsed(server: RunningServer) -> None:

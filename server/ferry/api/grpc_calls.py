@@ -13,9 +13,9 @@ its request message), and adds
   it, before admission can see its size, so one client sending many large calls at once had them
   all in memory, uncounted (16 x 64 MiB: +1 GB). A unary call asks for its message only in its
   peer's turn, at most ``reads_per_peer`` at a time (the wait counts against the message's
-  deadline); with ``stream_reads_per_peer`` (off by default), a stream asks for each of its
-  messages in a turn of a pool of its own, and one idle on a turn while another stream of its
-  address waits is ended after ``idle_stream_timeout``.
+  deadline); a stream asks for each of its messages in a turn of a pool of its own
+  (``stream_reads_per_peer``, 0 for none), and one idle on a turn for ``idle_stream_timeout`` is
+  ended once another stream of its address waits.
 
 - answers held until written: a unary call is served as a stream-unary call that reads one message
   (the same bytes on the wire, so clients cannot tell; it lets the guard see the call before its
@@ -303,7 +303,7 @@ class CallGuard:
         request_timeout: float,
         write_timeout: float,
         reads_per_peer: int = 2,
-        stream_reads_per_peer: int = 0,
+        stream_reads_per_peer: int = 8,
         idle_stream_timeout: float = 60.0,
     ) -> None:
         self.max_calls_per_peer = max_calls_per_peer

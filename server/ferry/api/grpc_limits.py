@@ -27,7 +27,7 @@ class GrpcLimits:
     request_timeout_secs: float = 60.0
     write_timeout_secs: float = 30.0
     reads_per_peer: int = 2
-    stream_reads_per_peer: int = 0  # no turns
+    stream_reads_per_peer: int = 8
     idle_stream_secs: float = 60.0
 
     def channel_options(self) -> list[tuple[str, int]]:

@@ -10,22 +10,27 @@ so a waiting call holds that, not its message. Unary calls take ``--grpc-reads-p
 
 A stream (``ModelStreamInfer``) asks grpc for its next message as soon as it has answered the last,
 and grpc receives a message whole, before admission can see its size: with every open stream
-asking, one client's 16 streams each sending 47 MiB (from 16 processes) peak at +1.4 GB (more with
-intake processes). With ``--grpc-stream-reads-per-peer`` (off by default) a stream asks only in a
-turn of its peer address, as unary calls do (``StreamTurns``), from a pool of its own: a stream
-between requests holds its turn while it waits, and unary calls must never wait behind that. Why
-off by default: streams that send at their own pace (a camera's frames), and decoupled streams
-waiting on their answers, hold the turn between messages, so those of one address wait on each
-other.
+asking, one client's 16 streams each sending 47 MiB (from 16 processes) peaked at +1.4 GB, and
+nothing bounded it but the client's own stream count. So a stream asks only in a turn of its peer
+address, as unary calls do (``StreamTurns``; ``--grpc-stream-reads-per-peer``, 8 by default, 0 for
+none), from a pool of its own: a stream between requests holds its turn while it waits for its
+client's next message, and unary calls must never wait behind that. Why 8 and not 1 or 2: a stream
+answered and waiting for its client's next message holds its turn for that round trip, so with
+fewer turns than streams a client's request-and-answer streams wait on each other (perf_analyzer
+``--streaming`` on the tiny model, one address: 0.58x with 2 turns at 16 streams, 0.85x with 8;
+with 8, nothing measurable at 8 streams); the 16-stream burst then peaks at about +700 MB instead of
++1.4 GB, and stays there however many streams the client opens (one turn: about +450 MB).
 
 A posted read cannot be taken back (grpc.aio has no way to withdraw it, nor to see a message's size
 before reading it), so a stream idle on a turn would keep its peer's other streams from receiving
-for as long as it stays idle. A stream that has held a turn with no traffic either way (no request
-received, no response sent) for ``idle_timeout`` seconds while another stream of its address has
-waited that long for a turn is therefore ended alone, with UNAVAILABLE naming both options
-(``grpc_cancel.end_call``; the client's other calls on the connection go on). A stream with work
-in flight answers within that time, or counts as idle like any other. Streams of this server's own
-intake processes (a unix socket, no peer address) take no turns: each intake gates its own clients.
+for as long as it stays idle (streams that send at their own pace, a camera's event-driven frames,
+more of them than the turns from one address). A stream that has held a turn with no traffic either
+way (no request received, no response sent) for ``idle_timeout`` seconds, once another stream of its
+address has waited a sweep period for a turn, is therefore ended alone, with UNAVAILABLE naming both
+options (``grpc_cancel.end_call``; the client's other calls on the connection go on). A stream with
+work in flight answers within that time, or counts as idle like any other. Streams of this server's
+own intake processes (a unix socket, no peer address) take no turns: each intake gates its own
+clients.
 
 Everything runs on the server's event loop, so plain dicts are the state; one periodic sweep, only
 while a stream waits, looks for idle holders.
@@ -210,10 +215,12 @@ class StreamTurns:
             self.expected.discard(stream.task)
 
     def _end_idle(self) -> None:
+        """End, for each address whose streams have waited a sweep period for a turn, its stream
+        idle longest on one, if that is ``idle_timeout`` or more."""
         now = time.monotonic()
         for peer, waiting in list(self._waiting.items()):
-            if not waiting or now - min(waiting.values()) < self.idle_timeout:
-                continue
+            if not waiting or now - min(waiting.values()) < self.period:
+                continue  # (a busy holder's turn is about to come free)
             idle = [s for s in self._holders.get(peer, ()) if not s.ended and now - s.last >= self.idle_timeout]
             if idle:
                 self._end(peer, min(idle, key=lambda s: s.last), now)
