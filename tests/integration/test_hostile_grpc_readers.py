@@ -44,7 +44,14 @@ def readers(request, tmp_path_factory) -> Iterator[tuple[RunningServer, int]]:
     write_tile_model(repo / "tile", rows=ROWS, width=WIDTH)
     processes = 2 if request.param == "2 intake processes" else 1
     extra = ["--intake-processes", "2"] if processes == 2 else []
-    running = start_server(repo, repo.parent / "server.log", "--grpc-write-timeout-secs", str(WRITE_TIMEOUT_S), *extra)
+    # no stream turns: a stream then reads its next request without waiting for its last answer to be
+    # written, so an unread stream holds the most answers it can (with turns, the default, just one)
+    running = start_server(
+        repo,
+        repo.parent / "server.log",
+        *("--grpc-write-timeout-secs", str(WRITE_TIMEOUT_S), "--grpc-stream-reads-per-peer", "0"),
+        *extra,
+    )
     yield running, processes
     running.stop()
 
@@ -134,8 +141,7 @@ async def test_unread_stream_answers_are_counted_then_cut(readers, connect: Conn
     server, _ = readers
     peer = await connect()
     peer.call(1, "ModelStreamInfer", 4)
-    # all four answers wait: in the stream's buffer or being written (with intake processes, the
-    # one the intake is writing to the client, the others in the model process's stream)
+    # all four answers wait: in the stream's buffer or being written
     await _held_then_cut(server, [peer], at_least=4 * ANSWER)
 
 
