@@ -17,9 +17,10 @@ none), from a pool of its own: a stream between requests holds its turn while it
 client's next message, and unary calls must never wait behind that. Why 8 and not 1 or 2: a stream
 answered and waiting for its client's next message holds its turn for that round trip, so with
 fewer turns than streams a client's request-and-answer streams wait on each other (perf_analyzer
-``--streaming`` on the tiny model, one address: 0.58x with 2 turns at 16 streams, 0.85x with 8;
-with 8, nothing measurable at 8 streams); the 16-stream burst then peaks at about +700 MB instead of
-+1.4 GB, and stays there however many streams the client opens (one turn: about +450 MB).
+``--streaming`` on the tiny model, one address, against no turns: 0.56x with 2 turns at 16 streams,
+0.81x with 8; 0.96x with 8 at 8 streams, within noise); one client's 16 streams of 47 MiB then peak
+at about +700 MB instead of +1.4 GB, eight messages held uncounted whatever the number of streams
+(one turn: about +450 MB).
 
 A posted read cannot be taken back (grpc.aio has no way to withdraw it, nor to see a message's size
 before reading it), so a stream idle on a turn would keep its peer's other streams from receiving
