@@ -252,7 +252,8 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
         context: Context | None = None,
     ) -> None:
         """Every response of one decoupled request into the stream (holding its admission slot:
-        ``counted``, taken from the message's bytes, or one admitted here)."""
+        ``counted``, taken from the message's bytes, or one admitted here). ``context``: the
+        client's call, for a servicer that relays the request on (an intake's)."""
         empty_final = _wants_empty_final(request)
         answers = pb.ModelInferResponse(
             model_name=request.model_name, model_version=request.model_version, id=request.id
