@@ -1,6 +1,6 @@
 """One gRPC client must not hold every call slot (issue 24).
 
-The attacker speaks raw HTTP/2 from its own loopback address (127.0.0.2), so the server sees it as
+The attacker speaks raw HTTP/2 from loopback addresses of its own (127.0.0.2; 127.0.0.3), so the server sees it as
 another peer than the well-behaved client (127.0.0.1): it opens streams, sends their headers and
 never a request message or the end of the stream. The test establishes the attack (the server's
 answers to the attacker's streams are read: refused ones carry RESOURCE_EXHAUSTED naming the peer
@@ -35,6 +35,10 @@ MAX_RPCS = 48
 REQUEST_TIMEOUT_S = 3
 CONNECTIONS, STREAMS = 4, 24  # 96 streams from one peer: twice the server-wide cap
 ATTACKER = "127.0.0.2"
+#: Each test attacks from an address of its own: a call the previous test left open is ended by the
+#: server when it sees the connection close, which may be after the next test has begun, and the
+#: per-peer cap counts by address.
+LATE_SENDER = "127.0.0.3"
 
 
 @pytest.fixture(scope="module", params=["one process", "2 intake processes"])
@@ -99,11 +103,11 @@ class Attacker(asyncio.Protocol):
         self.transport.write(frame(HEADERS, END_HEADERS, stream, call_headers(self.encoder, method)))
 
 
-async def _attack(port: int, method: str, connections: int, streams: int) -> list[Attacker]:
+async def _attack(port: int, method: str, connections: int, streams: int, source: str = ATTACKER) -> list[Attacker]:
     loop = asyncio.get_running_loop()
     attackers = []
     for _ in range(connections):
-        _, attacker = await loop.create_connection(Attacker, "127.0.0.1", port, local_addr=(ATTACKER, 0))
+        _, attacker = await loop.create_connection(Attacker, "127.0.0.1", port, local_addr=(source, 0))
         for index in range(streams):
             attacker.open(1 + 2 * index, method)
         attackers.append(attacker)
@@ -153,7 +157,7 @@ async def test_one_peer_cannot_hold_every_call_slot(grpc_server) -> None:
 
 async def test_a_request_message_that_never_arrives_times_out(grpc_server) -> None:
     server, processes = grpc_server
-    attackers = await _attack(server.grpc_port, "ModelInfer", 2, PER_PEER // 2)
+    attackers = await _attack(server.grpc_port, "ModelInfer", 2, PER_PEER // 2, LATE_SENDER)
     started = time.monotonic()
     await _wait(lambda: len(_statuses(attackers)) == PER_PEER, timeout=REQUEST_TIMEOUT_S + 20)
     assert time.monotonic() - started >= REQUEST_TIMEOUT_S - 0.5
@@ -162,7 +166,7 @@ async def test_a_request_message_that_never_arrives_times_out(grpc_server) -> No
     assert any("did not arrive within 3 s" in m for m in messages), messages
     # the expired calls gave their slots back while their connections stay open: the attacker's
     # address may open a full share again, and those calls end by the same timeout, not refused
-    again = await _attack(server.grpc_port, "ModelInfer", 1, PER_PEER)
+    again = await _attack(server.grpc_port, "ModelInfer", 1, PER_PEER, LATE_SENDER)
     await _wait(lambda: len(_statuses(again)) == PER_PEER, timeout=REQUEST_TIMEOUT_S + 20)
     assert set(_statuses(again)) == {str(grpc.StatusCode.DEADLINE_EXCEEDED.value[0])}
     await _infer(server)
