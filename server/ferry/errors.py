@@ -79,6 +79,12 @@ class Unimplemented(FerryError):
     kind = ErrorKind.UNIMPLEMENTED
 
 
+class DecoupledModel(Unimplemented):
+    """A streamed request reached a plane that runs one response per request, for a model that is
+    decoupled: an intake process's plane says so (the model process found it decoupled), and its
+    stream then relays the request to the model process, whose responses stream from there."""
+
+
 class PayloadTooLarge(FerryError):
     kind = ErrorKind.PAYLOAD_TOO_LARGE
 

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ferry.errors import InvalidArgument, Unavailable
+from ferry.errors import DecoupledModel, InvalidArgument, Unavailable
 from ferry.intake.handoff import HandoffClient, HandoffHub, HandoffLost
 from ferry.intake.memory import ALIGNMENT, FirstFit
 from ferry.intake.shared_state import BYTES, REQUESTS, SharedTable
@@ -98,11 +98,32 @@ class Model:
         return InferenceResponse(request.model_name, "1", request.id, outputs, {"sequence": 7})
 
 
+class Directory:
+    """The model process's directory, reduced to which models are decoupled."""
+
+    def __init__(self, decoupled: set[str]) -> None:
+        self._decoupled = decoupled
+
+    def describe(self, name: str, version: str, known: str) -> dict:
+        raise NotImplementedError
+
+    def identity(self, name: str, version: str) -> str:
+        return f"{name}\x00{version}\x000"
+
+    def decoupled(self, name: str, version: str) -> bool:
+        return name in self._decoupled
+
+    def record(self, identity: str, kind: str, args: list) -> None:
+        pass
+
+
 @contextlib.asynccontextmanager
-async def _pair(tmp_path: Path, arena_bytes: int = 1 << 20) -> AsyncIterator[tuple[Model, HandoffHub, HandoffClient]]:
+async def _pair(
+    tmp_path: Path, arena_bytes: int = 1 << 20, models: Directory | None = None
+) -> AsyncIterator[tuple[Model, HandoffHub, HandoffClient]]:
     """Both ends connected and ready; closed (both, whatever the test closed already) on exit."""
     model = Model()
-    hub = HandoffHub(model.infer, arena_bytes)
+    hub = HandoffHub(model.infer, arena_bytes, models)
     await hub.start(str(tmp_path / "hub.sock"))
     client = HandoffClient(1, arena_bytes)
     try:
@@ -169,6 +190,22 @@ async def test_tensors_larger_than_the_arena_travel_in_their_own_segment(tmp_pat
         response = await client.infer(InferenceRequest("m", inputs={"x": big}))
         np.testing.assert_array_equal(response.outputs[0].data, big * 2)
         assert client._requests.used_bytes == 0
+
+
+async def test_a_streamed_request_to_a_decoupled_model_is_answered_decoupled_not_run(tmp_path: Path) -> None:
+    """Marked as streamed, a request to a decoupled model is not run: the intake relays it instead
+    (``DecoupledModel``), and its block is freed. Unmarked (``ModelInfer``), it runs, and the data
+    plane gives Triton's error; a streamed request to another model runs as any other."""
+    async with _pair(tmp_path, models=Directory({"talker"})) as (model, hub, client):
+        x = np.ones((2, 2), np.float32)
+        with pytest.raises(DecoupledModel):
+            await client.infer(InferenceRequest("talker", inputs={"x": x}), streamed=True)
+        assert model.seen == []
+        assert client._requests.used_bytes == 0
+        answer = await client.infer(InferenceRequest("m", inputs={"x": x}), streamed=True)
+        np.testing.assert_array_equal(answer.outputs[0].data, x * 2)
+        await client.infer(InferenceRequest("talker", inputs={"x": x}))
+        assert [seen.model_name for seen in model.seen] == ["m", "talker"]
 
 
 async def test_errors_keep_their_kind_message_and_retry_after(tmp_path: Path) -> None:

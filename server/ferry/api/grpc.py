@@ -20,7 +20,7 @@ from ferry_client.codec.parameters import set_parameter
 from ferry_client.protocol import grpc_service_pb2 as pb
 from ferry_client.protocol import grpc_service_pb2_grpc as pb_grpc
 
-from ..errors import FerryError, InvalidArgument, Unimplemented
+from ..errors import DecoupledModel, FerryError, InvalidArgument, Unimplemented
 from ..types import InferenceRequest
 from .admission import Ticket
 from .cuda_shared_memory import cuda_register_refused, cuda_status, cuda_unregister
@@ -67,6 +67,11 @@ def _rpc(method: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
 
     return wrapper
 
+
+#: The endpoints a request names to the plane (in Triton's error for a decoupled model; a plane that
+#: runs requests elsewhere tells a streamed one apart by it).
+UNARY_DOOR = "ModelInfer RPC"
+STREAM_DOOR = "ModelStreamInfer RPC"
 
 #: The admission of the request message being served (ModelInfer's, or the one a stream read last),
 #: taken from its bytes before it was parsed (``InferenceRpcs.count_message``) and not yet taken
@@ -129,7 +134,12 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
         return infer_request
 
     async def _infer(
-        self, request: pb.ModelInferRequest, size: int, client: str, into: pb.ModelInferResponse | None = None
+        self,
+        request: pb.ModelInferRequest,
+        size: int,
+        client: str,
+        into: pb.ModelInferResponse | None = None,
+        door: str = UNARY_DOOR,
     ) -> tuple[pb.ModelInferResponse, Release]:
         """Admit one request at its real cost: the message, typed contents decoded, the response.
 
@@ -149,7 +159,7 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
         try:
             infer_request = await self._decode(request, size, ticket, client)
             outputs = reserve_outputs(infer_request.inputs, ticket)
-            response = await self.plane.infer(infer_request, door="ModelInfer RPC")
+            response = await self.plane.infer(infer_request, door=door)
             reserve_response(
                 response, self.max_response_bytes, ticket, binary_only=True, copies=GRPC_BINARY_COPIES, reserved=outputs
             )
@@ -186,7 +196,12 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
                     running.add(task)
                     task.add_done_callback(running.discard)
                 else:
-                    await self._stream_one(request, out, client)
+                    try:
+                        await self._stream_one(request, out, client)
+                    except DecoupledModel:  # found so where it runs (an intake's plane): streamed from there
+                        task = asyncio.create_task(self._stream_decoupled(request, out, client, None, context))
+                        running.add(task)
+                        task.add_done_callback(running.discard)
                     if not running and current_stream.get() is not None:  # the next message is asked
                         await out.join()  # for in a turn of its address: once this answer is written
                 del request  # an idle stream keeps no message
@@ -232,11 +247,15 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
         try:
             empty_final = _wants_empty_final(request)
             streamed = pb.ModelStreamInferResponse()
-            message, release = await self._infer(request, received_bytes(request), client, streamed.infer_response)
+            message, release = await self._infer(
+                request, received_bytes(request), client, streamed.infer_response, STREAM_DOOR
+            )
             message.parameters[FINAL_FLAG].bool_param = not empty_final
             await put_answer(out, streamed, release)
             if empty_final:
                 await put_answer(out, pb.ModelStreamInferResponse(infer_response=_empty_final(message)))
+        except DecoupledModel:
+            raise  # the stream serves it as a decoupled request
         except FerryError as exc:
             await put_answer(out, pb.ModelStreamInferResponse(error_message=exc.message))
         except Exception as exc:

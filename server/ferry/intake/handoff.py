@@ -27,7 +27,10 @@ so nothing that reaches the socket can make a process run code):
    ``known`` is that identity already, its config, labels and whether an intake may pre-process
    for it) or ``("error", ...)`` as one process would answer. An ``infer`` may name the identity
    its tensors were pre-processed for (the header's last item); if another load serves by then,
-   the model process answers ``("stale", call)`` instead of running it.
+   the model process answers ``("stale", call)`` instead of running it. An ``infer`` from a
+   ``ModelStreamInfer`` stream says so (the header's ``streamed``): for a decoupled model the model
+   process answers ``("decoupled", call)`` instead of running it, and the intake's stream relays
+   that request to the model process's own gRPC server, whose responses stream from there.
 5. ``("stats", identity, kind, args)``: what the intake's stages record for a model (images
    decoded, requests refused as invalid), added to that load's statistics.
 
@@ -53,7 +56,16 @@ import orjson
 from ferry_client.codec.tensors import decode_bytes_elements, encode_bytes_elements
 
 from ..api.admission import Admission
-from ..errors import ErrorKind, FerryError, InvalidArgument, NotFound, PayloadTooLarge, Unavailable, Unimplemented
+from ..errors import (
+    DecoupledModel,
+    ErrorKind,
+    FerryError,
+    InvalidArgument,
+    NotFound,
+    PayloadTooLarge,
+    Unavailable,
+    Unimplemented,
+)
 from ..inflight import hold_for_current
 from ..types import (
     InferenceRequest,
@@ -114,6 +126,8 @@ class ModelDirectory(Protocol):
     def describe(self, name: str, version: str, known: str) -> dict[str, Any]: ...
 
     def identity(self, name: str, version: str) -> str: ...
+
+    def decoupled(self, name: str, version: str) -> bool: ...
 
     def record(self, identity: str, kind: str, args: list[Any]) -> None: ...
 
@@ -394,9 +408,12 @@ class HandoffClient:
         if not self.lost.is_set():
             self._channel.send(("stats", identity, kind, args))
 
-    async def infer(self, request: InferenceRequest, expect: str | None = None) -> InferenceResponse:
+    async def infer(
+        self, request: InferenceRequest, expect: str | None = None, streamed: bool = False
+    ) -> InferenceResponse:
         """``request`` run by the model process; ``expect``: the identity of the load it was
-        pre-processed for (``StaleModel`` when another serves by then)."""
+        pre-processed for (``StaleModel`` when another serves by then); ``streamed``: it came on a
+        stream (``DecoupledModel`` when its model is decoupled)."""
         if self.lost.is_set():
             raise HandoffLost("the model process is not reachable; retry later", retry_after=1)
         # the block is a copy of the inputs that lives until the model process answers: counted
@@ -414,6 +431,7 @@ class HandoffClient:
             request.shared_memory_inputs,
             request.client,
             expect,
+            streamed,
         )
         call = next(self._calls)
         future = asyncio.get_running_loop().create_future()
@@ -442,6 +460,10 @@ class HandoffClient:
             future = self._settle(message[1])
             if future is not None and not future.done():
                 future.set_exception(StaleModel("the model was reloaded during the request; try again", retry_after=0))
+        elif kind == "decoupled":
+            future = self._settle(message[1])
+            if future is not None and not future.done():
+                future.set_exception(DecoupledModel("a decoupled model: its responses stream from the model process"))
         elif kind == "freed":
             self._on_freed(message[1])
         elif kind == "welcome" and self._welcome is not None:
@@ -565,6 +587,8 @@ class HubConnection:
         try:
             if self._stale(header):
                 reply = ("stale", call)
+            elif self._streams_elsewhere(header):
+                reply = ("decoupled", call)
             else:
                 request = self._request(header)
                 response = await self._hub.infer(request)
@@ -589,8 +613,12 @@ class HubConnection:
             return False
         return self._hub.models.identity(header[0], header[1]) != expect
 
+    def _streams_elsewhere(self, header: tuple) -> bool:
+        """Whether the request came on a stream for a decoupled model (its intake relays it here)."""
+        return bool(header[11]) and self._hub.models is not None and self._hub.models.decoupled(header[0], header[1])
+
     def _request(self, header: tuple) -> InferenceRequest:
-        model, version, request_id, where, descs, datatypes, outputs, parameters, shared, client, _ = header
+        model, version, request_id, where, descs, datatypes, outputs, parameters, shared, client, *_ = header
         assert self._requests is not None
         buffer, base = self._requests.buffer(where)
         return InferenceRequest(

@@ -49,13 +49,12 @@ class ModelDirectory:
 
     def describe(self, name: str, version: str, known: str) -> dict[str, Any]:
         """The load serving (name, version), as one process resolves it (its errors too): only its
-        identity when the intake ``known``s it already, else everything the intake builds it from
-        (and whether it is decoupled: an intake serves a stream's requests to other models itself)."""
+        identity when the intake ``known``s it already, else everything the intake builds it from."""
         model = self.plane.model(name, version)
         if model.identity == known:
             return {"identity": model.identity}
         reason = relay_reason(self.plane, model)
-        description: dict[str, Any] = {"identity": model.identity, "relay": reason, "decoupled": model.decoupled}
+        description: dict[str, Any] = {"identity": model.identity, "relay": reason}
         if not reason:
             description.update(
                 version=model.version,
@@ -68,6 +67,14 @@ class ModelDirectory:
 
     def identity(self, name: str, version: str) -> str:
         return self.plane.model(name, version).identity
+
+    def decoupled(self, name: str, version: str) -> bool:
+        """Whether (name, version) is served by a decoupled model (False when it cannot be served:
+        running the request gives the error)."""
+        try:
+            return self.plane.model(name, version).decoupled
+        except FerryError:
+            return False
 
     def record(self, identity: str, kind: str, args: list[Any]) -> None:
         """Add what an intake recorded to the statistics of that load (dropped once it is gone)."""

@@ -84,27 +84,18 @@ class ModelViews:
 
     def __init__(self, client: HandoffClient) -> None:
         self._client = client
-        # (name, version) -> (identity, the view or None, decoupled)
-        self._views: dict[tuple[str, str], tuple[str, ModelVersion | None, bool]] = {}
+        self._views: dict[tuple[str, str], tuple[str, ModelVersion | None]] = {}
 
     async def resolve(self, name: str, version: str) -> ModelVersion | None:
         """The load serving (name, version) now, asked of the model process (one small round trip;
         its errors are one process's); None when its image requests must be relayed."""
-        return (await self._current_entry(name, version))[1]
-
-    async def is_decoupled(self, name: str, version: str) -> bool:
-        """Whether the load serving (name, version) now is decoupled (asked as ``resolve``)."""
-        return (await self._current_entry(name, version))[2]
-
-    async def _current_entry(self, name: str, version: str) -> tuple[str, ModelVersion | None, bool]:
         known = self._views.get((name, version))
         description = await self._client.describe(name, version, known[0] if known else "")
         if known is not None and description["identity"] == known[0]:
-            return known
+            return known[1]
         view = None if description["relay"] else self._build(description)
-        entry = (description["identity"], view, bool(description["decoupled"]))
-        self._views[(name, version)] = entry
-        return entry
+        self._views[(name, version)] = (description["identity"], view)
+        return view
 
     def current(self, name: str, version: str) -> ModelVersion | None:
         """The load ``resolve`` last found (no round trip)."""

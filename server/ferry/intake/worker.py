@@ -25,10 +25,11 @@ import grpc
 from starlette.types import ASGIApp
 
 from ..api.admission import Admission
+from ..api.grpc import STREAM_DOOR
 from ..api.http_fast import InferFastPath
 from ..api.limits import Limits
 from ..cores import usable_cores
-from ..errors import FerryError
+from ..errors import DecoupledModel, FerryError
 from ..front_doors import (
     QuietUvicornServer,
     connection_options,
@@ -89,22 +90,29 @@ class IntakePlane:
         limits: Limits,
         client: HandoffClient,
         identify: Identify,
-        views: ModelViews,
         images: IntakeImages | None = None,
     ) -> None:
         self.admission = admission
         self.limits = limits
         self.identify = identify  # the core uses the identity the request arrives with
         self._client = client
-        self.views = views
         self.images = images  # encoded images for an image model: decoded here
+        # (name, version) the model process found decoupled for a streamed request
+        self._decoupled: set[tuple[str, str]] = set()
 
     async def infer(self, request: InferenceRequest, door: str = "") -> InferenceResponse:
+        """One response, run in the model process; a streamed request (``door`` is ``STREAM_DOOR``)
+        to a model the model process finds decoupled raises ``DecoupledModel`` instead, and that
+        model's next streamed requests are relayed at once (``is_decoupled``)."""
         if self.images is not None:
             response = await self.images.infer(request)
             if response is not None:
                 return response
-        return await self._client.infer(request)
+        try:
+            return await self._client.infer(request, streamed=door == STREAM_DOOR)
+        except DecoupledModel:
+            self._decoupled.add((request.model_name, request.model_version))
+            raise
 
     async def infer_stream(
         self, request: InferenceRequest
@@ -114,12 +122,11 @@ class IntakePlane:
         yield await self.infer(request), True
 
     async def is_decoupled(self, name: str, version: str = "") -> bool:
-        """Whether the model process serves (name, version) with a decoupled model (one small round
-        trip; False when it cannot serve it: the request's own answer says why)."""
-        try:
-            return await self.views.is_decoupled(name, version)
-        except FerryError:
-            return False
+        """Whether the model process found (name, version) decoupled for an earlier streamed
+        request (no round trip: a request to a model first found so is refused by the model
+        process with ``DecoupledModel`` and relayed then; a model that is no longer decoupled is
+        still served right, through the relay)."""
+        return (name, version) in self._decoupled
 
 
 async def run(assignment: Assignment) -> int:
@@ -132,13 +139,12 @@ async def run(assignment: Assignment) -> int:
     admission = Admission(settings.max_inflight_requests, settings.max_inflight_bytes, table.counts(assignment.row))
     workers = settings.image_workers or usable_cores()  # as the model process's DataPlane
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ferry-intake-image")
-    views = ModelViews(client)
     images = IntakeImages(
         admission,
-        views,
+        ModelViews(client),
         HandoffPath(client, pool, max(1, workers // 2), SharedImageWork(table, assignment.row)),
     )
-    plane = IntakePlane(admission, request_limits(settings), client, security.identify, views, images)
+    plane = IntakePlane(admission, request_limits(settings), client, security.identify, images)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
