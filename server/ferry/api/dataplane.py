@@ -117,7 +117,7 @@ class DataPlane:
     def model(self, name: str, version: str = "") -> ModelVersion:
         return self.manager.get(name, version)
 
-    async def is_decoupled(self, name: str, version: str = "") -> bool:
+    def is_decoupled(self, name: str, version: str = "") -> bool:
         """Whether requests to this model stream (False when it cannot serve: its request says why)."""
         try:
             return self.manager.get(name, version).decoupled

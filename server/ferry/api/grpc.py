@@ -187,21 +187,22 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
         out: asyncio.Queue[Outgoing | None] = asyncio.Queue(STREAM_BUFFER)
         running: set[asyncio.Task] = set()
 
+        def start_decoupled(request: pb.ModelInferRequest, ticket: Ticket | None) -> None:
+            task = asyncio.create_task(self._stream_decoupled(request, out, client, ticket, context))
+            running.add(task)
+            task.add_done_callback(running.discard)
+
         async def read() -> None:
             async for request in request_iterator:
-                if await self._is_decoupled(request):
+                if self.plane.is_decoupled(request.model_name, request.model_version):
                     ticket = _message_ticket.get()
                     _message_ticket.set(None)  # the request's own task holds it from here on
-                    task = asyncio.create_task(self._stream_decoupled(request, out, client, ticket, context))
-                    running.add(task)
-                    task.add_done_callback(running.discard)
+                    start_decoupled(request, ticket)
                 else:
                     try:
                         await self._stream_one(request, out, client)
                     except DecoupledModel:  # found so where it runs (an intake's plane): streamed from there
-                        task = asyncio.create_task(self._stream_decoupled(request, out, client, None, context))
-                        running.add(task)
-                        task.add_done_callback(running.discard)
+                        start_decoupled(request, None)
                     if not running and current_stream.get() is not None:  # the next message is asked
                         await out.join()  # for in a turn of its address: once this answer is written
                 del request  # an idle stream keeps no message
@@ -238,11 +239,6 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
                 if left is not None:
                     left[1]()
 
-    async def _is_decoupled(self, request: pb.ModelInferRequest) -> bool:
-        if not request.model_name:  # (a message refused from its bytes is empty: no model's)
-            return False
-        return await self.plane.is_decoupled(request.model_name, request.model_version)
-
     async def _stream_one(self, request: pb.ModelInferRequest, out: asyncio.Queue, client: str) -> None:
         try:
             empty_final = _wants_empty_final(request)
@@ -274,9 +270,7 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
         ``counted``, taken from the message's bytes, or one admitted here). ``context``: the
         client's call, for a servicer that relays the request on (an intake's)."""
         empty_final = _wants_empty_final(request)
-        answers = pb.ModelInferResponse(
-            model_name=request.model_name, model_version=request.model_version, id=request.id
-        )
+        answers = answering(request)
         try:
             size = received_bytes(request)
             with counted or self.plane.admission.admit(2 * size) as ticket:
@@ -460,6 +454,11 @@ FINAL_FLAG = "triton_final_response"
 #: Responses a gRPC stream holds for a client that is slow to read (then decoupled models wait).
 STREAM_BUFFER = 16
 EMPTY_FINAL_REQUEST = "triton_enable_empty_final_response"
+
+
+def answering(request: pb.ModelInferRequest) -> pb.ModelInferResponse:
+    """An empty response naming the request it answers (model, version, id)."""
+    return pb.ModelInferResponse(model_name=request.model_name, model_version=request.model_version, id=request.id)
 
 
 def _wants_empty_final(request: pb.ModelInferRequest) -> bool:

@@ -25,7 +25,7 @@ class InferencePlane(Protocol):
         """One response; ``door`` names the endpoint in the error a decoupled model gets."""
         ...
 
-    async def is_decoupled(self, name: str, version: str = "") -> bool:
+    def is_decoupled(self, name: str, version: str = "") -> bool:
         """Whether requests to this model stream (False when it cannot serve: its request says why)."""
         ...
 

@@ -26,7 +26,7 @@ from google.protobuf.descriptor import MethodDescriptor
 from ferry_client.protocol import grpc_service_pb2 as pb
 
 from ..api.admission import Ticket
-from ..api.grpc import InferenceRpcs, put_answer
+from ..api.grpc import InferenceRpcs, answering, put_answer
 from ..api.grpc_decode import received_bytes
 from ..api.inference_plane import InferencePlane
 from ..errors import FerryError
@@ -129,9 +129,7 @@ class ForwardingServicer(InferenceRpcs):
         model runs there): each response goes into the client's stream as it comes, counted until
         written. Its message stays counted here (``counted``) until grpc has taken it for the core."""
         assert context is not None  # ModelStreamInfer passes its call's
-        answers = pb.ModelInferResponse(
-            model_name=request.model_name, model_version=request.model_version, id=request.id
-        )
+        answers = answering(request)
         call: Any = self.core_channel.stream_stream(STREAM_PATH)(
             metadata=relayed_metadata(context), timeout=context.time_remaining()
         )

@@ -71,10 +71,7 @@ class ModelDirectory:
     def decoupled(self, name: str, version: str) -> bool:
         """Whether (name, version) is served by a decoupled model (False when it cannot be served:
         running the request gives the error)."""
-        try:
-            return self.plane.model(name, version).decoupled
-        except FerryError:
-            return False
+        return self.plane.is_decoupled(name, version)
 
     def record(self, identity: str, kind: str, args: list[Any]) -> None:
         """Add what an intake recorded to the statistics of that load (dropped once it is gone)."""

@@ -121,7 +121,7 @@ class IntakePlane:
         (``ForwardingServicer``), whose responses stream from there."""
         yield await self.infer(request), True
 
-    async def is_decoupled(self, name: str, version: str = "") -> bool:
+    def is_decoupled(self, name: str, version: str = "") -> bool:
         """Whether the model process found (name, version) decoupled for an earlier streamed
         request (no round trip: a request to a model first found so is refused by the model
         process with ``DecoupledModel`` and relayed then; a model that is no longer decoupled is
