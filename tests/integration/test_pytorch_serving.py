@@ -27,7 +27,7 @@ CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs CUDA (torch.cuda.is_available() is False)")
 #: digits_torch is KIND_AUTO: on a GPU its FP32 convolutions use TF32 (torch's default for cuDNN).
 FP32_TOLERANCE = 2e-2 if CUDA else 1e-4
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+pytestmark = [pytest.mark.torch, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
 FP16 = 'parameters { key: "ferry_precision" value: { string_value: "fp16" } }\n'
 CONVERTED = """name: "digits_converted"

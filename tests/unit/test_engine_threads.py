@@ -70,6 +70,7 @@ def test_onnxruntime_sessions_get_the_split(one_core: None, tmp_path: Path) -> N
         model.close()
 
 
+@pytest.mark.torch
 def test_torch_pool_is_capped_at_the_usable_cores(one_core: None) -> None:
     torch = pytest.importorskip("torch")
     from ferry.backends.pytorch import cap_torch_threads

@@ -21,6 +21,7 @@ from ferry.pipelines.runtime import ImagePipeline
 
 from .test_pipelines_preprocess import IMAGENET_MEAN, IMAGENET_STD, P, make_spec, photo
 
+pytestmark = pytest.mark.torch
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0)")
 from ferry.pipelines.device_preprocess import DevicePreprocessor  # noqa: E402
 
