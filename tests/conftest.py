@@ -20,11 +20,31 @@ from types import ModuleType
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck
+from hypothesis import settings as hypothesis_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL_REPO = ROOT / "model_repo"
 #: Example models that need an extra (ferry[torch]), kept out of the default repository.
 EXTRAS_REPO = ROOT / "model_repo_extras"
+
+
+#: Hypothesis' settings, made here only (tests set nothing but their own max_examples): no per-example
+#: deadline and no health checks that time or size generation (a busy CI machine made those fail at
+#: random), and a fixed seed, so every run tries the same cases and a failure reproduces.
+#: HYPOTHESIS_PROFILE=explore draws new cases each run, for looking for bugs by hand.
+_TIMING_HEALTH_CHECKS = [
+    HealthCheck.too_slow,
+    HealthCheck.data_too_large,
+    HealthCheck.filter_too_much,
+    HealthCheck.large_base_example,
+    HealthCheck.function_scoped_fixture,
+]
+hypothesis_settings.register_profile(
+    "ferry", deadline=None, derandomize=True, database=None, suppress_health_check=_TIMING_HEALTH_CHECKS
+)
+hypothesis_settings.register_profile("explore", deadline=None, suppress_health_check=_TIMING_HEALTH_CHECKS)
+hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ferry"))
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

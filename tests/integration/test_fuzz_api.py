@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import requests
 import schemathesis
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
@@ -124,13 +124,7 @@ def check_answer(case, response: requests.Response) -> None:
 def fuzz_operation(strategy: st.SearchStrategy, call, record) -> None:
     """Run one operation's cases through hypothesis (derandomized, so CI runs are repeatable)."""
 
-    @settings(
-        max_examples=SCHEMATHESIS_EXAMPLES,
-        deadline=None,
-        derandomize=True,
-        database=None,
-        suppress_health_check=list(HealthCheck),
-    )
+    @settings(max_examples=SCHEMATHESIS_EXAMPLES)
     @given(case=strategy)
     def run(case) -> None:
         response = call(case)
@@ -212,12 +206,7 @@ def test_unparseable_protobuf_gets_an_error_and_the_server_keeps_serving(
     assert_still_serving(fuzz_server)
 
 
-@settings(
-    max_examples=GRPC_EXAMPLES,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@settings(max_examples=GRPC_EXAMPLES)
 @given(method=st.sampled_from(UNARY_METHODS), payload=st.binary(max_size=256))
 def test_random_bytes_to_every_grpc_method(
     raw_channel: grpc.Channel, fuzz_counts: FuzzCounts, method: str, payload: bytes
@@ -250,12 +239,7 @@ def infer_messages(draw: st.DrawFn) -> bytes:
     return message.SerializeToString()
 
 
-@settings(
-    max_examples=GRPC_EXAMPLES,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@settings(max_examples=GRPC_EXAMPLES)
 @given(payload=infer_messages())
 def test_hostile_infer_messages(raw_channel: grpc.Channel, fuzz_counts: FuzzCounts, payload: bytes) -> None:
     code = raw_call(raw_channel, "ModelInfer", payload)

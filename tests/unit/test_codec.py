@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -338,7 +338,7 @@ def _values_one_by_one(contents: Any, field: str, dtype: np.dtype) -> np.ndarray
     return np.array(list(getattr(contents, field)), dtype=dtype)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60)
 @given(
     datatype=st.sampled_from(["FP32", "FP64"]),
     data=st.data(),
@@ -632,7 +632,6 @@ text_tensor = SHAPES.flatmap(lambda shape: hnp.arrays(object, shape, elements=TE
 )
 
 
-@settings(suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.lists(
         st.tuples(st.one_of(fixed_tensor(), bytes_tensor), st.just(True))

@@ -32,7 +32,7 @@ pytestmark = pytest.mark.timeout(60)
 # --- the arena allocator ---------------------------------------------------------------------
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(st.lists(st.tuples(st.booleans(), st.integers(1, 5000)), max_size=60))
 def test_first_fit_never_overlaps_and_merges_everything_back(steps: list[tuple[bool, int]]) -> None:
     fit = FirstFit(64 * 1024)

@@ -28,7 +28,7 @@ PAGE = mmap.PAGESIZE
 MIB = 2**20
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(st.lists(st.tuples(st.booleans(), st.integers(1, 6 * PAGE)), max_size=60), st.integers(0, 4 * PAGE))
 def test_pages_given_back_are_free_and_all_free_pages_past_the_kept_start_are(
     steps: list[tuple[bool, int]], keep: int

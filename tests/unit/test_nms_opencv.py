@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib
 
 import numpy as np
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ferry.pipelines.nms import OPENCV_FROM, _numpy_nms, _opencv_nms, _separate_classes, nms
@@ -39,7 +39,7 @@ def detections(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return np.array(boxes, np.float64), scores, classes
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=60)
 @given(detections(), THRESHOLDS, st.booleans(), st.one_of(st.none(), st.integers(1, 50)))
 def test_nms_returns_what_the_numpy_definition_returns(
     found: tuple[np.ndarray, np.ndarray, np.ndarray], threshold: float, agnostic: bool, limit: int | None
@@ -50,7 +50,7 @@ def test_nms_returns_what_the_numpy_definition_returns(
     assert nms(boxes, scores, classes, threshold, agnostic, limit).tolist() == expected.tolist()
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=40)
 @given(detections(), THRESHOLDS)
 def test_opencv_answers_are_exact_whenever_it_answers(
     found: tuple[np.ndarray, np.ndarray, np.ndarray], threshold: float

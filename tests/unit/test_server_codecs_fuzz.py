@@ -14,7 +14,7 @@ import zlib
 from typing import Any
 
 import numpy as np
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ferry.api import grpc_codec, http_codec
@@ -26,7 +26,7 @@ from ferry_client.protocol import grpc_service_pb2 as pb
 from .test_codec import JSON_VALUES, hostile_entry
 
 CALLER_ERRORS = (InvalidArgument, PayloadTooLarge)
-FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=300)
 
 
 def assert_well_formed(request: InferenceRequest, declared: dict[str, tuple[str, list[int]]]) -> None:
