@@ -20,7 +20,8 @@ PACKAGE = Path(__file__).resolve().parents[2] / "server" / "ferry"
 #: when one of them disappears too, so the list cannot outlive the cycle.
 KNOWN_CYCLE_EDGES = {
     ("backends", "ensembles"): "backends.registry builds the ferry_vision backend, which lives with the "
-    "ensemble vision steps (ensembles/steps/backend.py) until those become stages (issue 25, one core)",
+    "ensemble vision steps (ensembles/steps/backend.py) until each composite step is an ordinary request "
+    "through inference/path.py (issue 40, item 1)",
 }
 
 

@@ -135,19 +135,6 @@ def parse_text_lines(document: Any) -> list[TextLine]:
         raise ServerError(f"malformed recognition response: missing {exc}") from None
 
 
-def parse_classification_strings(values: Sequence[Any]) -> list[Classification]:
-    """Top-k from the classification extension's ``score:index[:label]`` strings."""
-    classes = []
-    for value in values:
-        text = value.decode("utf-8") if isinstance(value, bytes) else str(value)
-        parts = text.split(":", 2)
-        try:
-            classes.append(Classification(int(parts[1]), float(parts[0]), parts[2] if len(parts) > 2 else None))
-        except (IndexError, ValueError):
-            raise ServerError(f"malformed classification string {text!r}") from None
-    return classes
-
-
 def image_call_parts(images: list[bytes]) -> tuple[bytes | None, list[tuple[str, tuple[str, bytes, str]]] | None]:
     """One image goes as the raw body; several as multipart ``images`` fields."""
     if len(images) == 1:

@@ -89,7 +89,6 @@ class DataPlane:
         self.draining = False
         self.open_streams: set[ResponseStream] = set()  # decoupled requests not yet final
         self._streams_closed = asyncio.Event()
-        self.start_time = time.time()
         workers = image_workers or usable_cores()  # ferry tune measures other sizes
         # decode, pre- and post-stages: CPU work kept off the event loop, shared by every request
         pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ferry-image")

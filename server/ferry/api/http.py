@@ -274,7 +274,7 @@ async def infer_response(
 
 class ImagePlane(Protocol):
     """What the image endpoints need: the model process's ``DataPlane``, or an intake process's
-    ``intake.images.IntakeImages`` (the same stages, executions handed to the model process)."""
+    ``intake.front_half.IntakeImages`` (the same stages, executions handed to the model process)."""
 
     admission: Admission
 

@@ -21,7 +21,6 @@ class CacheCounters:
     lookups: int = 0
     hits: int = 0
     misses: int = 0
-    insertions: int = 0
     evictions: int = 0
 
 
@@ -66,7 +65,6 @@ class ResponseCache:
                 self.counters.evictions += 1
             self._entries[key] = (value, size)
             self.used_bytes += size
-            self.counters.insertions += 1
             return True
 
     def utilization(self) -> float:

@@ -22,7 +22,7 @@ so nothing that reaches the socket can make a process run code):
    still answers, so the request block is freed only once nothing reads it.
 
 4. ``("describe", call, model, version, known)``: an intake process running the front half of an
-   image request (``intake.images``) asks which load of the model serves (name, version) now:
+   image request (``intake.front_half``) asks which load of the model serves (name, version) now:
    ``("described", call, description)`` (``intake.model_directory``: its identity, and unless
    ``known`` is that identity already, its config, labels and whether an intake may pre-process
    for it) or ``("error", ...)`` as one process would answer. An ``infer`` may name the identity

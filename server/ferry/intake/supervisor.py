@@ -39,7 +39,6 @@ from .worker import ENV, Assignment
 
 log = logging.getLogger("ferry.intake")
 
-MAX_INTAKE_PROCESSES = 64
 RESTART_DELAY_S = 1.0
 
 

@@ -117,8 +117,9 @@ class IntakePlane:
     async def infer_stream(
         self, request: InferenceRequest
     ) -> AsyncGenerator[tuple[InferenceResponse | FerryError, bool], None]:
-        """Never used: a stream's requests to a decoupled model are relayed to the model process
-        (``ForwardingServicer``), whose responses stream from there."""
+        """The ``InferencePlane`` method for decoupled requests; an intake's servicer never reaches it,
+        because a stream's requests to a decoupled model are relayed to the model process
+        (``ForwardingServicer``), whose responses stream from there. Answers as one final response."""
         yield await self.infer(request), True
 
     def is_decoupled(self, name: str, version: str = "") -> bool:
