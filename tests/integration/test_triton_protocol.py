@@ -120,7 +120,8 @@ def test_stream_response_is_flagged_final(server: RunningServer) -> None:
 def test_stream_sends_empty_final_response_when_asked(server: RunningServer) -> None:
     (data, error), (final, final_error) = _stream(server, empty_final=True, count=2)
     assert error is None and final_error is None
-    assert not _final(data) and data.as_numpy("OUTPUT0") is not None
+    assert not _final(data)
+    np.testing.assert_array_equal(data.as_numpy("OUTPUT0"), simple_arrays()["INPUT0"] + 2)
     assert _final(final)
     response = final.get_response()
     assert list(response.outputs) == [] and response.id == "r1" and response.model_name == "simple"

@@ -6,7 +6,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from ferry.cores import usable_cores
+from ferry.intake import supervisor
 from ferry.intake.supervisor import intake_process_count
 from ferry.settings import Settings
 
@@ -21,16 +24,17 @@ def test_a_quota_caps_the_affinity(tmp_path: Path) -> None:
     assert usable_cores(tmp_path / "missing") == affinity
 
 
-def test_the_option_wins_over_the_machine() -> None:
+@pytest.mark.parametrize(("cores", "by_default"), [(1, 1), (2, 1), (8, 2), (16, 4), (64, 8)])
+def test_the_option_wins_over_the_machine(monkeypatch: pytest.MonkeyPatch, cores: int, by_default: int) -> None:
+    """Without the option, one intake process per four usable cores, at least one and at most eight."""
+    monkeypatch.setattr(supervisor, "usable_cores", lambda: cores)
+    assert intake_process_count(Settings(intake_processes=0)) == by_default
     assert intake_process_count(Settings(intake_processes=3)) == 3
-    assert 1 <= intake_process_count(Settings(intake_processes=0)) <= 8
 
 
 def test_the_private_socket_directory_falls_back_to_dev_shm(monkeypatch) -> None:
     """With no writable temp dir (a read-only root filesystem), the sockets go to /dev/shm."""
     import tempfile
-
-    from ferry.intake import supervisor
 
     real = tempfile.mkdtemp
 
