@@ -1,7 +1,8 @@
 """Hostile connections (issue 15): half-sent headers, huge headers, bodies that never arrive, a flood
 of connections, thousands of gRPC streams. Each test first establishes the attack (the server reports
 the connections open, or the refusals counted), then checks the clean answer, that other clients are
-still served within LATENCY_BOUND_S while the attack is in place, and that RSS stays bounded.
+still served (a correct answer, with a client timeout that only catches a stalled server) while the attack
+is in place, and that RSS stays bounded. No assertion on how long anything took.
 
 The server runs with small limits so every timeout fires within seconds.
 """
@@ -33,8 +34,9 @@ BODY_GRACE_S = 4
 MIN_BODY_RATE = 1024
 STREAMS_PER_CONNECTION = 16
 MAX_RPCS = 64
-#: Generous: an idle server answers in milliseconds; this only catches a server stalled by the attack.
-LATENCY_BOUND_S = 2.0
+#: How long a well-behaved client waits for its answer: an idle server answers in milliseconds, so this
+#: only catches a server stalled by the attack (its calls fail with a timeout), never a slow machine.
+STALLED_S = 60.0
 #: RSS growth allowed during one attack (the attacks sent would cost hundreds of MB unbounded).
 RSS_BOUND = 100 * 2**20
 WIDTH = 64
@@ -83,22 +85,16 @@ async def _answer(reader: asyncio.StreamReader, timeout: float = 60) -> bytes:
     return await asyncio.wait_for(reader.read(), timeout)
 
 
-async def _served_within_bound(server: RunningServer) -> float:
-    """One gRPC inference (another listener) while the attack is in place; returns its latency."""
-    started = time.monotonic()
-    async with AsyncGrpcClient(server.grpc_url, headers=AUTH) as client:
+async def _served(server: RunningServer) -> None:
+    """One gRPC inference (another listener) while the attack is in place, answered right."""
+    async with AsyncGrpcClient(server.grpc_url, headers=AUTH, timeout=STALLED_S) as client:
         result = await client.infer("quick", {"x": np.ones((1, WIDTH), np.float32)})
-    elapsed = time.monotonic() - started
     assert result["y"].shape == (1, WIDTH)
-    assert elapsed < LATENCY_BOUND_S, elapsed
-    return elapsed
 
 
-def _rest_infer(server: RunningServer) -> float:
-    started = time.monotonic()
-    with HttpClient(server.http_url, headers=AUTH) as client:
+def _rest_infer(server: RunningServer) -> None:
+    with HttpClient(server.http_url, headers=AUTH, timeout=STALLED_S) as client:
         assert client.infer("quick", {"x": np.ones((1, WIDTH), np.float32)})["y"].shape == (1, WIDTH)
-    return time.monotonic() - started
 
 
 def _open_connections(server: RunningServer) -> float:
@@ -128,7 +124,7 @@ def test_half_sent_headers_fill_the_connection_cap_cleanly_then_time_out(guarded
         while psutil.Process(guarded.process.pid).num_fds() > fds_before + MAX_CONNECTIONS + 10:
             assert time.monotonic() < deadline, psutil.Process(guarded.process.pid).num_fds()
             await asyncio.sleep(0.05)
-        print(f"gRPC latency with the REST cap full: {await _served_within_bound(guarded) * 1000:.0f} ms")
+        await _served(guarded)  # with the REST cap full
         timeouts = await asyncio.gather(*(_answer(reader) for reader, _ in held))
         for answer in timeouts:
             assert answer.startswith(b"HTTP/1.1 408 "), answer[:80]
@@ -137,7 +133,7 @@ def test_half_sent_headers_fill_the_connection_cap_cleanly_then_time_out(guarded
             writer.close()
 
     asyncio.run(run())
-    assert _rest_infer(guarded) < LATENCY_BOUND_S  # the cap freed itself
+    _rest_infer(guarded)  # the cap freed itself
     assert _rss(guarded) - rss_before < RSS_BOUND
 
 
@@ -165,7 +161,7 @@ def test_huge_headers_are_refused_before_auth_with_bounded_memory(guarded) -> No
         assert answer.startswith(b"HTTP/1.1 431 "), answer[:80]
         assert b"request line and headers exceed 65536 bytes (--http-max-header-bytes)" in answer
     assert _rss(guarded) - rss_before < RSS_BOUND
-    assert _rest_infer(guarded) < LATENCY_BOUND_S
+    _rest_infer(guarded)
 
 
 def test_bodies_that_never_arrive_hold_no_admission_and_are_cut(guarded) -> None:
@@ -182,8 +178,8 @@ def test_bodies_that_never_arrive_hold_no_admission_and_are_cut(guarded) -> None
         held = [await _open(guarded, head) for _ in range(8)]
         await wait_for_metric(guarded, "ferry_inflight_requests", before + 8, headers=AUTH)
         assert metric(await asyncio.to_thread(scrape, guarded, AUTH), "ferry_inflight_bytes") < 2**20
-        await _served_within_bound(guarded)
-        assert await asyncio.to_thread(_rest_infer, guarded) < LATENCY_BOUND_S
+        await _served(guarded)
+        await asyncio.to_thread(_rest_infer, guarded)
         for answer in await asyncio.gather(*(_answer(reader) for reader, _ in held)):
             assert answer.startswith(b"HTTP/1.1 408 "), answer[:80]
             assert b"request body arrived slower than 1024 bytes/s" in answer
@@ -258,7 +254,7 @@ def test_thousands_of_grpc_streams_are_bounded(guarded) -> None:
             await asyncio.sleep(0.05)
         refused = [w.result() for w in waiting if w.done()]
         assert refused == [grpc.StatusCode.RESOURCE_EXHAUSTED] * refused_count
-        assert await asyncio.to_thread(_rest_infer, guarded) < LATENCY_BOUND_S
+        await asyncio.to_thread(_rest_infer, guarded)
         assert _rss(guarded) - rss_before < RSS_BOUND
         release.set()
         assert sorted(await asyncio.gather(*waiting), key=str).count(grpc.StatusCode.OK) == held_count
