@@ -80,7 +80,9 @@ def test_wrong_datatype(triton: Triton) -> None:
 
 def test_missing_and_unexpected_inputs(triton: Triton) -> None:
     arrays = simple_inputs()
-    triton.expect_error("invalid", "missing required input(s) ['INPUT1']", triton.infer, "simple", {"INPUT0": arrays["INPUT0"]})
+    triton.expect_error(
+        "invalid", "missing required input(s) ['INPUT1']", triton.infer, "simple", {"INPUT0": arrays["INPUT0"]}
+    )
     extra = {**arrays, "INPUT9": arrays["INPUT0"]}
     triton.expect_error("invalid", "unexpected inference input 'INPUT9'", triton.infer, "simple", extra)
     triton.expect_error("invalid", "unexpected inference output 'NOPE'", triton.infer, "simple", arrays, ["NOPE"])

@@ -158,7 +158,10 @@ def test_a_truncated_object_is_a_clear_error_not_a_crash(server: RunningServer, 
     whole = _infer_body("big")
     whole["inputs"][0]["parameters"]["shared_memory_byte_size"] = 1 << 20  # refused before 1 MiB is copied
     refused = client.post("/v2/models/simple/infer", json=whole)
-    assert refused.status_code == 400 and "input byte size mismatch for input 'INPUT0' for model 'simple'. Expected 64, got 1048576" in refused.text, refused.text
+    assert (
+        refused.status_code == 400
+        and "input byte size mismatch for input 'INPUT0' for model 'simple'. Expected 64, got 1048576" in refused.text
+    ), refused.text
 
     os.truncate(SHM / name, 0)
     for body in (_infer_body("big"), _infer_body("big", output_region="big")):

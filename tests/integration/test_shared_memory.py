@@ -159,7 +159,13 @@ def test_register_checks_key_and_bounds(triton: Triton, regions: Regions) -> Non
         64,
     )
     expect(
-        triton, INVALID, "cannot register shared memory region 'badkey' - invalid shm key '/a/b'", client.register_system_shared_memory, "badkey", "/a/b", 64
+        triton,
+        INVALID,
+        "cannot register shared memory region 'badkey' - invalid shm key '/a/b'",
+        client.register_system_shared_memory,
+        "badkey",
+        "/a/b",
+        64,
     )
     expect(
         triton,
@@ -171,9 +177,26 @@ def test_register_checks_key_and_bounds(triton: Triton, regions: Regions) -> Non
         64,
     )
     name, key, _ = regions.create(SIZE)
-    expect(triton, INVALID, "failed to register shared memory region '" + name + "': invalid args", client.register_system_shared_memory, name, key, SIZE, offset=8)
+    expect(
+        triton,
+        INVALID,
+        "failed to register shared memory region '" + name + "': invalid args",
+        client.register_system_shared_memory,
+        name,
+        key,
+        SIZE,
+        offset=8,
+    )
     client.register_system_shared_memory(name, key, SIZE)
-    expect(triton, EXISTS, f"shared memory region '{name}' already in manager", client.register_system_shared_memory, name, key, SIZE)
+    expect(
+        triton,
+        EXISTS,
+        f"shared memory region '{name}' already in manager",
+        client.register_system_shared_memory,
+        name,
+        key,
+        SIZE,
+    )
     expect(
         triton,
         NOT_FOUND,
@@ -201,9 +224,25 @@ def test_infer_checks_regions_and_sizes(triton: Triton, regions: Regions) -> Non
         outputs=outputs,
     )
     inputs, outputs = shm_request(triton, in_name, (0, SIZE + 8), out_name, (0, SIZE))
-    expect(triton, INVALID, "Invalid offset + byte size for shared memory region: '" + in_name + "'", client.infer, "simple", inputs, outputs=outputs)
+    expect(
+        triton,
+        INVALID,
+        "Invalid offset + byte size for shared memory region: '" + in_name + "'",
+        client.infer,
+        "simple",
+        inputs,
+        outputs=outputs,
+    )
     inputs, outputs = shm_request(triton, in_name, (2 * SIZE, 0), out_name, (0, SIZE))
-    expect(triton, INVALID, f"Invalid offset for shared memory region: '{in_name}'", client.infer, "simple", inputs, outputs=outputs)
+    expect(
+        triton,
+        INVALID,
+        f"Invalid offset for shared memory region: '{in_name}'",
+        client.infer,
+        "simple",
+        inputs,
+        outputs=outputs,
+    )
     inputs, outputs = shm_request(triton, in_name, (0, SIZE), small, (0, 0))
     for tensor in outputs:
         tensor.set_shared_memory(small, SIZE // 2)

@@ -33,7 +33,9 @@ def test_reads_and_writes_are_relative_to_the_registered_window(registry: Shared
 
 
 def test_register_validates_key_window_and_name(registry: SharedMemoryRegistry) -> None:
-    with pytest.raises(InvalidArgument, match="failed to register shared memory region 'r': invalid args: .*exceeds the 256 bytes"):
+    with pytest.raises(
+        InvalidArgument, match="failed to register shared memory region 'r': invalid args: .*exceeds the 256 bytes"
+    ):
         registry.register(A, "r", "obj", 200, 57)
     with pytest.raises(InvalidArgument, match="Unable to open shared memory region: '/missing'"):
         registry.register(A, "r", "/missing", 0, 1)
@@ -219,7 +221,9 @@ def test_request_windows_are_checked_in_tritons_order_and_words(registry: Shared
     registry.register(A, "r", "/obj", 0, 64)
     with pytest.raises(InvalidArgument, match="Invalid offset for shared memory region: 'r'"):
         registry.read(A, SharedMemoryRef("r", 64, 1), "x")
-    with pytest.raises(InvalidArgument, match=r"Integer overflow detected: byte_size \(18446744073709551584\) \+ offset"):
+    with pytest.raises(
+        InvalidArgument, match=r"Integer overflow detected: byte_size \(18446744073709551584\) \+ offset"
+    ):
         registry.write(A, SharedMemoryRef("r", 32, 2**64 - 32), "y", b"1234")
     reserved = "/triton_python_backend_shm_region_x"
     with pytest.raises(InvalidArgument, match="as the key contains the reserved prefix"):

@@ -374,7 +374,8 @@ class DataPlane:
             if expected is not None and expected != shared.ref.byte_size:
                 raise InvalidArgument(
                     f"input byte size mismatch for input '{name}' for model '{request.model_name}'. Expected "
-                    f"{expected}, got {shared.ref.byte_size} (shared memory, {shared.datatype} shape {list(shared.shape)})"
+                    f"{expected}, got {shared.ref.byte_size} (shared memory, {shared.datatype} "
+                    f"shape {list(shared.shape)})"
                 )
             if shared.ref.byte_size < OFF_LOOP_BYTES:
                 view = self.shared_memory.read(request.client, shared.ref, name)

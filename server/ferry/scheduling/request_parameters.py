@@ -14,9 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 #: Parameters the server itself consumes (Triton's reserved names): a model never sees them.
-RESERVED = frozenset(
-    {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "binary_data_output"}
-)
+RESERVED = frozenset({"sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "binary_data_output"})
 
 #: The parameters of the request the running task submits (None outside a request).
 current_parameters: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.ContextVar(
@@ -26,8 +24,4 @@ current_parameters: contextvars.ContextVar[Mapping[str, Any] | None] = contextva
 
 def model_parameters(parameters: Mapping[str, Any]) -> dict[str, Any]:
     """What a model is shown of a request's parameters: all but the reserved ones."""
-    return {
-        key: value
-        for key, value in parameters.items()
-        if key not in RESERVED and not key.startswith("triton_")
-    }
+    return {key: value for key, value in parameters.items() if key not in RESERVED and not key.startswith("triton_")}

@@ -24,7 +24,10 @@ class InProcessInstance(PythonInstance):
         super().__init__(spec, ModelIO([], []), "cpu (in-process python)")
 
     def execute(
-        self, inputs: list[dict[str, np.ndarray]], outputs: list[list[str]], parameters: list[dict[str, Any]] | None = None
+        self,
+        inputs: list[dict[str, np.ndarray]],
+        outputs: list[list[str]],
+        parameters: list[dict[str, Any]] | None = None,
     ) -> list[Outputs | Failure]:
         return self.runner.execute(inputs, outputs, parameters)
 

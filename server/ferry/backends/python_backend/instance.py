@@ -23,7 +23,10 @@ class PythonInstance:
         self.device = device
 
     def execute(
-        self, inputs: list[dict[str, np.ndarray]], outputs: list[list[str]], parameters: list[dict[str, Any]] | None = None
+        self,
+        inputs: list[dict[str, np.ndarray]],
+        outputs: list[list[str]],
+        parameters: list[dict[str, Any]] | None = None,
     ) -> list[Outputs | Failure]:
         raise NotImplementedError
 

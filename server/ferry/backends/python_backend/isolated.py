@@ -115,7 +115,10 @@ class IsolatedInstance(PythonInstance):
         return self._child.process.pid
 
     def execute(
-        self, inputs: list[dict[str, np.ndarray]], outputs: list[list[str]], parameters: list[dict[str, Any]] | None = None
+        self,
+        inputs: list[dict[str, np.ndarray]],
+        outputs: list[list[str]],
+        parameters: list[dict[str, Any]] | None = None,
     ) -> list[Outputs | Failure]:
         with self._lock:
             if not self._child.alive():

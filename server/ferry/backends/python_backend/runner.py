@@ -124,7 +124,10 @@ class ModelRunner:
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def execute(
-        self, inputs: list[dict[str, np.ndarray]], outputs: list[list[str]], parameters: list[dict[str, Any]] | None = None
+        self,
+        inputs: list[dict[str, np.ndarray]],
+        outputs: list[list[str]],
+        parameters: list[dict[str, Any]] | None = None,
     ) -> list[Outputs | Failure]:
         """Run one batch (one entry per request); a failure fails only the requests it concerns."""
         requests = self._requests(inputs, outputs, parameters)
@@ -176,7 +179,10 @@ class ModelRunner:
         return [{} for _ in requests]
 
     def _requests(
-        self, inputs: list[dict[str, np.ndarray]], outputs: list[list[str]], parameters: list[dict[str, Any]] | None = None
+        self,
+        inputs: list[dict[str, np.ndarray]],
+        outputs: list[list[str]],
+        parameters: list[dict[str, Any]] | None = None,
     ) -> list[pb_utils.InferenceRequest]:
         """The model's ``InferenceRequest`` per request: its tensors, asked outputs and parameters."""
         return [
