@@ -123,6 +123,8 @@ def test_errors_in_tritons_words(server: RunningServer, endpoint: str) -> None:
         ),
     ):
         assert words in _error(_post(server, endpoint, body))
+    deep = '{"PROMPT": ' + "[" * 900 + '"x"' + "]" * 900 + ', "STREAM": false}'  # hostile nesting: a 400
+    assert _error(_post(server, endpoint, deep))
 
 
 def test_generate_wants_exactly_one_response(server: RunningServer) -> None:

@@ -228,11 +228,16 @@ def _fitted_shape(name: str, declared: tuple[int, ...], count: int) -> tuple[int
 
 
 def _leaves(values: list[Any]) -> Iterator[Any]:
-    for value in values:
-        if isinstance(value, list):
-            yield from _leaves(value)
-        else:
+    """The non-list elements of a nested list, without recursion (a hostile body nests deeply)."""
+    stack = [iter(values)]
+    while stack:
+        for value in stack[-1]:
+            if isinstance(value, list):
+                stack.append(iter(value))
+                break
             yield value
+        else:
+            stack.pop()
 
 
 #: What JSON value each datatype reads, and Triton's words when it is something else.
@@ -257,8 +262,11 @@ def _check_json_type(spec: TensorSpec, value: Any) -> None:
         raise InvalidArgument(f"input '{spec.name}': Unable to parse 'data': attempt to access JSON {words}")
 
 
-def _as_bytes(value: str) -> bytes:
-    return value.encode()
+def _as_bytes(value: Any) -> bytes:
+    if isinstance(value, str):
+        return value.encode()
+    # a list numpy kept as an element: nested deeper than a tensor can be
+    raise TypeError(f"expected text, got {type(value).__name__}")
 
 
 def generate_response(response: InferenceResponse) -> dict[str, Any]:
