@@ -16,6 +16,8 @@ import numpy as np
 import pytest
 import tritonclient.grpc as tgrpc
 import tritonclient.http as thttp
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ..conftest import RunningServer, start_server
 
@@ -186,3 +188,35 @@ def test_response_statistics_split_compute_infer_and_output(server: RunningServe
     first = responses["0"]
     assert first["success"]["count"] >= 1 and first["compute_output"]["ns"] > 0 and first["compute_infer"]["ns"] > 0
     assert responses["2"]["empty_response"]["count"] >= 1  # the bare final response of this request
+
+
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=6),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=8,
+)
+#: The model's inputs, the reserved keys and parameters it reads (not REPETITION: a huge count
+#: would keep its one instance sending), and a stranger.
+KEYS = ["PROMPT", "STREAM", "input_ids", "parameters", "id", "priority", "timeout", "FAIL_LAST", "OUTPUT_0_DIM", "k"]
+
+
+@settings(
+    max_examples=50,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    endpoint=st.sampled_from(["generate", "generate_stream"]),
+    body=st.dictionaries(st.sampled_from(KEYS), JSON_VALUES, max_size=5),
+)
+def test_any_json_object_gets_a_deliberate_answer(server: RunningServer, endpoint: str, body: dict) -> None:
+    """Whatever the values, the answer is the model's or a 400 that says why, never a 5xx."""
+    answer = _post(server, endpoint, body)
+    assert answer.status_code in (200, 400), (body, answer.status_code, answer.text)
+    if answer.status_code == 400:
+        assert answer.json()["error"]
