@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections import deque
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -27,11 +28,14 @@ BUFFERED_RESPONSES = 16
 
 @dataclass
 class StreamedResponse:
-    """One response: outputs (possibly none) or an error; ``final`` ends the request."""
+    """One response: outputs (possibly none) or an error; ``final`` ends the request. ``sent_ns``
+    (``time.perf_counter_ns``) is when the model sent it: the statistics split a response's time
+    there, into computing it (before) and its output (after)."""
 
     outputs: dict[str, np.ndarray]
     error: FerryError | None = None
     final: bool = False
+    sent_ns: int = field(default_factory=time.perf_counter_ns)
 
 
 class ResponseSink(Protocol):

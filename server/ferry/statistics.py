@@ -133,9 +133,13 @@ class ModelStats:
             self.histograms.compute_infer_us.observe(infer_ns / 1000)
             self.histograms.compute_output_us.observe(output_ns / 1000)
 
-    def record_response(self, index: int, ns: int, outcome: str) -> None:
-        """One response of a decoupled model's request (``outcome`` in RESPONSE_OUTCOMES); ``ns``
-        is the time since the request's previous response (or since it started)."""
+    def record_response(self, index: int, outcome: str, infer_ns: int, output_ns: int = 0) -> None:
+        """One response of a decoupled model's request (``outcome`` in RESPONSE_OUTCOMES), as
+        Triton's Python backend counts it: ``infer_ns`` from the request's previous response (or
+        its start) until the model sent this one, ``output_ns`` from then until the response was
+        ready for the client. A success or failure counts both (its outcome their sum), an empty
+        response its compute time only, a cancel (``infer_ns``: the time since the last response)
+        neither."""
         with self._lock:
             self.response_totals[outcome] += 1
             if index >= MAX_RESPONSE_INDEXES:
@@ -143,7 +147,15 @@ class ModelStats:
             per_index = self.responses.get(index)
             if per_index is None:
                 per_index = self.responses[index] = {k: Duration() for k in _RESPONSE_FIELDS}
-            per_index[outcome].add(ns)
+            if outcome in ("success", "fail"):
+                per_index["compute_infer"].add(infer_ns)
+                per_index["compute_output"].add(output_ns)
+                per_index[outcome].add(infer_ns + output_ns)
+            elif outcome == "empty_response":
+                per_index["compute_infer"].add(infer_ns)
+                per_index[outcome].add(infer_ns)
+            else:
+                per_index[outcome].add(infer_ns)
 
     def snapshot(self) -> dict[str, Any]:
         """Counters for the metrics exporter, read under the lock so they are consistent."""

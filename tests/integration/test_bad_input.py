@@ -80,7 +80,9 @@ def test_wrong_datatype(triton: Triton) -> None:
 
 def test_missing_and_unexpected_inputs(triton: Triton) -> None:
     arrays = simple_inputs()
-    triton.expect_error("invalid", "missing input 'INPUT1'", triton.infer, "simple", {"INPUT0": arrays["INPUT0"]})
+    triton.expect_error(
+        "invalid", "missing required input(s) ['INPUT1']", triton.infer, "simple", {"INPUT0": arrays["INPUT0"]}
+    )
     extra = {**arrays, "INPUT9": arrays["INPUT0"]}
     triton.expect_error("invalid", "unexpected inference input 'INPUT9'", triton.infer, "simple", extra)
     triton.expect_error("invalid", "unexpected inference output 'NOPE'", triton.infer, "simple", arrays, ["NOPE"])
@@ -296,7 +298,7 @@ def test_unknown_model_with_empty_body_is_not_found(http) -> None:
     assert response.status_code == 404 and "unknown model: 'nope'" in response.json()["error"]
     response = http.post("/v2/models/simple/infer", json={})
     assert response.status_code == 400
-    assert "expects 2 inputs but the request has 0" in response.json()["error"]
+    assert "expected 2 inputs but got 0 inputs for model" in response.json()["error"]
 
 
 def test_openapi_documents_the_errors_the_server_sends(http) -> None:

@@ -77,7 +77,7 @@ def test_metrics_match_statistics(server) -> None:
         client.infer("simple_fp32", inputs)
     bad = [thttp.InferInput("INPUT0", [2, 16], "FP32")]
     bad[0].set_data_from_numpy(x)
-    with pytest.raises(Exception, match="missing input"):
+    with pytest.raises(Exception, match="missing required input"):
         client.infer("simple_fp32", bad)
     stats = client.get_inference_statistics("simple_fp32")["model_stats"][0]
     text = scrape(server)

@@ -31,6 +31,10 @@ def build_repository(root: Path) -> Path:
     for model in MODELS.iterdir():
         if model.is_dir():
             shutil.copytree(model, repo / model.name, ignore=shutil.ignore_patterns("__pycache__"))
+    plain = repo / "mock_generate_plain"  # the same model, not decoupled: /infer and gRPC infer reach it
+    shutil.copytree(repo / "mock_generate", plain)
+    config = plain / "config.pbtxt"
+    config.write_text(config.read_text().replace("model_transaction_policy { decoupled: true }\n", ""))
     io = tensors("input", "N", datatype="TYPE_INT32", dims="1") + tensors(
         "output", "SQUARES", datatype="TYPE_INT32", dims="1"
     )
@@ -222,7 +226,7 @@ def test_generate_and_generate_stream(server: RunningServer) -> None:
     assert one.status_code == 200, one.text
     assert one.json() == {"model_name": "repeat", "model_version": "1", "OUT": [0.5, 1.5], "IDX": 0}
     many = httpx.post(f"{base}/repeat/generate", json={"IN": [1.0], "COUNT": 3}, timeout=30)
-    assert many.status_code == 400 and "use generate_stream" in many.json()["error"]
+    assert many.status_code == 400 and "generate expects model to produce exactly 1 response" in many.json()["error"]
     streamed = httpx.post(f"{base}/repeat/generate_stream", json={"IN": [2.0], "COUNT": 3, "ERROR_AT": 1}, timeout=30)
     assert streamed.status_code == 200 and streamed.headers["content-type"] == "text/event-stream; charset=utf-8"
     assert _sse(streamed.text) == [
@@ -236,7 +240,7 @@ def test_generate_and_generate_stream(server: RunningServer) -> None:
     assert batched.json()["OUTPUT0"] == list(range(1, 17))
     missing = httpx.post(f"{base}/repeat/generate_stream", json={"COUNT": 1}, timeout=30)
     assert missing.status_code == 400 and missing.headers["content-type"] == "application/json"
-    assert "missing input 'IN'" in missing.json()["error"]
+    assert "missing required input(s) ['IN']" in missing.json()["error"]
     unknown = httpx.post(f"{base}/nope/generate", json={}, timeout=30)
     assert unknown.status_code == 404
 

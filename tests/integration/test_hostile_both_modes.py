@@ -158,7 +158,10 @@ def test_a_truncated_object_is_a_clear_error_not_a_crash(server: RunningServer, 
     whole = _infer_body("big")
     whole["inputs"][0]["parameters"]["shared_memory_byte_size"] = 1 << 20  # refused before 1 MiB is copied
     refused = client.post("/v2/models/simple/infer", json=whole)
-    assert refused.status_code == 400 and "expected 64 bytes" in refused.text, refused.text
+    assert (
+        refused.status_code == 400
+        and "input byte size mismatch for input 'INPUT0' for model 'simple'. Expected 64, got 1048576" in refused.text
+    ), refused.text
 
     os.truncate(SHM / name, 0)
     for body in (_infer_body("big"), _infer_body("big", output_region="big")):
@@ -214,7 +217,7 @@ def test_regions_belong_to_the_token_that_registered_them(server: RunningServer,
     assert info.value.code() == grpc.StatusCode.NOT_FOUND
     for body in (_infer_body("mine"), _infer_body("other", output_region="mine")):
         used = b.post("/v2/models/simple/infer", json=body)
-        assert used.status_code == 400 and "unable to find system shared memory region" in used.text, used.text
+        assert used.status_code == 400 and "Unable to find shared memory region: '" in used.text, used.text
     with pytest.raises(grpc.RpcError) as info:
         _grpc_infer(server, TOKEN_B, "mine")
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -267,7 +270,7 @@ def test_registrations_are_capped_per_token_and_in_total(server: RunningServer, 
 def test_bad_names_and_keys_are_invalid_arguments(server: RunningServer, name: str, key: str) -> None:
     refused = _register(server, TOKEN_A, name, key)
     assert refused.status_code == 400, refused.text
-    assert "not valid" in refused.text or "not a shared memory object name" in refused.text
+    assert "not valid" in refused.text or "invalid shm key" in refused.text
 
 
 def test_a_nul_byte_over_grpc_is_an_invalid_argument(server: RunningServer) -> None:

@@ -152,23 +152,55 @@ def test_register_checks_key_and_bounds(triton: Triton, regions: Regions) -> Non
     expect(
         triton,
         INVALID,
-        "cannot open the shared memory object",
+        "Unable to open shared memory region: '/ferry_no_such_key'",
         client.register_system_shared_memory,
         "nokey",
         "/ferry_no_such_key",
         64,
     )
     expect(
-        triton, INVALID, "not a shared memory object name", client.register_system_shared_memory, "badkey", "/a/b", 64
+        triton,
+        INVALID,
+        "cannot register shared memory region 'badkey' - invalid shm key '/a/b'",
+        client.register_system_shared_memory,
+        "badkey",
+        "/a/b",
+        64,
+    )
+    expect(
+        triton,
+        INVALID,
+        "with key '/triton_python_backend_shm_region_x' as the key contains the reserved prefix",
+        client.register_system_shared_memory,
+        "reserved",
+        "/triton_python_backend_shm_region_x",
+        64,
     )
     name, key, _ = regions.create(SIZE)
-    expect(triton, INVALID, "exceeds the 64 bytes", client.register_system_shared_memory, name, key, SIZE, offset=8)
+    expect(
+        triton,
+        INVALID,
+        "failed to register shared memory region '" + name + "': invalid args",
+        client.register_system_shared_memory,
+        name,
+        key,
+        SIZE,
+        offset=8,
+    )
     client.register_system_shared_memory(name, key, SIZE)
-    expect(triton, EXISTS, "already registered", client.register_system_shared_memory, name, key, SIZE)
+    expect(
+        triton,
+        EXISTS,
+        f"shared memory region '{name}' already in manager",
+        client.register_system_shared_memory,
+        name,
+        key,
+        SIZE,
+    )
     expect(
         triton,
         NOT_FOUND,
-        "unable to find system shared memory region",
+        "Unable to find system shared memory region: ",
         client.get_system_shared_memory_status,
         "nothing",
     )
@@ -185,14 +217,32 @@ def test_infer_checks_regions_and_sizes(triton: Triton, regions: Regions) -> Non
     expect(
         triton,
         INVALID,
-        "unable to find system shared memory region 'no_such_region'",
+        "Unable to find shared memory region: 'no_such_region'",
         client.infer,
         "simple",
         inputs,
         outputs=outputs,
     )
     inputs, outputs = shm_request(triton, in_name, (0, SIZE + 8), out_name, (0, SIZE))
-    expect(triton, INVALID, "is outside region", client.infer, "simple", inputs, outputs=outputs)
+    expect(
+        triton,
+        INVALID,
+        "Invalid offset + byte size for shared memory region: '" + in_name + "'",
+        client.infer,
+        "simple",
+        inputs,
+        outputs=outputs,
+    )
+    inputs, outputs = shm_request(triton, in_name, (2 * SIZE, 0), out_name, (0, SIZE))
+    expect(
+        triton,
+        INVALID,
+        f"Invalid offset for shared memory region: '{in_name}'",
+        client.infer,
+        "simple",
+        inputs,
+        outputs=outputs,
+    )
     inputs, outputs = shm_request(triton, in_name, (0, SIZE), small, (0, 0))
     for tensor in outputs:
         tensor.set_shared_memory(small, SIZE // 2)
@@ -210,7 +260,7 @@ def test_infer_checks_regions_and_sizes(triton: Triton, regions: Regions) -> Non
     expect(
         triton,
         INVALID,
-        "expected 64 bytes",
+        "input byte size mismatch for input 'INPUT0' for model 'simple'. Expected 64, got 32",
         client.infer,
         "simple",
         [wrong, *triton.inputs({"INPUT1": np.zeros((1, 16), np.int32)})],
@@ -222,7 +272,7 @@ def test_infer_checks_regions_and_sizes(triton: Triton, regions: Regions) -> Non
     expect(
         triton,
         INVALID,
-        f"unable to find system shared memory region '{in_name}'",
+        f"Unable to find shared memory region: '{in_name}'",
         client.infer,
         "simple",
         inputs,

@@ -106,7 +106,7 @@ class RequestsInstance:
         self.entered = threading.Event()
         self.batches: list[int] = []
 
-    def run_requests(self, inputs, outputs):
+    def run_requests(self, inputs, outputs, sinks=None, parameters=None):
         self.entered.set()
         self.gate.wait(10)
         self.batches.append(len(inputs))

@@ -33,12 +33,14 @@ def test_reads_and_writes_are_relative_to_the_registered_window(registry: Shared
 
 
 def test_register_validates_key_window_and_name(registry: SharedMemoryRegistry) -> None:
-    with pytest.raises(InvalidArgument, match="exceeds the 256 bytes"):
+    with pytest.raises(
+        InvalidArgument, match="failed to register shared memory region 'r': invalid args: .*exceeds the 256 bytes"
+    ):
         registry.register(A, "r", "obj", 200, 57)
-    with pytest.raises(InvalidArgument, match="cannot open"):
+    with pytest.raises(InvalidArgument, match="Unable to open shared memory region: '/missing'"):
         registry.register(A, "r", "/missing", 0, 1)
     for key in ("", "/", "/a/b", "/..", "/.", "/o\x00bj", "/o bj", "/" + "k" * 256, "/\u00e9"):
-        with pytest.raises(InvalidArgument, match="not a shared memory object name"):
+        with pytest.raises(InvalidArgument, match="cannot register shared memory region 'r' - invalid shm key"):
             registry.register(A, "r", key, 0, 1)
     for name in ("", "a\x00b", "a/b", "line\nbreak", "n" * 256):
         with pytest.raises(InvalidArgument, match="region"):
@@ -46,18 +48,18 @@ def test_register_validates_key_window_and_name(registry: SharedMemoryRegistry) 
     with pytest.raises(InvalidArgument, match="byte_size must be greater than 0"):
         registry.register(A, "r", "/obj", 0, 0)
     registry.register(A, "r", "obj", 200, 56)  # exactly to the end
-    with pytest.raises(FerryError, match="already registered") as info:
+    with pytest.raises(FerryError, match="shared memory region 'r' already in manager") as info:
         registry.register(A, "r", "/obj", 0, 1)
     assert info.value.kind is ErrorKind.ALREADY_EXISTS
 
 
 def test_bounds_are_checked_per_tensor(registry: SharedMemoryRegistry) -> None:
     registry.register(A, "r", "/obj", 0, 32)
-    with pytest.raises(InvalidArgument, match="offset 30 \\+ byte size 4 is outside region 'r' of 32 bytes"):
+    with pytest.raises(InvalidArgument, match="Invalid offset \\+ byte size for shared memory region: 'r'"):
         registry.read(A, SharedMemoryRef("r", 30, 4), "x")
     with pytest.raises(InvalidArgument, match="needs 8 bytes but its shared memory byte size is 4"):
         registry.write(A, SharedMemoryRef("r", 0, 4), "y", b"12345678")
-    with pytest.raises(InvalidArgument, match="unable to find system shared memory region 'other'"):
+    with pytest.raises(InvalidArgument, match="Unable to find shared memory region: 'other'"):
         registry.read(A, SharedMemoryRef("other", 0, 4), "x")
     with pytest.raises(NotFound):
         registry.status(A, "other")
@@ -78,7 +80,7 @@ def test_regions_belong_to_the_identity_that_registered_them(registry: SharedMem
     assert registry.status(B) == []
     with pytest.raises(NotFound):
         registry.status(B, "r")
-    with pytest.raises(InvalidArgument, match="unable to find"):
+    with pytest.raises(InvalidArgument, match="Unable to find shared memory region"):
         registry.read(B, SharedMemoryRef("r", 0, 8), "x")
     registry.unregister(B, "r")  # as for any unknown name: nothing happens to A's region
     registry.unregister(B)
@@ -142,11 +144,11 @@ def test_unregister_while_a_read_holds_the_descriptor(registry: SharedMemoryRegi
     registry.register(A, "r", "/obj", 0, 64)
     with registry._lease(A, SharedMemoryRef("r", 0, 8), "x") as region:
         registry.unregister(A, "r")
-        assert registry.status(A) == []
+        assert [s["name"] for s in registry.status(A)] == ["r"]  # in use: listed until its user ends (Triton)
         assert os.pread(region.fd, 4, 0) == bytes([0, 1, 2, 3])  # still open for the running request
     with pytest.raises(OSError):
         os.fstat(region.fd)
-    with pytest.raises(InvalidArgument, match="unable to find"):
+    with pytest.raises(InvalidArgument, match="Unable to find shared memory region"):
         registry.read(A, SharedMemoryRef("r", 0, 8), "x")
 
 
@@ -187,3 +189,42 @@ def test_tensor_parameters() -> None:
         tensor_ref("x", {"shared_memory_offset": 4})
     with pytest.raises(InvalidArgument, match="must be a non-negative integer"):
         tensor_ref("x", {"shared_memory_region": "r", "shared_memory_byte_size": -1})
+
+
+def test_a_held_region_outlives_unregister_until_its_requests_end(registry: SharedMemoryRegistry) -> None:
+    """Triton's in-use rule: unregistering (one region or all) while requests hold a region keeps it
+    listed and usable; the last request's end forgets it and closes its descriptor."""
+    registry.register(A, "r", "/obj", 0, 64)
+    registry.register(A, "s", "/obj", 64, 64)
+    first = registry.hold(A, ["r", "s", "unknown"])
+    second = registry.hold(A, ["r"])
+    registry.unregister(A)
+    assert [row["name"] for row in registry.status(A)] == ["r", "s"]
+    assert bytes(registry.read(A, SharedMemoryRef("r", 0, 2), "x")) == bytes([0, 1])
+    fd = registry._regions[(A, "r")].fd
+    first()
+    assert [row["name"] for row in registry.status(A)] == ["r"]  # "s" had no other user
+    second()
+    assert registry.status(A) == [] and registry.count() == 0
+    with pytest.raises(OSError):
+        os.fstat(fd)
+    registry.register(A, "t", "/obj", 0, 8)
+    release = registry.hold(A, ["t"])
+    registry.unregister(A, "t")
+    with pytest.raises(FerryError, match="'t' already in manager"):  # a held region keeps its name taken
+        registry.register(A, "t", "/obj", 0, 8)
+    release()
+    registry.register(A, "t", "/obj", 0, 8)
+
+
+def test_request_windows_are_checked_in_tritons_order_and_words(registry: SharedMemoryRegistry) -> None:
+    registry.register(A, "r", "/obj", 0, 64)
+    with pytest.raises(InvalidArgument, match="Invalid offset for shared memory region: 'r'"):
+        registry.read(A, SharedMemoryRef("r", 64, 1), "x")
+    with pytest.raises(
+        InvalidArgument, match=r"Integer overflow detected: byte_size \(18446744073709551584\) \+ offset"
+    ):
+        registry.write(A, SharedMemoryRef("r", 32, 2**64 - 32), "y", b"1234")
+    reserved = "/triton_python_backend_shm_region_x"
+    with pytest.raises(InvalidArgument, match="as the key contains the reserved prefix"):
+        registry.register(A, "p", reserved, 0, 8)

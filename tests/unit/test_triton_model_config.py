@@ -70,4 +70,4 @@ def test_case_counts() -> None:
     cases = [expectation(p) for p in CASES.glob("*.pbtxt")]
     triton = [c for c in cases if c[0] != "-"]
     assert len([c for c in triton if c[0].startswith("noautofill_platform/")]) == 59
-    assert len([c for c in cases if c[1] == "load"]) == 14
+    assert len([c for c in cases if c[1] == "load"]) == 15

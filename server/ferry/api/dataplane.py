@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import logging
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -41,10 +42,11 @@ from .admission import Admission
 from .limits import OFF_LOOP_BYTES, Limits
 from .logging_ext import LoggingControl
 from .ocr_pages import read_pages
-from .shared_memory import SharedMemoryRegistry, ref_parameters
+from .shared_memory import SharedMemoryRegistry, ref_parameters, shared_regions
 from .trace_ext import RequestTracing
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 EXTENSIONS = [
     "binary_tensor_data",
@@ -151,8 +153,17 @@ class DataPlane:
         model = self.path.resolve(request.model_name, request.model_version)
         if model.decoupled:
             raise Unimplemented(f"{door} doesn't support models with decoupled transaction policy")
-        if request.shared_memory_inputs:
+        regions = shared_regions(request)
+        if not regions:
+            return await self._infer(model, request)
+        release = self.shared_memory.hold(request.client, regions)  # an unregister meanwhile waits for it
+        try:
             await self._read_shared_memory(request)
+            return await self._infer(model, request)
+        finally:
+            release()
+
+    async def _infer(self, model: ModelVersion, request: InferenceRequest) -> InferenceResponse:
         requested = request.outputs if request.outputs else None
         names = [o.name for o in requested] if requested is not None else list(model.outputs)
         cache = self._cache_for(model)
@@ -182,25 +193,22 @@ class DataPlane:
         if not model.decoupled:
             yield await self.infer(request), True
             return
-        if request.shared_memory_inputs:
-            await self._read_shared_memory(request)
         requested = request.outputs if request.outputs else None
         names = [o.name for o in requested] if requested is not None else list(model.outputs)
+        release = self.shared_memory.hold(request.client, shared_regions(request))
         stream = ResponseStream(asyncio.get_running_loop())
         self.open_streams.add(stream)
         sent, last = 0, time.perf_counter_ns()
         final = False
         try:
+            if request.shared_memory_inputs:
+                await self._read_shared_memory(request)
             _, batch_size = (await self.path.run(model, request, names, sink=stream)).tensors()
             async for item in stream:
                 final = item.final
-                if model.stats is not None:
-                    now = time.perf_counter_ns()
-                    outcome = "fail" if item.error else "success" if item.outputs else "empty_response"
-                    model.stats.record_response(sent, now - last, outcome)
-                    sent, last = sent + 1, now
+                answer: InferenceResponse | FerryError
                 if item.error is not None:
-                    yield item.error, item.final
+                    answer = item.error
                 else:
                     batched = model.max_batch_size > 0
                     outputs = {
@@ -208,10 +216,18 @@ class DataPlane:
                         for k, v in item.outputs.items()
                         if k in model.outputs
                     }
-                    yield await self._response(model, request, names, outputs, batch_size, streamed=True), item.final
+                    answer = await self._response(model, request, names, outputs, batch_size, streamed=True)
+                if model.stats is not None:
+                    now = time.perf_counter_ns()
+                    outcome = "fail" if item.error else "success" if item.outputs else "empty_response"
+                    # a response sent while the one before was still being answered computed for 0 ns
+                    model.stats.record_response(sent, outcome, max(0, item.sent_ns - last), now - item.sent_ns)
+                    sent, last = sent + 1, now
+                yield answer, item.final
         finally:
             if not final and sent and model.stats is not None:  # the client went away mid-stream
-                model.stats.record_response(sent, time.perf_counter_ns() - last, "cancel")
+                model.stats.record_response(sent, "cancel", time.perf_counter_ns() - last)
+            release()
             stream.cancel()
             self.open_streams.discard(stream)
             if not self.open_streams:
@@ -252,6 +268,15 @@ class DataPlane:
             array = results.get(name)
             if array is None:  # a Python model (or an ensemble's step) may leave an output out
                 if requested is None or streamed:
+                    continue
+                if model.platform == "ensemble":  # Triton answers with the outputs that exist
+                    log.warning(
+                        "ensemble '%s': no step produced output '%s', which request '%s' asked for; "
+                        "answering without it",
+                        model.name,
+                        name,
+                        request.id,
+                    )
                     continue
                 raise FerryError(f"model '{model.name}' returned no output '{name}', which the request asked for")
             flag = binary.get(name)
@@ -347,8 +372,9 @@ class DataPlane:
                 raise InvalidArgument(str(exc)) from None
             if expected is not None and expected != shared.ref.byte_size:
                 raise InvalidArgument(
-                    f"tensor '{name}': expected {expected} bytes for {shared.datatype} shape {list(shared.shape)}, "
-                    f"got shared memory byte size {shared.ref.byte_size}"
+                    f"input byte size mismatch for input '{name}' for model '{request.model_name}'. Expected "
+                    f"{expected}, got {shared.ref.byte_size} (shared memory, {shared.datatype} "
+                    f"shape {list(shared.shape)})"
                 )
             if shared.ref.byte_size < OFF_LOOP_BYTES:
                 view = self.shared_memory.read(request.client, shared.ref, name)

@@ -514,5 +514,5 @@ def create_http_app(
     add_shared_memory_routes(
         app, plane.shared_memory, plane.identify, lambda request: _json_body(request, max_body_bytes), json_response
     )
-    add_generate_routes(app, plane, lambda request: _json_body(request, max_body_bytes))
+    add_generate_routes(app, plane, lambda request: _read_body(request, max_body_bytes))
     return app

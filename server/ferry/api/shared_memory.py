@@ -26,7 +26,7 @@ import os
 import re
 import stat
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ErrorKind, FerryError, InvalidArgument, NotFound
-from ..types import SharedMemoryRef
+from ..types import InferenceRequest, SharedMemoryRef
 
 SHM_ROOT = Path("/dev/shm")  # where Linux keeps shm_open objects
 REGION = "shared_memory_region"
@@ -48,6 +48,8 @@ DISABLED = (
     "system shared memory is disabled on this server; the operator can enable it with "
     "--allow-shared-memory (FERRY_ALLOW_SHARED_MEMORY=true)"
 )
+#: Keys Triton keeps for its Python backend's own regions; refused as Triton refuses them.
+RESERVED_KEY_PREFIX = "triton_python_backend_shm_region_"
 _OPEN_FLAGS = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
 
 
@@ -55,8 +57,10 @@ _OPEN_FLAGS = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NO
 class Region:
     """A registered window [offset, offset + byte_size) of one shared memory object, open as ``fd``.
 
-    ``users`` counts reads and writes in progress; an unregistered region's descriptor closes when
-    the last of them ends, so a concurrent unregister never lets a request use a reused descriptor.
+    ``users`` counts the requests that name it (``hold``) and the reads and writes in progress. As
+    in Triton, unregistering a region in use only marks it ``retired``: it stays listed and usable
+    until its last user ends, then it is forgotten and its descriptor closed. So a request never
+    loses a region it named mid-way, and never uses a reused descriptor.
     """
 
     owner: str
@@ -113,7 +117,7 @@ class SharedMemoryRegistry:
         with self._lock:
             if (owner, name) in self._regions:
                 raise FerryError(
-                    f"shared memory region '{name}' is already registered; unregister it first",
+                    f"shared memory region '{name}' already in manager; unregister it first",
                     ErrorKind.ALREADY_EXISTS,
                 )
             self._check_room(owner, name)
@@ -142,7 +146,7 @@ class SharedMemoryRegistry:
             fd = os.open(path, _OPEN_FLAGS)
         except OSError as exc:
             reason = "it is a symbolic link, which is never followed" if exc.errno == errno.ELOOP else exc.strerror
-            raise InvalidArgument(f"{where}: cannot open the shared memory object: {reason}") from None
+            raise InvalidArgument(f"Unable to open shared memory region: '{key}' ({reason})") from None
         try:
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode):
@@ -154,8 +158,8 @@ class SharedMemoryRegistry:
                 )
             if needed > info.st_size:
                 raise InvalidArgument(
-                    f"shared memory region '{name}': offset + byte_size ({needed}) exceeds the "
-                    f"{info.st_size} bytes of shared memory key '{key}'"
+                    f"failed to register shared memory region '{name}': invalid args: offset + byte_size "
+                    f"({needed}) exceeds the {info.st_size} bytes of shared memory key '{key}'"
                 )
         except BaseException:
             os.close(fd)
@@ -164,17 +168,45 @@ class SharedMemoryRegistry:
 
     def unregister(self, owner: str, name: str = "") -> None:
         """Forget one of ``owner``'s regions (or all of them, when ``name`` is empty). Unknown names are
-        not an error, as in Triton; another owner's region is unknown to this one and stays registered."""
+        not an error, as in Triton; another owner's region is unknown to this one and stays registered.
+        A region in use is forgotten when its last request ends (Triton's words: unregistered after
+        in-flight requests complete)."""
         self.check_enabled()
         if name:
             check_region_name(name)
         with self._lock:
             keys = [k for k in self._regions if k[0] == owner] if not name else [(owner, name)]
-            for region in (self._regions.pop(k, None) for k in keys):
-                if region is not None:
-                    region.retired = True
-                    if region.users == 0:
-                        os.close(region.fd)
+            for region in [self._regions[k] for k in keys if k in self._regions]:
+                region.retired = True
+                if region.users == 0:
+                    self._forget(region)
+
+    def _forget(self, region: Region) -> None:
+        """Drop a retired region nobody uses and close its descriptor (the lock is held)."""
+        if self._regions.get((region.owner, region.name)) is region:
+            del self._regions[(region.owner, region.name)]
+        os.close(region.fd)
+
+    def hold(self, owner: str, names: Iterable[str]) -> Callable[[], None]:
+        """Keep ``owner``'s regions ``names`` (those registered) for a request from its start to its
+        end, so an unregister meanwhile waits for it; returns the function that ends the hold."""
+        with self._lock:
+            held = [region for name in set(names) if (region := self._regions.get((owner, name))) is not None]
+            for region in held:
+                region.users += 1
+
+        def release() -> None:
+            with self._lock:
+                for region in held:
+                    self._release(region)
+
+        return release
+
+    def _release(self, region: Region) -> None:
+        """One user of ``region`` is done (the lock is held)."""
+        region.users -= 1
+        if region.retired and region.users == 0:
+            self._forget(region)
 
     def status(self, owner: str, name: str = "") -> list[dict[str, Any]]:
         """Every region of ``owner``, or one of them (NOT_FOUND when ``owner`` has none of that name)."""
@@ -187,7 +219,7 @@ class SharedMemoryRegistry:
                 return [r.status() for r in sorted(mine, key=lambda r: r.name)]
             region = self._regions.get((owner, name))
         if region is None:
-            raise NotFound(f"unable to find system shared memory region '{name}'")
+            raise NotFound(f"Unable to find system shared memory region: '{name}'")
         return [region.status()]
 
     def count(self) -> int:
@@ -236,28 +268,40 @@ class SharedMemoryRegistry:
             if region is not None:
                 region.users += 1
         if region is None:
-            raise InvalidArgument(f"tensor '{tensor}': unable to find system shared memory region '{ref.region}'")
+            raise InvalidArgument(f"Unable to find shared memory region: '{ref.region}' (tensor '{tensor}')")
         try:
-            if ref.offset + ref.byte_size > region.byte_size:
-                raise InvalidArgument(
-                    f"tensor '{tensor}': shared memory offset {ref.offset} + byte size {ref.byte_size} is outside "
-                    f"region '{ref.region}' of {region.byte_size} bytes"
-                )
+            _check_bounds(region, ref, tensor)
             yield region
         finally:
             with self._lock:
-                region.users -= 1
-                if region.retired and region.users == 0:
-                    os.close(region.fd)
+                self._release(region)
 
     def close(self) -> None:
         with self._lock:
             regions = list(self._regions.values())
             self._regions.clear()
-        for region in regions:
-            region.retired = True
-            if region.users == 0:
-                os.close(region.fd)
+            for region in regions:
+                region.retired = True
+                if region.users == 0:
+                    os.close(region.fd)
+
+
+#: The largest size Triton's (size_t) arithmetic holds: an offset + byte size past it is refused.
+SIZE_MAX = 2**64 - 1
+
+
+def _check_bounds(region: Region, ref: SharedMemoryRef, tensor: str) -> None:
+    """A request's window must lie inside the registered one (Triton's checks, in its order)."""
+    where = f"shared memory region: '{ref.region}' (tensor '{tensor}', region of {region.byte_size} bytes)"
+    if ref.offset >= region.byte_size:
+        raise InvalidArgument(f"Invalid offset for {where}")
+    if ref.offset + ref.byte_size > SIZE_MAX:
+        raise InvalidArgument(
+            f"Integer overflow detected: byte_size ({ref.byte_size}) + offset ({ref.offset}) exceeds maximum "
+            f"value ({SIZE_MAX}) for region '{ref.region}'"
+        )
+    if ref.offset + ref.byte_size > region.byte_size:
+        raise InvalidArgument(f"Invalid offset + byte size for {where}")
 
 
 def _shrunk(region: Region, tensor: str, end: int) -> InvalidArgument:
@@ -281,6 +325,11 @@ def check_region_name(name: Any) -> None:
 def _object_name(name: str, key: str) -> str:
     """The file name of a shm_open key: leading slashes dropped (as glibc does), then a plain name."""
     stripped = key.lstrip("/") if isinstance(key, str) else ""
+    if stripped.startswith(RESERVED_KEY_PREFIX):
+        raise InvalidArgument(
+            f"cannot register shared memory region '{name}' with key '{key}' as the key contains the reserved "
+            f"prefix '{RESERVED_KEY_PREFIX}'"
+        )
     if (
         not stripped
         or len(stripped) > MAX_NAME_BYTES
@@ -288,8 +337,9 @@ def _object_name(name: str, key: str) -> str:
         or KEY_CHARACTERS.fullmatch(stripped) is None
     ):
         raise InvalidArgument(
-            f"shared memory region '{name}': key {_shown(key)} is not a shared memory object name "
-            f"('/name': at most {MAX_NAME_BYTES} letters, digits and ._:@+=~,%- characters, no other '/')"
+            f"cannot register shared memory region '{name}' - invalid shm key {_shown(key)}: a shared memory "
+            f"object name is '/name', at most {MAX_NAME_BYTES} letters, digits and ._:@+=~,%- characters, "
+            "no other '/'"
         )
     return stripped
 
@@ -318,6 +368,13 @@ def tensor_ref(tensor: str, parameters: Mapping[str, Any]) -> SharedMemoryRef | 
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise InvalidArgument(f"tensor '{tensor}': {key} must be a non-negative integer, got {value!r}")
     return SharedMemoryRef(region, values[OFFSET], values[BYTE_SIZE])
+
+
+def shared_regions(request: InferenceRequest) -> set[str]:
+    """The regions a request reads inputs from or writes outputs to."""
+    names = {shared.ref.region for shared in request.shared_memory_inputs.values()}
+    names.update(o.shared_memory.region for o in request.outputs or () if o.shared_memory is not None)
+    return names
 
 
 def ref_parameters(ref: SharedMemoryRef, written: int) -> dict[str, Any]:

@@ -77,9 +77,14 @@ class RequestBatches(Protocol):
     """
 
     def run_requests(
-        self, inputs: list[dict[str, np.ndarray]], outputs: list[list[str]], sinks: list[Any] | None = None
+        self,
+        inputs: list[dict[str, np.ndarray]],
+        outputs: list[list[str]],
+        sinks: list[Any] | None = None,
+        parameters: list[dict[str, Any]] | None = None,
     ) -> Sequence[dict[str, np.ndarray] | Exception]:
-        """``sinks`` (one ``response_streams.ResponseStream`` per request) only for a decoupled model."""
+        """``sinks`` (one ``response_streams.ResponseStream`` per request) only for a decoupled model;
+        ``parameters``: each request's parameters, which the model reads (``request.parameters()``)."""
         ...
 
 

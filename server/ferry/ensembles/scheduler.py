@@ -287,4 +287,4 @@ class RenamedStream:
 
     def put(self, response: StreamedResponse) -> bool:
         outputs = {self._names[name]: array for name, array in response.outputs.items() if name in self._names}
-        return self._target.put(StreamedResponse(outputs, response.error, response.final))
+        return self._target.put(StreamedResponse(outputs, response.error, response.final, response.sent_ns))

@@ -34,6 +34,7 @@ from ..pipelines.slices import ImageWork
 from ..repository.manager import ModelManager
 from ..repository.model import ModelVersion
 from ..response_streams import ResponseSink
+from ..scheduling.request_parameters import current_parameters
 from ..scheduling.scheduler import Unloading
 from ..scheduling.timeline import Timeline
 from ..types import InferenceRequest
@@ -228,6 +229,7 @@ class RequestPath(FrontHalf):
         trace = self.tracing.start(model.name, request.id)
         timeline = trace.timeline if trace else None
         names = list(names)
+        shown = current_parameters.set(request.parameters)  # what the model's own code reads
         try:
             try:
                 served = model
@@ -247,6 +249,8 @@ class RequestPath(FrontHalf):
             if trace:
                 self.tracing.finish(trace, str(model.version), error=str(exc) or type(exc).__name__)
             raise
+        finally:
+            current_parameters.reset(shown)
         if trace:
             self.tracing.finish(trace, str(served.version))
         batched = model.max_batch_size > 0

@@ -53,6 +53,22 @@ def _dims_match(shape: tuple[int, ...], dims: tuple[int, ...]) -> bool:
     return len(shape) == len(dims) and all(d == -1 or d == s for s, d in zip(shape, dims, strict=False))
 
 
+def _missing_inputs(model: ModelVersion, request: InferenceRequest, missing: list[str]) -> str:
+    """Triton's words for required inputs a request left out."""
+    required = sum(not spec.optional for spec in model.inputs.values())
+    expected = (
+        f"{len(model.inputs)} inputs"
+        if required == len(model.inputs)
+        else f"number of inputs between {required} and {len(model.inputs)}"
+    )
+    given = ",".join(f"'{name}'" for name in request.inputs)
+    wanted = ",".join(f"'{name}'" for name in missing)
+    return (
+        f"expected {expected} but got {len(request.inputs)} inputs for model '{model.name}'. Got input(s) "
+        f"[{given}], but missing required input(s) [{wanted}]. Please provide all required input(s)."
+    )
+
+
 def validate_inputs(model: ModelVersion, request: InferenceRequest) -> tuple[dict[str, np.ndarray], int]:
     """Check request inputs against the config; returns the engine's inputs and the batch size."""
     for name in request.inputs:
@@ -62,10 +78,7 @@ def validate_inputs(model: ModelVersion, request: InferenceRequest) -> tuple[dic
             )
     missing = [n for n, s in model.inputs.items() if n not in request.inputs and not s.optional]
     if missing:
-        raise InvalidArgument(
-            f"model '{model.name}' expects {len(model.inputs)} inputs but the request has "
-            f"{len(request.inputs)}: missing input {', '.join(repr(m) for m in missing)}"
-        )
+        raise InvalidArgument(_missing_inputs(model, request, missing))
     batched = model.max_batch_size > 0
     batch_size = 1
     batch_sizes: dict[str, int] = {}

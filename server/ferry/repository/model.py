@@ -154,7 +154,9 @@ def instance_specs(config: mc.ModelConfig, gpu_available: bool) -> list[Instance
                 specs.extend(
                     InstanceSpec(name=f"{group_name}_{gpu}_{i}", kind="GPU", device_id=gpu) for i in range(count)
                 )
-        elif kind == mc.ModelInstanceGroup.KIND_CPU:
+        elif kind in (mc.ModelInstanceGroup.KIND_CPU, mc.ModelInstanceGroup.KIND_MODEL):
+            # KIND_MODEL: the model places itself (a Python model picks its device in its own
+            # code); the server schedules its instances as CPU instances, as Triton does without a GPU
             specs.extend(InstanceSpec(name=f"{group_name}_{i}", kind="CPU") for i in range(count))
         else:
             raise ModelLoadError(

@@ -179,8 +179,8 @@ def _check_instance_groups(config: mc.ModelConfig, model_name: str) -> None:
             _fail(f"{where} must specify 'count' >= 1, got {group.count}")
         if group.kind == kinds.KIND_CPU and group.gpus:
             _fail(f"{where} has kind KIND_CPU but specifies one or more GPUs")
-        if group.kind == kinds.KIND_MODEL:
-            _fail(f"{where} has kind KIND_MODEL, which is not supported")
+        if group.kind == kinds.KIND_MODEL and group.gpus:
+            _fail(f"{where} has kind KIND_MODEL but specifies one or more GPUs")
         for gpu in group.gpus:
             if gpu < 0:
                 _fail(f"{where} specifies invalid or unsupported gpu id of {gpu}")

@@ -14,6 +14,7 @@ from typing import Protocol
 from ..backends.base import Instance, RequestBatches
 from ..statistics import ModelStats
 from .policy import SchedulingPolicy
+from .request_parameters import model_parameters
 from .scheduler import Outputs, Pending, Scheduler
 
 
@@ -39,8 +40,9 @@ class RequestBatchScheduler(Scheduler):
         runner = self._runners[instance.spec.name]
         inputs, outputs = [p.inputs for p in batch], [p.outputs for p in batch]
         sinks = [p.sink for p in batch]
+        parameters = [model_parameters(p.parameters or {}) for p in batch]
         # a decoupled model's responses go to the sinks; other models' runners take no sinks
-        answers = runner.run_requests(inputs, outputs, sinks) if any(sinks) else runner.run_requests(inputs, outputs)
+        answers = runner.run_requests(inputs, outputs, sinks if any(sinks) else None, parameters)
         results: list[Outputs | BaseException] = list(answers)
         infer_ns = time.perf_counter_ns() - started
         for pending in batch:

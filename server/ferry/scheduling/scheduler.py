@@ -15,9 +15,10 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -27,6 +28,7 @@ from ..response_streams import ResponseSink
 from ..statistics import ModelStats
 from .interface import ModelScheduler, Outputs, RequestTiming
 from .policy import SchedulingPolicy
+from .request_parameters import current_parameters
 from .timeline import Timeline
 
 log = logging.getLogger(__name__)
@@ -76,6 +78,7 @@ class Pending:
     compute_ns: tuple[int, int, int] = (0, 0, 0)  # input, infer, output of the batch it ran in
     timeline: Timeline | None = field(default=None, repr=False)  # filled only for traced requests
     sink: ResponseSink | None = field(default=None, repr=False)  # a decoupled model's responses go here
+    parameters: Mapping[str, Any] | None = field(default=None, repr=False)  # what the model's code reads
 
 
 def batch_signature(inputs: dict[str, np.ndarray], batched: bool) -> tuple:
@@ -220,6 +223,7 @@ class Scheduler(ModelScheduler):
             loop.create_future(),
             timeline=timeline,
             sink=sink,
+            parameters=current_parameters.get(),
         )
         if timeline is not None:
             timeline.queue_start = pending.enqueued_ns

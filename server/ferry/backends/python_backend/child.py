@@ -50,7 +50,7 @@ def serve(conn: Connection) -> int:
         except EOFError:  # the server is gone
             return 0
         if message[0] == "execute":
-            results = runner.execute(message[1], message[2])
+            results = runner.execute(message[1], message[2], message[3])
             try:
                 conn.send(("result", results))
             except Exception as exc:  # pickling failed before anything was written: say why

@@ -23,13 +23,22 @@ class InProcessInstance(PythonInstance):
         self.config = self.runner.config
         super().__init__(spec, ModelIO([], []), "cpu (in-process python)")
 
-    def execute(self, inputs: list[dict[str, np.ndarray]], outputs: list[list[str]]) -> list[Outputs | Failure]:
-        return self.runner.execute(inputs, outputs)
+    def execute(
+        self,
+        inputs: list[dict[str, np.ndarray]],
+        outputs: list[list[str]],
+        parameters: list[dict[str, Any]] | None = None,
+    ) -> list[Outputs | Failure]:
+        return self.runner.execute(inputs, outputs, parameters)
 
     def execute_decoupled(
-        self, inputs: list[dict[str, np.ndarray]], outputs: list[list[str]], sinks: list[ResponseSink | None]
+        self,
+        inputs: list[dict[str, np.ndarray]],
+        outputs: list[list[str]],
+        sinks: list[ResponseSink | None],
+        parameters: list[dict[str, Any]] | None = None,
     ) -> list[Outputs | Failure]:
-        return self.runner.execute_decoupled(inputs, outputs, sinks)
+        return self.runner.execute_decoupled(inputs, outputs, sinks, parameters)
 
     def close(self) -> None:
         self.runner.finalize()

@@ -4,6 +4,8 @@ request as Ferry errors. ``run`` (one request) serves warm-up and direct callers
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ...errors import ErrorKind, FerryError
@@ -20,7 +22,12 @@ class PythonInstance:
         self.io = io
         self.device = device
 
-    def execute(self, inputs: list[dict[str, np.ndarray]], outputs: list[list[str]]) -> list[Outputs | Failure]:
+    def execute(
+        self,
+        inputs: list[dict[str, np.ndarray]],
+        outputs: list[list[str]],
+        parameters: list[dict[str, Any]] | None = None,
+    ) -> list[Outputs | Failure]:
         raise NotImplementedError
 
     def close(self) -> None:
@@ -31,14 +38,24 @@ class PythonInstance:
         inputs: list[dict[str, np.ndarray]],
         outputs: list[list[str]],
         sinks: list[ResponseSink | None] | None = None,
+        parameters: list[dict[str, Any]] | None = None,
     ) -> list[Outputs | FerryError]:
         """One batch as the scheduler formed it: one result per request, an error fails only its request.
-        A decoupled model's requests come with ``sinks`` that its responses go to."""
-        results = self.execute(inputs, outputs) if sinks is None else self.execute_decoupled(inputs, outputs, sinks)
+        A decoupled model's requests come with ``sinks`` that its responses go to; ``parameters`` are
+        what each request's ``parameters()`` returns to the model."""
+        results = (
+            self.execute(inputs, outputs, parameters)
+            if sinks is None
+            else self.execute_decoupled(inputs, outputs, sinks, parameters)
+        )
         return [as_error(r) if isinstance(r, Failure) else r for r in results]
 
     def execute_decoupled(
-        self, inputs: list[dict[str, np.ndarray]], outputs: list[list[str]], sinks: list[ResponseSink | None]
+        self,
+        inputs: list[dict[str, np.ndarray]],
+        outputs: list[list[str]],
+        sinks: list[ResponseSink | None],
+        parameters: list[dict[str, Any]] | None = None,
     ) -> list[Outputs | Failure]:
         return [Failure("decoupled responses need a python model in the server's process")] * len(inputs)
 

@@ -114,7 +114,12 @@ class IsolatedInstance(PythonInstance):
     def pid(self) -> int:
         return self._child.process.pid
 
-    def execute(self, inputs: list[dict[str, np.ndarray]], outputs: list[list[str]]) -> list[Outputs | Failure]:
+    def execute(
+        self,
+        inputs: list[dict[str, np.ndarray]],
+        outputs: list[list[str]],
+        parameters: list[dict[str, Any]] | None = None,
+    ) -> list[Outputs | Failure]:
         with self._lock:
             if not self._child.alive():
                 self._restart(
@@ -124,7 +129,7 @@ class IsolatedInstance(PythonInstance):
             if self._broken:
                 return [Failure(self._broken, "UNAVAILABLE")] * len(inputs)
             try:
-                return self._exchange(inputs, outputs)
+                return self._exchange(inputs, outputs, parameters)
             except ChildDied as died:
                 message = (
                     f"python model '{self.name}' instance {self.spec.name}: its child process "
@@ -133,8 +138,10 @@ class IsolatedInstance(PythonInstance):
                 self._restart(message)
                 return [Failure(message)] * len(inputs)
 
-    def _exchange(self, inputs: list[dict[str, np.ndarray]], outputs: list[list[str]]) -> list[Outputs | Failure]:
-        self._child.send(("execute", inputs, outputs))
+    def _exchange(
+        self, inputs: list[dict[str, np.ndarray]], outputs: list[list[str]], parameters: list[dict[str, Any]] | None
+    ) -> list[Outputs | Failure]:
+        self._child.send(("execute", inputs, outputs, parameters))
         return self._child.answer()[1]
 
     def _restart(self, why: str) -> None:

@@ -15,6 +15,7 @@ import inspect
 import itertools
 import json
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -122,16 +123,14 @@ class ModelRunner:
         self._async = inspect.iscoroutinefunction(self.model.execute)
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def execute(self, inputs: list[dict[str, np.ndarray]], outputs: list[list[str]]) -> list[Outputs | Failure]:
+    def execute(
+        self,
+        inputs: list[dict[str, np.ndarray]],
+        outputs: list[list[str]],
+        parameters: list[dict[str, Any]] | None = None,
+    ) -> list[Outputs | Failure]:
         """Run one batch (one entry per request); a failure fails only the requests it concerns."""
-        requests = [
-            pb_utils.InferenceRequest(
-                model_name=self.name,
-                inputs=[pb_utils.Tensor(name, array) for name, array in request.items()],
-                requested_output_names=names,
-            )
-            for request, names in zip(inputs, outputs, strict=True)
-        ]
+        requests = self._requests(inputs, outputs, parameters)
         try:
             responses = self._call_execute(requests)
         except BaseException as exc:
@@ -149,23 +148,21 @@ class ModelRunner:
         ]
 
     def execute_decoupled(
-        self, inputs: list[dict[str, np.ndarray]], outputs: list[list[str]], sinks: list[Any]
+        self,
+        inputs: list[dict[str, np.ndarray]],
+        outputs: list[list[str]],
+        sinks: list[Any],
+        parameters: list[dict[str, Any]] | None = None,
     ) -> list[Outputs | Failure]:
         """Run one batch of a decoupled model: each request gets a response sender whose responses
         go to that request's sink (a ``response_streams.ResponseStream``), now or later, from any
         thread. Returns once ``execute`` has returned: ``{}`` for a request that is answered through
         its sender, a Failure for one that ``execute`` failed before anything was sent."""
-        requests = []
-        for request, names, sink in zip(inputs, outputs, sinks, strict=True):
-            call = pb_utils.InferenceRequest(
-                model_name=self.name,
-                inputs=[pb_utils.Tensor(name, array) for name, array in request.items()],
-                requested_output_names=names,
-            )
+        requests = self._requests(inputs, outputs, parameters)
+        for call, request, names, sink in zip(requests, inputs, outputs, sinks, strict=True):
             call._sender = pb_utils.InferenceResponseSender(
                 self._deliverer(sink, request, names), functools.partial(getattr, sink, "cancelled")
             )
-            requests.append(call)
         try:
             returned = self._call_execute(requests)
         except BaseException as exc:
@@ -181,16 +178,34 @@ class ModelRunner:
             )
         return [{} for _ in requests]
 
+    def _requests(
+        self,
+        inputs: list[dict[str, np.ndarray]],
+        outputs: list[list[str]],
+        parameters: list[dict[str, Any]] | None = None,
+    ) -> list[pb_utils.InferenceRequest]:
+        """The model's ``InferenceRequest`` per request: its tensors, asked outputs and parameters."""
+        return [
+            pb_utils.InferenceRequest(
+                model_name=self.name,
+                inputs=[pb_utils.Tensor(name, array) for name, array in request.items()],
+                requested_output_names=names,
+                parameters=parameters[index] if parameters is not None else None,
+            )
+            for index, (request, names) in enumerate(zip(inputs, outputs, strict=True))
+        ]
+
     def _deliverer(self, sink: Any, inputs: dict[str, np.ndarray], names: list[str]) -> Any:
         def deliver(response: pb_utils.InferenceResponse | None, final: bool) -> None:
+            sent = time.perf_counter_ns()  # checking the outputs is part of the response's output time
             if response is None:
-                sink.put(StreamedResponse({}, None, final))
+                sink.put(StreamedResponse({}, None, final, sent))
                 return
             checked = self._check(response, inputs, names)
             if isinstance(checked, Failure):
-                sink.put(StreamedResponse({}, FerryError(checked.message, ErrorKind[checked.kind]), final))
+                sink.put(StreamedResponse({}, FerryError(checked.message, ErrorKind[checked.kind]), final, sent))
             else:
-                sink.put(StreamedResponse(checked, None, final))
+                sink.put(StreamedResponse(checked, None, final, sent))
 
         return deliver
 
