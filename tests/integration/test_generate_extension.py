@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as tgrpc
 import tritonclient.http as thttp
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ..conftest import RunningServer, start_server
@@ -204,12 +204,7 @@ JSON_VALUES = st.recursive(
 KEYS = ["PROMPT", "STREAM", "input_ids", "parameters", "id", "priority", "timeout", "FAIL_LAST", "OUTPUT_0_DIM", "k"]
 
 
-@settings(
-    max_examples=50,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@settings(max_examples=50)
 @given(
     endpoint=st.sampled_from(["generate", "generate_stream"]),
     body=st.dictionaries(st.sampled_from(KEYS), JSON_VALUES, max_size=5),
