@@ -208,8 +208,22 @@ def test_huge_priority_levels_are_refused_at_load_with_the_field_named(server) -
     status, text = _post(server, "/v2/repository/models/simple/load", body, {"Content-Type": "application/json"})
     assert time.monotonic() - started < 30
     assert status == 400, (status, text)
-    assert "dynamic_batching.priority_levels 18446744073709551615 exceeds the 1024 levels" in text
+    assert "'dynamic_batching.priority_levels' must be within 0..1024, got 18446744073709551615" in text
     with HttpClient(server.http_url) as client:  # the loaded version keeps serving
+        assert client.is_model_ready("simple")
+
+
+def test_an_override_asking_for_100000_instances_is_refused_naming_the_range(server) -> None:
+    """Issue 38 item 6: the load API's ``config`` override is checked as a config file is; this one
+    kept a load building instances (+3 GB) and later loads queued behind it."""
+    config = {"max_batch_size": 8, "instance_group": [{"count": 100000, "kind": "KIND_CPU"}]}
+    body = json.dumps({"parameters": {"config": json.dumps(config)}}).encode()
+    status, text = _post(server, "/v2/repository/models/simple/load", body, {"Content-Type": "application/json"})
+    assert status == 400, (status, text)
+    assert "'instance_group.count' must be within 0..64, got 100000" in text
+    status, text = _post(server, "/v2/repository/models/simple/load", b"{}", {"Content-Type": "application/json"})
+    assert status == 200, (status, text)  # the next load is not queued behind it
+    with HttpClient(server.http_url) as client:
         assert client.is_model_ready("simple")
 
 
