@@ -420,12 +420,14 @@ class InferenceServicer(InferenceRpcs):
     async def CudaSharedMemoryRegister(
         self, request: pb.CudaSharedMemoryRegisterRequest, context: Context
     ) -> pb.CudaSharedMemoryRegisterResponse:
+        self.plane.shared_memory.check_enabled()
         raise cuda_register_refused(request.name)
 
     @_rpc
     async def CudaSharedMemoryUnregister(
         self, request: pb.CudaSharedMemoryUnregisterRequest, context: Context
     ) -> pb.CudaSharedMemoryUnregisterResponse:
+        self.plane.shared_memory.check_enabled()
         cuda_unregister(request.name)
         return pb.CudaSharedMemoryUnregisterResponse()
 
