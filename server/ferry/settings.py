@@ -162,7 +162,10 @@ class Settings(BaseSettings):
         300.0, gt=0, description="idle gRPC connections close after"
     )
     grpc_max_calls_per_peer: Annotated[int, LIMIT] = Field(
-        1024, gt=0, description="unfinished gRPC calls of one client address (per process); more get RESOURCE_EXHAUSTED"
+        1024,
+        gt=0,
+        description="unfinished gRPC calls of one client address (per process, at most half of its share of "
+        "--grpc-max-concurrent-rpcs, so one address never holds every slot); more get RESOURCE_EXHAUSTED",
     )
     grpc_reads_per_peer: Annotated[int, LIMIT] = Field(
         2,
