@@ -512,6 +512,8 @@ def create_grpc_server(
         limits.reads_per_peer,
         limits.stream_reads_per_peer,
         limits.idle_stream_secs,
+        limits.reads_total,
+        limits.stream_reads_total,
     )
     count_message = servicer.count_message
     raw_methods = servicer.raw_methods

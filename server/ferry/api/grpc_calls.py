@@ -305,11 +305,15 @@ class CallGuard:
         reads_per_peer: int = 2,
         stream_reads_per_peer: int = 8,
         idle_stream_timeout: float = 60.0,
+        reads_total: int = 0,
+        stream_reads_total: int = 0,
     ) -> None:
         self.max_calls_per_peer = max_calls_per_peer
-        self.turns = PeerTurns(reads_per_peer)
+        self.turns = PeerTurns(reads_per_peer, reads_total)
         self.stream_turns = (
-            StreamTurns(stream_reads_per_peer, idle_stream_timeout, _expected) if stream_reads_per_peer else None
+            StreamTurns(stream_reads_per_peer, idle_stream_timeout, _expected, stream_reads_total)
+            if stream_reads_per_peer
+            else None
         )
         self.deadlines = MessageDeadlines(request_timeout)
         self.writes = WriteDeadlines(write_timeout)
