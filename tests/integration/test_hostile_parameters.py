@@ -44,7 +44,9 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 
 
 def _post(server: RunningServer, path: str, body: bytes, content_type: str) -> tuple[int, str]:
-    request = urllib.request.Request(f"http://{server.http_url}{path}", data=body, headers={"Content-Type": content_type})
+    request = urllib.request.Request(
+        f"http://{server.http_url}{path}", data=body, headers={"Content-Type": content_type}
+    )
     try:
         with urllib.request.urlopen(request, timeout=60) as answer:
             return answer.status, answer.read().decode()

@@ -8,7 +8,6 @@ from ..errors import InvalidArgument
 from ..repository.model import ModelVersion
 from ..types import InferenceRequest, TensorSpec
 
-
 #: ``priority`` and ``timeout`` are uint64 in Triton's API; a larger number could not even be handed
 #: to a model process (its JSON hand-off holds 64-bit integers).
 UINT64_MAX = 2**64 - 1
