@@ -16,12 +16,13 @@ import pytest
 from google.protobuf import json_format, text_format
 from google.protobuf.descriptor import Descriptor
 
+from ferry.config_ranges import NUMBER_TYPES, RANGES
+from ferry.ensembles.steps.backend import settings
 from ferry.errors import ModelLoadError
 from ferry.ocr.settings import RANGES as OCR_RANGES
 from ferry.ocr.settings import ocr_settings
 from ferry.repository import validation
 from ferry.repository.config import parse_config_json, read_config_file
-from ferry.repository.config_ranges import NUMBER_TYPES, RANGES
 from ferry.repository.validation import validate_model_config
 from ferry_client.protocol import model_config_pb2 as mc
 
@@ -157,3 +158,16 @@ def test_the_bundled_configs_are_within_range(repository: str) -> None:
             assert "must be within" not in exc.message and "instances" not in exc.message, (path, exc.message)
         if config.platform == "ferry_ocr":
             ocr_settings(config, str(path))
+
+
+def test_a_vision_steps_pipeline_parameters_get_the_same_ranges() -> None:
+    """An ensemble vision step reads its pipeline messages from ``parameters`` (text format)."""
+    config = json_format.ParseDict(
+        {"parameters": {"preprocess": {"string_value": "resize: LIMIT_SIDE limit_side_len: 1073741824"}}},
+        mc.ModelConfig(),
+    )
+    with pytest.raises(ModelLoadError) as failure:
+        settings(config, "preprocess", mc.FerryPreprocess)
+    assert failure.value.message == (
+        "parameters 'preprocess': 'ferry_image.preprocess.limit_side_len' must be within 0..16384, got 1073741824"
+    )

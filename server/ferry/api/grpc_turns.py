@@ -33,6 +33,13 @@ work in flight answers within that time, or counts as idle like any other. Strea
 own intake processes (a unix socket, no peer address) take no turns: each intake gates its own
 clients.
 
+Turns per address are multiplied by the addresses a client has (any local user has 127.0.0.0/8, a
+network client may have an IPv6 /64): 16 loopback addresses x 2 unary calls of 47 MiB held +1.0-1.5
+GB uncounted, 16 addresses x 1 stream +1 GB. So all addresses together hold at most a total of each
+kind of turn (``--grpc-reads-total``, ``--grpc-stream-reads-total``), a freed turn goes address
+after address, and a stream idle on a turn gives way to a waiting stream of any address when all the
+turns are held.
+
 Everything runs on the server's event loop, so plain dicts are the state; one periodic sweep, only
 while a stream waits, looks for idle holders.
 """

@@ -13,11 +13,11 @@ from typing import Any
 
 from ferry_client.protocol import model_config_pb2 as mc
 
+from ..config_ranges import Range
 from ..errors import ModelLoadError
 from ..pipelines.text.db import DbOptions
 from ..pipelines.text.reading import PageOptions
 from ..pipelines.text.sizes import LimitType
-from ..ranges import Range
 
 INPUT = "IMAGE"
 OUTPUTS = ("boxes", "text", "scores")

@@ -130,7 +130,7 @@ def validate_config(config: mc.ModelConfig, source: str) -> None:
                     f"{source}: dynamic_batching.preferred_batch_size {size} must be in "
                     f"1..max_batch_size ({config.max_batch_size})"
                 )
-        levels = batching.priority_levels  # within its range (config_ranges.py): each level is a queue
+        levels = batching.priority_levels  # within its range (ferry/config_ranges.py): each level is a queue
         if batching.default_priority_level > levels:
             raise ModelLoadError(
                 f"{source}: dynamic_batching.default_priority_level {batching.default_priority_level} "

@@ -15,8 +15,8 @@ from google.protobuf.message import Message
 
 from ferry_client.protocol import model_config_pb2 as mc
 
+from ..config_ranges import check_config_ranges
 from ..errors import ModelLoadError
-from .config_ranges import check_config_ranges
 
 if TYPE_CHECKING:
     from .config import ConfigTensor

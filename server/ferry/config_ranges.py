@@ -1,24 +1,50 @@
-"""The range of every number in a model config (``ferry.ranges``), by field path, and the walk that
-checks a config against them before anything is loaded: config files and load-API overrides alike.
+"""Sane ranges for the numbers a model config carries, checked when it loads.
 
-Every numeric field of the schema has an entry (tests/unit/test_config_ranges.py walks the schema),
-except those under fields Ferry refuses outright (``validation.py`` fails the load first). The
-bounds are far above what a real model uses and far below what would exhaust the server: counts of
-things the load builds (instances, queues, warm-up runs), sizes of buffers it allocates (image
-sides, warm-up tensors), delays and timeouts the event loop can schedule, probabilities in 0..1.
+A config reaches the server from the repository or from any caller of the load API (its ``config``
+parameter), so a number is as hostile as a request body: ``instance_group { count: 100000 }`` kept
+a load building instances for ever (3 GB and counting), an OCR ``limit_side_len`` of 2^62 or a NaN
+threshold loaded and waited for the first page. Every number is checked against a range, the same
+way wherever the config came from, and refused with a message naming the field and the range; NaN
+is outside every range.
+
+``RANGES`` has an entry for every numeric field of the schema (tests/unit/test_config_ranges.py
+walks it), except those under fields Ferry refuses outright (``repository/validation.py`` fails the
+load first). The bounds are far above what a real model uses and far below what would exhaust the
+server: counts of things the load builds (instances, queues, warm-up runs), sizes of buffers it
+allocates (image sides, warm-up tensors), delays and timeouts the event loop can schedule,
+probabilities in 0..1. It lives beneath the repository because ensemble vision steps read pipeline
+messages from their ``parameters`` and check them here too.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from ferry_client.protocol import model_config_pb2 as mc
 
-from ..errors import ModelLoadError
-from ..ranges import Range
+from .errors import ModelLoadError
+
+
+@dataclass(frozen=True)
+class Range:
+    """The inclusive range ``low..high`` one number must be in."""
+
+    low: float
+    high: float
+
+    def check(self, value: float, field: str, where: str) -> None:
+        """Refuse ``value`` (``field`` of ``where``) unless it is within the range (NaN never is)."""
+        if not self.low <= value <= self.high:
+            raise ModelLoadError(f"{where}: {field} must be within {_text(self.low)}..{_text(self.high)}, got {value}")
+
+
+def _text(bound: float) -> str:
+    return str(int(bound)) if float(bound).is_integer() else str(bound)
+
 
 _INT64 = 2**63 - 1
 #: A tensor dimension (-1: variable) and an image side in pixels.
@@ -54,7 +80,8 @@ RANGES: dict[str, Range] = {
     "dynamic_batching.priority_queue_policy.key": Range(1, 1024),
     "dynamic_batching.priority_queue_policy.default_timeout_microseconds": _MICROSECONDS,
     "dynamic_batching.priority_queue_policy.max_queue_size": _COUNT,
-    "ensemble_scheduling.step.model_version": Range(-1, _INT64),  # looked up, never allocated
+    # looked up, never allocated; -1 or a version is checked naming the step (ensembles/plan.py)
+    "ensemble_scheduling.step.model_version": Range(-_INT64 - 1, _INT64),
     "ensemble_scheduling.max_inflight_requests": _COUNT,
     "instance_group.count": Range(0, 64),
     "instance_group.gpus": Range(0, 1023),
@@ -114,7 +141,7 @@ NUMBER_TYPES = frozenset(
 def check_config_ranges(config: mc.ModelConfig, model_name: str) -> None:
     """Refuse a config with a number outside its range, naming the field and the range."""
     where = f"model {model_name}"
-    _check_message(config, "", where)
+    check_message_ranges(config, "", where)
     instances = sum(group.count * max(1, len(group.gpus)) for group in config.instance_group)
     if instances > MAX_INSTANCES:
         raise ModelLoadError(
@@ -131,7 +158,8 @@ def check_config_ranges(config: mc.ModelConfig, model_name: str) -> None:
                 )
 
 
-def _check_message(message: Message, prefix: str, where: str) -> None:
+def check_message_ranges(message: Message, prefix: str, where: str) -> None:
+    """Refuse a number of ``message`` (found at ``prefix`` in a config) outside its range."""
     for field, value in message.ListFields():
         path = prefix + field.name
         if field.message_type is None:
@@ -143,9 +171,9 @@ def _check_message(message: Message, prefix: str, where: str) -> None:
             _check_map(field, value, path, where)
         elif field.is_repeated:
             for item in value:
-                _check_message(item, path + ".", where)
+                check_message_ranges(item, path + ".", where)
         else:
-            _check_message(value, path + ".", where)
+            check_message_ranges(value, path + ".", where)
 
 
 def _check_map(field: FieldDescriptor, entries: dict, path: str, where: str) -> None:
@@ -155,4 +183,4 @@ def _check_map(field: FieldDescriptor, entries: dict, path: str, where: str) -> 
         if key_type in NUMBER_TYPES:
             RANGES[path + ".key"].check(key, f"'{path}' key", where)
         if value_field.message_type is not None:
-            _check_message(value, path + ".", where)
+            check_message_ranges(value, path + ".", where)
