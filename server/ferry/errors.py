@@ -21,7 +21,6 @@ class ErrorKind(enum.Enum):
     PERMISSION_DENIED = (403, grpc.StatusCode.PERMISSION_DENIED)
     PAYLOAD_TOO_LARGE = (413, grpc.StatusCode.RESOURCE_EXHAUSTED)
     RESOURCE_EXHAUSTED = (429, grpc.StatusCode.RESOURCE_EXHAUSTED)  # a per-client or server-wide count is used up
-    RESTRICTED = (403, grpc.StatusCode.UNAVAILABLE)  # an API the operator left off: Triton's restricted-API codes
     UNAVAILABLE = (503, grpc.StatusCode.UNAVAILABLE)
     DEADLINE_EXCEEDED = (504, grpc.StatusCode.DEADLINE_EXCEEDED)
     CANCELLED = (499, grpc.StatusCode.CANCELLED)

@@ -78,20 +78,30 @@ def rest_config(app: ASGIApp, s: Settings, security: ServerSecurity, **listener:
 def grpc_limits(s: Settings, processes: int = 1) -> GrpcLimits:
     """The gRPC listener's limits of one of ``processes`` intake processes: grpc counts calls per
     server, and a peer's message turns (unary and streamed) are kept per process (its connections
-    spread over them), so each process gets its share of these server-wide caps."""
+    spread over them), so each process gets its share of these server-wide caps. A peer's turns
+    are at most what all peers together may hold.
+
+    One address may hold at most half of a process's share of the calls: with the share equal to
+    the per-peer cap (1,024 each for two intakes), one client's never-finished calls held every
+    slot of a process, and grpc refused everyone else ("Concurrent RPC limit exceeded!")."""
+    calls = _share(s.grpc_max_concurrent_rpcs, processes)
+    reads_total = _share(s.grpc_reads_total, processes)
+    stream_reads_total = _share(s.grpc_stream_reads_total, processes)
     return GrpcLimits(
         s.grpc_max_concurrent_streams,
-        _share(s.grpc_max_concurrent_rpcs, processes),
+        calls,
         s.grpc_min_ping_interval_secs,
         s.grpc_max_ping_strikes,
         s.grpc_max_metadata_bytes,
         s.grpc_max_connection_idle_secs,
-        s.grpc_max_calls_per_peer,
+        min(s.grpc_max_calls_per_peer, max(1, calls // 2)),
         s.grpc_request_timeout_secs,
         s.grpc_write_timeout_secs,
-        _share(s.grpc_reads_per_peer, processes),
-        _share(s.grpc_stream_reads_per_peer, processes),
+        min(_share(s.grpc_reads_per_peer, processes), reads_total),
+        min(_share(s.grpc_stream_reads_per_peer, processes), stream_reads_total),
         s.grpc_idle_stream_secs,
+        reads_total,
+        stream_reads_total,
     )
 
 

@@ -162,7 +162,10 @@ class Settings(BaseSettings):
         300.0, gt=0, description="idle gRPC connections close after"
     )
     grpc_max_calls_per_peer: Annotated[int, LIMIT] = Field(
-        1024, gt=0, description="unfinished gRPC calls of one client address (per process); more get RESOURCE_EXHAUSTED"
+        1024,
+        gt=0,
+        description="unfinished gRPC calls of one client address (per process, at most half of its share of "
+        "--grpc-max-concurrent-rpcs, so one address never holds every slot); more get RESOURCE_EXHAUSTED",
     )
     grpc_reads_per_peer: Annotated[int, LIMIT] = Field(
         2,
@@ -178,6 +181,18 @@ class Settings(BaseSettings):
         "among intake processes, at least one each), a pool apart from the unary calls': bounds what a client's "
         "streams hold before admission sees it; more streams of one address than this wait on each other; "
         "0: no turns, each open stream may receive one message",
+    )
+    grpc_reads_total: Annotated[int, LIMIT] = Field(
+        4,
+        gt=0,
+        description="unary request messages of all client addresses together received at once (split among intake "
+        "processes): turns per address alone are multiplied by addresses (any local user has 127.0.0.0/8)",
+    )
+    grpc_stream_reads_total: Annotated[int, LIMIT] = Field(
+        8,
+        gt=0,
+        description="streams of all client addresses together waiting for a request message at once (split among "
+        "intake processes); one idle on a turn for --grpc-idle-stream-secs is ended once a stream waits for one",
     )
     grpc_idle_stream_secs: Annotated[float, LIMIT] = Field(
         60.0,

@@ -173,3 +173,43 @@ async def test_a_request_message_that_never_arrives_times_out(grpc_server) -> No
     for attacker in attackers + again:
         assert attacker.transport is not None
         attacker.transport.close()
+
+
+SHARED_CAP = 16  # --grpc-max-concurrent-rpcs: 8 per intake process
+HOLDER = "127.0.0.4"
+
+
+@pytest.fixture(scope="module")
+def two_intakes(tmp_path_factory) -> Iterator[RunningServer]:
+    """Two intakes whose per-peer cap, as configured, equals the server-wide one (issue 38 item 8)."""
+    repo = tmp_path_factory.mktemp("hostile_grpc_slots") / "models"
+    write_mlp_model(repo / "quick", width=16, layers=1)
+    running = start_server(
+        repo,
+        repo.parent / "server.log",
+        *("--grpc-max-concurrent-rpcs", str(SHARED_CAP), "--grpc-max-calls-per-peer", str(SHARED_CAP)),
+        *("--grpc-request-timeout-secs", "120", "--intake-processes", "2"),
+    )
+    yield running
+    running.stop()
+
+
+async def test_never_finished_calls_of_one_address_leave_each_intake_room(two_intakes: RunningServer) -> None:
+    """With two intakes each held half the server-wide cap (8), and one address could hold all of
+    it: 20 connections of never-finished calls had grpc refuse everyone else ("Concurrent RPC limit
+    exceeded!"). Now one address holds at most half a process's share (4): the attacker's calls past
+    it are refused by the per-peer cap, never by grpc's, and another address is served."""
+    connections, streams = 8, 12  # 96 never-finished calls over connections spread on both intakes
+    attackers = await _attack(two_intakes.grpc_port, "ModelInfer", connections, streams, HOLDER)
+    total = connections * streams
+    # the attack state: everything past what the two intakes hold is refused (at most 2 x 8)
+    await _wait(lambda: len(_statuses(attackers)) >= total - SHARED_CAP)
+    messages = [m for a in attackers for m in a.messages.values()]
+    assert set(_statuses(attackers)) == {str(grpc.StatusCode.RESOURCE_EXHAUSTED.value[0])}
+    assert not [m for m in messages if "Concurrent RPC limit exceeded" in m], messages
+    assert all(f"too many unfinished calls from {HOLDER} (limit 4," in m for m in messages), messages
+    for _ in range(8):  # fresh connections of another address, on both intakes: each is served
+        await _infer(two_intakes)
+    for attacker in attackers:
+        assert attacker.transport is not None
+        attacker.transport.close()

@@ -208,8 +208,22 @@ def test_huge_priority_levels_are_refused_at_load_with_the_field_named(server) -
     status, text = _post(server, "/v2/repository/models/simple/load", body, {"Content-Type": "application/json"})
     assert time.monotonic() - started < 30
     assert status == 400, (status, text)
-    assert "dynamic_batching.priority_levels 18446744073709551615 exceeds the 1024 levels" in text
+    assert "'dynamic_batching.priority_levels' must be within 0..1024, got 18446744073709551615" in text
     with HttpClient(server.http_url) as client:  # the loaded version keeps serving
+        assert client.is_model_ready("simple")
+
+
+def test_an_override_asking_for_100000_instances_is_refused_naming_the_range(server) -> None:
+    """Issue 38 item 6: the load API's ``config`` override is checked as a config file is; this one
+    kept a load building instances (+3 GB) and later loads queued behind it."""
+    config = {"max_batch_size": 8, "instance_group": [{"count": 100000, "kind": "KIND_CPU"}]}
+    body = json.dumps({"parameters": {"config": json.dumps(config)}}).encode()
+    status, text = _post(server, "/v2/repository/models/simple/load", body, {"Content-Type": "application/json"})
+    assert status == 400, (status, text)
+    assert "'instance_group.count' must be within 0..64, got 100000" in text
+    status, text = _post(server, "/v2/repository/models/simple/load", b"{}", {"Content-Type": "application/json"})
+    assert status == 200, (status, text)  # the next load is not queued behind it
+    with HttpClient(server.http_url) as client:
         assert client.is_model_ready("simple")
 
 
@@ -242,31 +256,38 @@ def test_aborted_uploads_log_one_short_line_each(server) -> None:
 
 
 def test_shared_memory_is_off_unless_the_operator_allows_it(server) -> None:
-    """A server started without --allow-shared-memory refuses every shared memory call, naming the
-    flag, with Triton's answers for a restricted API (403 / UNAVAILABLE); the object is never opened."""
-    flag = "--allow-shared-memory"
-    body = json.dumps({"key": "/anything", "offset": 0, "byte_size": 64}).encode()
-    status, text = _post(server, "/v2/systemsharedmemory/region/r/register", body, {"Content-Type": "application/json"})
-    assert status == 403 and flag in text, (status, text)
-    with pytest.raises(urllib.error.HTTPError) as refused:
-        urllib.request.urlopen(f"http://{server.http_url}/v2/systemsharedmemory/status", timeout=30)
-    assert refused.value.code == 403
+    """A server started without --allow-shared-memory answers as Triton 2.73 with client shared
+    memory off (issue 42 item 5): status ``[]``, register and unregister (system and CUDA) 501 /
+    UNIMPLEMENTED "Client shared memory is disabled" (a code clients do not retry), naming the flag;
+    a request naming a region gets the same; the object is never opened."""
+    disabled, flag = "Client shared memory is disabled", "--allow-shared-memory"
+    for kind in ("system", "cuda"):
+        with urllib.request.urlopen(f"http://{server.http_url}/v2/{kind}sharedmemory/status", timeout=30) as answer:
+            assert (answer.status, json.loads(answer.read())) == (200, [])
+        body = json.dumps({"key": "/anything", "offset": 0, "byte_size": 64, "device_id": 0}).encode()
+        for path in ("region/r/register", "region/r/unregister", "unregister"):
+            status, text = _post(server, f"/v2/{kind}sharedmemory/{path}", body, {"Content-Type": "application/json"})
+            assert status == 501 and disabled in text and flag in text, (kind, path, status, text)
     shm = {"shared_memory_region": "r", "shared_memory_byte_size": 64}
     infer = {
         "inputs": [{"name": n, "shape": [1, 16], "datatype": "INT32", "parameters": shm} for n in ("INPUT0", "INPUT1")]
     }
     status, text = _post(server, "/v2/models/simple/infer", json.dumps(infer).encode(), {})
-    assert status == 403 and flag in text, (status, text)
+    assert status == 501 and disabled in text, (status, text)
     with grpc.insecure_channel(server.grpc_url) as channel:
         stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        assert not stub.SystemSharedMemoryStatus(pb.SystemSharedMemoryStatusRequest(), timeout=30).regions
+        assert not stub.CudaSharedMemoryStatus(pb.CudaSharedMemoryStatusRequest(), timeout=30).regions
         for method, request in (
             ("SystemSharedMemoryRegister", pb.SystemSharedMemoryRegisterRequest(name="r", key="/x", byte_size=64)),
-            ("SystemSharedMemoryStatus", pb.SystemSharedMemoryStatusRequest()),
             ("SystemSharedMemoryUnregister", pb.SystemSharedMemoryUnregisterRequest()),
+            ("CudaSharedMemoryRegister", pb.CudaSharedMemoryRegisterRequest(name="r", byte_size=64)),
+            ("CudaSharedMemoryUnregister", pb.CudaSharedMemoryUnregisterRequest(name="r")),
         ):
             with pytest.raises(grpc.RpcError) as info:
                 getattr(stub, method)(request, timeout=30)
-            assert info.value.code() == grpc.StatusCode.UNAVAILABLE and flag in info.value.details(), method
+            assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED, method
+            assert disabled in info.value.details() and flag in info.value.details(), method
         extensions = stub.ServerMetadata(pb.ServerMetadataRequest()).extensions
     assert "system_shared_memory" not in extensions
 

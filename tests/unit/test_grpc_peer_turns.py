@@ -65,6 +65,39 @@ async def test_a_turn_handed_to_a_call_cancelled_at_that_moment_is_passed_on() -
     assert turns._receiving == {} and turns._waiting == {}
 
 
+async def test_all_peers_together_hold_at_most_total_turns_handed_over_peer_after_peer() -> None:
+    """Issue 38 item 7: per-address turns were multiplied by addresses; now all of them together
+    hold at most ``total``, and a freed turn goes to the peer waiting longest that may take one."""
+    turns = PeerTurns(2, total=3)
+    assert turns.enter_now("a") and turns.enter_now("a")
+    assert turns.enter_now("b")
+    assert not turns.enter_now("c")  # under its own limit, but every turn of all peers is held
+    served: list[str] = []
+
+    async def wait(peer: str) -> None:
+        await turns.wait(peer)
+        served.append(peer)
+
+    waiters = [asyncio.create_task(wait(peer)) for peer in ("c", "a", "c", "d")]
+    await asyncio.sleep(0)
+    turns.leave("b")  # c waited first
+    await asyncio.sleep(0)
+    assert served == ["c"] and turns.held == 3
+    turns.leave("a")  # c went to the back once served: a, under its limit again, is next
+    await asyncio.sleep(0)
+    assert served == ["c", "a"]
+    turns.leave("c")  # peers in turn: d, which has not been served yet, before c's second call
+    await asyncio.sleep(0)
+    assert served == ["c", "a", "d"]
+    for peer in ("a", "a", "d"):
+        turns.leave(peer)
+        await asyncio.sleep(0)
+    assert served == ["c", "a", "d", "c"]
+    await asyncio.gather(*waiters)
+    turns.leave("c")
+    assert turns.held == 0 and turns._receiving == {} and turns._waiting == {}
+
+
 @pytest.mark.parametrize(("processes", "turns", "calls"), [(1, 2, 2048), (2, 1, 1024), (3, 1, 683), (4, 1, 512)])
 def test_intake_processes_share_a_peers_turns_and_the_call_cap(processes: int, turns: int, calls: int) -> None:
     """Each intake process keeps its own turns, and a client's connections spread over them: the
@@ -73,3 +106,8 @@ def test_intake_processes_share_a_peers_turns_and_the_call_cap(processes: int, t
     settings = Settings(grpc_reads_per_peer=2, grpc_stream_reads_per_peer=2, grpc_max_concurrent_rpcs=2048)
     limits = grpc_limits(settings, processes)
     assert (limits.reads_per_peer, limits.stream_reads_per_peer, limits.max_concurrent_rpcs) == (turns, turns, calls)
+    # all addresses together: the totals are split too, and a peer's turns never exceed them (item 7)
+    assert (limits.reads_total, limits.stream_reads_total) == (-(-4 // processes), -(-8 // processes))
+    assert limits.reads_per_peer <= limits.reads_total and limits.stream_reads_per_peer <= limits.stream_reads_total
+    # one address holds at most half a process's share of the calls (issue 38 item 8)
+    assert limits.max_calls_per_peer == min(settings.grpc_max_calls_per_peer, calls // 2)

@@ -49,7 +49,7 @@ def test_overrides_are_parsed_by_type() -> None:
         ({"box_threshold": "high"}, "'box_threshold' must be a float, got 'high'"),
         ({"dilate": "yes"}, "'dilate' must be a bool"),
         ({"limit_type": "long"}, "'limit_type' must be min or max"),
-        ({"recognition_batch": "0"}, "must be positive"),
+        ({"recognition_batch": "0"}, "must be within 1..256"),
     ],
 )
 def test_unknown_or_malformed_parameters_fail_the_load(parameters: dict[str, str], message: str) -> None:

@@ -125,18 +125,19 @@ def test_links_other_owners_and_non_regular_objects_are_refused(registry: Shared
     assert registry.count() == 0 and strict.count() == 0
 
 
-def test_a_disabled_registry_names_the_flag(tmp_path: Path) -> None:
+def test_a_disabled_registry_answers_as_triton_with_client_shm_off(tmp_path: Path) -> None:
+    """Status is empty; everything else is UNIMPLEMENTED (not retried) with Triton's words and the flag."""
     (tmp_path / "obj").write_bytes(bytes(64))
     registry = SharedMemoryRegistry(root=tmp_path, enabled=False)
+    assert registry.status(A) == []
     for call in (
         lambda: registry.register(A, "r", "/obj", 0, 8),
-        lambda: registry.status(A),
         lambda: registry.unregister(A),
         lambda: registry.read(A, SharedMemoryRef("r", 0, 8), "x"),
     ):
-        with pytest.raises(FerryError, match="--allow-shared-memory") as info:
+        with pytest.raises(FerryError, match="^Client shared memory is disabled: .*--allow-shared-memory") as info:
             call()
-        assert info.value.kind is ErrorKind.RESTRICTED
+        assert info.value.kind is ErrorKind.UNIMPLEMENTED
 
 
 def test_unregister_while_a_read_holds_the_descriptor(registry: SharedMemoryRegistry, tmp_path: Path) -> None:

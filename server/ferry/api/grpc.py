@@ -420,12 +420,14 @@ class InferenceServicer(InferenceRpcs):
     async def CudaSharedMemoryRegister(
         self, request: pb.CudaSharedMemoryRegisterRequest, context: Context
     ) -> pb.CudaSharedMemoryRegisterResponse:
+        self.plane.shared_memory.check_enabled()
         raise cuda_register_refused(request.name)
 
     @_rpc
     async def CudaSharedMemoryUnregister(
         self, request: pb.CudaSharedMemoryUnregisterRequest, context: Context
     ) -> pb.CudaSharedMemoryUnregisterResponse:
+        self.plane.shared_memory.check_enabled()
         cuda_unregister(request.name)
         return pb.CudaSharedMemoryUnregisterResponse()
 
@@ -510,6 +512,8 @@ def create_grpc_server(
         limits.reads_per_peer,
         limits.stream_reads_per_peer,
         limits.idle_stream_secs,
+        limits.reads_total,
+        limits.stream_reads_total,
     )
     count_message = servicer.count_message
     raw_methods = servicer.raw_methods

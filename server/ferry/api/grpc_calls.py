@@ -5,8 +5,9 @@ that opens thousands of calls and never finishes them hold every slot: everyone 
 ``CallGuard`` wraps each method handler of the service, so it sees each call as it arrives (before
 its request message), and adds
 
-- a cap on the unfinished calls of one peer address (``max_calls_per_peer``): past it that peer's
-  new calls get RESOURCE_EXHAUSTED at once, other peers keep their share of the server-wide cap;
+- a cap on the unfinished calls of one peer address (``max_calls_per_peer``, at most half of the
+  process's share of the server-wide cap: ``front_doors.grpc_limits``): past it that peer's new
+  calls get RESOURCE_EXHAUSTED at once, other peers keep their share of the server-wide cap;
 - a deadline for a unary call's request message (``request_timeout``): a call whose message never
   completes (headers sent, data withheld) is ended with DEADLINE_EXCEEDED and frees its slot.
 - turns for receiving request messages (``grpc_turns.py``): grpc reads a message whole, and parses
@@ -15,7 +16,8 @@ its request message), and adds
   peer's turn, at most ``reads_per_peer`` at a time (the wait counts against the message's
   deadline); a stream asks for each of its messages in a turn of a pool of its own
   (``stream_reads_per_peer``, 0 for none), and one idle on a turn for ``idle_stream_timeout`` is
-  ended once another stream of its address waits.
+  ended once another stream of its address waits. All peers together hold at most ``reads_total``
+  and ``stream_reads_total`` turns.
 
 - answers held until written: a unary call is served as a stream-unary call that reads one message
   (the same bytes on the wire, so clients cannot tell; it lets the guard see the call before its
@@ -305,11 +307,15 @@ class CallGuard:
         reads_per_peer: int = 2,
         stream_reads_per_peer: int = 8,
         idle_stream_timeout: float = 60.0,
+        reads_total: int = 0,
+        stream_reads_total: int = 0,
     ) -> None:
         self.max_calls_per_peer = max_calls_per_peer
-        self.turns = PeerTurns(reads_per_peer)
+        self.turns = PeerTurns(reads_per_peer, reads_total)
         self.stream_turns = (
-            StreamTurns(stream_reads_per_peer, idle_stream_timeout, _expected) if stream_reads_per_peer else None
+            StreamTurns(stream_reads_per_peer, idle_stream_timeout, _expected, stream_reads_total)
+            if stream_reads_per_peer
+            else None
         )
         self.deadlines = MessageDeadlines(request_timeout)
         self.writes = WriteDeadlines(write_timeout)

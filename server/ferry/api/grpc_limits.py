@@ -29,6 +29,8 @@ class GrpcLimits:
     reads_per_peer: int = 2
     stream_reads_per_peer: int = 8
     idle_stream_secs: float = 60.0
+    reads_total: int = 4
+    stream_reads_total: int = 8
 
     def channel_options(self) -> list[tuple[str, int]]:
         return [

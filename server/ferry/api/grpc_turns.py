@@ -33,6 +33,13 @@ work in flight answers within that time, or counts as idle like any other. Strea
 own intake processes (a unix socket, no peer address) take no turns: each intake gates its own
 clients.
 
+Turns per address are multiplied by the addresses a client has (any local user has 127.0.0.0/8, a
+network client may have an IPv6 /64): 16 loopback addresses x 2 unary calls of 47 MiB held +1.0-1.5
+GB uncounted, 16 addresses x 1 stream +1 GB. So all addresses together hold at most a total of each
+kind of turn (``--grpc-reads-total``, ``--grpc-stream-reads-total``), a freed turn goes address
+after address, and a stream idle on a turn gives way to a waiting stream of any address when all the
+turns are held.
+
 Everything runs on the server's event loop, so plain dicts are the state; one periodic sweep, only
 while a stream waits, looks for idle holders.
 """
@@ -60,24 +67,42 @@ SWEEPS_PER_TIMEOUT = 4
 
 
 class PeerTurns:
-    """At most ``limit`` request messages of one peer being received at once; the others wait in
-    arrival order. Everything runs on the server's event loop, so plain dicts are the state."""
+    """At most ``limit`` request messages of one peer being received at once, and at most ``total``
+    of all peers together (0: no such cap); the others wait, in arrival order within a peer and
+    peer after peer across them (a peer just served goes to the back). Everything runs on the
+    server's event loop, so plain dicts are the state.
 
-    def __init__(self, limit: int) -> None:
+    Why ``total``: turns per address alone are multiplied by addresses, and any local user has
+    127.0.0.0/8 (a network client, an IPv6 /64): 16 loopback addresses x 2 unary calls of 47 MiB
+    held +1.0-1.5 GB uncounted, 16 addresses x 1 stream +1 GB."""
+
+    def __init__(self, limit: int, total: int = 0) -> None:
         self.limit = limit
+        self.total = total
+        self.held = 0
         self._receiving: dict[str, int] = {}
         self._waiting: dict[str, collections.deque[asyncio.Future[None]]] = {}
 
+    def full(self) -> bool:
+        """All peers together hold every turn."""
+        return bool(self.total) and self.held >= self.total
+
+    def peer_full(self, peer: str) -> bool:
+        return self._receiving.get(peer, 0) >= self.limit
+
     def enter_now(self, peer: str) -> bool:
         """Take a turn if one is free (the usual case: no suspension on the hot path)."""
-        count = self._receiving.get(peer, 0)
-        if count >= self.limit:
+        if self.peer_full(peer) or self.full():
             return False
-        self._receiving[peer] = count + 1
+        self._take(peer)
         return True
 
+    def _take(self, peer: str) -> None:
+        self._receiving[peer] = self._receiving.get(peer, 0) + 1
+        self.held += 1
+
     async def wait(self, peer: str) -> None:
-        """Wait for a turn that ``leave`` hands over (it stays counted as the leaver's was)."""
+        """Wait for a turn that ``leave`` hands over (counted as this peer's when handed over)."""
         turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         queue = self._waiting.setdefault(peer, collections.deque())
         queue.append(turn)
@@ -95,21 +120,31 @@ class PeerTurns:
 
     def leave(self, peer: str) -> None:
         """A message has arrived (or its call ended): hand the turn to the next waiting call."""
-        queue = self._waiting.get(peer)
-        while queue:
-            turn = queue.popleft()
-            if not turn.done():
-                turn.set_result(None)
-                if not queue:
-                    del self._waiting[peer]
-                return
-        if queue is not None:
-            del self._waiting[peer]
         left = self._receiving[peer] - 1
         if left:
             self._receiving[peer] = left
         else:
             del self._receiving[peer]
+        self.held -= 1
+        self._hand_over()
+
+    def _hand_over(self) -> None:
+        """Give the free turn to the first waiting peer (longest waiting since it was last served)
+        that is under its own limit."""
+        if self.full():
+            return
+        for peer in list(self._waiting):
+            if self.peer_full(peer):
+                continue
+            queue = self._waiting.pop(peer)
+            while queue:
+                turn = queue.popleft()
+                if not turn.done():
+                    turn.set_result(None)
+                    self._take(peer)
+                    if queue:
+                        self._waiting[peer] = queue  # to the back: the other peers come first
+                    return
 
 
 class Turn:
@@ -156,11 +191,12 @@ class StreamActivity:
 
 
 class StreamTurns:
-    """At most ``per_peer`` streams of one peer waiting for a request message at once (see the
-    module docstring); ``idle_timeout``: when one idle on a turn gives way to a waiting one."""
+    """At most ``per_peer`` streams of one peer, and ``total`` of all peers, waiting for a request
+    message at once (see the module docstring); ``idle_timeout``: when one idle on a turn gives way
+    to a waiting one (of its address; of any address when the waiting one is held up by ``total``)."""
 
-    def __init__(self, per_peer: int, idle_timeout: float, expected: set[object]) -> None:
-        self.turns = PeerTurns(per_peer)
+    def __init__(self, per_peer: int, idle_timeout: float, expected: set[object], total: int = 0) -> None:
+        self.turns = PeerTurns(per_peer, total)
         self.idle_timeout = idle_timeout
         self.expected = expected  # calls whose failed writes grpc.aio logs, expected (grpc_calls.py)
         self.period = min(1.0, idle_timeout / SWEEPS_PER_TIMEOUT)
@@ -216,25 +252,37 @@ class StreamTurns:
             self.expected.discard(stream.task)
 
     def _end_idle(self) -> None:
-        """End, for each address whose streams have waited a sweep period for a turn, its stream
-        idle longest on one, if that is ``idle_timeout`` or more."""
+        """End, for each address whose streams have waited a sweep period for a turn, the stream
+        idle longest on a turn it waits for, if that is ``idle_timeout`` or more: one of its own
+        address, or of any address when all of them together hold every turn."""
         now = time.monotonic()
         for peer, waiting in list(self._waiting.items()):
             if not waiting or now - min(waiting.values()) < self.period:
                 continue  # (a busy holder's turn is about to come free)
-            idle = [s for s in self._holders.get(peer, ()) if not s.ended and now - s.last >= self.idle_timeout]
-            if idle:
-                self._end(peer, min(idle, key=lambda s: s.last), now)
+            everyone = not self.turns.peer_full(peer)
+            holders = [
+                (holder, stream)
+                for holder, streams in self._holders.items()
+                if everyone or holder == peer
+                for stream in streams
+                if not stream.ended and now - stream.last >= self.idle_timeout
+            ]
+            if holders:
+                holder, stream = min(holders, key=lambda pair: pair[1].last)
+                self._end(holder, stream, now, everyone)
         self._sweep = None
         if self._waiting:
             self._sweep = asyncio.get_running_loop().call_later(self.period, self._end_idle)
 
-    def _end(self, peer: str, stream: StreamActivity, now: float) -> None:
-        details = (
-            f"the stream was idle for {now - stream.last:.0f} s holding one of the "
-            f"{self.turns.limit} message turns of {peer} while another stream of that address waited "
-            "(--grpc-stream-reads-per-peer, --grpc-idle-stream-secs)"
+    def _end(self, peer: str, stream: StreamActivity, now: float, everyone: bool) -> None:
+        turns = (
+            f"the {self.turns.total} message turns of all clients while a stream of another address waited "
+            "(--grpc-stream-reads-total"
+            if everyone
+            else f"the {self.turns.limit} message turns of {peer} while another stream of that address waited "
+            "(--grpc-stream-reads-per-peer"
         )
+        details = f"the stream was idle for {now - stream.last:.0f} s holding one of {turns}, --grpc-idle-stream-secs)"
         stream.ended = True
         self.expected.add(stream.task)
         if grpc_cancel.end_call(stream.context, grpc.StatusCode.UNAVAILABLE, details):

@@ -15,6 +15,7 @@ from typing import Any
 from starlette.datastructures import QueryParams
 
 from ..errors import InvalidArgument
+from ..inference.validation import UINT64_MAX
 
 
 @dataclass(frozen=True)
@@ -30,8 +31,11 @@ class QueryOption:
     def accepts(self) -> str:
         noun = "an integer" if self.kind is int else "a number"
         if self.high is None:
-            return f"{noun} >= {self.low:g}"
-        return f"{noun} between {self.low:g} and {self.high:g}"
+            return f"{noun} >= {self._bound(self.low)}"
+        return f"{noun} between {self._bound(self.low)} and {self._bound(self.high)}"
+
+    def _bound(self, value: float) -> str:
+        return str(int(value)) if self.kind is int else f"{value:g}"
 
     def parse(self, text: str) -> int | float:
         if text.strip() == "":
@@ -56,8 +60,8 @@ DETECT_QUERY = (
 
 #: V2 infer's request parameters, accepted as query parameters by /classify and /detect.
 INFER_QUERY = (
-    QueryOption("priority", int, 0, None, "queue priority, as V2 infer's 'priority' parameter (1 is highest)"),
-    QueryOption("timeout", int, 0, None, "queue timeout in microseconds, as V2 infer's 'timeout' parameter"),
+    QueryOption("priority", int, 0, UINT64_MAX, "queue priority, as V2 infer's 'priority' parameter (1 is highest)"),
+    QueryOption("timeout", int, 0, UINT64_MAX, "queue timeout in microseconds, as V2 infer's 'timeout' parameter"),
 )
 INFER_PARAMETERS = tuple(option.name for option in INFER_QUERY)
 

@@ -44,8 +44,9 @@ BYTE_SIZE = "shared_memory_byte_size"
 MAX_NAME_BYTES = 255  # NAME_MAX, for keys; region names get the same bound
 #: What a key may hold after its leading '/': a portable file name, no '/' and no control bytes.
 KEY_CHARACTERS = re.compile(r"[A-Za-z0-9._:@+=~,%-]+")
+#: Triton's words (2.73 turns client shared memory off by default too), then how to turn it on.
 DISABLED = (
-    "system shared memory is disabled on this server; the operator can enable it with "
+    "Client shared memory is disabled: the operator can enable system shared memory with "
     "--allow-shared-memory (FERRY_ALLOW_SHARED_MEMORY=true)"
 )
 #: Keys Triton keeps for its Python backend's own regions; refused as Triton refuses them.
@@ -79,7 +80,9 @@ class Region:
 class SharedMemoryRegistry:
     """The registered system shared memory regions, by owner and name.
 
-    ``enabled`` False: every call answers that the extension is off (``DISABLED``)."""
+    ``enabled`` False: as Triton with client shared memory off, the status is empty (nothing is
+    ever registered) and every other call answers ``DISABLED`` with UNIMPLEMENTED (501), a code
+    clients do not retry."""
 
     def __init__(
         self,
@@ -100,7 +103,7 @@ class SharedMemoryRegistry:
 
     def check_enabled(self) -> None:
         if not self.enabled:
-            raise FerryError(DISABLED, ErrorKind.RESTRICTED)
+            raise FerryError(DISABLED, ErrorKind.UNIMPLEMENTED)
 
     # --- registration ---------------------------------------------------------------------------
 
@@ -210,7 +213,6 @@ class SharedMemoryRegistry:
 
     def status(self, owner: str, name: str = "") -> list[dict[str, Any]]:
         """Every region of ``owner``, or one of them (NOT_FOUND when ``owner`` has none of that name)."""
-        self.check_enabled()
         if name:
             check_region_name(name)
         with self._lock:

@@ -22,7 +22,8 @@ def add_shared_memory_routes(
     app: FastAPI, registry: SharedMemoryRegistry, identify: Identify, json_body: JsonBody, json_response: JsonResponse
 ) -> None:
     """Register, unregister and status for system shared memory; CUDA shared memory as a
-    Triton built without GPUs answers it (``cuda_shared_memory``)."""
+    Triton built without GPUs answers it (``cuda_shared_memory``). With shared memory off, both
+    answer as Triton with client shared memory off: status ``[]``, the rest 501."""
 
     def owner(request: Request) -> str:
         return identify(request.headers.get("authorization"))
@@ -55,10 +56,12 @@ def add_shared_memory_routes(
 
     @app.post("/v2/cudasharedmemory/region/{name}/register")
     async def cuda_register(name: str) -> Response:
+        registry.check_enabled()
         raise cuda_register_refused(name)
 
     @app.post("/v2/cudasharedmemory/unregister")
     @app.post("/v2/cudasharedmemory/region/{name}/unregister")
     async def cuda_unregister_route(name: str = "") -> Response:
+        registry.check_enabled()
         cuda_unregister(name)
         return Response(status_code=200)

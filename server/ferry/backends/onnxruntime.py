@@ -27,6 +27,9 @@ from ..paths import inside
 from .base import Backend, InstanceSpec, ModelIO, TensorInfo, config_parameter
 from .batch_profile import batch_profile, profile_option_strings
 
+#: ONNX Runtime's error for inputs its graph refuses (status INVALID_ARGUMENT).
+ORT_INVALID_ARGUMENT = ort.capi.onnxruntime_pybind11_state.InvalidArgument
+
 log = logging.getLogger(__name__)
 
 _DATATYPE_BY_ORT_TYPE = {
@@ -354,10 +357,16 @@ class OnnxRuntimeInstance:
         if self._fixed is not None:
             return self._fixed.run(inputs, outputs)
         feeds = {name: self._to_ort(name, array) for name, array in inputs.items()}
-        if self._bf16:
-            return self._run_ort_values(feeds, outputs)
-        large = sum(array.nbytes for array in inputs.values()) >= SHRINK_ARENA_AFTER_BYTES
-        results = self.session.run(outputs, feeds, self._shrinking if large else None)
+        try:
+            if self._bf16:
+                return self._run_ort_values(feeds, outputs)
+            large = sum(array.nbytes for array in inputs.values()) >= SHRINK_ARENA_AFTER_BYTES
+            results = self.session.run(outputs, feeds, self._shrinking if large else None)
+        except ORT_INVALID_ARGUMENT as exc:
+            # the inputs passed the config's dims but not the graph (a zero-sized -1 dimension
+            # under a convolution, say): the caller's to fix, and only the requests of this batch,
+            # whose inputs share these shapes, see it
+            raise InvalidArgument(f"the model cannot run on these inputs: {exc}") from None
         return {name: self._from_ort(value) for name, value in zip(outputs, results, strict=False)}
 
     def _to_ort(self, name: str, array: np.ndarray) -> np.ndarray:

@@ -8,14 +8,18 @@ from ..errors import InvalidArgument
 from ..repository.model import ModelVersion
 from ..types import InferenceRequest, TensorSpec
 
+#: ``priority`` and ``timeout`` are uint64 in Triton's API; a larger number could not even be handed
+#: to a model process (its JSON hand-off holds 64-bit integers).
+UINT64_MAX = 2**64 - 1
+
 
 def int_parameter(request: InferenceRequest, key: str) -> int | None:
-    """A non-negative integer request parameter (``priority``, ``timeout``), or None when absent."""
+    """An unsigned 64-bit request parameter (``priority``, ``timeout``), or None when absent."""
     value = request.parameters.get(key)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidArgument(f"request parameter '{key}' must be a non-negative integer, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= UINT64_MAX:
+        raise InvalidArgument(f"request parameter '{key}' must be an integer between 0 and {UINT64_MAX}, got {value!r}")
     return value
 
 

@@ -66,6 +66,7 @@ from ..errors import (
     Unavailable,
     Unimplemented,
 )
+from ..inference.validation import int_parameter
 from ..inflight import hold_for_current
 from ..types import (
     InferenceRequest,
@@ -416,6 +417,8 @@ class HandoffClient:
         stream (``DecoupledModel`` when its model is decoupled)."""
         if self.lost.is_set():
             raise HandoffLost("the model process is not reachable; retry later", retry_after=1)
+        for key in ("priority", "timeout"):  # checked here: the JSON header would carry NaN as null (left out)
+            int_parameter(request, key)
         # the block is a copy of the inputs that lives until the model process answers: counted
         # (and refused past the cap) on the request's own ticket, as one process counts its copies
         where, descs = _write_tensors(self._requests, list(request.inputs.items()), hold_for_current)

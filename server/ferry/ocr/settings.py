@@ -1,7 +1,9 @@
 """An OCR model's config: which models do each stage, and the reference's thresholds.
 
 Everything is a ``parameters`` entry (string values), so a plain Triton-style ``config.pbtxt``
-carries it; an unknown key fails the load, as does a value that is not a number where one is due.
+carries it; an unknown key fails the load, as does a value that is not a number where one is due or
+a number outside its range (``RANGES``: what the page, its crops and the recognition batches are
+sized by, so a load-API override of 2^62 or NaN cannot reach a page).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from typing import Any
 
 from ferry_client.protocol import model_config_pb2 as mc
 
+from ..config_ranges import Range
 from ..errors import ModelLoadError
 from ..pipelines.text.db import DbOptions
 from ..pipelines.text.reading import PageOptions
@@ -22,6 +25,24 @@ _MODELS = {"detector": "text_detector", "angle_classifier": "text_angle", "recog
 _DETECTOR_SIZE = ("limit_side_len", "limit_type")
 #: PP-OCRv4's detector size rule in rapidocr: the shorter side up to 736.
 DEFAULT_LIMIT, DEFAULT_LIMIT_TYPE = 736, "min"
+_SIDE, _PROBABILITY = Range(1, 8192), Range(0, 1)
+#: The range of every number an OCR model's parameters carry.
+RANGES = {
+    "limit_side_len": _SIDE,
+    "binarize_threshold": _PROBABILITY,
+    "box_threshold": _PROBABILITY,
+    "unclip_ratio": Range(0, 16),
+    "max_candidates": Range(0, 100_000),
+    "max_side": _SIDE,
+    "min_side": Range(0, 4096),
+    "min_height": Range(0, 4096),
+    "width_height_ratio": Range(0, 1000),
+    "text_score": _PROBABILITY,
+    "angle_threshold": _PROBABILITY,
+    "recognition_batch": Range(1, 256),
+    "recognition_height": Range(1, 256),
+    "recognition_min_width": _SIDE,
+}
 
 
 @dataclass(frozen=True)
@@ -56,8 +77,6 @@ def ocr_settings(config: mc.ModelConfig, source: str) -> OcrSettings:
         **{f.name: _number(values, f.name, getattr(PageOptions(), f.name), source) for f in fields(PageOptions)}
     )
     limit = int(_number(values, "limit_side_len", DEFAULT_LIMIT, source))
-    if limit <= 0 or page.recognition_batch <= 0 or page.recognition_height <= 0:
-        raise ModelLoadError(f"{source}: limit_side_len, recognition_batch and recognition_height must be positive")
     return OcrSettings(
         **{role: values.get(role) or default for role, default in _MODELS.items()},
         limit_side_len=limit,
@@ -77,8 +96,10 @@ def _number(values: dict[str, str], key: str, default: Any, source: str) -> Any:
             if text.lower() not in ("true", "false"):
                 raise ValueError(text)
             return text.lower() == "true"
-        return type(default)(text)
+        number = type(default)(text)
     except ValueError:
         raise ModelLoadError(
             f"{source}: parameters '{key}' must be a {type(default).__name__}, got {values[key]!r}"
         ) from None
+    RANGES[key].check(number, f"parameters '{key}'", source)
+    return number

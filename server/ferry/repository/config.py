@@ -112,11 +112,6 @@ def tensor_specs(tensors: Iterable[ConfigTensor], kind: str, source: str) -> lis
     return specs
 
 
-#: Each priority level is a queue: a bound keeps ``priority_levels: 18446744073709551615`` (which
-#: Triton accepts) from exhausting memory at load.
-MAX_PRIORITY_LEVELS = 1024
-
-
 def validate_config(config: mc.ModelConfig, source: str) -> None:
     """Check the parts of a config the server relies on; raise ModelLoadError naming the field."""
     if config.max_batch_size < 0:
@@ -135,12 +130,7 @@ def validate_config(config: mc.ModelConfig, source: str) -> None:
                     f"{source}: dynamic_batching.preferred_batch_size {size} must be in "
                     f"1..max_batch_size ({config.max_batch_size})"
                 )
-        levels = batching.priority_levels
-        if levels > MAX_PRIORITY_LEVELS:
-            raise ModelLoadError(
-                f"{source}: dynamic_batching.priority_levels {levels} exceeds the {MAX_PRIORITY_LEVELS} "
-                "levels Ferry supports (each level is a queue)"
-            )
+        levels = batching.priority_levels  # within its range (ferry/config_ranges.py): each level is a queue
         if batching.default_priority_level > levels:
             raise ModelLoadError(
                 f"{source}: dynamic_batching.default_priority_level {batching.default_priority_level} "

@@ -15,6 +15,7 @@ from google.protobuf.message import Message
 
 from ferry_client.protocol import model_config_pb2 as mc
 
+from ..config_ranges import check_config_ranges
 from ..errors import ModelLoadError
 
 if TYPE_CHECKING:
@@ -77,6 +78,7 @@ def validate_model_config(config: mc.ModelConfig, model_name: str) -> None:
     _check_instance_groups(config, model_name)
     if config.HasField("dynamic_batching"):
         _check_dynamic_batching(config.dynamic_batching, config.max_batch_size, model_name)
+    check_config_ranges(config, model_name)  # after the refusals: fields Ferry refuses have no ranges
 
 
 def _check_unsupported(config: mc.ModelConfig, model_name: str) -> None:

@@ -20,6 +20,7 @@ from ferry_client.codec import datatype_from_config
 from ferry_client.protocol import model_config_pb2 as mc
 
 from ...backends.base import Backend, InstanceSpec, ModelIO, TensorInfo, config_parameter
+from ...config_ranges import check_message_ranges
 from ...errors import ModelLoadError
 from . import STEP_PARAMETER
 
@@ -70,6 +71,7 @@ def settings(config: mc.ModelConfig, key: str, message: type[M]) -> M:
         raise ModelLoadError(f"parameters '{key}': {exc}") from None
     if isinstance(parsed, mc.FerryPreprocess) and parsed.device == mc.FerryPreprocess.GPU:
         raise ModelLoadError(f"parameters '{key}': device: GPU is not supported in a vision step (CPU only)")
+    check_message_ranges(parsed, f"ferry_image.{key}.", f"parameters '{key}'")  # as in a model's ferry_image
     return parsed
 
 
