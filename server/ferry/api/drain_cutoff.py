@@ -1,0 +1,77 @@
+"""The end of the drain: requests still running when the exit timeout passes are answered
+503 / UNAVAILABLE "shutting down", as decoupled streams already are, instead of being cut off by
+the front doors (uvicorn answers a cancelled request 500 with a traceback, grpc CANCELLED).
+
+Each REST request and unary gRPC call registers the task serving it; ``cut_off`` cancels those
+still running, and the front door turns that cancellation into the error. Work in engine threads
+cannot be stopped this way: the server abandons it and exits (``server.FerryServer.shutdown``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..errors import Unavailable
+from .http import error_response
+
+
+class DrainCutoff:
+    """The tasks of the requests in flight, and whether the drain has ended."""
+
+    def __init__(self) -> None:
+        self.tasks: set[asyncio.Task] = set()
+        self.error: Unavailable | None = None  # set once the drain's time is up
+        self.cut = 0  # how many requests it ended
+
+    def cut_off(self, timeout: float) -> int:
+        """The exit timeout has passed: end every request still running with the error. Returns how many."""
+        self.error = Unavailable(
+            f"the server is shutting down: the request was still running after the exit timeout ({timeout:g}s)"
+        )
+        running = list(self.tasks)
+        for task in running:
+            task.cancel()
+        self.cut = len(running)
+        return self.cut
+
+    def taken(self, task: asyncio.Task) -> Unavailable | None:
+        """The error to answer with when ``task`` was cancelled by ``cut_off`` (None: another cancellation)."""
+        if self.error is None:
+            return None
+        task.uncancel()  # the request goes on, to send its answer
+        return self.error
+
+
+class CutoffApp:
+    """REST: registers each request's task, answers one cut off with a JSON 503 if nothing was sent yet."""
+
+    def __init__(self, app: ASGIApp, cutoff: DrainCutoff) -> None:
+        self.app = app
+        self.cutoff = cutoff
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        task = asyncio.current_task()
+        assert task is not None  # uvicorn runs each request in a task of its own
+        tasks = self.cutoff.tasks
+        tasks.add(task)
+        answering = False
+
+        async def watched_send(message: Message) -> None:
+            nonlocal answering
+            answering = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watched_send)
+        except asyncio.CancelledError:
+            error = None if answering else self.cutoff.taken(task)
+            if error is None:
+                raise
+            await error_response(error.message, error.http_status)(scope, receive, send)
+        finally:
+            tasks.discard(task)
