@@ -179,9 +179,12 @@ class FerryServer:
         self.plane.started = True
         log.info("models in %s:\n%s", self.manager.repository, model_table(self.manager.index()))
         intake = f"{self.intakes.count} intake processes" if self.intakes is not None else "one process"
+        unready = self.manager.unready_named_models()
+        if not s.strict_readiness and self.manager.ready_models():
+            unready = []  # ready, though not every model is (the table above says which)
         log.info(
             "%s; repository %s (%s mode), %s, %s",
-            ready_line(s.host, s.http_port, s.grpc_port, s.metrics_port),
+            ready_line(s.host, s.http_port, s.grpc_port, s.metrics_port, unready),
             self.manager.repository,
             s.model_control_mode.value,
             self.security.describe(),
