@@ -72,8 +72,7 @@ def check_repository(path: Path) -> None:
     if sign:
         parent = path.resolve().parent
         raise UserError(
-            f"model repository '{path}' holds {sign}: this looks like a model directory; give its parent "
-            f"('{parent}')"
+            f"model repository '{path}' holds {sign}: this looks like a model directory; give its parent ('{parent}')"
         )
 
 
