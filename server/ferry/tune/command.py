@@ -17,7 +17,7 @@ from ..cli_errors import EXIT_USAGE, UserError
 from ..cores import usable_cores
 from ..errors import FerryError
 from ..repository.config import read_config_file
-from .candidates import Candidate, cpu_layouts, current_candidate
+from .candidates import Candidate, client_changes, cpu_layouts, current_candidate
 from .measure import LoadPlan, Measurer
 from .objective import Objective, parse_latency_budget
 from .precision import PRECISIONS, Variant, build_variants
@@ -115,7 +115,13 @@ def _is_onnx(config: mc.ModelConfig, model_dir: Path) -> bool:
 
 
 def _space(
-    config: mc.ModelConfig, current: Candidate, plan: LoadPlan, variants: list[Variant], gpus: list[str], onnx: bool
+    config: mc.ModelConfig,
+    current: Candidate,
+    plan: LoadPlan,
+    variants: list[Variant],
+    gpus: list[str],
+    onnx: bool,
+    allow_smaller_batch: bool = False,
 ) -> Space:
     largest = 0
     if config.max_batch_size > 0:
@@ -134,6 +140,7 @@ def _space(
         image_workers=tuple(pools) if images else (),
         current=current,
         largest_batch=largest,
+        smallest_batch=0 if allow_smaller_batch else max(0, config.max_batch_size),
         layouts=layouts,
         kind=current.kind,
         variants=tuple((v.name, v.precision) for v in variants),
@@ -155,6 +162,8 @@ def _header(outcome: Outcome, objective: Objective, plan: LoadPlan, machine: str
             f"Serve with FERRY_IMAGE_WORKERS={outcome.winner.image_workers}: image pre-processing threads are a "
             "server setting, not part of this file."
         )
+    if outcome.winner is not None:
+        lines += [f"For clients: {change}" for change in client_changes(outcome.current, outcome.winner)]
     for candidate in (outcome.winner, outcome.current):
         if candidate is None:
             continue
@@ -235,7 +244,7 @@ def _measure(
         try:
             server.use(current)
             measurer.prepare(current.model)
-            space = _space(config, current, plan, variants, gpus, onnx)
+            space = _space(config, current, plan, variants, gpus, onnx, args.allow_smaller_max_batch)
             budget = args.time_budget - (time.monotonic() - started)
             outcome = Search(space, objective, measurer, budget, args.rounds, say=say).run()
         finally:
