@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -25,6 +26,9 @@ from .report import table, verdict, write_plot
 from .runner import PrivateRepository, TuningError, TuningServer
 from .search import Outcome, Search, Space
 from .writer import machine_description, write_config
+
+#: The shell's code for a command ended by Ctrl-C (128 + SIGINT).
+EXIT_INTERRUPTED = 130
 
 
 def _levels(text: str, flag: str) -> tuple[float, ...]:
@@ -202,8 +206,11 @@ def run_tune(args: argparse.Namespace) -> int:
     onnx = _is_onnx(config, model_dir)
     current = current_candidate(config, onnx)
     say(f"ferry tune: {config.name} on {machine}; budget {args.time_budget:g} s")
-    repository = PrivateRepository(model_dir)
+    # SIGTERM ends the run as Ctrl-C does: the servers stop and the private repository goes
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    repository: PrivateRepository | None = None
     try:
+        repository = PrivateRepository(model_dir)
         outcome, notes = _measure(args, repository, config, current, plan, objective, precisions, onnx, gpus, started)
         _report(outcome, notes, args, objective, mode, config, gpus, current)
         if outcome.winner is not None:
@@ -214,8 +221,13 @@ def run_tune(args: argparse.Namespace) -> int:
     except (TuningError, OSError) as exc:  # a server that would not start or load; a file that cannot be written
         print(f"ferry tune: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("ferry tune: interrupted; nothing written", file=sys.stderr)
+        return EXIT_INTERRUPTED
     finally:
-        repository.remove()
+        if repository is not None:
+            repository.remove()
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _measure(
