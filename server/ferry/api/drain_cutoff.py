@@ -40,7 +40,9 @@ class DrainCutoff:
         """The error to answer with when ``task`` was cancelled by ``cut_off`` (None: another cancellation)."""
         if self.error is None:
             return None
-        task.uncancel()  # the request goes on, to send its answer
+        uncancel = getattr(task, "uncancel", None)  # Python 3.11+: the request goes on, to send its answer
+        if uncancel is not None:
+            uncancel()
         return self.error
 
 
