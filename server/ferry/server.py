@@ -20,7 +20,7 @@ import uvicorn
 from .api.admission import Admission, AdmissionCollector
 from .api.connection_limits import ConnectionCollector
 from .api.dataplane import DataPlane
-from .api.drain_cutoff import CutoffApp, DrainCutoff
+from .api.drain_cutoff import ANSWER_GRACE_S, CutoffApp, DrainCutoff
 from .api.http import create_http_app
 from .api.http_fast import InferFastPath
 from .api.logging_ext import LoggingControl
@@ -57,9 +57,6 @@ if TYPE_CHECKING:
     from starlette.types import ASGIApp
 
 log = logging.getLogger("ferry")
-
-#: How long the front doors have, once the drain has ended, to send the errors of what was cut off.
-ANSWER_GRACE_S = 1.0
 
 
 class FerryServer:

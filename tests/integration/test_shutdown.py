@@ -98,13 +98,19 @@ def _gated_repository(root: Path) -> tuple[Path, Path]:
     return repo, gate
 
 
-@pytest.mark.parametrize("protocol", ["http", "grpc"])
-def test_work_past_the_exit_timeout_is_answered_503_and_abandoned(tmp_path, protocol) -> None:
+@pytest.mark.parametrize(
+    ("protocol", "intakes"), [("http", 1), ("grpc", 1), ("http", 2), ("grpc", 2)], ids=lambda v: str(v)
+)
+def test_work_past_the_exit_timeout_is_answered_503_and_abandoned(tmp_path, protocol, intakes) -> None:
     """A request still running when the exit timeout passes gets 503 / UNAVAILABLE "shutting down"
     (not uvicorn's 500 with a traceback, not grpc's CANCELLED), and the process exits without
     waiting for the model's execute(), which never returns while the gate stays shut."""
     repo, gate = _gated_repository(tmp_path)
-    server = start_server(repo, tmp_path / "server.log", "--allow-python-models", "--exit-timeout-secs", "2")
+    server = start_server(
+        repo,
+        tmp_path / "server.log",
+        *("--allow-python-models", "--exit-timeout-secs", "2", "--intake-processes", str(intakes)),
+    )
     held = {"inputs": [{"name": "X", "datatype": "INT32", "shape": [1, 1], "data": [-1]}]}
 
     def call_http() -> tuple[int, str, str]:

@@ -16,6 +16,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..errors import Unavailable
 from .http import error_response
 
+#: How long the front doors have, once the drain has ended, to send the errors of what was cut off.
+ANSWER_GRACE_S = 1.0
+
 
 class DrainCutoff:
     """The tasks of the requests in flight, and whether the drain has ended."""
