@@ -274,3 +274,19 @@ def test_the_verdict_quotes_the_spread_the_table_shows() -> None:
     assert "135.0 ±15.0" in current_row and "320.0 ±20.0" in table(outcome, "concurrency")
     recommended = next(line for line in verdict(outcome, THROUGHPUT, "concurrency") if line.startswith("recommended"))
     assert "135.0 infer/s ±15.0" in recommended and "320.0 infer/s ±20.0" in recommended, recommended
+
+
+def test_the_digits_model_is_tuned_from_its_own_max_batch_size_up() -> None:
+    """``ferry tune model_repo/digits`` on batch-1 traffic: the search starts at its max_batch_size, 64."""
+    from pathlib import Path
+
+    from ferry.repository.config import read_config_file
+    from ferry.tune.command import _space
+    from ferry.tune.measure import LoadPlan
+
+    config = read_config_file(Path(__file__).resolve().parents[2] / "model_repo" / "digits")
+    assert config is not None and config.max_batch_size == 64
+    current = current_candidate(config)
+    plan = LoadPlan("concurrency", (1.0,))
+    assert _space(config, current, plan, [], [], onnx=True).smallest_batch == 64
+    assert _space(config, current, plan, [], [], onnx=True, allow_smaller_batch=True).smallest_batch == 0
