@@ -50,7 +50,8 @@ class DrainCutoff:
 
 
 class CutoffApp:
-    """REST: registers each request's task, answers one cut off with a JSON 503 if nothing was sent yet."""
+    """REST: registers each request's task until its answer starts, and answers one cut off before
+    that with a JSON 503."""
 
     def __init__(self, app: ASGIApp, cutoff: DrainCutoff) -> None:
         self.app = app
@@ -68,7 +69,9 @@ class CutoffApp:
 
         async def watched_send(message: Message) -> None:
             nonlocal answering
-            answering = True
+            if not answering:  # an answer being written (a stream's, say) is left to finish, not cut
+                answering = True
+                tasks.discard(task)
             await send(message)
 
         try:
