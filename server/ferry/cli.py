@@ -92,7 +92,15 @@ def _optimize_parser(sub: argparse._SubParsersAction) -> None:
         help="refuse INT8 below this top-1 agreement (classifiers, 0.98) or mAP@0.5 against the FP32 "
         "detections (detectors, 0.90)",
     )
-    p.add_argument("--force", action="store_true", help="write the INT8 model even below --min-agreement")
+    p.add_argument(
+        "--min-compared",
+        type=int,
+        help="refuse to judge INT8 (and so to write it) on fewer inputs compared than this, or for "
+        "detectors fewer FP32 detections (50)",
+    )
+    p.add_argument(
+        "--force", action="store_true", help="write the INT8 model even below --min-agreement or --min-compared"
+    )
     p.add_argument("--batch-size", type=int, default=16, help="calibration and comparison batch (16)")
     p.add_argument(
         "--int8-scheme",
@@ -122,7 +130,8 @@ def _optimize(args: argparse.Namespace) -> int:
     from .optimize.run import AccuracyRefused, OptimizeOptions, optimize
 
     options = OptimizeOptions(
-        **{k: v for k, v in vars(args).items() if k not in ("command", "quiet")}, show_progress=not args.quiet
+        **{k: v for k, v in vars(args).items() if k not in ("command", "quiet") and v is not None},
+        show_progress=not args.quiet,
     )
     try:
         result = optimize(options, say=lambda line: print(line, file=sys.stderr))

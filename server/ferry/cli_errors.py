@@ -68,6 +68,26 @@ def check_repository(path: Path) -> None:
         raise UserError(f"model repository '{path}' is not a directory")
     if not os.access(path, os.R_OK | os.X_OK):
         raise UserError(f"model repository '{path}' is not readable by this user")
+    sign = model_directory_sign(path)
+    if sign:
+        parent = path.resolve().parent
+        raise UserError(
+            f"model repository '{path}' holds {sign}: this looks like a model directory; give its parent ('{parent}')"
+        )
+
+
+def model_directory_sign(path: Path) -> str:
+    """What makes ``path`` look like one model's folder rather than a repository ("" if nothing):
+    its own config.pbtxt, or a version folder (digits) holding a model file directly. A model named
+    with digits in a real repository holds version folders, not model files."""
+    if (path / "config.pbtxt").is_file():
+        return "config.pbtxt"
+    for version in sorted(path.iterdir()):
+        if version.name.isdigit() and version.is_dir():
+            for entry in version.iterdir():
+                if entry.is_file() and entry.name.startswith("model."):
+                    return f"{version.name}/{entry.name}"
+    return ""
 
 
 def check_ports_free(host: str, ports: dict[str, int]) -> None:

@@ -15,6 +15,7 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from .api.connection_limits import HttpConnectionLimits, OpenConnections, guarded_protocol
+from .api.drain_cutoff import DrainCutoff
 from .api.grpc import create_grpc_server
 from .api.grpc_limits import GrpcLimits
 from .api.limits import Limits
@@ -111,6 +112,7 @@ def public_grpc_server(
     security: ServerSecurity,
     processes: int = 1,
     servicer: Any = None,
+    cutoff: DrainCutoff | None = None,
 ) -> grpc.aio.Server:
     """The public gRPC listener; with several intake processes they share the port (SO_REUSEPORT),
     each with its share of the limits (``grpc_limits``)."""
@@ -124,6 +126,7 @@ def public_grpc_server(
         s.max_response_bytes,
         servicer=servicer,
         reuse_port=processes > 1,
+        cutoff=cutoff,
     )
 
 

@@ -12,7 +12,6 @@ import asyncio
 import logging
 import os
 import signal
-import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -21,6 +20,7 @@ import uvicorn
 from .api.admission import Admission, AdmissionCollector
 from .api.connection_limits import ConnectionCollector
 from .api.dataplane import DataPlane
+from .api.drain_cutoff import ANSWER_GRACE_S, CutoffApp, DrainCutoff
 from .api.http import create_http_app
 from .api.http_fast import InferFastPath
 from .api.logging_ext import LoggingControl
@@ -115,6 +115,7 @@ class FerryServer:
         self._metrics_http: QuietUvicornServer | None = None
         self._metrics_task: asyncio.Task | None = None
         self._grpc: grpc.aio.Server | None = None
+        self.cutoff = DrainCutoff()  # requests still running when the drain ends
 
     def _on_loaded(self, model: ModelVersion) -> None:
         self.metrics.attach(model)
@@ -136,6 +137,7 @@ class FerryServer:
             if s.dashboard:
                 mount_dashboard(app, self.plane, self.metrics.registry)
             app = self.security.http_app(InferFastPath(app, self.plane, s.http_max_body_bytes, s.max_response_bytes))
+            app = CutoffApp(app, self.cutoff)
             if self.intakes is None:  # otherwise the intake processes reach it on a private socket
                 config = rest_config(app, s, self.security, host=s.host, port=s.http_port, **connection_options(s))
                 self._http = QuietUvicornServer(config)
@@ -163,7 +165,7 @@ class FerryServer:
             assert app is not None  # built above whenever there are intake processes
             await self.intakes.start(app, self.plane)
         elif s.grpc_port:
-            self._grpc = public_grpc_server(self.plane, s, self.security)
+            self._grpc = public_grpc_server(self.plane, s, self.security, cutoff=self.cutoff)
             await self._grpc.start()
         python_models.configure(
             s.allow_python_models, self.plane.infer, asyncio.get_running_loop(), self.plane.infer_stream
@@ -174,9 +176,12 @@ class FerryServer:
         self.plane.started = True
         log.info("models in %s:\n%s", self.manager.repository, model_table(self.manager.index()))
         intake = f"{self.intakes.count} intake processes" if self.intakes is not None else "one process"
+        unready = self.manager.unready_named_models()
+        if not s.strict_readiness and self.manager.ready_models():
+            unready = []  # ready, though not every model is (the table above says which)
         log.info(
             "%s; repository %s (%s mode), %s, %s",
-            ready_line(s.host, s.http_port, s.grpc_port, s.metrics_port),
+            ready_line(s.host, s.http_port, s.grpc_port, s.metrics_port, unready),
             self.manager.repository,
             s.model_control_mode.value,
             self.security.describe(),
@@ -202,34 +207,49 @@ class FerryServer:
             stopping.cancel()
             raise
         await stopping
-        await self.shutdown()
-        if abandoned:
-            # A load thread (a model's initialize()) cannot be interrupted, and the interpreter would
-            # wait for it at exit, perhaps forever: everything is closed, so leave without it.
+        left_work = await self.shutdown()
+        if abandoned or left_work:
+            # A model thread (a load's initialize(), an execute() or a page's OCR) cannot be
+            # interrupted, and the interpreter would wait for it at exit, perhaps for ever:
+            # everything is closed and answered, so leave without it.
             logging.shutdown()
             os._exit(0)
 
-    async def shutdown(self) -> None:
+    async def shutdown(self) -> bool:
+        """Drain for up to the exit timeout, then answer what still runs 503 / UNAVAILABLE and stop.
+        Returns whether work was left running (the caller exits without waiting for it)."""
         timeout = self.settings.exit_timeout_secs
         log.info("shutting down: draining for up to %.0fs", timeout)
         self.plane.draining = True
         self.manager.hurry()  # queued requests run now instead of waiting for batch-mates that won't come
-        started = time.monotonic()
+        loop = asyncio.get_running_loop()
+        drain_ends = loop.time() + timeout
+        cutting = loop.call_at(drain_ends, self._cut_off, timeout)
         ended = await self.plane.end_streams(timeout)  # decoupled requests: their final response, or an error
         if ended:
             log.warning("ended %d decoupled request(s) still open after %.0fs with an error", ended, timeout)
-        timeout = max(1.0, timeout - (time.monotonic() - started))  # time to deliver those errors
+        # the front doors wait for what they serve until the drain ends, then deliver the errors
+        grace = max(0.0, drain_ends - loop.time()) + ANSWER_GRACE_S
         stops: list[Awaitable[object]] = []
         if self.intakes is not None:
-            stops.append(self.intakes.stop(timeout))
+            stops.append(self.intakes.stop(grace))
         if self._grpc is not None:
-            stops.append(self._grpc.stop(grace=timeout))
+            stops.append(self._grpc.stop(grace=grace))
         if self._http is not None:
+            self._http.config.timeout_graceful_shutdown = grace  # type: ignore[assignment]
             self._http.should_exit = True
             if self._http_task is not None:
                 stops.append(self._http_task)
         await asyncio.gather(*stops, return_exceptions=True)
-        await self.manager.stop(timeout)
+        cutting.cancel()
+        left = max(0.0, drain_ends - loop.time())
+        try:  # models finish what they accepted, unless the drain's time is up (then what runs is left)
+            await asyncio.wait_for(self.manager.stop(left), left + ANSWER_GRACE_S)
+            left_work = self.cutoff.cut > 0
+        except asyncio.TimeoutError:
+            left_work = True
+        if left_work:
+            log.warning("work still running in model threads after the exit timeout is abandoned")
         if self._metrics_http is not None:
             self._metrics_http.should_exit = True
         if self._metrics_task is not None:
@@ -237,6 +257,12 @@ class FerryServer:
         self.metrics.close()
         self.plane.tracing.shutdown()  # flushes spans still batched for the exporters
         log.info("ferry stopped")
+        return left_work
+
+    def _cut_off(self, timeout: float) -> None:
+        cut = self.cutoff.cut_off(timeout)
+        if cut:
+            log.warning("answered %d request(s) still running after %.0fs: the server is shutting down", cut, timeout)
 
 
 def _open_connections(server: uvicorn.Server) -> Callable[[], int]:

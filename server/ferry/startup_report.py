@@ -29,9 +29,14 @@ def _endpoint(host: str, port: int) -> str:
     return f"{host}:{port}" if port else "off"
 
 
-def ready_line(host: str, http_port: int, grpc_port: int, metrics_port: int) -> str:
-    """The ports a client needs, with ``off`` for a front door disabled by port 0."""
+def ready_line(host: str, http_port: int, grpc_port: int, metrics_port: int, unready: Sequence[str] = ()) -> str:
+    """The ports a client needs, with ``off`` for a front door disabled by port 0. ``unready``: the
+    models that keep the server from being ready (it then says "started", never "ready")."""
+    state = "ferry ready"
+    if unready:
+        count = f"{len(unready)} model{'s' if len(unready) > 1 else ''}"
+        state = f"ferry started, not ready: {count} not READY ({', '.join(unready)})"
     return (
-        f"ferry ready: REST {_endpoint(host, http_port)}, gRPC {_endpoint(host, grpc_port)}, "
+        f"{state}: REST {_endpoint(host, http_port)}, gRPC {_endpoint(host, grpc_port)}, "
         f"metrics {_endpoint(host, metrics_port)}"
     )

@@ -37,3 +37,18 @@ def test_a_mistake_exits_non_zero_with_one_line(tmp_path: Path) -> None:
         f"ferry: model repository '{tmp_path / 'no_such_repository'}' does not exist "
         "(give a directory of models, e.g. model_repo)"
     ]
+
+
+def test_a_model_directory_as_the_repository_is_refused() -> None:
+    """``ferry serve model_repo/digits`` would serve a "model 1" UNAVAILABLE and nothing else."""
+    done = subprocess.run(
+        [sys.executable, "-m", "ferry", "serve", str(MODEL_REPO / "digits")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        f"ferry: model repository '{MODEL_REPO / 'digits'}' holds config.pbtxt: this looks like a model "
+        f"directory; give its parent ('{MODEL_REPO}')"
+    ]

@@ -25,7 +25,7 @@ def versionless_copy(repo: Path, name: str) -> None:
 def wait_started(server: RunningServer, timeout: float = 60) -> None:
     """Started means the ready line is logged (readiness itself is what is under test)."""
     deadline = time.monotonic() + timeout
-    while "ferry ready:" not in server.log():
+    while "ferry ready:" not in server.log() and "ferry started" not in server.log():
         assert time.monotonic() < deadline, server.log()
         time.sleep(0.1)
 
@@ -54,6 +54,10 @@ def readiness(server: RunningServer) -> tuple[int, bool]:
 
 def test_a_broken_model_keeps_the_server_unready(strict_server: RunningServer) -> None:
     assert readiness(strict_server) == (503, False)
+    body = httpx.get(f"http://{strict_server.http_url}/v2/health/ready", timeout=10).json()
+    assert body["models_not_ready"] == ["broken"], body  # which model holds readiness back
+    assert "ferry ready" not in strict_server.log()  # the log says so too
+    assert "ferry started, not ready: 1 model not READY (broken)" in strict_server.log()
     with httpx.Client(base_url=f"http://{strict_server.http_url}", timeout=30) as client:
         assert client.get("/v2/models/simple/ready").status_code == 200  # the working model serves
         assert client.post("/v2/repository/models/broken/unload", json={}).status_code == 200
@@ -78,5 +82,8 @@ def test_without_the_option_readiness_ignores_models(tmp_path: Path) -> None:
     server = start_server(repo, tmp_path / "server.log")  # waits for 200 from /v2/health/ready
     try:
         assert readiness(server) == (200, True)
+        wait_started(server)
+        assert "ferry ready" not in server.log()  # nothing is READY: the log does not pretend
+        assert "ferry started, not ready: 1 model not READY (broken)" in server.log()
     finally:
         server.stop()

@@ -203,3 +203,58 @@ def test_mistakes_are_one_line_before_anything_starts(
     assert main(["tune", *arguments]) != 0
     error = capsys.readouterr().err
     assert message in error and error.count("\n") == 1 and "Traceback" not in error
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+def test_an_interrupted_run_cleans_up_and_says_one_line(tmp_path: Path, how: str) -> None:
+    """Ctrl-C (SIGINT to the terminal's whole process group: the tuner, its server, its perf workers)
+    or SIGTERM (to the tuner alone) while candidates are measured: one line, no traceback, and the
+    private ``ferry-tune-*`` repository and its server are gone."""
+    import os
+    import signal
+
+    import psutil
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    command = [sys.executable, "-m", "ferry", "tune", str(MODEL_REPO / "simple"), "--precisions", "none"]
+    command += ["--time-budget", "120", "--window", "0.3", "--warmup", "0.1", "--concurrency", "2"]
+    run = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TMPDIR": str(scratch)},
+        start_new_session=True,  # its own process group, as a terminal gives it
+    )
+    try:
+        deadline = time.monotonic() + 90
+        # measuring: the private server is up and the perf workers (spawned for the first load) exist
+        while not any(p.name().startswith("python") and "spawn" in " ".join(p.cmdline()) for p in _children(run.pid)):
+            assert run.poll() is None and time.monotonic() < deadline, run.communicate()
+            time.sleep(0.1)
+        [private] = list(scratch.glob("ferry-tune-*"))
+        children = _children(run.pid)
+        if how == "ctrl-c":
+            os.killpg(run.pid, signal.SIGINT)
+        else:
+            run.send_signal(signal.SIGTERM)
+        out, err = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 130, out + err
+    assert "Traceback" not in err, err
+    assert err.splitlines()[-1] == "ferry tune: interrupted; nothing written", err
+    assert not private.exists()
+    gone, alive = psutil.wait_procs(children, timeout=30)
+    assert not alive, alive
+
+
+def _children(pid: int) -> list:
+    import psutil
+
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []

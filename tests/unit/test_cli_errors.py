@@ -52,6 +52,24 @@ def test_repository_that_is_a_file(capsys, no_serving, tmp_path: Path) -> None:
     assert_one_line(err, "is not a directory")
 
 
+@pytest.mark.parametrize("layout", ["config.pbtxt", "1/model.onnx"])
+def test_a_model_directory_given_as_the_repository(capsys, no_serving, tmp_path: Path, layout: str) -> None:
+    """A model's own folder (its config, or a version folder holding the model file) is not a repository."""
+    model = tmp_path / "digits"
+    (model / layout).parent.mkdir(parents=True, exist_ok=True)
+    (model / layout).write_bytes(b"")
+    code, err = run(["serve", str(model)], capsys)
+    assert code == 1 and not no_serving
+    assert_one_line(err, "this looks like a model directory; give its parent", f"'{tmp_path}'")
+
+
+def test_a_repository_with_a_model_named_like_a_version_is_served(capsys, no_serving, tmp_path: Path) -> None:
+    (tmp_path / "1" / "1").mkdir(parents=True)  # a model named "1", its version 1 inside
+    (tmp_path / "1" / "1" / "model.onnx").write_bytes(b"")
+    code, _ = run(["serve", str(tmp_path)], capsys)
+    assert code == 0 and no_serving
+
+
 def test_unreadable_repository(capsys, no_serving, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Tests run as root in CI, and root reads every directory whatever its mode: so the permission
     # check itself answers "no" here, for this one directory.

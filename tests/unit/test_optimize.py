@@ -102,6 +102,23 @@ def test_int8_below_the_threshold_is_refused_unless_forced(digits_repo) -> None:
     assert optimize(options, say=lambda _: None).model_file.is_file()
 
 
+def test_int8_judged_on_too_few_images_is_refused_and_the_report_says_how_many(digits_repo, tmp_path) -> None:
+    """Three images agree 100% and prove nothing: the gate names how many it compared and its minimum."""
+    repo, calib, _ = digits_repo
+    few = tmp_path / "few"
+    few.mkdir()
+    for image in sorted(calib.iterdir())[:3]:
+        shutil.copy(image, few / image.name)
+    options = _options(repo, precision="int8", calibration_images=few, output_name="digits_few")
+    with pytest.raises(AccuracyRefused, match="compared on only 3 inputs, fewer than --min-compared 50") as caught:
+        optimize(options, say=lambda _: None)
+    lines = caught.value.report.lines()
+    assert lines[0] == f"compared on 3 images from {few} (the INT8 gate needs at least 50 inputs: --min-compared)"
+    assert not (repo / "digits_few").exists()
+    options.min_compared = 3  # the user's call: judged on what was given
+    assert optimize(options, say=lambda _: None).model_file.is_file()
+
+
 def test_fp16_keeps_fp32_io_and_stays_close(digits_repo) -> None:
     repo, _, test = digits_repo
     result = optimize(_options(repo, precision="fp16", eval_images=test, eval_count=100), say=lambda _: None)
@@ -313,15 +330,22 @@ def test_int8_of_a_model_without_batch_dimension(tmp_path: Path) -> None:
     (tmp_path / "photos").mkdir()
     for name, data in reference.photos().items():
         (tmp_path / "photos" / f"{name}.png").write_bytes(data)
-    result = optimize(
-        OptimizeOptions(
-            model_dir=tmp_path / "repo" / "face_detector",
-            precision="int8",
-            calibration_images=tmp_path / "photos",
-            show_progress=False,
-        ),
-        say=lambda _: None,
+    options = OptimizeOptions(
+        model_dir=tmp_path / "repo" / "face_detector",
+        precision="int8",
+        calibration_images=tmp_path / "photos",
+        show_progress=False,
     )
+    with pytest.raises(AccuracyRefused, match=r"compared on only \d+ FP32 detections") as caught:
+        optimize(options, say=lambda _: None)  # a handful of faces: "found again 100%" proves nothing
+    found = caught.value.report.detections
+    assert 0 < found < 50
+    assert (
+        f", {found} FP32 detections (the INT8 gate needs at least 50 FP32 detections" in caught.value.report.lines()[0]
+    )
+    assert f"({found} of {found})" in "\n".join(caught.value.report.lines())
+    options.min_compared = found
+    result = optimize(options, say=lambda _: None)
     report = result.report
     assert report.task == "detect" and report.samples == len(reference.photos())
     assert report.map_vs_reference >= 0.9 and report.scores_outside_unit == 0

@@ -10,9 +10,17 @@ import math
 
 import pytest
 
-from ferry.tune.candidates import Candidate, batch_sizes, cpu_layouts, current_candidate
+from ferry.tune.candidates import (
+    Candidate,
+    batch_sizes,
+    client_changes,
+    client_summary,
+    cpu_layouts,
+    current_candidate,
+)
 from ferry.tune.objective import Objective, Point, Sample, Summary, parse_latency_budget, summarise
-from ferry.tune.search import Search, Space, choose_winner
+from ferry.tune.report import table, verdict
+from ferry.tune.search import Outcome, Search, Space, choose_winner
 from ferry_client.protocol import model_config_pb2 as mc
 
 CURRENT = Candidate(model="m", max_batch_size=8, instances=1, threads=2, current=True)
@@ -226,3 +234,59 @@ def test_a_tie_goes_to_the_original_model_over_a_precision_variant() -> None:
         fp32: Summary((point(290.0),), 290.0, 30.0, 4, 4),
     }
     assert choose_winner([CURRENT, int8, fp32], summaries) == fp32
+
+
+def test_max_batch_size_never_goes_below_the_models_own_unless_allowed() -> None:
+    """max_batch_size is what clients may send: batch-1 traffic must not narrow it (64 -> 4 refused 8)."""
+    clock = FakeClock()
+    measure = FakeMeasure(clock, best_batch=2)  # smaller batches measure best
+    outcome = search(measure, clock, smallest_batch=8).run()
+    assert all(c.max_batch_size >= 8 for c in measure.calls), sorted({c.max_batch_size for c in measure.calls})
+    assert outcome.winner is None or outcome.winner.max_batch_size >= 8
+    clock = FakeClock()
+    allowed = search(FakeMeasure(clock, best_batch=2), clock).run()  # --allow-smaller-max-batch
+    assert allowed.winner is not None and allowed.winner.max_batch_size == 2
+
+
+def test_what_a_winner_changes_for_clients_is_said() -> None:
+    current = Candidate(model="m", max_batch_size=64, current=True)
+    narrower = current.with_(max_batch_size=4, dynamic=True, delay_us=2000)
+    assert client_changes(current, narrower) == [
+        "max_batch_size 64 -> 4: a client batch larger than 4 is refused (400)",
+        "max_queue_delay 2000 us: a request may wait up to 2 ms for batch-mates",
+    ]
+    assert client_summary(current, narrower) == "max batch 64->4 (narrower), waits <=2 ms"
+    assert client_summary(current, current.with_(instances=2)) == "same"
+
+
+def test_the_verdict_quotes_the_spread_the_table_shows() -> None:
+    """Each round's best level differs (load 1, then load 8): the spread is the scoring level's, in both."""
+    current = CURRENT
+    winner = CURRENT.with_(dynamic=True)
+    samples = {
+        current: [(point(100.0, load=1), point(150.0, load=8)), (point(140.0, load=1), point(120.0, load=8))],
+        winner: [(point(300.0, load=8),), (point(340.0, load=8),)],
+    }
+    summaries = {c: summarise(s, THROUGHPUT) for c, s in samples.items()}
+    outcome = Outcome(summaries, samples, current, winner, [current, winner], 1.0, 4, 2)
+    rows = table(outcome, "concurrency").splitlines()
+    current_row = next(r for r in rows if r.startswith("1=") and "  8  " in r)
+    assert "135.0 ±15.0" in current_row and "320.0 ±20.0" in table(outcome, "concurrency")
+    recommended = next(line for line in verdict(outcome, THROUGHPUT, "concurrency") if line.startswith("recommended"))
+    assert "135.0 infer/s ±15.0" in recommended and "320.0 infer/s ±20.0" in recommended, recommended
+
+
+def test_the_digits_model_is_tuned_from_its_own_max_batch_size_up() -> None:
+    """``ferry tune model_repo/digits`` on batch-1 traffic: the search starts at its max_batch_size, 64."""
+    from pathlib import Path
+
+    from ferry.repository.config import read_config_file
+    from ferry.tune.command import _space
+    from ferry.tune.measure import LoadPlan
+
+    config = read_config_file(Path(__file__).resolve().parents[2] / "model_repo" / "digits")
+    assert config is not None and config.max_batch_size == 64
+    current = current_candidate(config)
+    plan = LoadPlan("concurrency", (1.0,))
+    assert _space(config, current, plan, [], [], onnx=True).smallest_batch == 64
+    assert _space(config, current, plan, [], [], onnx=True, allow_smaller_batch=True).smallest_batch == 0

@@ -7,9 +7,11 @@ from pathlib import Path
 import pytest
 
 from ferry.repository.config import read_config_file
+from ferry.tune.runner import PrivateRepository
 from ferry.tune.writer import BACKUP_SUFFIX, TUNED_FILENAME, write_config
 from ferry_client.protocol import model_config_pb2 as mc
 
+MODEL_REPO = Path(__file__).resolve().parents[2] / "model_repo"
 ORIGINAL = 'name: "m"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 8\n'
 
 
@@ -59,3 +61,40 @@ def test_a_precision_winner_is_installed_as_its_own_model_never_over_one(tmp_pat
     assert (model_dir / "config.pbtxt").read_text() == ORIGINAL
     with pytest.raises(FileExistsError):
         write_config(model_dir, _tuned("m_int8"), [], write=True, variant_dir=variant)
+
+
+COMMENTED = (
+    "# The digits classifier: keep max_batch_size at 64, the clients send whole pages.\n"
+    'name: "m"\n'
+    'platform: "onnxruntime_onnx"  # built by build.py\n'
+    'parameters { key: "note" value { string_value: "a # inside a string" } }\n'
+    "max_batch_size: 8\n"
+)
+
+
+def test_the_original_comments_are_kept_and_a_second_tune_does_not_stack_headers(tmp_path: Path) -> None:
+    model_dir = _model(tmp_path)
+    (model_dir / "config.pbtxt").write_text(COMMENTED)
+    first = write_config(model_dir, _tuned(), ["Measured on a test."], write=True).path.read_text()
+    kept = [
+        "# Comments of the config before tuning:",
+        "# The digits classifier: keep max_batch_size at 64, the clients send whole pages.",
+        '# built by build.py (beside: platform: "onnxruntime_onnx")',
+    ]
+    assert all(line in first.splitlines() for line in kept), first
+    assert "a # inside a string" not in first  # a string, not a comment (and not a field of the tuned config)
+    second = write_config(model_dir, _tuned(), ["Measured again."], write=True).path.read_text()
+    assert second.count("Tuned by `ferry tune`") == 1 and "Measured on a test." not in second
+    assert all(second.splitlines().count(line) == 1 for line in kept), second
+
+
+def test_the_private_repository_holds_the_models_an_ocr_model_runs() -> None:
+    """``ferry tune model_repo/ocr`` failed with "text_detector not in repository": its steps come along."""
+    repository = PrivateRepository(MODEL_REPO / "ocr")
+    try:
+        names = sorted(p.name for p in repository.root.iterdir() if p.is_dir())
+        assert names == ["ocr", "text_angle", "text_detector", "text_recognizer"]
+        assert (repository.root / "text_detector" / "config.pbtxt").is_file()
+    finally:
+        repository.remove()
+    assert not repository.root.exists()

@@ -108,6 +108,15 @@ class DataPlane:
             return False
         return not (self.strict_readiness and self.manager.unready_named_models())
 
+    def readiness(self) -> dict[str, Any]:
+        """The readiness answer's body: ``ready``, and when not, why (strict readiness: which models)."""
+        if self.ready():
+            return {"ready": True}
+        if not self.started or self.draining:
+            return {"ready": False, "reason": "shutting down" if self.draining else "starting"}
+        unready = self.manager.unready_named_models()
+        return {"ready": False, "reason": "models not READY (--strict-readiness)", "models_not_ready": unready}
+
     def server_metadata(self) -> dict[str, Any]:
         extensions = [e for e in EXTENSIONS if e != "system_shared_memory" or self.shared_memory.enabled]
         return {"name": "ferry", "version": __version__, "extensions": extensions}

@@ -25,6 +25,7 @@ from ..types import InferenceRequest
 from .admission import Ticket
 from .cuda_shared_memory import cuda_register_refused, cuda_status, cuda_unregister
 from .dataplane import DataPlane
+from .drain_cutoff import DrainCutoff
 from .grpc_calls import CallGuard, WrappedRegistration, release_after_write
 from .grpc_codec import decode_infer_request, encode_infer_response
 from .grpc_decode import decoding_handler, raw_handler, received_bytes, take_refusal
@@ -485,12 +486,14 @@ def create_grpc_server(
     max_response_bytes: int = 256 * 1024 * 1024,
     servicer: InferenceRpcs | None = None,
     reuse_port: bool = False,
+    cutoff: DrainCutoff | None = None,
 ) -> grpc.aio.Server:
     """A grpc.aio server bound to ``address`` with message and connection limits (TLS when given credentials).
 
     ``servicer`` replaces the default ``InferenceServicer(plane, max_response_bytes)`` (an intake
     process passes its forwarding one). ``reuse_port``: several intake processes listen on the port
-    (otherwise a port in use is an error)."""
+    (otherwise a port in use is an error). ``cutoff``: where unary calls register, to be answered
+    UNAVAILABLE when the shutdown's drain ends before them."""
     limits = limits or GrpcLimits()
     server = grpc.aio.server(
         interceptors=list(interceptors),
@@ -514,6 +517,7 @@ def create_grpc_server(
         limits.idle_stream_secs,
         limits.reads_total,
         limits.stream_reads_total,
+        cutoff,
     )
     count_message = servicer.count_message
     raw_methods = servicer.raw_methods

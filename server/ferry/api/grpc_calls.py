@@ -63,6 +63,7 @@ from typing import Any
 import grpc
 
 from . import grpc_cancel
+from .drain_cutoff import DrainCutoff
 from .grpc_turns import SWEEPS_PER_TIMEOUT, PeerTurns, StreamActivity, StreamTurns, Turn, current_stream
 from .peer_sockets import close_peer_connections
 
@@ -309,8 +310,10 @@ class CallGuard:
         idle_stream_timeout: float = 60.0,
         reads_total: int = 0,
         stream_reads_total: int = 0,
+        cutoff: DrainCutoff | None = None,
     ) -> None:
         self.max_calls_per_peer = max_calls_per_peer
+        self.cutoff = cutoff or DrainCutoff()  # unary calls still running when the drain ends
         self.turns = PeerTurns(reads_per_peer, reads_total)
         self.stream_turns = (
             StreamTurns(stream_reads_per_peer, idle_stream_timeout, _expected, stream_reads_total)
@@ -344,6 +347,7 @@ class CallGuard:
         turns = self.turns
 
         writes = self.writes
+        cutoff = self.cutoff
 
         async def unary(_: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
             peer = await self._enter(context)
@@ -352,12 +356,22 @@ class CallGuard:
             _after_write.set(pending)
             # this server's own intakes (no peer) take no turns: each gates its own clients
             turn = Turn(turns, peer) if peer else None
+            task: Any = asyncio.current_task()  # grpc's task for the call
+            cutoff.tasks.add(task)
             try:
                 # the message goes to the handler without a name here to keep it alive after use
                 response = await behaviour(await first_message(context, turn), context)
+            except asyncio.CancelledError:
+                self._finish(pending, peer, None)
+                error = cutoff.taken(task)
+                if error is None:
+                    raise
+                await context.abort(grpc.StatusCode.UNAVAILABLE, error.message)
             except BaseException:
                 self._finish(pending, peer, None)
                 raise
+            finally:
+                cutoff.tasks.discard(task)
             watched = None
             if peer:  # not this server's own intake processes (a unix socket): their calls are never ended
                 watched = object()  # this call's write deadline

@@ -375,8 +375,8 @@ def create_http_app(
 
     @app.get("/v2/health/ready")
     async def server_ready() -> Response:
-        ready = plane.ready()
-        return _status_response(ready, {"ready": ready})
+        body = plane.readiness()
+        return _status_response(body["ready"], body)
 
     @app.get("/v2")
     async def server_metadata() -> Response:

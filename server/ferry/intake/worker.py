@@ -25,6 +25,7 @@ import grpc
 from starlette.types import ASGIApp
 
 from ..api.admission import Admission
+from ..api.drain_cutoff import ANSWER_GRACE_S, CutoffApp, DrainCutoff
 from ..api.grpc import STREAM_DOOR
 from ..api.http_fast import InferFastPath
 from ..api.limits import Limits
@@ -163,11 +164,12 @@ async def run(assignment: Assignment) -> int:
         ],
     )
     routes = ImageRoutes(forward, images, settings.http_max_body_bytes)
-    http = _rest_listener(settings, security, plane, routes, SharedConnections(table, assignment.row))
+    cutoff = DrainCutoff()  # what still runs when the drain ends is answered "shutting down"
+    http = _rest_listener(settings, security, plane, routes, SharedConnections(table, assignment.row), cutoff)
     server = None
     if settings.grpc_port:
         servicer = ForwardingServicer(plane, settings.max_response_bytes, channel)
-        server = public_grpc_server(plane, settings, security, assignment.processes, servicer)
+        server = public_grpc_server(plane, settings, security, assignment.processes, servicer, cutoff)
         await server.start()
     if http is not None:
         await wait_started(http.server, http.task, "the intake's REST listener")  # OSError: main() logs it
@@ -178,13 +180,18 @@ async def run(assignment: Assignment) -> int:
     if client.lost.is_set():
         log.error("intake %d: the model process went away; exiting", assignment.row)
         code = 1
+    timeout = settings.exit_timeout_secs
+    cutting = loop.call_later(timeout, cutoff.cut_off, timeout)
+    grace = 0.0 if code else timeout + ANSWER_GRACE_S
     stops: list[Awaitable[object]] = []
     if server is not None:
-        stops.append(server.stop(grace=0 if code else settings.exit_timeout_secs))
+        stops.append(server.stop(grace=grace))
     if http is not None:
+        http.server.config.timeout_graceful_shutdown = grace  # type: ignore[assignment]
         http.server.should_exit = True
         stops.append(http.task)
     await asyncio.gather(*stops, return_exceptions=True)
+    cutting.cancel()
     await forward.aclose()
     await channel.close()
     client.close()
@@ -199,13 +206,19 @@ class _Listener:
 
 
 def _rest_listener(
-    settings: Settings, security: ServerSecurity, plane: IntakePlane, routes: ASGIApp, shared: SharedConnections
+    settings: Settings,
+    security: ServerSecurity,
+    plane: IntakePlane,
+    routes: ASGIApp,
+    shared: SharedConnections,
+    cutoff: DrainCutoff,
 ) -> _Listener | None:
     """uvicorn on this process's own SO_REUSEPORT socket: inference here, then ``routes`` (the
     image endpoints here, the rest forwarded)."""
     if not settings.http_port:
         return None
     app = security.http_app(InferFastPath(routes, plane, settings.http_max_body_bytes, settings.max_response_bytes))
+    app = CutoffApp(app, cutoff)
     config = rest_config(app, settings, security, **connection_options(settings, shared))
     sock = reuse_port_socket(settings.host, settings.http_port, listen=True)
     server = QuietUvicornServer(config)

@@ -50,6 +50,13 @@ class AccuracyReport:
     box_iou_min: float | None = None
     scores_outside_unit: int = 0  # candidate scores below 0 or above 1 ...
     reference_scores_outside_unit: int = 0  # ... and the FP32 model's (a detector may not output probabilities)
+    detections: int = 0  # the FP32 model's detections the candidate's were paired with
+    minimum: int | None = None  # the fewest inputs (detectors: FP32 detections) the INT8 gate judges by
+
+    @property
+    def compared(self) -> int:
+        """What the gate's minimum counts: inputs, or for detectors the FP32 detections."""
+        return self.detections if self.task == "detect" else self.samples
 
     @property
     def agreement(self) -> float | None:
@@ -63,8 +70,14 @@ class AccuracyReport:
         return self.map_candidate - self.map_reference
 
     def lines(self) -> list[str]:
+        compared = f"compared on {self.samples} {self.inputs}"
+        if self.task == "detect":
+            compared += f", {self.detections} FP32 detections"
+        if self.minimum is not None:
+            unit = "FP32 detections" if self.task == "detect" else "inputs"
+            compared += f" (the INT8 gate needs at least {self.minimum} {unit}: --min-compared)"
         out = [
-            f"compared on {self.samples} {self.inputs}",
+            compared,
             f"max abs diff of outputs: {self.max_abs_diff:.4g} (largest |FP32 output|: {self.reference_max_abs:.4g})",
         ]
         if self.top1_agreement is not None:
@@ -72,7 +85,10 @@ class AccuracyReport:
         if self.map_vs_reference is not None:
             out.append(f"mAP@0.5 against the FP32 model's detections: {self.map_vs_reference:.4f}")
         if self.matched_share is not None:
-            out.append(f"FP32 detections found again (same class, IoU >= 0.5): {self.matched_share:.2%}")
+            out.append(
+                f"FP32 detections found again (same class, IoU >= 0.5): {self.matched_share:.2%} "
+                f"({round(self.matched_share * self.detections)} of {self.detections})"
+            )
         if self.score_diff_max is not None:
             out.append(
                 f"score change of those: p95 {self.score_diff_p95:.4f}, max {self.score_diff_max:.4f}; "
@@ -203,6 +219,7 @@ def _compare_detections(report: AccuracyReport, reference: list[Boxes], candidat
             ious.append(iou)
         report.scores_outside_unit += int(((cand[1] < 0) | (cand[1] > 1)).sum())
         report.reference_scores_outside_unit += int(((ref[1] < 0) | (ref[1] > 1)).sum())
+    report.detections = total
     report.matched_share = len(ious) / total if total else None
     if ious:
         report.score_diff_max = max(score_diffs)

@@ -49,6 +49,9 @@ DEFAULT_MIN_AGREEMENT = {"classify": 0.98, "tensor": 0.98, "detect": 0.90}
 #: Detectors also keep each FP32 detection's score and box: for the detections found again, the 95th
 #: percentile of the score change and the mean box IoU (mAP only ranks scores, so it misses scores that
 #: all moved, even above 1).
+#: Fewer inputs compared (detectors: FP32 detections) than this, and a 100% agreement says nothing
+#: (3 pages, 2 faces): the INT8 gate refuses to judge, whatever the agreement (--min-compared).
+DEFAULT_MIN_COMPARED = 50
 MAX_SCORE_CHANGE_P95 = 0.1
 MIN_MEAN_BOX_IOU = 0.9
 RANDOM_EVAL_SAMPLES = 32
@@ -78,6 +81,7 @@ class OptimizeOptions:
     eval_count: int = 512
     eval_annotations: Path | None = None
     min_agreement: float | None = None
+    min_compared: int = DEFAULT_MIN_COMPARED
     force: bool = False
     overwrite: bool = False
     batch_size: int = 16
@@ -295,6 +299,14 @@ def _check_agreement(options: OptimizeOptions, report: AccuracyReport) -> None:
             "pass --force to write it anyway",
             report,
         )
+    if report.compared < options.min_compared:
+        what = "FP32 detections" if report.task == "detect" else "inputs"
+        raise AccuracyRefused(
+            f"INT8 accuracy compared on only {report.compared} {what}, fewer than --min-compared "
+            f"{options.min_compared}: too few to judge by; not written (give more --eval-images, "
+            "lower --min-compared, or --force)",
+            report,
+        )
     remedies = (
         "more or more representative calibration images, --calibration-method entropy or percentile, "
         "no --quantize-output-heads, or --force"
@@ -377,6 +389,8 @@ def optimize(options: OptimizeOptions, say: Callable[[str], None] = print) -> Op
         annotations = read_annotations(options.eval_annotations) if options.eval_annotations else None
         batches, description = _eval_batches(options, reference, batch)
         report = compare(reference, candidate, batches(), annotations, description)
+        if options.precision == "int8":
+            report.minimum = options.min_compared
         _check_agreement(options, report)
         if options.as_version is None:  # the report goes into the new model's config as comments
             (staged / CONFIG_FILENAME).write_text(config_text(config, [*header, *report.lines()]))

@@ -51,6 +51,11 @@ def add_tune_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="tune a Triton Python model (model.py): its code runs in the tuner's server",
     )
+    p.add_argument(
+        "--allow-smaller-max-batch",
+        action="store_true",
+        help="let the tuned max_batch_size go below the model's own (clients' larger batches are then refused)",
+    )
     p.add_argument("--plot", type=Path, metavar="PNG", help="latency against throughput of every candidate")
     p.add_argument("--write", action="store_true", help="replace config.pbtxt (kept as config.pbtxt.before-tune)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")

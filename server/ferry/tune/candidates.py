@@ -140,3 +140,40 @@ def cpu_layouts(cores: int, threads: bool = True) -> list[tuple[int, int]]:
         layouts.add((instances, max(1, cores // instances) if threads else 0))
         instances *= 2
     return sorted(layouts)
+
+
+def client_changes(current: Candidate, candidate: Candidate) -> list[str]:
+    """What serving ``candidate`` instead of ``current`` changes for clients, in words ([]: nothing).
+
+    max_batch_size is the largest batch a client may send as well as the batcher's limit, the queue
+    delay is time a request may wait, and a precision variant answers with other numbers."""
+    changes = []
+    before, after = current.max_batch_size, candidate.max_batch_size
+    if before > 0 and after != before:
+        if after < before:
+            changes.append(f"max_batch_size {before} -> {after}: a client batch larger than {after} is refused (400)")
+        else:
+            changes.append(f"max_batch_size {before} -> {after}: clients may send batches of up to {after}")
+    delay = candidate.delay_us if candidate.dynamic else 0
+    if delay and delay != (current.delay_us if current.dynamic else 0):
+        changes.append(f"max_queue_delay {delay} us: a request may wait up to {delay / 1000:g} ms for batch-mates")
+    if candidate.precision != "as is":
+        changes.append(
+            f"answers come from the {candidate.precision} model '{candidate.model}' (outputs differ a little "
+            "from the original's; its agreement is in the notes)"
+        )
+    return changes
+
+
+def client_summary(current: Candidate, candidate: Candidate) -> str:
+    """``client_changes`` in a few words, for the table's column."""
+    parts = []
+    before, after = current.max_batch_size, candidate.max_batch_size
+    if before > 0 and after != before:
+        parts.append(f"max batch {before}->{after}" + (" (narrower)" if after < before else ""))
+    delay = candidate.delay_us if candidate.dynamic else 0
+    if delay and delay != (current.delay_us if current.dynamic else 0):
+        parts.append(f"waits <={delay / 1000:g} ms")
+    if candidate.precision != "as is":
+        parts.append(f"{candidate.precision} answers")
+    return ", ".join(parts) or "same"

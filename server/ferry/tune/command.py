@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -17,7 +18,7 @@ from ..cli_errors import EXIT_USAGE, UserError
 from ..cores import usable_cores
 from ..errors import FerryError
 from ..repository.config import read_config_file
-from .candidates import Candidate, cpu_layouts, current_candidate
+from .candidates import Candidate, client_changes, cpu_layouts, current_candidate
 from .measure import LoadPlan, Measurer
 from .objective import Objective, parse_latency_budget
 from .precision import PRECISIONS, Variant, build_variants
@@ -25,6 +26,9 @@ from .report import table, verdict, write_plot
 from .runner import PrivateRepository, TuningError, TuningServer
 from .search import Outcome, Search, Space
 from .writer import machine_description, write_config
+
+#: The shell's code for a command ended by Ctrl-C (128 + SIGINT).
+EXIT_INTERRUPTED = 130
 
 
 def _levels(text: str, flag: str) -> tuple[float, ...]:
@@ -115,7 +119,13 @@ def _is_onnx(config: mc.ModelConfig, model_dir: Path) -> bool:
 
 
 def _space(
-    config: mc.ModelConfig, current: Candidate, plan: LoadPlan, variants: list[Variant], gpus: list[str], onnx: bool
+    config: mc.ModelConfig,
+    current: Candidate,
+    plan: LoadPlan,
+    variants: list[Variant],
+    gpus: list[str],
+    onnx: bool,
+    allow_smaller_batch: bool = False,
 ) -> Space:
     largest = 0
     if config.max_batch_size > 0:
@@ -134,6 +144,7 @@ def _space(
         image_workers=tuple(pools) if images else (),
         current=current,
         largest_batch=largest,
+        smallest_batch=0 if allow_smaller_batch else max(0, config.max_batch_size),
         layouts=layouts,
         kind=current.kind,
         variants=tuple((v.name, v.precision) for v in variants),
@@ -155,6 +166,8 @@ def _header(outcome: Outcome, objective: Objective, plan: LoadPlan, machine: str
             f"Serve with FERRY_IMAGE_WORKERS={outcome.winner.image_workers}: image pre-processing threads are a "
             "server setting, not part of this file."
         )
+    if outcome.winner is not None:
+        lines += [f"For clients: {change}" for change in client_changes(outcome.current, outcome.winner)]
     for candidate in (outcome.winner, outcome.current):
         if candidate is None:
             continue
@@ -193,8 +206,11 @@ def run_tune(args: argparse.Namespace) -> int:
     onnx = _is_onnx(config, model_dir)
     current = current_candidate(config, onnx)
     say(f"ferry tune: {config.name} on {machine}; budget {args.time_budget:g} s")
-    repository = PrivateRepository(model_dir)
+    # SIGTERM ends the run as Ctrl-C does: the servers stop and the private repository goes
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    repository: PrivateRepository | None = None
     try:
+        repository = PrivateRepository(model_dir)
         outcome, notes = _measure(args, repository, config, current, plan, objective, precisions, onnx, gpus, started)
         _report(outcome, notes, args, objective, mode, config, gpus, current)
         if outcome.winner is not None:
@@ -205,8 +221,13 @@ def run_tune(args: argparse.Namespace) -> int:
     except (TuningError, OSError) as exc:  # a server that would not start or load; a file that cannot be written
         print(f"ferry tune: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("ferry tune: interrupted; nothing written", file=sys.stderr)
+        return EXIT_INTERRUPTED
     finally:
-        repository.remove()
+        if repository is not None:
+            repository.remove()
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _measure(
@@ -235,7 +256,7 @@ def _measure(
         try:
             server.use(current)
             measurer.prepare(current.model)
-            space = _space(config, current, plan, variants, gpus, onnx)
+            space = _space(config, current, plan, variants, gpus, onnx, args.allow_smaller_max_batch)
             budget = args.time_budget - (time.monotonic() - started)
             outcome = Search(space, objective, measurer, budget, args.rounds, say=say).run()
         finally:

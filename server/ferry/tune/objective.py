@@ -85,6 +85,10 @@ class Objective:
     def unit(self, score: float) -> str:
         return f"p{self.percentile} {-score:.2f} ms" if self.minimise_latency else f"{score:.1f} infer/s"
 
+    def plus_minus(self, spread: float) -> str:
+        """A spread as the table writes it (throughput: one decimal, as its infer/s column)."""
+        return f"±{abs(spread):.2f} ms" if self.minimise_latency else f"±{abs(spread):.1f}"
+
 
 def parse_latency_budget(text: str) -> tuple[int, float]:
     """``p99=50ms`` (or p95, p50; ms, us or s) as (percentile, milliseconds)."""
@@ -129,7 +133,7 @@ class Summary:
 
     points: tuple[Point, ...]
     score: float | None
-    spread: float  # half the range of the per-round scores (0 with one round)
+    spread: float  # half the range of the rounds' values at the level that scores (0 with one round)
     rounds: int
     rounds_admissible: int
 
@@ -150,5 +154,10 @@ def summarise(samples: Sequence[Sample], objective: Objective) -> Summary:
     loads = sorted({p.load for sample in samples for p in sample})
     medians = tuple(median_point([p for sample in samples for p in sample if p.load == load]) for load in loads)
     per_round = [s for s in (objective.score(sample) for sample in samples) if s is not None]
-    spread = (max(per_round) - min(per_round)) / 2 if len(per_round) > 1 else 0.0
+    # the spread of the level the median scores at, as the table shows it for that level (each
+    # round's own best level may differ, and would give another, smaller spread)
+    scoring = objective.best(medians)
+    at_level = [] if scoring is None else [p for sample in samples for p in sample if p.load == scoring.load]
+    values = [s for s in (objective.score([p]) for p in at_level) if s is not None]
+    spread = (max(values) - min(values)) / 2 if len(values) > 1 else 0.0
     return Summary(medians, objective.score(medians), spread, len(samples), len(per_round))

@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from .candidates import Candidate
+from .candidates import Candidate, client_changes, client_summary
 from .objective import Objective, Point, Summary
 from .search import Outcome
 
@@ -28,10 +28,13 @@ def _spread(values: Sequence[float]) -> float:
     return (max(values) - min(values)) / 2 if len(values) > 1 else 0.0
 
 
-def _row(index: int, mark: str, candidate: Candidate, point: Point, throughputs: list[float], gpu: bool) -> list[str]:
+def _row(
+    index: int, mark: str, candidate: Candidate, point: Point, throughputs: list[float], gpu: bool, clients: str
+) -> list[str]:
     cells = [
         f"{index}{mark}",
         candidate.label(),
+        clients,
         f"{point.load:g}",
         f"{point.throughput:.1f}" + (f" ±{_spread(throughputs):.1f}" if len(throughputs) > 1 else ""),
         *(_number(point.latency_ms[q], "{:.2f}") for q in (50, 95, 99)),
@@ -56,11 +59,13 @@ def _row(index: int, mark: str, candidate: Candidate, point: Point, throughputs:
 
 
 def table(outcome: Outcome, mode: str) -> str:
-    """One row per candidate and load level; ``*`` marks the winner, ``=`` the current config."""
+    """One row per candidate and load level; ``*`` marks the winner, ``=`` the current config; "for
+    clients" says what a candidate changes for them (see ``client_changes``)."""
     gpu = any(p.gpu for s in outcome.summaries.values() for p in s.points)
     headers = [
         "#",
         "candidate",
+        "for clients",
         "conc." if mode == "concurrency" else "rate",
         "infer/s",
         "p50 ms",
@@ -79,14 +84,17 @@ def table(outcome: Outcome, mode: str) -> str:
         mark = "*" if candidate == outcome.winner else ("=" if candidate.current else "")
         for point in summary.points:
             throughputs = [p.throughput for s in outcome.samples[candidate] for p in s if p.load == point.load]
-            rows.append(_row(index, mark, candidate, point, throughputs, gpu))
+            clients = client_summary(outcome.current, candidate)
+            rows.append(_row(index, mark, candidate, point, throughputs, gpu, clients))
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
     lines = [
-        "  ".join(h.ljust(w) if i == 1 else h.rjust(w) for i, (h, w) in enumerate(zip(headers, widths, strict=True)))
+        "  ".join(
+            h.ljust(w) if i in (1, 2) else h.rjust(w) for i, (h, w) in enumerate(zip(headers, widths, strict=True))
+        )
     ]
     for r in rows:
         lines.append(
-            "  ".join(c.ljust(w) if i == 1 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
+            "  ".join(c.ljust(w) if i in (1, 2) else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
         )
     return "\n".join(lines)
 
@@ -123,12 +131,14 @@ def verdict(outcome: Outcome, objective: Objective, mode: str) -> list[str]:
         against = "the current config does not meet the constraint"
     else:
         against = (
-            f"current config {objective.unit(current.score)} ±{abs(current.spread):.2f}{where(current)}; "
-            f"winner {objective.unit(won.score)} ±{abs(won.spread):.2f}{where(won)}"
+            f"current config {objective.unit(current.score)} {objective.plus_minus(current.spread)}{where(current)}; "
+            f"winner {objective.unit(won.score)} {objective.plus_minus(won.spread)}{where(won)}"
         )
         if not objective.minimise_latency and current.score > 0:
             against += f" ({won.score / current.score:.2f}x)"
     lines.append(f"recommended: {outcome.winner.label()} ({against})")
+    changes = client_changes(outcome.current, outcome.winner)
+    lines += [f"  for clients: {change}" for change in changes] or ["  for clients: nothing changes"]
     return lines
 
 

@@ -27,6 +27,7 @@ from google.protobuf import json_format
 from ferry_client.http import HttpClient
 from ferry_client.protocol import model_config_pb2 as mc
 
+from ..ocr.settings import ocr_settings
 from ..repository.config import read_config_file
 from .candidates import Candidate
 
@@ -51,13 +52,42 @@ def _free_port() -> int:
         return port
 
 
+def composing_models(model_dir: Path) -> list[str]:
+    """The models that ``model_dir``'s model runs (an OCR model's three, an ensemble's steps), and
+    theirs in turn, which the private repository needs beside it: found next to it in its repository."""
+    found: list[str] = []
+    pending = [model_dir]
+    while pending:
+        config = read_config_file(pending.pop())
+        if config is None:
+            continue
+        if config.platform == "ferry_ocr":
+            settings = ocr_settings(config, config.name)
+            names = [settings.detector, settings.angle_classifier, settings.recognizer]
+        else:
+            names = [step.model_name for step in config.ensemble_scheduling.step]
+        for name in names:
+            if name not in found and name != model_dir.name:
+                if not (model_dir.parent / name).is_dir():
+                    raise TuningError(f"model '{config.name}' runs '{name}', which is not in {model_dir.parent}")
+                found.append(name)
+                pending.append(model_dir.parent / name)
+    return found
+
+
 class PrivateRepository:
     """A temporary repository holding a copy of the model (and the variants built from it)."""
 
     def __init__(self, model_dir: Path) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="ferry-tune-"))
         self.name = model_dir.name
-        shutil.copytree(model_dir, self.root / self.name, copy_function=_link_or_copy, symlinks=False)
+        try:
+            for name in [self.name, *composing_models(model_dir)]:
+                source = model_dir if name == self.name else model_dir.parent / name
+                shutil.copytree(source, self.root / name, copy_function=_link_or_copy, symlinks=False)
+        except BaseException:
+            self.remove()
+            raise
 
     @property
     def model_dir(self) -> Path:

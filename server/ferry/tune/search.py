@@ -31,6 +31,9 @@ class Space:
 
     current: Candidate
     largest_batch: int = 0  # 0: the model has no batch dimension, so batching knobs are not tried
+    #: max_batch_size is also the largest batch a client may send: never below this (the model's own,
+    #: unless --allow-smaller-max-batch)
+    smallest_batch: int = 0
     delays_us: tuple[int, ...] = DEFAULT_DELAYS_US
     layouts: tuple[tuple[int, int], ...] = ()  # (instances, threads per instance; 0 for GPU)
     kind: str = "CPU"
@@ -164,7 +167,7 @@ class Search:
     def _batch_stage(self) -> None:
         space = self.space
         base = space.current.with_(dynamic=True, delay_us=0, preferred=())
-        sizes = batch_sizes(0, space.largest_batch)
+        sizes = [s for s in batch_sizes(space.smallest_batch, space.largest_batch) if s >= space.smallest_batch]
         self._say("batch size (queue delay 0):")
         self._walk("batch size", [base.with_(max_batch_size=size) for size in sizes], None)
         leader = self._leader()
@@ -175,7 +178,13 @@ class Search:
         self._walk("queue delay", [leader.with_(delay_us=d) for d in space.delays_us if d > leader.delay_us], start)
         leader = self._leader()
         size = leader.max_batch_size
-        between = sorted({s for s in (size * 3 // 4, size * 3 // 2) if 1 < s <= space.largest_batch and s not in sizes})
+        between = sorted(
+            {
+                s
+                for s in (size * 3 // 4, size * 3 // 2)
+                if max(2, space.smallest_batch) <= s <= space.largest_batch and s not in sizes
+            }
+        )
         self._say("batch size, finer:")
         finer = [leader.with_(max_batch_size=s) for s in between]
         finer.append(leader.with_(preferred=(size,)))

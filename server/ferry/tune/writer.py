@@ -17,6 +17,49 @@ from ..repository.config import CONFIG_FILENAME, read_config_file
 
 TUNED_FILENAME = "config.tuned.pbtxt"
 BACKUP_SUFFIX = ".before-tune"
+TUNED_MARK = "Tuned by `ferry tune`"
+#: Heads the original config's comments in the tuned one (a later tune keeps what follows it).
+KEPT_MARK = "Comments of the config before tuning:"
+
+
+def original_comments(path: Path) -> list[str]:
+    """The comments of the config being replaced, so tuning does not lose what its author wrote: a
+    comment after a field keeps that field's line beside it. The header of an earlier tune is left
+    out (its own kept comments are not)."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return []
+    if lines and lines[0].startswith(f"# {TUNED_MARK}"):
+        header = [i for i, line in enumerate(lines) if not line.startswith("#")]
+        end = header[0] if header else len(lines)
+        marks = [i for i in range(end) if lines[i] == f"# {KEPT_MARK}"]
+        lines = lines[marks[0] + 1 :] if marks else lines[end:]
+    kept = []
+    for line in lines:
+        code, comment = _split_comment(line)
+        if comment is None:
+            continue
+        kept.append(f"{comment} (beside: {code.strip()})" if code.strip() else comment)
+    return kept
+
+
+def _split_comment(line: str) -> tuple[str, str | None]:
+    """(code, comment text) of a config line; a ``#`` inside a quoted string is not a comment."""
+    quote, escaped = "", False
+    for index, char in enumerate(line):
+        if quote:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == quote:
+                quote = ""
+        elif char in "\"'":
+            quote = char
+        elif char == "#":
+            return line[:index], line[index + 1 :].strip()
+    return line, None
 
 
 def cpu_model() -> str:
@@ -52,7 +95,8 @@ def write_config(
     A precision winner lives in another model directory: with ``write`` that directory (built by
     ``ferry optimize`` in the private repository) is copied next to the model, never over one."""
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    text = config_text(config, [f"Tuned by `ferry tune` at {stamp}.", *header])
+    kept = original_comments(model_dir / CONFIG_FILENAME)
+    text = config_text(config, [f"{TUNED_MARK} at {stamp}.", *header, *([KEPT_MARK, *kept] if kept else [])])
     if variant_dir is not None:
         if not write:
             path = model_dir / TUNED_FILENAME

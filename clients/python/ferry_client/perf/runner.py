@@ -11,9 +11,11 @@ from __future__ import annotations
 import contextlib
 import math
 import multiprocessing
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any, TextIO
@@ -83,6 +85,20 @@ class StepResult:
         }
 
 
+@contextlib.contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """Ctrl-C ignored while a worker is spawned: the child inherits that, so a Ctrl-C that reaches the
+    terminal's process group while it starts up interrupts nothing there (the coordinator handles it)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 class WorkerPool:
     """Worker processes, each holding its own connection(s) to the server."""
 
@@ -95,7 +111,8 @@ class WorkerPool:
             process = context.Process(
                 target=worker_main, args=(child, config, index), daemon=True, name=f"ferry-perf-{index}"
             )
-            process.start()
+            with _sigint_ignored():
+                process.start()
             child.close()
             self._conns.append(parent)
             self._processes.append(process)

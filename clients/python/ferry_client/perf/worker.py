@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -141,7 +142,15 @@ async def _open_loop(
 async def _run(conn: Connection, config: WorkerConfig, worker_index: int) -> None:
     loop = asyncio.get_running_loop()
     commands: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-    loop.add_reader(conn.fileno(), lambda: commands.put_nowait(conn.recv()))
+
+    def receive() -> None:
+        try:
+            commands.put_nowait(conn.recv())
+        except (EOFError, OSError):  # the coordinator is gone (interrupted): nobody reads the results
+            loop.remove_reader(conn.fileno())
+            commands.put_nowait({"op": "exit"})
+
+    loop.add_reader(conn.fileno(), receive)
     sender = make_sender(
         config.protocol,
         config.url,
@@ -171,6 +180,10 @@ async def _run(conn: Connection, config: WorkerConfig, worker_index: int) -> Non
                         running.clear()  # slots finish the request in flight, then end
                         with contextlib.suppress(asyncio.TimeoutError):
                             await asyncio.wait_for(asyncio.shield(generator), DRAIN_TIMEOUT_S)
+                    elif command["op"] == "exit":  # the run was abandoned: leave at once
+                        generator.cancel()
+                        await asyncio.gather(generator, return_exceptions=True)
+                        return
                 recorder.flush()
             generator.result()
             recorder.flush()
@@ -181,7 +194,11 @@ async def _run(conn: Connection, config: WorkerConfig, worker_index: int) -> Non
 
 
 def worker_main(conn: Connection, config: WorkerConfig, worker_index: int) -> None:
-    """Process entry point: serve load commands until told to exit."""
+    """Process entry point: serve load commands until told to exit.
+
+    Ctrl-C reaches every process of the terminal's group: the coordinator handles it and ends the
+    workers, so a worker ignores it (instead of printing a traceback of its own)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         import uvloop
 
