@@ -50,7 +50,7 @@ def _digit(index: int) -> np.ndarray:
     return np.round(load_digits().images[index] * 255 / 16).astype(np.uint8)
 
 
-def _text_line(margin: int = 6) -> np.ndarray:
+def text_line(margin: int = 6) -> np.ndarray:
     """``LINE`` drawn by the OCR references' renderer, cut to its ink plus ``margin`` pixels, as the
     OCR model cuts a line for its recogniser."""
     pixels = _module(MODEL_REPO / "ocr" / "reference.py").rendered([LINE], 28, LINE_COLOURS)
@@ -75,7 +75,7 @@ def example_images() -> dict[str, bytes]:
         "scene.png": _encode(scene.image, "PNG"),
         "photo.jpg": _encode(data.astronaut(), "JPEG", quality=90),
         "scan.png": _encode(np.ascontiguousarray(np.rot90(data.page(), k=-1)), "PNG"),
-        "line.png": _encode(_text_line(), "PNG"),
+        "line.png": _encode(text_line(), "PNG"),
     }
 
 
