@@ -74,23 +74,25 @@ def test_page_lists_the_bundled_models(dashboard) -> None:
 
 
 def test_rates_and_percentiles_follow_prometheus(dashboard) -> None:
-    """stats.js in the browser's own engine: histogram_quantile() interpolation, the +Inf bucket,
-    counter resets, and batch-size rows cut at max_batch_size."""
+    """stats.js in the browser's own engine: percentiles as the bucket bounds they fall under (never an
+    interpolated value the buckets did not measure), the +Inf bucket, counter resets, and batch-size
+    rows cut at max_batch_size."""
     results = dashboard["page"].evaluate("""async () => {
         const s = await import("./dashboard/static/stats.js");
         const h = { le: [1, 2, 4], buckets: [0, 2, 4], count: 4, sum: 9 };
         const tail = { le: [1, 2, 4], buckets: [0, 2, 4], count: 5, sum: 30 };
+        const shown = (found) => s.formatBound(found?.bound ?? null, found?.beyond, String);
         return {
-            q: [0.25, 0.5, 1].map((q) => s.histogramQuantile(q, h)),
-            inf: s.histogramQuantile(0.99, tail),
-            empty: s.histogramQuantile(0.5, { le: [1], buckets: [0], count: 0, sum: 0 }),
+            q: [0.25, 0.5, 1].map((q) => shown(s.quantileBound(q, h))),
+            inf: shown(s.quantileBound(0.99, tail)),
+            empty: s.quantileBound(0.5, { le: [1], buckets: [0], count: 0, sum: 0 }),
             reset: [s.increase(3, 5), s.increase(5, 3)],
             window: s.histogramIncrease(tail, h),
             rows: s.batchSizeDistribution({ le: [1, 2, 4, 8, 16], buckets: [1, 1, 3, 3, 9], count: 9, sum: 0 }, 8),
         };
     }""")
-    assert results["q"] == [1.5, 2, 4]
-    assert results["inf"] == 4 and results["empty"] is None
+    assert results["q"] == ["≤ 2", "≤ 2", "≤ 4"]
+    assert results["inf"] == "> 4" and results["empty"] is None
     assert results["reset"] == [None, 2]
     assert results["window"] == {"le": [1, 2, 4], "buckets": [0, 0, 0], "count": 1, "sum": 21}
     assert results["rows"] == [
@@ -158,6 +160,9 @@ def test_charts_move_after_requests_by_keyboard(dashboard, digit_pngs) -> None:
         page.wait_for_function("() => document.querySelector('#chart-failures .u-legend') !== null")
         expect(page.locator("#chart-failures .u-legend")).to_contain_text("OTHER")
         page.wait_for_function("() => !document.getElementById('details-summary').textContent.includes('p95 – ms')")
+        # percentiles are shown as the bucket bounds they are, in the summary and the model table
+        expect(page.locator("#details-summary")).to_contain_text(re.compile(r"p95 [≤>] [\d.]+ ms"))
+        expect(page.locator('#model-rows tr[data-model="digits"] td.p95')).to_have_text(re.compile(r"^[≤>] [\d.]+$"))
         bars = page.locator("#batch-bars li")
         assert bars.count() == 7  # 1, 2, 3–4, ... 33–64 for max_batch_size 64
         expect(bars.nth(2).locator(".bar-label")).to_have_text("3–4")
