@@ -481,7 +481,7 @@ def test_ocr_lines_are_drawn_with_their_text(dashboard, tmp_path: Path) -> None:
         const rgb = (hex) => [1, 3, 5].map((i) => parseInt(hex.slice(i, i + 2), 16));
         return lines.map((line, index) => {
             const colour = rgb(PALETTE[index % PALETTE.length]);
-            const [[, top], [right], [, bottom]] = [line.box[0], line.box[1], line.box[2]].map((p) => p.map((v) => v * scale));
+            const [[, top], [right], [, bottom]] = line.box.slice(0, 3).map((p) => p.map((v) => v * scale));
             let rows = 0, hits = 0;
             for (let y = Math.round(top + (bottom - top) * 0.3); y <= bottom - (bottom - top) * 0.3; y++) {
                 rows++;

@@ -58,7 +58,7 @@ def test_the_server_distribution_offers_the_clients_extras() -> None:
     distributions owning its files: the server's own ``perf`` extra installs the same packages."""
     assert extra(ROOT / "pyproject.toml", "perf") == extra(ROOT / "clients" / "python" / "pyproject.toml", "perf")
     readme = (ROOT / "README.md").read_text()
-    assert "pip install \".[perf]\"" in readme
+    assert 'pip install ".[perf]"' in readme
 
 
 def test_the_sample_images_have_an_extra() -> None:

@@ -215,7 +215,8 @@ def test_gray_input_with_rgb_image_and_rgb_with_gray_image() -> None:
             P(),
             [3, -1, -1],
             "FP32",
-            "got dims [3, -1, -1]: declare the size the model was exported at in the config's input, e.g. dims: [3, 640, 640]",
+            "got dims [3, -1, -1]: declare the size the model was exported at in the config's input, "
+            "e.g. dims: [3, 640, 640]",
         ),
         (P(layout=P.NHWC), [-1, -1, 3], "FP32", "dims: [640, 640, 3] for an Ultralytics export"),
         (P(), [1, 224, 224], "FP32", "ferry_image.preprocess.color_order: RGB gives 3 channel(s) but the input has 1"),
