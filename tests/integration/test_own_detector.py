@@ -65,6 +65,21 @@ def test_readme_config_serves_the_export_with_its_own_class_names(server: Runnin
     np.testing.assert_allclose(found.box, [400, 300, 440, 340], atol=0.5)
 
 
+def test_intake_processes_label_with_the_names_the_model_process_read(tmp_path) -> None:
+    """With intake processes the post-stage runs in the intake, from the labels the model process
+    loaded (the hand-off's describe), so metadata names reach it too."""
+    repo = tmp_path / "models"
+    write_yolov8_export(repo / "my_detector" / "1" / "model.onnx", NAMES)
+    (repo / "my_detector" / "config.pbtxt").write_text(readme_config())
+    running = start_server(repo, tmp_path / "server.log", "--intake-processes", "2")
+    try:
+        with HttpClient(running.http_url) as client:
+            found = [d for d in client.detect("my_detector", red_square_photo()) if d.score > 0.5]
+        assert [(d.label, d.class_id) for d in found] == [("red", 0)]
+    finally:
+        running.stop()
+
+
 def test_dynamic_height_and_width_are_refused_with_the_dims_to_declare(server: RunningServer) -> None:
     index = httpx.post(f"http://{server.http_url}/v2/repository/index", json={}).json()
     row = next(r for r in index if r["name"] == "left_dynamic")
