@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 from ferry.cli_errors import install_hint, missing_extra
@@ -65,4 +66,11 @@ def test_the_sample_images_have_an_extra() -> None:
     """clients/examples/make_images.py reads scikit-learn's digits and scikit-image's photos."""
     examples = extra(ROOT / "pyproject.toml", "examples")
     assert {re.split("[<>=]", r)[0] for r in examples} == {"scikit-learn", "scikit-image"}
-    assert "pip install '.[examples]'" in (ROOT / "clients" / "examples" / "make_images.py").read_text()
+    script = ROOT / "clients" / "examples" / "make_images.py"
+    without_skimage = (  # the plain install: scikit-image cannot be imported
+        f"import runpy, sys; sys.modules['skimage'] = None; sys.argv = ['make_images.py']; "
+        f"runpy.run_path({str(script)!r}, run_name='__main__')"
+    )
+    ran = subprocess.run([sys.executable, "-c", without_skimage], capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 1 and not ran.stdout
+    assert ran.stderr.strip() == "make_images.py needs skimage: pip install '.[examples]' in the Ferry checkout"
