@@ -82,3 +82,68 @@ def write_tile_model(model_dir: Path, *, rows: int, width: int) -> Path:
         f"instance_group [{{ kind: KIND_CPU count: 1 }}]\n"
     )
     return model_dir
+
+
+def write_yolov8_export(path: Path, names: dict[int, str], *, strides: tuple[int, ...] = (8, 16, 32)) -> Path:
+    """An ONNX file shaped as Ultralytics exports a YOLOv8 / YOLO11 detector with ``dynamic=True``:
+    input ``images`` FP32 ``[batch, 3, height, width]`` (RGB, 0..1), output ``output0`` FP32
+    ``[batch, 4 + classes, anchors]`` (centre x, centre y, width, height in input pixels, then one
+    score per class; one anchor per cell of strides 8, 16 and 32), and the class names in its
+    metadata as Ultralytics writes them (``names``: a Python dict literal).
+
+    It stands in for ``yolo export`` (no weights are downloaded): each cell's box is the cell itself
+    and class ``c``'s score is the cell's mean of colour channel ``c`` times ``stride / 32``, so a
+    pure red 32x32 square on the 32-pixel grid is one ``names[0]`` box scoring 1.0 (finer cells
+    score at most 0.5)."""
+    assert len(names) <= 3, "one class per colour channel"
+    constants = [
+        numpy_helper.from_array(np.array(value, dtype=np.int64), name)
+        for name, value in (("zero", [0]), ("one", [1]), ("channels", [1]), ("flat", [0, 4 + len(names), -1]))
+    ]
+    constants.append(numpy_helper.from_array(np.array([len(names)], dtype=np.int64), "classes"))
+    constants.append(numpy_helper.from_array(np.array(0, dtype=np.float32), "nought"))
+    nodes, levels = [], []
+    for s in strides:
+        constants += [
+            numpy_helper.from_array(np.array(s, dtype=np.float32), f"stride{s}"),
+            numpy_helper.from_array(np.array(s / max(strides), dtype=np.float32), f"weight{s}"),
+            numpy_helper.from_array(np.array(0.5, dtype=np.float32), f"half{s}"),
+        ]
+        nodes += [
+            helper.make_node("AveragePool", ["images"], [f"pool{s}"], kernel_shape=[s, s], strides=[s, s]),
+            helper.make_node("Slice", [f"pool{s}", "zero", "classes", "channels"], [f"colour{s}"]),
+            helper.make_node("Mul", [f"colour{s}", f"weight{s}"], [f"scores{s}"]),
+            helper.make_node("Slice", [f"pool{s}", "zero", "one", "channels"], [f"first{s}"]),
+            helper.make_node("Mul", [f"first{s}", "nought"], [f"nil{s}"]),  # zeros of the cell grid's shape
+            helper.make_node("Add", [f"nil{s}", f"stride{s}"], [f"size{s}"]),  # the stride in every cell
+            helper.make_node("CumSum", [f"size{s}", "three"], [f"right{s}"]),  # (column + 1) x stride
+            helper.make_node("CumSum", [f"size{s}", "two"], [f"bottom{s}"]),
+            helper.make_node("Mul", [f"size{s}", f"half{s}"], [f"halfcell{s}"]),
+            helper.make_node("Sub", [f"right{s}", f"halfcell{s}"], [f"cx{s}"]),
+            helper.make_node("Sub", [f"bottom{s}", f"halfcell{s}"], [f"cy{s}"]),
+            helper.make_node(
+                "Concat", [f"cx{s}", f"cy{s}", f"size{s}", f"size{s}", f"scores{s}"], [f"cells{s}"], axis=1
+            ),
+            helper.make_node("Reshape", [f"cells{s}", "flat"], [f"level{s}"]),
+        ]
+        levels.append(f"level{s}")
+    constants += [
+        numpy_helper.from_array(np.array(2, dtype=np.int64), "two"),
+        numpy_helper.from_array(np.array(3, dtype=np.int64), "three"),
+    ]
+    nodes.append(helper.make_node("Concat", levels, ["output0"], axis=2))
+    graph = helper.make_graph(
+        nodes,
+        "yolov8_shaped",
+        [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["batch", 3, "height", "width"])],
+        [helper.make_tensor_value_info("output0", TensorProto.FLOAT, ["batch", 4 + len(names), "anchors"])],
+        constants,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    metadata = {"description": "YOLOv8-shaped test model", "stride": "32", "task": "detect", "names": repr(names)}
+    onnx.helper.set_model_props(model, metadata)
+    onnx.checker.check_model(model)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, path)
+    return path

@@ -36,7 +36,7 @@ from packaged import png  # noqa: E402
 HERE = Path(__file__).resolve().parent
 
 
-def _rendered(lines: list[str], size: int, colours: tuple[tuple[int, int, int], tuple[int, int, int]]) -> np.ndarray:
+def rendered(lines: list[str], size: int, colours: tuple[tuple[int, int, int], tuple[int, int, int]]) -> np.ndarray:
     """RGB pixels of ``lines`` drawn with Pillow's bundled Aileron font (dark on light or so)."""
     from PIL import Image, ImageDraw, ImageFont
 
@@ -76,13 +76,13 @@ def photos() -> dict[str, bytes]:
         "page_wide_strip": png(page[60:100]),
         "page_colour_tinted": png(np.stack([page, (page * 0.8).astype(np.uint8), np.full_like(page, 200)], axis=-1)),
         "rendered_lines": png(
-            _rendered(["Ferry serves OCR models", "Invoice 2024-117: 42.50 EUR"], 28, ((255, 255, 255), (20, 20, 20)))
+            rendered(["Ferry serves OCR models", "Invoice 2024-117: 42.50 EUR"], 28, ((255, 255, 255), (20, 20, 20)))
         ),
         "rendered_light_on_dark": png(
-            _rendered(["Reading order matters", "Line two, then line 3"], 22, ((30, 40, 90), (240, 240, 200)))
+            rendered(["Reading order matters", "Line two, then line 3"], 22, ((30, 40, 90), (240, 240, 200)))
         ),
         "rendered_upside_down": png(
-            np.rot90(_rendered(["Turned upside down text"], 30, ((250, 250, 240), (0, 0, 0))), k=2)
+            np.rot90(rendered(["Turned upside down text"], 30, ((250, 250, 240), (0, 0, 0))), k=2)
         ),
     }
 

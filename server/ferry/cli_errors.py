@@ -8,10 +8,12 @@ run here, so a mistake never costs a model load first.
 from __future__ import annotations
 
 import argparse
+import difflib
 import errno
 import os
 import socket
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
@@ -40,11 +42,45 @@ class UserError(Exception):
 
 
 class OneLineArgumentParser(argparse.ArgumentParser):
-    """argparse, but a bad flag is one line (the usage block is what ``--help`` is for)."""
+    """argparse, but a bad flag is one line (the usage block is what ``--help`` is for), and a misspelt
+    flag gets the nearest one the command knows (``--http-prot``: did you mean ``--http-port``?)."""
+
+    _command: str | None = None  # the subcommand of the last parse, whose flags a misspelling is matched to
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        self._command = getattr(parsed, "command", None)
+        return parsed, extras
 
     def error(self, message: str) -> NoReturn:
-        print(f"{self.prog}: {message} (see '{self.prog} --help')", file=sys.stderr)
+        command = f"{self.prog} {self._command}" if self._command else self.prog
+        print(f"{self.prog}: {message}{self._suggestion(message)} (see '{command} --help')", file=sys.stderr)
         sys.exit(EXIT_USAGE)
+
+    def _known_flags(self) -> list[str]:
+        """This parser's flags and those of the subcommand being parsed."""
+        flags = [option for action in self._actions for option in action.option_strings]
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction) and self._command in action.choices:
+                chosen = action.choices[self._command]
+                flags += [option for sub in chosen._actions for option in sub.option_strings]
+        return [flag for flag in flags if flag.startswith("--")]
+
+    def _suggestion(self, message: str) -> str:
+        prefix = "unrecognized arguments: "
+        if not message.startswith(prefix):
+            return ""
+        known = self._known_flags()
+        matches = {}
+        for token in message.removeprefix(prefix).split():
+            flag = token.split("=", 1)[0]
+            if flag.startswith("--") and (close := difflib.get_close_matches(flag, known, n=1)):
+                matches[flag] = close[0]
+        if len(matches) == 1:
+            return f"; did you mean {next(iter(matches.values()))}?"
+        return "".join(f"; {flag}: did you mean {match}?" for flag, match in matches.items())
 
 
 def settings_error(exc: ValidationError) -> UserError:

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shutil
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -21,13 +23,15 @@ from PIL import Image
 from ferry.backends.registry import normalise_platform
 from ferry.repository.config import parse_config_text
 
-from ..conftest import MODEL_REPO, detector_module, start_server
+from .. import ocr_reference
+from ..conftest import MODEL_REPO, ROOT, detector_module, start_server
 from .conftest import PLAYWRIGHT_MISSING
 
 sync_api = pytest.importorskip("playwright.sync_api", reason=PLAYWRIGHT_MISSING)
 expect = sync_api.expect
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+sys.path.insert(0, str(ROOT / "clients" / "examples"))  # make_images, for the sample text line
 
 
 @pytest.fixture(scope="module")
@@ -70,23 +74,25 @@ def test_page_lists_the_bundled_models(dashboard) -> None:
 
 
 def test_rates_and_percentiles_follow_prometheus(dashboard) -> None:
-    """stats.js in the browser's own engine: histogram_quantile() interpolation, the +Inf bucket,
-    counter resets, and batch-size rows cut at max_batch_size."""
+    """stats.js in the browser's own engine: percentiles as the bucket bounds they fall under (never an
+    interpolated value the buckets did not measure), the +Inf bucket, counter resets, and batch-size
+    rows cut at max_batch_size."""
     results = dashboard["page"].evaluate("""async () => {
         const s = await import("./dashboard/static/stats.js");
         const h = { le: [1, 2, 4], buckets: [0, 2, 4], count: 4, sum: 9 };
         const tail = { le: [1, 2, 4], buckets: [0, 2, 4], count: 5, sum: 30 };
+        const shown = (found) => s.formatBound(found?.bound ?? null, found?.beyond, String);
         return {
-            q: [0.25, 0.5, 1].map((q) => s.histogramQuantile(q, h)),
-            inf: s.histogramQuantile(0.99, tail),
-            empty: s.histogramQuantile(0.5, { le: [1], buckets: [0], count: 0, sum: 0 }),
+            q: [0.25, 0.5, 1].map((q) => shown(s.quantileBound(q, h))),
+            inf: shown(s.quantileBound(0.99, tail)),
+            empty: s.quantileBound(0.5, { le: [1], buckets: [0], count: 0, sum: 0 }),
             reset: [s.increase(3, 5), s.increase(5, 3)],
             window: s.histogramIncrease(tail, h),
             rows: s.batchSizeDistribution({ le: [1, 2, 4, 8, 16], buckets: [1, 1, 3, 3, 9], count: 9, sum: 0 }, 8),
         };
     }""")
-    assert results["q"] == [1.5, 2, 4]
-    assert results["inf"] == 4 and results["empty"] is None
+    assert results["q"] == ["≤ 2", "≤ 2", "≤ 4"]
+    assert results["inf"] == "> 4" and results["empty"] is None
     assert results["reset"] == [None, 2]
     assert results["window"] == {"le": [1, 2, 4], "buckets": [0, 0, 0], "count": 1, "sum": 21}
     assert results["rows"] == [
@@ -154,6 +160,9 @@ def test_charts_move_after_requests_by_keyboard(dashboard, digit_pngs) -> None:
         page.wait_for_function("() => document.querySelector('#chart-failures .u-legend') !== null")
         expect(page.locator("#chart-failures .u-legend")).to_contain_text("OTHER")
         page.wait_for_function("() => !document.getElementById('details-summary').textContent.includes('p95 – ms')")
+        # percentiles are shown as the bucket bounds they are, in the summary and the model table
+        expect(page.locator("#details-summary")).to_contain_text(re.compile(r"p95 [≤>] [\d.]+ ms"))
+        expect(page.locator('#model-rows tr[data-model="digits"] td.p95')).to_have_text(re.compile(r"^[≤>] [\d.]+$"))
         bars = page.locator("#batch-bars li")
         assert bars.count() == 7  # 1, 2, 3–4, ... 33–64 for max_batch_size 64
         expect(bars.nth(2).locator(".bar-label")).to_have_text("3–4")
@@ -385,3 +394,105 @@ def test_face_keypoints_are_drawn(dashboard, tmp_path: Path) -> None:
         expected[0],
     )
     assert drawn == [True] * 6, drawn
+
+
+def test_every_model_kind_is_offered_by_its_task(dashboard) -> None:
+    """Embedding, recogniser and OCR models are offered under their own task, not as classifiers."""
+    options = dashboard["page"].locator("#try-model option")
+    expect(options.filter(has_text="digit_embedder")).to_have_text("digit_embedder (embedding)")
+    expect(options.filter(has_text="text_recognizer")).to_have_text("text_recognizer (text recognition)")
+    expect(options.filter(has_text="ocr")).to_have_text("ocr (OCR)")
+    expect(options.filter(has_text="digit_detector")).to_have_text("digit_detector (detection)")
+    expect(options.filter(has_text="digits (")).to_have_text("digits (classification)")
+
+
+def test_embedding_shows_dimension_norm_and_plot(dashboard, digit_pngs, tmp_path: Path) -> None:
+    path = tmp_path / "digit.png"
+    path.write_bytes(digit_pngs[0][0])
+    vector = httpx.post(
+        f"{dashboard['base']}v2/models/digit_embedder/embed",
+        content=path.read_bytes(),
+        headers={"Content-Type": "image/png"},
+    ).json()["results"][0]["embedding"]
+    page = dashboard["page"]
+    page.select_option("#try-model", "digit_embedder")
+    page.set_input_files("#try-file", str(path))
+    summary = page.locator("#try-result .result-summary dd")
+    expect(summary.nth(0)).to_have_text(str(len(vector)))
+    expect(summary.nth(1)).to_have_text(f"{float(np.linalg.norm(vector)):.4f}")
+    plot = page.locator("#try-result canvas.embedding-plot")
+    expect(plot).to_have_attribute("aria-label", re.compile(rf"^bar plot of the {len(vector)} values, from "))
+    # the tallest bar (the largest |value|) reaches from the zero line to the plot's edge
+    column = page.evaluate(
+        """([index, length]) => {
+        const canvas = document.querySelector("#try-result canvas.embedding-plot");
+        const step = canvas.width / length;
+        const x = Math.floor(index * step);
+        const pixels = canvas.getContext("2d").getImageData(x, 0, 1, canvas.height).data;
+        let painted = 0;
+        for (let y = 0; y < canvas.height; y++) if (pixels[y * 4 + 3] > 0) painted++;
+        return painted / canvas.height;
+    }""",
+        [int(np.argmax(np.abs(vector))), len(vector)],
+    )
+    assert column >= 0.45, column
+    expect(page.locator("#try-result .latency")).to_contain_text("digit_embedder v1 answered in")
+
+
+def test_recognised_text_is_shown(dashboard, tmp_path: Path) -> None:
+    from make_images import LINE, text_line
+
+    path = tmp_path / "line.png"
+    path.write_bytes(png_file(text_line()))
+    page = dashboard["page"]
+    page.select_option("#try-model", "text_recognizer")
+    page.set_input_files("#try-file", str(path))
+    expect(page.locator("#try-result .recognised-text")).to_have_text(LINE)
+    expect(page.locator("#try-result .result-summary dt")).to_have_text("confidence")
+
+
+def test_ocr_lines_are_drawn_with_their_text(dashboard, tmp_path: Path) -> None:
+    lines = ["Ferry serves OCR models", "Invoice 2024-117: 42.50 EUR"]
+    page_pixels = ocr_reference.reference_module().rendered(lines, 28, ((255, 255, 255), (20, 20, 20)))
+    path = tmp_path / "page.png"
+    path.write_bytes(png_file(page_pixels))
+    expected = httpx.post(
+        f"{dashboard['base']}v2/models/ocr/ocr",
+        content=path.read_bytes(),
+        headers={"Content-Type": "image/png"},
+        timeout=60,
+    ).json()["results"][0]["lines"]
+    texts = [line["text"] for line in expected]  # the model reads "OcR" and drops the spaces around digits
+    assert len(texts) == 2 and texts[0].startswith("Ferry serves"), texts
+    page = dashboard["page"]
+    page.select_option("#try-model", "ocr")
+    page.set_input_files("#try-file", str(path))
+    expect(page.locator("#try-result tbody td.text")).to_have_text(texts, timeout=60_000)  # a page takes seconds
+    expect(page.locator("#try-result canvas.ocr-lines")).to_have_attribute(
+        "aria-label", f"the uploaded page with 2 lines: {texts[0]} | {texts[1]}"
+    )
+    # Each line's right edge is drawn in its colour on the canvas, where the server read the line.
+    drawn = page.evaluate(
+        """async (lines) => {
+        const { PALETTE } = await import("./dashboard/static/charts.js");
+        const canvas = document.querySelector("#try-result canvas.ocr-lines");
+        const scale = Number(canvas.dataset.scale);
+        const pixels = canvas.getContext("2d").getImageData(0, 0, canvas.width, canvas.height).data;
+        const rgb = (hex) => [1, 3, 5].map((i) => parseInt(hex.slice(i, i + 2), 16));
+        return lines.map((line, index) => {
+            const colour = rgb(PALETTE[index % PALETTE.length]);
+            const [[, top], [right], [, bottom]] = line.box.slice(0, 3).map((p) => p.map((v) => v * scale));
+            let rows = 0, hits = 0;
+            for (let y = Math.round(top + (bottom - top) * 0.3); y <= bottom - (bottom - top) * 0.3; y++) {
+                rows++;
+                for (let dx = -2; dx <= 2; dx++) {
+                    const i = (y * canvas.width + Math.round(right) + dx) * 4;
+                    if (colour.every((c, k) => Math.abs(pixels[i + k] - c) < 8)) { hits++; break; }
+                }
+            }
+            return rows ? hits / rows : 0;
+        });
+    }""",
+        expected,
+    )
+    assert len(drawn) == 2 and all(fraction >= 0.9 for fraction in drawn), drawn

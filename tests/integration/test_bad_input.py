@@ -242,6 +242,17 @@ def test_unknown_route_and_method(http: httpx.Client) -> None:
     assert response.status_code == 405 and "error" in response.json()
 
 
+def test_a_trailing_slash_is_a_json_404_not_a_redirect(http: httpx.Client, png: bytes) -> None:
+    """A redirect would answer a POST with an empty 307 that some clients follow without the body."""
+    response = http.post("/v2/models/digit_detector/detect/", content=png, headers={"Content-Type": "image/png"})
+    assert response.status_code == 404, (response.status_code, response.headers)
+    assert response.json() == {
+        "error": "no route /v2/models/digit_detector/detect/: Ferry's paths have no trailing slash "
+        "(/v2/models/digit_detector/detect)"
+    }
+    assert http.get("/v2/health/ready/").status_code == 404
+
+
 # --- image endpoints' query parameters, empty bodies, the OpenAPI document ------------------------
 
 

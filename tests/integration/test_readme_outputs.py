@@ -39,5 +39,5 @@ def test_every_sample_image_the_docs_name_is_made(readme_outputs: ModuleType) ->
 
     made = example_images()
     docs = (ROOT / "README.md").read_text() + (EXAMPLES / "README.md").read_text()
-    for name in ("digit.png", "seven.png", "scene.png", "photo.jpg", "scan.png"):
+    for name in ("digit.png", "seven.png", "scene.png", "photo.jpg", "scan.png", "line.png"):
         assert name in docs and made[name][:4] in (b"\x89PNG", b"\xff\xd8\xff\xe0"), name

@@ -87,7 +87,12 @@ def test_unreadable_repository(capsys, no_serving, tmp_path: Path, monkeypatch: 
         (["--grpc-port", "70000"], ["--grpc-port / FERRY_GRPC_PORT", "65535", "70000"]),
         (["--repository-poll-secs", "0"], ["--repository-poll-secs", "greater than 0"]),
         (["--model-control-mode", "sometimes"], ["--model-control-mode", "invalid choice"]),
-        (["--no-such-flag"], ["unrecognized arguments: --no-such-flag"]),
+        (["--no-such-flag"], ["unrecognized arguments: --no-such-flag (see 'ferry serve --help')"]),
+        (["--http-prot", "9000"], ["unrecognized arguments: --http-prot 9000; did you mean --http-port?"]),
+        (
+            ["--http-prot=9000", "--grpc-prot", "1"],
+            ["--http-prot: did you mean --http-port?; --grpc-prot: did you mean --grpc-port?"],
+        ),
     ],
 )
 def test_bad_flag_values(capsys, no_serving, tmp_path: Path, argv: list[str], fragments: list[str]) -> None:

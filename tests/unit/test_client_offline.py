@@ -759,3 +759,27 @@ async def test_async_grpc_client(fake_grpc: tuple[str, FakeServicer]) -> None:
             await client.infer("bad", {"x": np.zeros(1, np.float32)})
     assert servicer.metadata[-1]["authorization"] == "Bearer t2"
     await asyncio.sleep(0)
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_unreachable_server_is_named_by_both_http_clients() -> None:
+    """As the gRPC client's error does, "cannot reach the server" says which address was tried."""
+    port = closed_port()
+    with HttpClient(f"127.0.0.1:{port}") as client, pytest.raises(UnavailableError) as info:
+        client.server_metadata()
+    assert f"cannot reach the server at http://127.0.0.1:{port}:" in str(info.value)
+
+    async def async_call() -> None:
+        async with AsyncHttpClient(f"127.0.0.1:{port}") as client:
+            await client.server_metadata()
+
+    with pytest.raises(UnavailableError, match=f"cannot reach the server at http://127.0.0.1:{port}:"):
+        asyncio.run(async_call())

@@ -160,6 +160,13 @@ def test_new_version_and_cli_errors(digits_repo, capsys) -> None:
     assert "needs calibration data" in capsys.readouterr().err
     assert main(["optimize", str(repo / "nope"), "--precision", "fp16", "--quiet"]) == 1
     assert "does not exist" in capsys.readouterr().err
+    assert main(["optimize", str(repo), "--precision", "fp16", "--quiet"]) == 1  # the repository, not a model
+    err = capsys.readouterr().err
+    assert f"{repo} looks like a model repository (it holds digits" in err and "version None" not in err
+    assert f"`ferry optimize` takes one model's directory, e.g. {repo / 'digits'}" in err
+    (repo / "bare").mkdir()
+    assert main(["optimize", str(repo / "bare"), "--precision", "fp16", "--quiet"]) == 1
+    assert "no version directories (1/, 2/, ... holding the model file)" in capsys.readouterr().err
     empty = calib.parent / "empty"
     empty.mkdir(exist_ok=True)
     assert (

@@ -211,7 +211,14 @@ def test_gray_input_with_rgb_image_and_rgb_with_gray_image() -> None:
     ("pre", "dims", "datatype", "message"),
     [
         (P(), [3, 224], "FP32", "ferry_image.preprocess: the image input must have 3 dims"),
-        (P(), [3, -1, -1], "FP32", "needs a fixed height and width"),
+        (
+            P(),
+            [3, -1, -1],
+            "FP32",
+            "got dims [3, -1, -1]: declare the size the model was exported at in the config's input, "
+            "e.g. dims: [3, 640, 640]",
+        ),
+        (P(layout=P.NHWC), [-1, -1, 3], "FP32", "dims: [640, 640, 3] for an Ultralytics export"),
         (P(), [1, 224, 224], "FP32", "ferry_image.preprocess.color_order: RGB gives 3 channel(s) but the input has 1"),
         (P(color_order=P.GRAY), [3, 8, 8], "FP32", "color_order: GRAY gives 1 channel(s) but the input has 3"),
         (P(layout=P.NHWC), [3, 8, 8], "FP32", "color_order: RGB gives 3 channel(s) but the input has 8"),

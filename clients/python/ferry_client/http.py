@@ -290,13 +290,12 @@ class _HttpBase:
                 delay = min(self.max_backoff, max(delay, float(retry_after)))
         return delay
 
-    @staticmethod
-    def _transport_error(exc: httpx.HTTPError) -> FerryClientError:
-        """The typed error for a failure with no HTTP response."""
+    def _transport_error(self, exc: httpx.HTTPError) -> FerryClientError:
+        """The typed error for a failure with no HTTP response; it names the address tried."""
         if isinstance(exc, httpx.TimeoutException) and not isinstance(exc, httpx.ConnectTimeout):
             return DeadlineExceededError(f"request timed out: {exc or type(exc).__name__}")
         if isinstance(exc, (*_RETRYABLE_TRANSPORT, httpx.NetworkError)):
-            return UnavailableError(f"cannot reach the server: {exc or type(exc).__name__}")
+            return UnavailableError(f"cannot reach the server at {self.url}: {exc or type(exc).__name__}")
         return FerryClientError(f"HTTP request failed: {exc or type(exc).__name__}")
 
     # request builders

@@ -195,7 +195,12 @@ def ferry_error_response(request: Request, exc: FerryError) -> Response:
     return response
 
 
-def _http_error_response(_: Request, exc: StarletteHTTPException) -> Response:
+def _http_error_response(request: Request, exc: StarletteHTTPException) -> Response:
+    """Starlette's own errors (no route, wrong method) as Ferry's JSON body. A path with a trailing slash
+    is a 404 that says so: a redirect would drop a POST's body with some clients and answer nothing."""
+    path = request.url.path
+    if exc.status_code == 404 and len(path) > 1 and path.endswith("/"):
+        return error_response(f"no route {path}: Ferry's paths have no trailing slash ({path.rstrip('/')})", 404)
     return error_response(str(exc.detail), exc.status_code)
 
 
@@ -349,6 +354,7 @@ def create_http_app(
         description="KServe V2 / Open Inference Protocol REST API",
         docs_url=None,  # docs.mount_docs serves Swagger UI from a package instead of a CDN
         redoc_url=None,  # ReDoc would load from a CDN too
+        redirect_slashes=False,  # /detect/ is a JSON 404 naming the path, not an empty 307
     )
     mount_docs(app)
     build_openapi = app.openapi

@@ -33,6 +33,8 @@ class TensorInfo:
 class ModelIO:
     inputs: list[TensorInfo]
     outputs: list[TensorInfo]
+    #: The model file's own key/value metadata (ONNX ``metadata_props``: Ultralytics keeps its class names there).
+    metadata: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

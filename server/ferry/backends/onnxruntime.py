@@ -343,6 +343,7 @@ class OnnxRuntimeInstance:
         self.io = ModelIO(
             inputs=[_tensor_info(node) for node in self.session.get_inputs()],
             outputs=[_tensor_info(node) for node in self.session.get_outputs()],
+            metadata=dict(self.session.get_modelmeta().custom_metadata_map),
         )
         self._string_inputs = {t.name for t in self.io.inputs if t.datatype == "BYTES"}
         self._bf16 = any(t.datatype == "BF16" for t in (*self.io.inputs, *self.io.outputs))

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..api.dataplane import DataPlane
 from ..errors import FerryError
+from ..ocr import PLATFORM as OCR_PLATFORM
 from ..repository.model import ModelVersion
 from ..types import ControlMode
 
@@ -31,8 +32,16 @@ def _version_details(model: ModelVersion) -> dict[str, Any]:
         "max_batch_size": model.max_batch_size,
         "dynamic_batching": _batching(model),
         "instances": [{"name": i.spec.name, "kind": i.spec.kind, "device": i.device} for i in model.instances],
-        "task": model.pipeline.task if model.pipeline is not None else None,
+        "task": _task(model),
     }
+
+
+def _task(model: ModelVersion) -> str | None:
+    """The image endpoint the page's "try an image" sends to: the pipeline's task, ``ocr`` for an
+    OCR model (it reads whole pages without an image pipeline of its own), None for tensor models."""
+    if model.pipeline is not None:
+        return model.pipeline.task
+    return "ocr" if model.platform == OCR_PLATFORM else None
 
 
 def models_overview(plane: DataPlane) -> dict[str, Any]:

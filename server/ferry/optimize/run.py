@@ -130,13 +130,31 @@ def _source(options: OptimizeOptions) -> tuple[mc.ModelConfig, int, Path]:
     config.name = config.name or model_dir.name
     versions = versions_on_disk(model_dir)
     version = options.version if options.version is not None else (versions[-1] if versions else None)
-    if version is None or version not in versions:
+    if version is None:
+        raise OptimizeError(_no_versions(model_dir))
+    if version not in versions:
         raise OptimizeError(f"{model_dir}: version {version} not found (versions on disk: {versions or 'none'})")
     platform = normalise_platform(config.platform, config.backend) or platform_for_file(model_dir / str(version))
     if platform != "onnxruntime_onnx":
         raise OptimizeError(f"{model_dir}: only ONNX models can be optimized (platform is {platform or 'unknown'})")
     model_file = model_dir / str(version) / (config.default_model_filename or "model.onnx")
     return config, version, model_file
+
+
+def _no_versions(model_dir: Path) -> str:
+    """Why a directory without numbered versions is not a model to optimize: often it is the whole repository."""
+    models = sorted(
+        child.name
+        for child in model_dir.iterdir()
+        if child.is_dir() and ((child / CONFIG_FILENAME).is_file() or versions_on_disk(child))
+    )
+    if models:
+        listed = ", ".join(models[:5]) + (", ..." if len(models) > 5 else "")
+        return (
+            f"{model_dir} looks like a model repository (it holds {listed}); `ferry optimize` takes one model's "
+            f"directory, e.g. {model_dir / models[0]}"
+        )
+    return f"{model_dir}: no version directories (1/, 2/, ... holding the model file) in this model directory"
 
 
 def _check_options(options: OptimizeOptions) -> None:

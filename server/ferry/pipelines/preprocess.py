@@ -232,9 +232,12 @@ def _image_dims(dims: Sequence[int], channels_first: bool, resize: int) -> tuple
         )
     channels, height, width = dims if channels_first else (dims[2], dims[0], dims[1])
     if (height <= 0 or width <= 0) and resize not in SIZED_MODES:
+        example = [channels, 640, 640] if channels_first else [640, 640, channels]
         raise ModelLoadError(
-            f"{_FIELD}: the image input needs a fixed height and width, got dims {list(dims)}; a variable-size "
-            "input takes resize: LIMIT_SIDE (both -1) or TEXT_LINE (width -1)"
+            f"{_FIELD}: the image input needs a fixed height and width, got dims {list(dims)}: declare the size "
+            f"the model was exported at in the config's input, e.g. dims: {example} for an Ultralytics export "
+            "at imgsz=640 (an ONNX file with dynamic height and width serves any size the config declares; "
+            "only the OCR resize modes, LIMIT_SIDE and TEXT_LINE, size each image by a rule)"
         )
     return int(channels), int(height), int(width)
 

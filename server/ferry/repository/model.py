@@ -29,6 +29,7 @@ from ..scheduling.scheduler import Scheduler
 from ..statistics import ModelStats
 from .autocomplete import complete_config
 from .config import TensorSpec, output_labels, tensor_specs, validate_config
+from .embedded_labels import embedded_class_names
 
 log = logging.getLogger(__name__)
 
@@ -216,7 +217,8 @@ def load_version(model_dir: Path, version: int, config: mc.ModelConfig, source: 
             config.backend = backend.name
         inputs, outputs = config_tensors(config, source)
         first_gpu = next((spec.device_id for spec in specs if spec.kind == "GPU"), 0)
-        pipeline = ImagePipeline.from_config(config, inputs, outputs, output_labels(model_dir, outputs), gpu=first_gpu)
+        labels = _labels(model_dir, outputs, config, first.io.metadata, source)
+        pipeline = ImagePipeline.from_config(config, inputs, outputs, labels, gpu=first_gpu)
         warm_up(config, instances, list(outputs), model_dir)
         policy = SchedulingPolicy.from_config(config)
         name = f"{config.name}:{version}"
@@ -229,11 +231,24 @@ def load_version(model_dir: Path, version: int, config: mc.ModelConfig, source: 
             source,
             instances,
             pipeline,
+            inherited_labels=labels,
         )
     except BaseException:
         for instance in instances:
             instance.close()
         raise
+
+
+def _labels(
+    model_dir: Path, outputs: dict[str, TensorSpec], config: mc.ModelConfig, metadata: dict[str, str], source: str
+) -> dict[str, list[str]]:
+    """The outputs' label files; without any, the class names the model file carries (an Ultralytics
+    export's ``names``) label its first output."""
+    labels = output_labels(model_dir, outputs)
+    if labels or not config.output:
+        return labels
+    names = embedded_class_names(metadata, source)
+    return {config.output[0].name: names} if names is not None else {}
 
 
 def _batcher(

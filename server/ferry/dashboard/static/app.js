@@ -4,7 +4,7 @@
 
 import { api, AuthCancelled, currentToken, forgetToken, jsonOrError } from "./api.js";
 import { DynamicLineChart, formatNumber, LineChart } from "./charts.js";
-import { derivePoint, recentBatchSizes } from "./stats.js";
+import { derivePoint, formatBound, recentBatchSizes } from "./stats.js";
 import { TryIt } from "./tryit.js";
 
 const POLL_MS = 1000;
@@ -34,7 +34,8 @@ function modelKey(entry) {
 }
 
 function newSeries() {
-  return { t: [], requestsPerSecond: [], inferencesPerSecond: [], p50: [], p95: [], p99: [], queueMs: [],
+  return { t: [], requestsPerSecond: [], inferencesPerSecond: [], p50: [], p95: [], p99: [], p50Beyond: [],
+           p95Beyond: [], p99Beyond: [], queueMs: [],
            computeMs: [], endToEndMs: [], failures: new Map() };
 }
 
@@ -66,8 +67,8 @@ function ingest(snapshot) {
       const series = state.series.get(key);
       const point = derivePoint(entry, modelEntry(previous, key), seconds, modelEntry(windowStart, key));
       push(series.t, snapshot.time);
-      for (const name of ["requestsPerSecond", "inferencesPerSecond", "p50", "p95", "p99", "queueMs", "computeMs",
-                          "endToEndMs"]) push(series[name], point[name]);
+      for (const name of ["requestsPerSecond", "inferencesPerSecond", "p50", "p95", "p99", "p50Beyond", "p95Beyond",
+                          "p99Beyond", "queueMs", "computeMs", "endToEndMs"]) push(series[name], point[name]);
       for (const [reason, value] of Object.entries(point.failures)) {
         if (!series.failures.has(reason)) series.failures.set(reason, series.t.slice(0, -1).map(() => null));
         push(series.failures.get(reason), value);
@@ -98,6 +99,16 @@ function servedVersion(model) {
 function latest(array) {
   for (let i = array.length - 1; i >= 0 && i >= array.length - 3; i--) if (array[i] !== null) return array[i];
   return null;
+}
+
+/** The latest value of percentile `name` ("p95") as the bucket bound it is: "≤ 50", "> 1000" or "–". */
+function percentile(series, name) {
+  const values = series[name];
+  const beyond = series[`${name}Beyond`];
+  for (let i = values.length - 1; i >= 0 && i >= values.length - 3; i--) {
+    if (values[i] !== null) return formatBound(values[i], beyond[i], formatNumber);
+  }
+  return "–";
 }
 
 function cell(text, className = "") {
@@ -154,7 +165,7 @@ function renderModels() {
     const served = model ? servedVersion(model) : null;
     const series = served ? state.series.get(`${model.name}/${served.version}`) : null;
     row.querySelector(".throughput").textContent = series ? formatNumber(latest(series.requestsPerSecond), 1) : "–";
-    row.querySelector(".p95").textContent = series ? formatNumber(latest(series.p95)) : "–";
+    row.querySelector(".p95").textContent = series ? percentile(series, "p95") : "–";
   }
 }
 
@@ -234,7 +245,8 @@ const charts = {};
 
 function createCharts() {
   charts.throughput = new LineChart($("chart-throughput"), [{ label: "requests/s" }, { label: "inferences/s" }]);
-  charts.latency = new LineChart($("chart-latency"), [{ label: "p50" }, { label: "p95" }, { label: "p99" }], { unit: " ms" });
+  charts.latency = new LineChart($("chart-latency"), [{ label: "p50 ≤" }, { label: "p95 ≤" }, { label: "p99 ≤" }],
+                                 { unit: " ms" });
   charts.time = new LineChart($("chart-time"), [{ label: "queue" }, { label: "compute" }, { label: "end to end" }],
                               { unit: " ms" });
   charts.failures = new DynamicLineChart($("chart-failures"), { unit: "/s" });
@@ -270,8 +282,8 @@ function renderSelected() {
   const rps = latest(series.requestsPerSecond);
   const failed = [...series.failures].reduce((total, [, values]) => total + (latest(values) || 0), 0);
   $("details-summary").textContent = `${formatNumber(rps, 1)} requests/s, ${formatNumber(latest(series.inferencesPerSecond), 1)} inferences/s; `
-    + `latency p50 ${formatNumber(latest(series.p50))} ms, p95 ${formatNumber(latest(series.p95))} ms, p99 ${formatNumber(latest(series.p99))} ms `
-    + `(last ${PERCENTILE_WINDOW_S} s); queue ${formatNumber(latest(series.queueMs))} ms, compute ${formatNumber(latest(series.computeMs))} ms per request; `
+    + `latency p50 ${percentile(series, "p50")} ms, p95 ${percentile(series, "p95")} ms, p99 ${percentile(series, "p99")} ms `
+    + `(bucket bounds, last ${PERCENTILE_WINDOW_S} s); queue ${formatNumber(latest(series.queueMs))} ms, compute ${formatNumber(latest(series.computeMs))} ms per request; `
     + `${formatNumber(failed, 1)} failures/s.`;
   $("details-summary").dataset.requestsPerSecond = String(rps ?? 0);
   renderBatchSizes(model, served);

@@ -1,6 +1,6 @@
-// Rates and percentiles from two cumulative snapshots of /dashboard/api/metrics, computed the way
-// Prometheus' rate() and histogram_quantile() would: counter resets (a reloaded version) give no
-// value rather than a negative one, and a quantile interpolates linearly inside its bucket.
+// Rates and percentiles from two cumulative snapshots of /dashboard/api/metrics: rates the way
+// Prometheus' rate() computes them (counter resets, a reloaded version, give no value rather than a
+// negative one), percentiles as the histogram bucket bounds they fall under ("p95 ≤ 50 ms").
 
 const REQUEST_HIST = "nv_inference_request_duration_histogram_us";
 const BATCH_HIST = "nv_inference_batch_size";
@@ -29,26 +29,18 @@ export function histogramIncrease(current, previous) {
 }
 
 /**
- * The q-quantile of a histogram with cumulative finite `buckets` under bounds `le` and `count`
- * observations in all (the +Inf bucket). Like histogram_quantile(): null without observations,
- * the highest finite bound when the rank falls in the +Inf bucket.
+ * Where the q-quantile of a histogram lies, as much as its buckets can say: the upper bound of the
+ * first bucket whose cumulative count reaches q of the `count` observations (so at least q of them
+ * took at most that long), or, when the rank falls in the +Inf bucket, the highest finite bound with
+ * `beyond` set (the quantile is above it). Null without observations. A bound, not a measurement:
+ * histogram_quantile()'s interpolation inside the bucket would invent a value the buckets never saw.
  */
-export function histogramQuantile(q, histogram) {
+export function quantileBound(q, histogram) {
   if (!histogram || histogram.count <= 0) return null;
   const rank = q * histogram.count;
-  let lowerBound = 0;
-  let below = 0;
-  for (let i = 0; i < histogram.le.length; i++) {
-    const cumulative = histogram.buckets[i];
-    if (cumulative >= rank) {
-      const inBucket = cumulative - below;
-      if (inBucket <= 0) return histogram.le[i];
-      return lowerBound + (histogram.le[i] - lowerBound) * ((rank - below) / inBucket);
-    }
-    lowerBound = histogram.le[i];
-    below = cumulative;
-  }
-  return histogram.le[histogram.le.length - 1];
+  const index = histogram.buckets.findIndex((cumulative) => cumulative >= rank);
+  if (index >= 0) return { bound: histogram.le[index], beyond: false };
+  return { bound: histogram.le[histogram.le.length - 1], beyond: true };
 }
 
 /** Executions per batch-size bucket ("1", "2", "3–4", ...) up to the model's max batch size. */
@@ -76,6 +68,12 @@ function sum(values) {
   return values.reduce((total, value) => (value === null || total === null ? null : total + value), 0);
 }
 
+/** A percentile's bound as text: "≤ 50" (ms), "> 1000" past the last bucket, "–" when unknown. */
+export function formatBound(value, beyond, format) {
+  if (value === null || value === undefined) return "–";
+  return `${beyond ? ">" : "≤"} ${format(value)}`;
+}
+
 /**
  * One chart point for one model version: `previous` is the last snapshot (rates), `windowStart`
  * an older one (percentiles, so a quiet second does not empty the latency chart). Each entry is
@@ -94,10 +92,10 @@ export function derivePoint(current, previous, seconds, windowStart) {
     return total === null || !requests ? null : total / requests / 1000;
   };
   const latency = histogramIncrease(current.histograms?.[REQUEST_HIST], windowStart?.histograms?.[REQUEST_HIST]);
-  const quantileMs = (q) => {
-    const value = histogramQuantile(q, latency);
-    return value === null ? null : value / 1000;
-  };
+  const bounds = Object.fromEntries([["p50", 0.5], ["p95", 0.95], ["p99", 0.99]].map(([name, q]) => {
+    const found = quantileBound(q, latency);
+    return [name, found && { ms: found.bound / 1000, beyond: found.beyond }];
+  }));
   const failures = {};
   const currentFailures = counter(current, "nv_inference_request_failure") || {};
   const previousFailures = counter(previous, "nv_inference_request_failure") || {};
@@ -108,9 +106,12 @@ export function derivePoint(current, previous, seconds, windowStart) {
   return {
     requestsPerSecond: rate("nv_inference_request_success"),
     inferencesPerSecond: rate("nv_inference_count"),
-    p50: quantileMs(0.5),
-    p95: quantileMs(0.95),
-    p99: quantileMs(0.99),
+    p50: bounds.p50?.ms ?? null, // bucket bounds in ms (charted); pNNBeyond: the quantile is past the last bound
+    p95: bounds.p95?.ms ?? null,
+    p99: bounds.p99?.ms ?? null,
+    p50Beyond: bounds.p50?.beyond ?? false,
+    p95Beyond: bounds.p95?.beyond ?? false,
+    p99Beyond: bounds.p99?.beyond ?? false,
     queueMs: perRequestMs(["nv_inference_queue_duration_us"]),
     computeMs: perRequestMs(COMPUTE_COUNTERS),
     endToEndMs: perRequestMs(["nv_inference_request_duration_us"]),

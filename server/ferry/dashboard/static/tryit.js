@@ -1,5 +1,7 @@
-// "Try an image": send one image to a model's /classify or /detect endpoint and show the answer
-// (top-k table, or boxes drawn over the image) with the request's round-trip latency.
+// "Try an image": send one image to a model's image endpoint (/classify, /detect, /embed, /recognize
+// or /ocr) and show the answer (top-k table, boxes drawn over the image, the embedding's size, norm
+// and plot, the recognised text, or the page's text lines drawn where they were read) with the
+// request's round-trip latency.
 
 import { api, AuthCancelled, jsonOrError } from "./api.js";
 import { formatNumber, PALETTE } from "./charts.js";
@@ -7,6 +9,11 @@ import { formatNumber, PALETTE } from "./charts.js";
 const MAX_CANVAS_SIDE = 640;
 const MIN_CANVAS_SIDE = 256;
 const KEYPOINT_RADIUS = 4;
+const PLOT_WIDTH = 420;
+const PLOT_HEIGHT = 120;
+/** What each task is called in the model list. */
+const TASK_NAMES = { classify: "classification", detect: "detection", embed: "embedding",
+                     recognize: "text recognition", ocr: "OCR" };
 
 function element(tag, properties = {}, children = []) {
   const node = Object.assign(document.createElement(tag), properties);
@@ -35,12 +42,14 @@ function classificationView(result, imageUrl) {
   return [preview, table("Top classes", ["#", "label", "score"], rows)];
 }
 
-async function detectionView(result, file) {
+/** The uploaded image on a canvas (at most MAX_CANVAS_SIDE, at least MIN_CANVAS_SIDE on its longer
+ * side), ready for drawing over it in image pixels times `scale` (kept in data-scale). */
+async function imageCanvas(file, className) {
   const bitmap = await createImageBitmap(file);
   const side = Math.max(bitmap.width, bitmap.height);
   const scale = Math.min(MAX_CANVAS_SIDE, Math.max(MIN_CANVAS_SIDE, side)) / side;
   const canvas = element("canvas", { width: Math.round(bitmap.width * scale), height: Math.round(bitmap.height * scale),
-                                     className: "detections" });
+                                     className });
   canvas.dataset.scale = String(scale);
   const context = canvas.getContext("2d");
   context.imageSmoothingEnabled = scale < 1;
@@ -48,6 +57,21 @@ async function detectionView(result, file) {
   context.lineWidth = 3;
   context.font = "bold 14px system-ui, sans-serif";
   context.textBaseline = "top";
+  return { canvas, context, scale };
+}
+
+/** `text` on a filled tag of `colour` whose top-left corner is near (x, y), above it where there is room. */
+function tag(context, text, colour, x, y) {
+  const width = context.measureText(text).width + 6;
+  const top = y >= 18 ? y - 18 : y;
+  context.fillStyle = colour;
+  context.fillRect(x, top, width, 18);
+  context.fillStyle = "#fff";
+  context.fillText(text, x + 3, top + 2);
+}
+
+async function detectionView(result, file) {
+  const { canvas, context, scale } = await imageCanvas(file, "detections");
   for (const d of result.detections) {
     const [x1, y1, x2, y2] = d.box.map((v) => v * scale);
     const colour = PALETTE[d.class_id % PALETTE.length];
@@ -59,13 +83,7 @@ async function detectionView(result, file) {
       context.arc(x * scale, y * scale, KEYPOINT_RADIUS, 0, 2 * Math.PI);
       context.fill();
     }
-    const text = `${d.label ?? d.class_id} ${d.score.toFixed(2)}`;
-    const width = context.measureText(text).width + 6;
-    const top = y1 >= 18 ? y1 - 18 : y1;
-    context.fillStyle = colour;
-    context.fillRect(x1, top, width, 18);
-    context.fillStyle = "#fff";
-    context.fillText(text, x1 + 3, top + 2);
+    tag(context, `${d.label ?? d.class_id} ${d.score.toFixed(2)}`, colour, x1, y1);
   }
   const names = result.detections.map((d) => `${d.label ?? d.class_id} (${d.score.toFixed(2)}`
                                              + (d.keypoints ? `, ${d.keypoints.length} keypoints)` : ")"));
@@ -79,6 +97,87 @@ async function detectionView(result, file) {
   ]));
   return [canvas, table(`${rows.length} detection${rows.length === 1 ? "" : "s"}`, ["label", "score", "box (x1, y1, x2, y2)"],
                         rows)];
+}
+
+function summary(entries) {
+  return element("dl", { className: "result-summary" }, entries.flatMap(([term, value]) => [
+    element("dt", { textContent: term }), element("dd", { textContent: value }),
+  ]));
+}
+
+/** One bar per component, up for positive values and down for negative ones, around a zero line. */
+function embeddingPlot(vector) {
+  const canvas = element("canvas", { width: PLOT_WIDTH, height: PLOT_HEIGHT, className: "embedding-plot" });
+  const context = canvas.getContext("2d");
+  const largest = Math.max(...vector.map(Math.abs)) || 1;
+  const middle = PLOT_HEIGHT / 2;
+  const step = PLOT_WIDTH / vector.length;
+  context.fillStyle = PALETTE[0];
+  vector.forEach((value, i) => {
+    const height = (value / largest) * (middle - 2);
+    context.fillRect(i * step, Math.min(middle, middle - height), Math.max(1, step - 1), Math.abs(height));
+  });
+  context.fillStyle = "#888";
+  context.fillRect(0, middle, PLOT_WIDTH, 1);
+  canvas.setAttribute("role", "img");
+  canvas.setAttribute("aria-label", `bar plot of the ${vector.length} values, from ${formatNumber(Math.min(...vector), 3)} `
+                                    + `to ${formatNumber(Math.max(...vector), 3)}`);
+  return canvas;
+}
+
+function embeddingView(result, imageUrl) {
+  const vector = result.embedding;
+  const norm = Math.sqrt(vector.reduce((total, value) => total + value * value, 0));
+  const preview = element("img", { src: imageUrl, alt: "the uploaded image", className: "preview" });
+  const figure = element("figure", { className: "embedding" }, [
+    summary([["dimension", `${vector.length}`], ["L2 norm", norm.toFixed(4)]]),
+    embeddingPlot(vector),
+    element("figcaption", { textContent: `Embedding: ${vector.length} values` }),
+  ]);
+  return [preview, figure];
+}
+
+function recognitionView(result, imageUrl) {
+  const preview = element("img", { src: imageUrl, alt: "the uploaded text line", className: "preview" });
+  return [preview, element("div", { className: "recognition" }, [
+    element("p", { className: "recognised-text", textContent: result.text }),
+    summary([["confidence", result.score.toFixed(4)]]),
+  ])];
+}
+
+async function ocrView(result, file) {
+  const { canvas, context, scale } = await imageCanvas(file, "ocr-lines");
+  result.lines.forEach((line, index) => {
+    const colour = PALETTE[index % PALETTE.length];
+    const corners = line.box.map(([x, y]) => [x * scale, y * scale]);
+    context.strokeStyle = colour;
+    context.beginPath();
+    corners.forEach(([x, y], i) => (i ? context.lineTo(x, y) : context.moveTo(x, y)));
+    context.closePath();
+    context.stroke();
+    tag(context, line.text, colour, corners[0][0], corners[0][1]);
+  });
+  canvas.setAttribute("role", "img");
+  canvas.setAttribute("aria-label", result.lines.length
+    ? `the uploaded page with ${result.lines.length} lines: ${result.lines.map((l) => l.text).join(" | ")}`
+    : "the uploaded page; no text found");
+  const rows = result.lines.map((line) => element("tr", {}, [
+    element("td", { className: "text", textContent: line.text }),
+    element("td", { className: "score", textContent: line.score.toFixed(3) }),
+  ]));
+  return [canvas, table(`${rows.length} line${rows.length === 1 ? "" : "s"} in reading order`, ["text", "confidence"],
+                        rows)];
+}
+
+/** The view of one image's result for `task`. */
+function resultView(task, result, file, imageUrl) {
+  switch (task) {
+    case "detect": return detectionView(result, file);
+    case "embed": return embeddingView(result, imageUrl);
+    case "recognize": return recognitionView(result, imageUrl);
+    case "ocr": return ocrView(result, file);
+    default: return classificationView(result, imageUrl);
+  }
 }
 
 export class TryIt {
@@ -105,7 +204,7 @@ export class TryIt {
     });
   }
 
-  /** Offer every READY version that has an image pipeline; keep the current choice if it still exists. */
+  /** Offer every READY version with an image endpoint; keep the current choice if it still exists. */
   setModels(models) {
     const choices = [];
     for (const model of models) {
@@ -117,7 +216,7 @@ export class TryIt {
     this.choicesKey = key;
     const previous = this.select.value;
     this.select.replaceChildren(...choices.map((c) => {
-      const option = element("option", { value: c.name, textContent: `${c.name} (${c.task === "detect" ? "detection" : "classification"})` });
+      const option = element("option", { value: c.name, textContent: `${c.name} (${TASK_NAMES[c.task] ?? c.task})` });
       option.dataset.task = c.task;
       return option;
     }));
@@ -125,7 +224,7 @@ export class TryIt {
     const none = choices.length === 0;
     this.select.disabled = none;
     this.input.disabled = none;
-    if (none) this.output.replaceChildren(element("p", { textContent: "No loaded model has an image pipeline." }));
+    if (none) this.output.replaceChildren(element("p", { textContent: "No loaded model takes images." }));
   }
 
   async send(file) {
@@ -147,7 +246,7 @@ export class TryIt {
       const body = await jsonOrError(response);
       const latency = performance.now() - started;
       const result = body.results[0];
-      const view = task === "detect" ? await detectionView(result, file) : classificationView(result, this.imageUrl);
+      const view = await resultView(task, result, file, this.imageUrl);
       this.output.replaceChildren(
         element("p", { className: "latency", textContent:
           `${body.model_name} v${body.model_version} answered in ${formatNumber(latency, 1)} ms (round trip from this browser).` }),
