@@ -79,6 +79,38 @@ def test_reading_order_swaps_boxes_on_one_line() -> None:
     assert reading.reading_order(quads) == [2, 0, 3, 1]
 
 
+def test_line_groups_chain_a_drifting_line_where_neighbour_swaps_stop() -> None:
+    def quad(x: float, y: float) -> list[list[float]]:
+        return [[x, y], [x + 5, y], [x + 5, y + 5], [x, y + 5]]
+
+    # A line drifting down 5 then 7 px: one line for LINE_GROUPS (each step < 10), but 1.4.4's swap
+    # stops at the third box, 12 px below the first.
+    quads = np.array([quad(100, 0), quad(0, 5), quad(50, 12)], dtype=np.float32)
+    assert reading.reading_order(quads, reading.ReadingOrder.LINE_GROUPS) == [1, 2, 0]
+    assert reading.reading_order(quads, reading.ReadingOrder.NEIGHBOUR_SWAP) == [1, 0, 2]
+    assert reading.reading_order(quads, reading.ReadingOrder.CONTOUR_ORDER) == [0, 1, 2]
+    assert reading.reading_order(quads[:0], reading.ReadingOrder.LINE_GROUPS) == []
+
+
+@pytest.mark.parametrize("name", sorted(ocr.reference()))
+def test_line_groups_sort_the_reference_quads_as_rapidocr_3(name: str) -> None:
+    """rapidocr 3.10's TextDetector sorts itself: 1.4.4's quadrilaterals (contour order) sorted
+    LINE_GROUPS are its boxes, in its order, on every reference page."""
+    contours = np.array(ocr.reference()[name]["detector"], dtype=np.float32).reshape(-1, 4, 2)
+    expected = np.array(ocr.reference_lines()[name]["detector"], dtype=np.float32).reshape(-1, 4, 2)
+    assert np.array_equal(contours[reading.reading_order(contours, reading.ReadingOrder.LINE_GROUPS)], expected)
+
+
+@pytest.mark.parametrize("name", ["receipt_turned_2", "receipt_turned_4"])
+def test_line_groups_read_a_turned_receipt_as_rapidocr_3(sessions: dict[str, ort.InferenceSession], name: str) -> None:
+    """On a page turned 2 or 4 degrees the sorts disagree (1.4.4 moves a rising line's first word
+    after the others); LINE_GROUPS gives rapidocr 3.10's order."""
+    quads, _ = detect(sessions, ocr.bgr(ocr.tilted()[name]))
+    expected = np.array(ocr.reference_lines()[name]["detector"], dtype=np.float32).reshape(-1, 4, 2)
+    assert np.array_equal(quads[reading.reading_order(quads, reading.ReadingOrder.LINE_GROUPS)], expected)
+    assert not np.array_equal(quads[reading.reading_order(quads, reading.ReadingOrder.NEIGHBOUR_SWAP)], expected)
+
+
 def test_flat_pages_are_padded_top_and_bottom() -> None:
     strip = np.zeros((40, 384, 3), dtype=np.uint8)
     page = reading.prepare_page(strip, reading.PageOptions())

@@ -13,13 +13,16 @@ from ferry_client.protocol import model_config_pb2 as mc
 
 from ..errors import ModelLoadError
 from ..pipelines.text.db import DbOptions
-from ..pipelines.text.reading import PageOptions
+from ..pipelines.text.reading import PageOptions, ReadingOrder
 from ..pipelines.text.sizes import LimitType
 
 INPUT = "IMAGE"
 OUTPUTS = ("boxes", "text", "scores")
 _MODELS = {"detector": "text_detector", "angle_classifier": "text_angle", "recognizer": "text_recognizer"}
 _DETECTOR_SIZE = ("limit_side_len", "limit_type")
+_READING_ORDER = "reading_order"
+#: rapidocr_onnxruntime 1.4.4's ``RapidOCR.sorted_boxes``.
+DEFAULT_READING_ORDER = ReadingOrder.NEIGHBOUR_SWAP
 #: PP-OCRv4's detector size rule in rapidocr: the shorter side up to 736.
 DEFAULT_LIMIT, DEFAULT_LIMIT_TYPE = 736, "min"
 
@@ -31,6 +34,7 @@ class OcrSettings:
     recognizer: str
     limit_side_len: int
     limit_type: LimitType
+    reading_order: ReadingOrder
     db: DbOptions
     page: PageOptions
 
@@ -39,7 +43,7 @@ def ocr_settings(config: mc.ModelConfig, source: str) -> OcrSettings:
     """The settings of ``config``, with rapidocr_onnxruntime 1.4.4's defaults for what it leaves out."""
     values = {key: config.parameters[key].string_value for key in config.parameters}
     number_fields = {f.name: f.type for f in (*fields(DbOptions), *fields(PageOptions))}
-    known = {*_MODELS, *_DETECTOR_SIZE, *number_fields}
+    known = {*_MODELS, *_DETECTOR_SIZE, _READING_ORDER, *number_fields}
     unknown = sorted(set(values) - known)
     if unknown:
         raise ModelLoadError(
@@ -50,6 +54,13 @@ def ocr_settings(config: mc.ModelConfig, source: str) -> OcrSettings:
     except ValueError:
         raise ModelLoadError(
             f"{source}: parameters 'limit_type' must be min or max, got {values['limit_type']}"
+        ) from None
+    try:
+        order = ReadingOrder(values.get(_READING_ORDER, DEFAULT_READING_ORDER.value))
+    except ValueError:
+        choices = ", ".join(o.value for o in ReadingOrder)
+        raise ModelLoadError(
+            f"{source}: parameters '{_READING_ORDER}' must be one of {choices}, got {values[_READING_ORDER]}"
         ) from None
     db = DbOptions(**{f.name: _number(values, f.name, getattr(DbOptions(), f.name), source) for f in fields(DbOptions)})
     page = PageOptions(
@@ -62,6 +73,7 @@ def ocr_settings(config: mc.ModelConfig, source: str) -> OcrSettings:
         **{role: values.get(role) or default for role, default in _MODELS.items()},
         limit_side_len=limit,
         limit_type=limit_type,
+        reading_order=order,
         db=db,
         page=page,
     )
