@@ -142,15 +142,15 @@ FACES = 12  # detections per image (the 3x3 grid has 9) of the face ensemble
 
 def add_face_landmarks(repo: Path) -> None:
     """``face_landmarks``: encoded photos -> BlazeFace's own pre-processing -> ``face_net`` (the
-    bundled face detector's file, batching one image) -> SSD decoding with its six keypoints, as
+    bundled face detector's file, one image per execution) -> SSD decoding with its six keypoints, as
     ``face_detector``'s ``ferry_image`` does it. Adds ``face_detector`` itself too, to compare."""
     shutil.copytree(MODEL_REPO / "face_detector", repo / "face_detector")
     (repo / "face_net" / "1").mkdir(parents=True)
     shutil.copy(MODEL_REPO / "face_detector" / "1" / "model.onnx", repo / "face_net" / "1" / "model.onnx")
     (repo / "face_net" / "config.pbtxt").write_text(
-        'name: "face_net"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 1\n'
-        f"input [ {_tensor('input', 'FP32', '3, 128, 128')} ]\n"
-        f"output [ {_tensor('regressors', 'FP32', '896, 16')}, {_tensor('classificators', 'FP32', '896, 1')} ]\n"
+        'name: "face_net"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 0\n'
+        f"input [ {_tensor('input', 'FP32', '1, 3, 128, 128')} ]\n"
+        f"output [ {_tensor('regressors', 'FP32', '1, 896, 16')}, {_tensor('classificators', 'FP32', '1, 896, 1')} ]\n"
     )
     f = FACES
     detections = [
