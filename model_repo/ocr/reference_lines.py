@@ -71,7 +71,9 @@ def main() -> None:
         boxes = [] if found.boxes is None else found.boxes
         results[name] = {
             "size": [int(bgr.shape[1]), int(bgr.shape[0])],
-            "detector": [np.asarray(box, dtype=float).tolist() for box in (detected.boxes if detected.boxes is not None else [])],
+            "detector": [
+                np.asarray(box, dtype=float).tolist() for box in (detected.boxes if detected.boxes is not None else [])
+            ],
             "ocr": [
                 {"box": np.asarray(box, dtype=float).tolist(), "text": text, "score": float(score)}
                 for box, text, score in zip(boxes, found.txts or (), found.scores or (), strict=True)

@@ -76,7 +76,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     _place(repo / "text_detector_image" / "1" / "model.onnx", lines / "1" / "model.onnx")
     config = (CONFIGS / "text_detector_image.pbtxt").read_text()
     config = config.replace('name: "text_detector_image"', 'name: "text_detector_lines"')
-    (lines / "config.pbtxt").write_text(config.replace("max_candidates: 1000", "max_candidates: 1000 reading_order: LINE_GROUPS"))
+    (lines / "config.pbtxt").write_text(
+        config.replace("max_candidates: 1000", "max_candidates: 1000 reading_order: LINE_GROUPS")
+    )
     running = start_server(repo, repo.parent / "server.log")
     yield running
     running.stop()

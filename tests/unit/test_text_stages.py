@@ -5,11 +5,12 @@ arithmetic."""
 
 from __future__ import annotations
 
+import cv2
 import numpy as np
 import onnxruntime as ort
 import pytest
 
-from ferry.pipelines.text import ctc, db, reading, sizes, tensors
+from ferry.pipelines.text import ctc, db, reading, sizes, tensors, warp
 from tests import ocr_reference as ocr
 
 #: Small enough to keep this file fast (the detector runs at a 736-pixel short side): a plain
@@ -146,3 +147,23 @@ def test_crops_angles_and_text_match_the_reference(sessions: dict[str, ort.Infer
         [(text, score)] = ctc.ctc_greedy(line, characters)
         assert text == want["recognised"]["text"]
         assert score == pytest.approx(want["recognised"]["score"], abs=1e-5)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_numpy_warp_cuts_the_references_crops(sessions: dict[str, ort.InferenceSession], name: str) -> None:
+    """``crop_warp: opencv_4_10`` (numpy) cuts the crops rapidocr_onnxruntime 1.4.4 cut under
+    OpenCV 4.10 (same SHA-256), pixel for pixel what the pinned cv2.warpPerspective gives; under
+    OpenCV 5.0 cv2 cuts other pixels (every crop of these pages differs, measured)."""
+    expected = ocr.reference()[name]["crops"]
+    page = reading.prepare_page(ocr.bgr(ocr.photos()[name]), reading.PageOptions())
+    quads, _ = detect(sessions, page.pixels)
+    ordered = [quads[i] for i in reading.reading_order(quads)]
+    crops = [reading.crop_quad(page.pixels, quad, reading.CropWarp.OPENCV_4_10) for quad in ordered]
+    digests = [ocr.reference_module().crop_digest(crop) for crop in crops]
+    assert digests == [{"shape": want["shape"], "sha256": want["sha256"]} for want in expected]
+    grey = cv2.cvtColor(page.pixels, cv2.COLOR_BGR2GRAY)  # one channel, and a matrix that is not a crop's
+    matrix = np.array([[0.9, 0.08, 3.5], [-0.05, 1.1, -2.25], [0.0004, -0.0003, 1.0]])
+    assert np.array_equal(
+        warp.warp_perspective_cubic(grey, matrix, 123, 77),
+        cv2.warpPerspective(grey, matrix, (123, 77), flags=cv2.INTER_CUBIC, borderMode=cv2.BORDER_REPLICATE),
+    )

@@ -14,6 +14,7 @@ import cv2
 import numpy as np
 
 from .sizes import recognition_width
+from .warp import warp_perspective_cubic
 
 
 @dataclass(frozen=True)
@@ -125,7 +126,17 @@ def _line_groups(quads: np.ndarray) -> list[int]:
     return by_y[np.lexsort((corners[by_y, 0], lines))].tolist()
 
 
-def crop_quad(bgr: np.ndarray, quad: np.ndarray) -> np.ndarray:
+class CropWarp(str, Enum):
+    """Which warp cuts the text-line crops (OpenCV releases move their pixels)."""
+
+    #: ``cv2.warpPerspective`` of the installed OpenCV (4.10 under Ferry's pin).
+    OPENCV = "opencv"
+    #: ``warp.warp_perspective_cubic``: OpenCV 4.10's pixels whichever OpenCV is installed (numpy,
+    #: about 20 times slower).
+    OPENCV_4_10 = "opencv_4_10"
+
+
+def crop_quad(bgr: np.ndarray, quad: np.ndarray, warp: CropWarp = CropWarp.OPENCV) -> np.ndarray:
     """The quadrilateral warped to an upright rectangle (bicubic, replicated border), its size
     the longer of each pair of opposite edges (truncated); turned 90 degrees counter-clockwise
     when it comes out at least 1.5 times taller than wide (vertical text)."""
@@ -133,8 +144,11 @@ def crop_quad(bgr: np.ndarray, quad: np.ndarray) -> np.ndarray:
     width = int(max(np.linalg.norm(points[0] - points[1]), np.linalg.norm(points[2] - points[3])))
     height = int(max(np.linalg.norm(points[0] - points[3]), np.linalg.norm(points[1] - points[2])))
     target = np.array([[0, 0], [width, 0], [width, height], [0, height]], dtype=np.float32)
-    matrix = cv2.getPerspectiveTransform(points, target)
-    crop = cv2.warpPerspective(bgr, matrix, (width, height), borderMode=cv2.BORDER_REPLICATE, flags=cv2.INTER_CUBIC)
+    matrix = cv2.getPerspectiveTransform(points, target)  # the same matrix under OpenCV 4.10 and 5.0
+    if warp == CropWarp.OPENCV_4_10:
+        crop = warp_perspective_cubic(bgr, matrix, width, height)
+    else:
+        crop = cv2.warpPerspective(bgr, matrix, (width, height), borderMode=cv2.BORDER_REPLICATE, flags=cv2.INTER_CUBIC)
     if crop.shape[0] * 1.0 / crop.shape[1] >= 1.5:
         crop = np.rot90(crop)
     return crop
