@@ -28,9 +28,8 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 REPOSITORY = HERE.parent
 sys.path.insert(0, str(HERE))
-from reference import photos  # noqa: E402
-
 from packaged import png  # noqa: E402  (reference.py put model_repo/ on the path)
+from reference import photos  # noqa: E402
 
 
 def tilted() -> dict[str, bytes]:

@@ -110,8 +110,8 @@ def _detections(
     labels = model.labels.get("detection_classes")
     crops: list[list[int]] = [[] for _ in counts]  # each image's crops, in detection order
     if CROP_INDEX in outputs:
-        for crop, image in enumerate(outputs[CROP_INDEX].reshape(-1).tolist()):
-            crops[image].append(crop)
+        for index, image in enumerate(outputs[CROP_INDEX].reshape(-1).tolist()):
+            crops[image].append(index)
     per_crop_classes = None
     if all(name in outputs for name in (*CLASS_OUTPUTS, CROP_INDEX)):
         per_crop_classes = _classes(model, outputs["CLASS_IDS"], outputs["SCORES"], "CLASS_IDS")
