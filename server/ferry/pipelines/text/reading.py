@@ -132,7 +132,7 @@ class CropWarp(str, Enum):
     #: ``cv2.warpPerspective`` of the installed OpenCV (4.10 under Ferry's pin).
     OPENCV = "opencv"
     #: ``warp.warp_perspective_cubic``: OpenCV 4.10's pixels whichever OpenCV is installed (numpy,
-    #: about 20 times slower).
+    #: about 15 times slower).
     OPENCV_4_10 = "opencv_4_10"
 
 
