@@ -54,6 +54,25 @@ def photos() -> dict[str, bytes]:
     return reference_module().photos()
 
 
+@functools.cache
+def reference_lines() -> dict[str, Any]:
+    """rapidocr 3.10's answers (``model_repo/ocr/reference_lines.py``): its detector's boxes and
+    its OCR lines, each in its own (``LINE_GROUPS``) order, on ``photos()`` and ``tilted()``."""
+    return json.loads((REPOSITORY / "ocr" / "reference_lines.json").read_text(encoding="utf-8"))
+
+
+@functools.cache
+def tilted() -> dict[str, bytes]:
+    """The turned receipt pages of ``reference_lines.py``, where the two sorts disagree."""
+    spec = importlib.util.spec_from_file_location("ocr_reference_lines", REPOSITORY / "ocr" / "reference_lines.py")
+    assert spec is not None and spec.loader is not None
+    reference_module()  # puts model_repo/ on sys.path for the script's imports
+    sys.path.insert(0, str(REPOSITORY / "ocr"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.tilted()
+
+
 def bgr(encoded: bytes) -> np.ndarray:
     """Decoded as rapidocr's ``LoadImage`` does for bytes: Pillow, then grey or RGB to BGR."""
     from PIL import Image

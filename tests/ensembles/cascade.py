@@ -1,5 +1,7 @@
 """A detect-then-classify cascade from the bundled models: ``digit_detector`` finds digits in a
 scene, every found digit is cropped and classified by ``digits``, all in one ensemble request.
+``add_face_landmarks`` builds a detect-with-landmarks ensemble from ``face_detector`` (MediaPipe's
+BlazeFace: a box and six keypoints per face).
 
 Vision steps do the glue: decode + letterbox, YOLOv8 decode + NMS, crop + resize, top-k.
 """
@@ -28,7 +30,8 @@ def _pipeline_settings(model: str, part: str, **changes: object) -> str:
     settings = getattr(config.ferry_image, part)
     for field, value in changes.items():
         setattr(settings, field, value)
-    return text_format.MessageToString(settings, as_one_line=True)
+    # single quotes: the text goes inside a double-quoted string_value
+    return text_format.MessageToString(settings, as_one_line=True).replace('"', "'")
 
 
 DETECTOR_PREPROCESS = _pipeline_settings("digit_detector", "preprocess")
@@ -110,6 +113,7 @@ def add_cascade(repo: Path) -> None:
         _tensor("CROP_IMAGE_INDEX", "INT32", "1"),
         _tensor("CLASS_IDS", "INT32", str(TOP_K), labels=True),
         _tensor("SCORES", "FP32", str(TOP_K)),
+        _tensor("logits", "FP32", "10"),  # the classifier's raw row per crop: an extra per detection
     ]
     add_ensemble(
         repo,
@@ -131,6 +135,64 @@ def add_cascade(repo: Path) -> None:
         ),
     )
     shutil.copy(MODEL_REPO / "digits" / "labels.txt", repo / "digit_cascade" / "labels.txt")
+
+
+FACES = 12  # detections per image (the 3x3 grid has 9) of the face ensemble
+
+
+def add_face_landmarks(repo: Path) -> None:
+    """``face_landmarks``: encoded photos -> BlazeFace's own pre-processing -> ``face_net`` (the
+    bundled face detector's file, one image per execution) -> SSD decoding with its six keypoints, as
+    ``face_detector``'s ``ferry_image`` does it. Adds ``face_detector`` itself too, to compare."""
+    shutil.copytree(MODEL_REPO / "face_detector", repo / "face_detector")
+    (repo / "face_net" / "1").mkdir(parents=True)
+    shutil.copy(MODEL_REPO / "face_detector" / "1" / "model.onnx", repo / "face_net" / "1" / "model.onnx")
+    (repo / "face_net" / "config.pbtxt").write_text(
+        'name: "face_net"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 0\n'
+        f"input [ {_tensor('input', 'FP32', '1, 3, 128, 128')} ]\n"
+        f"output [ {_tensor('regressors', 'FP32', '1, 896, 16')}, {_tensor('classificators', 'FP32', '1, 896, 1')} ]\n"
+    )
+    f = FACES
+    detections = [
+        _tensor("num_detections", "INT32", "1"),
+        _tensor("detection_boxes", "FP32", f"{f}, 4"),
+        _tensor("detection_scores", "FP32", f"{f}"),
+        _tensor("detection_classes", "INT32", f"{f}"),
+        _tensor("detection_keypoints", "FP32", f"{f}, 6, 2"),
+    ]
+    _vision(
+        repo,
+        "face_preprocess",
+        "decode_preprocess",
+        1,
+        f"input [ {_tensor('IMAGE', 'STRING', '1')} ]\n"
+        f"output [ {_tensor('TENSOR', 'FP32', '3, 128, 128')}, {_tensor('TRANSFORM', 'FP64', '8')} ]\n",
+        preprocess=_pipeline_settings("face_detector", "preprocess"),
+    )
+    _vision(
+        repo,
+        "face_boxes",
+        "detection",
+        1,
+        f"input [ {_tensor('regressors', 'FP32', '896, 16')}, {_tensor('classificators', 'FP32', '896, 1')}, "
+        f"{_tensor('TRANSFORM', 'FP64', '8')} ]\noutput [ {', '.join(detections)} ]\n",
+        detection=_pipeline_settings("face_detector", "detection", max_detections=f),
+    )
+    same = {name: name for name in ("num_detections", "detection_boxes", "detection_scores", "detection_classes")}
+    add_ensemble(
+        repo,
+        "face_landmarks",
+        f"max_batch_size: 1\ninput [ {_tensor('IMAGE', 'STRING', '1')} ]\noutput [ {', '.join(detections)} ]\n"
+        + scheduling(
+            step("face_preprocess", {"IMAGE": "IMAGE"}, {"TENSOR": "tensor", "TRANSFORM": "transform"}),
+            step("face_net", {"input": "tensor"}, {"regressors": "regressors", "classificators": "classificators"}),
+            step(
+                "face_boxes",
+                {"regressors": "regressors", "classificators": "classificators", "TRANSFORM": "transform"},
+                {**same, "detection_keypoints": "detection_keypoints"},
+            ),
+        ),
+    )
 
 
 def add_classify_ensemble(repo: Path) -> None:

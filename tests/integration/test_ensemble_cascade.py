@@ -17,15 +17,18 @@ from PIL import Image
 
 from ferry.ensembles.steps.crops import cut
 from ferry.pipelines import PreprocessSpec, decode_image, preprocess
+from ferry_client import HttpClient
 from ferry_client.protocol import model_config_pb2 as mc
 
 from ..conftest import RunningServer, start_server
 from ..ensembles.cascade import (
     DIGIT_PREPROCESS,
+    FACES,
     MAX_DETECTIONS,
     TOP_K,
     add_cascade,
     add_classify_ensemble,
+    add_face_landmarks,
     digit_scenes,
 )
 from .triton_helpers import connect
@@ -40,6 +43,7 @@ def cascade_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running
     repo: Path = tmp_path_factory.mktemp("cascade") / "models"
     add_cascade(repo)
     add_classify_ensemble(repo)
+    add_face_landmarks(repo)
     running = start_server(repo, repo.parent / "server.log", "--model-control-mode", "explicit", "--load-model", "*")
     yield running
     running.stop()
@@ -127,6 +131,48 @@ def test_detect_endpoint_nests_each_digits_classes(cascade_server, scenes) -> No
             assert [c["index"] for c in detection["classes"]] == out["CLASS_IDS"][image * 3 + row].tolist()
             assert [c["label"] for c in detection["classes"]] == [str(c) for c in out["CLASS_IDS"][image * 3 + row]]
     assert sorted(d["label"] for d in results[0]["detections"]) == sorted(str(c) for c in truth[0])
+
+
+def test_detect_on_a_cascade_carries_each_crops_extra_outputs(cascade_server, scenes) -> None:
+    """Every other output the ensemble returns per crop (here the classifier's raw logits) comes
+    back with its detection, in the /detect JSON and in ferry_client's Detection (with the classes)."""
+    images, _ = scenes
+    out = _cascade(cascade_server, images[:3])
+    tensor = tgrpc.InferInput("IMAGE", [3, 1], "BYTES")
+    tensor.set_data_from_numpy(np.array(images[:3], dtype=object).reshape(-1, 1))
+    logits = tgrpc.InferenceServerClient(cascade_server.grpc_url).infer("digit_cascade", [tensor]).as_numpy("logits")
+    with HttpClient(cascade_server.http_url) as client:
+        found = client.detect("digit_cascade", images[:3])
+    crop = 0
+    for image, detections in enumerate(found):
+        assert len(detections) == int(out["num_detections"][image, 0]) == 3
+        for detection in detections:
+            assert detection.extras is not None and list(detection.extras) == ["logits"]
+            np.testing.assert_allclose(detection.extras["logits"], logits[crop], rtol=1e-6)
+            assert detection.classes is not None
+            assert [c.index for c in detection.classes] == out["CLASS_IDS"][crop].tolist()
+            assert detection.keypoints is None
+            crop += 1
+
+
+def test_detect_on_a_landmark_ensemble_carries_mediapipes_keypoints(cascade_server) -> None:
+    """A detect-with-landmarks ensemble: /detect returns each face's six keypoints, MediaPipe's own
+    (model_repo/face_detector/reference.json), as the face detector's own /detect does."""
+    from .test_real_models import assert_same_detection, matched, reference, reference_module
+
+    expected = reference("face_detector")
+    photos = reference_module("face_detector").photos()
+    with HttpClient(cascade_server.http_url) as client:
+        through_ensemble = client.detect("face_landmarks", list(photos.values()))
+        through_model = client.detect("face_detector", list(photos.values()))
+    assert sum(len(found) for found in through_ensemble) == 23
+    for name, ours, model in zip(photos, through_ensemble, through_model, strict=True):
+        assert [d.keypoints for d in ours] == [d.keypoints for d in model]
+        assert len(ours) <= FACES
+        as_json = [{"label": d.label, "score": d.score, "box": d.box, "keypoints": d.keypoints} for d in ours]
+        for got, want in matched(as_json, expected[name]["detections"], key="score"):
+            assert got["keypoints"] is not None and len(got["keypoints"]) == 6
+            assert_same_detection(got, want)
 
 
 def test_image_ensemble_classifies_like_the_model_pipeline(cascade_server, digit_pngs) -> None:

@@ -64,6 +64,18 @@ def ocr_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServ
             'string_value: "text_recognizer"', 'string_value: "text_recognizer_gated"'
         )
     )
+    # the pipeline reading lines in rapidocr 3.10's order
+    shutil.copytree(source / "ocr", repo / "ocr_lines")
+    pipeline = (repo / "ocr_lines" / "config.pbtxt").read_text().replace('name: "ocr"', 'name: "ocr_lines"')
+    (repo / "ocr_lines" / "config.pbtxt").write_text(
+        pipeline.replace('string_value: "neighbour_swap"', 'string_value: "line_groups"')
+    )
+    # the pipeline cutting its crops with OpenCV 4.10's warp written in numpy
+    shutil.copytree(source / "ocr", repo / "ocr_numpy_warp")
+    pipeline = (repo / "ocr_numpy_warp" / "config.pbtxt").read_text().replace('name: "ocr"', 'name: "ocr_numpy_warp"')
+    (repo / "ocr_numpy_warp" / "config.pbtxt").write_text(
+        pipeline + 'parameters { key: "crop_warp" value { string_value: "opencv_4_10" } }\n'
+    )
     running = start_server(repo, repo.parent / "server.log")
     yield running
     running.stop()
@@ -86,6 +98,33 @@ def test_ocr_endpoint_reads_every_page_as_rapidocr(ocr_server: RunningServer) ->
     for name, result in zip(names, results, strict=True):
         assert_lines_match(result["lines"], ocr.reference()[name]["ocr"])
     assert sum(len(result["lines"]) for result in results) > 50
+
+
+def test_line_groups_reading_order_reads_lines_as_rapidocr_3(ocr_server: RunningServer) -> None:
+    """``reading_order: line_groups``: the lines in rapidocr 3.10's order (its detector sorts them),
+    same strings, boxes and scores (model_repo/ocr/reference_lines.json); on the turned receipts
+    1.4.4's order (the default) differs."""
+    pages = {**{n: ocr.photos()[n] for n in ("page_left_crop", "rendered_lines")}, **ocr.tilted()}
+    files = [("images", (f"{name}.png", data, "image/png")) for name, data in pages.items()]
+    url = f"http://{ocr_server.http_url}/v2/models/{{}}/ocr"
+    lines = httpx.post(url.format("ocr_lines"), files=files, timeout=300)
+    assert lines.status_code == 200, lines.text
+    for name, result in zip(pages, lines.json()["results"], strict=True):
+        assert_lines_match(result["lines"], ocr.reference_lines()[name]["ocr"])
+    swapped = httpx.post(url.format("ocr"), files=files[-3:-2], timeout=300).json()["results"][0]["lines"]
+    texts = [line["text"] for line in ocr.reference_lines()["receipt_turned_2"]["ocr"]]
+    assert sorted(line["text"] for line in swapped) == sorted(texts) != [line["text"] for line in swapped]
+
+
+def test_numpy_crop_warp_reads_every_page_as_rapidocr(ocr_server: RunningServer) -> None:
+    """``crop_warp: opencv_4_10``: crops cut by OpenCV 4.10's warp in numpy, whatever OpenCV is
+    installed, give RapidOCR 1.4.4's answers (made under 4.10) on the cheapest pages."""
+    names = ["page_left_crop", "page_wide_strip", "rendered_lines"]
+    files = [("images", (f"{name}.png", ocr.photos()[name], "image/png")) for name in names]
+    response = httpx.post(f"http://{ocr_server.http_url}/v2/models/ocr_numpy_warp/ocr", files=files, timeout=300)
+    assert response.status_code == 200, response.text
+    for name, result in zip(names, response.json()["results"], strict=True):
+        assert_lines_match(result["lines"], ocr.reference()[name]["ocr"])
 
 
 def _v2_lines(boxes: np.ndarray, text: np.ndarray, scores: np.ndarray) -> list[dict[str, Any]]:

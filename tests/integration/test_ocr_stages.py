@@ -71,6 +71,14 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     (padded / "config.pbtxt").write_text(
         config.replace("text_line_min_width: 320", "text_line_min_width: 320 pad_to_batch: true")
     )
+    # the detector sorting its quadrilaterals as rapidocr 3.10's TextDetector does
+    lines = repo / "text_detector_lines"
+    _place(repo / "text_detector_image" / "1" / "model.onnx", lines / "1" / "model.onnx")
+    config = (CONFIGS / "text_detector_image.pbtxt").read_text()
+    config = config.replace('name: "text_detector_image"', 'name: "text_detector_lines"')
+    (lines / "config.pbtxt").write_text(
+        config.replace("max_candidates: 1000", "max_candidates: 1000 reading_order: LINE_GROUPS")
+    )
     running = start_server(repo, repo.parent / "server.log")
     yield running
     running.stop()
@@ -116,6 +124,22 @@ def test_detector_alone_gives_textdetectors_quadrilaterals(server: RunningServer
     runs = 1 + sum(a != b for a, b in zip(input_sizes, input_sizes[1:], strict=False))
     assert len(set(input_sizes)) > 1  # the call mixes sizes
     assert executions(server, "text_detector_image") - before == runs
+
+
+def test_detector_sorting_line_groups_gives_rapidocr_3s_order(server: RunningServer) -> None:
+    """``dbnet { reading_order: LINE_GROUPS }``: the quadrilaterals in the order rapidocr 3.10's
+    TextDetector returns them (model_repo/ocr/reference_lines.json), also on turned receipts
+    where 1.4.4's sort differs; the default detector keeps the contour order (test above)."""
+    pages = {**{n: ocr.photos()[n] for n in ("page", "page_left_crop", "page_wide_strip")}, **ocr.tilted()}
+    response = post(server, "text_detector_lines", "detect", list(pages.values()))
+    assert response.status_code == 200, response.text
+    for name, result in zip(pages, response.json()["results"], strict=True):
+        expected = np.array(ocr.reference_lines()[name]["detector"], dtype=np.float32).reshape(-1, 4, 2)
+        found = polygons(result)
+        assert found.shape == expected.shape, name
+        assert np.abs(found - expected).max(initial=0.0) <= PIXEL_TOLERANCE, name
+    contour_order = post(server, "text_detector_image", "detect", [pages["page"]]).json()["results"][0]
+    assert not np.array_equal(polygons(contour_order), polygons(response.json()["results"][0]))
 
 
 def _crops(server: RunningServer, name: str) -> list[np.ndarray]:

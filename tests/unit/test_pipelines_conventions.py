@@ -173,6 +173,35 @@ def test_yolox_maps_back_by_dividing_by_the_ratio() -> None:
     )
 
 
+def test_ultralytics_mapping_is_one_row_from_the_applied_padding_and_the_option_uses_the_applied() -> None:
+    """A 3000x1880 photo into 320: LetterBox places it at top int(round(59.5 - 0.1)) = 59, but
+    scale_boxes subtracts round(59.63 - 0.1) = 60, so a box's y is 1 / gain = 9.375 px off on the
+    photo. LETTERBOX_GAIN keeps Ultralytics' 60 (its users' answers); LETTERBOX_GAIN_APPLIED_PADDING
+    subtracts the 59 the pixels show."""
+    from PIL import Image
+
+    from ferry.pipelines.preprocess import preprocess
+
+    photo = Image.new("RGB", (3000, 1880), (255, 255, 255))
+    gain_spec = letterbox(320, 320, D.YOLOV8, pad_value=114, resize_engine=P.OPENCV)
+    tensor, gain = preprocess(photo, gain_spec)
+    rows = np.flatnonzero((tensor[0, :, 0] * 255).round() != 114)
+    top, bottom = int(rows[0]), int(rows[-1]) + 1  # the photo's first and past-last rows in the input
+    assert (top, bottom) == (59, 260) == (place(3000, 1880, gain_spec).top, 59 + 201)
+    applied_spec = letterbox(
+        320, 320, D.YOLOV8, pad_value=114, resize_engine=P.OPENCV, letterbox_mapping=P.LETTERBOX_GAIN_APPLIED_PADDING
+    )
+    _, applied = preprocess(photo, applied_spec)
+    edges = np.array([0.0, top, 320.0, bottom])  # the photo's rectangle as the input shows it
+    ratio = 320 / 3000
+    assert applied.to_original(edges, clip=False).tolist() == pytest.approx([0.0, 0.0, 3000.0, 201 / ratio])
+    assert gain.to_original(edges, clip=False).tolist() == pytest.approx([0.0, -1 / ratio, 3000.0, 200 / ratio])
+    assert gain.to_original(edges, clip=False).tolist() == pytest.approx(
+        ultralytics_scale_boxes(edges.tolist(), (3000, 1880), (320, 320))
+    )
+    assert applied.to_input(np.array([0.0, 0.0, 3000.0, 1880.0]))[1] == top  # maps both ways
+
+
 @pytest.mark.parametrize("field", ["letterbox_rounding", "letterbox_mapping"])
 def test_letterbox_options_are_refused_elsewhere(field: str) -> None:
     with pytest.raises(ModelLoadError, match=field):

@@ -325,6 +325,7 @@ def test_ferry_additions_are_in_reserved_range() -> None:
         "max_candidates": 3,
         "dilation": 4,
         "score_mode": 5,
+        "reading_order": 6,
     }
 
     def values(enum: descriptor.EnumDescriptor) -> dict[str, int]:
@@ -358,6 +359,14 @@ def test_ferry_additions_are_in_reserved_range() -> None:
         "DBNET": 8,
     }
     assert values(det_enums["BoxFormat"]) == {"XYWH_CENTER": 0, "XYXY": 1}
+    assert values(enums["LetterboxMapping"]) == {
+        "LETTERBOX_MAPPING_DEFAULT": 0,
+        "PER_AXIS": 1,
+        "LETTERBOX_GAIN": 2,
+        "LETTERBOX_GAIN_APPLIED_PADDING": 3,
+    }
+    db_enums = model_config_pb2.FerryDetection.DbNet.DESCRIPTOR.enum_types_by_name
+    assert values(db_enums["ReadingOrder"]) == {"CONTOUR_ORDER": 0, "NEIGHBOUR_SWAP": 1, "LINE_GROUPS": 2}
 
 
 # ---------------------------------------------------------------------------

@@ -5,11 +5,12 @@ arithmetic."""
 
 from __future__ import annotations
 
+import cv2
 import numpy as np
 import onnxruntime as ort
 import pytest
 
-from ferry.pipelines.text import ctc, db, reading, sizes, tensors
+from ferry.pipelines.text import ctc, db, reading, sizes, tensors, warp
 from tests import ocr_reference as ocr
 
 #: Small enough to keep this file fast (the detector runs at a 736-pixel short side): a plain
@@ -79,6 +80,38 @@ def test_reading_order_swaps_boxes_on_one_line() -> None:
     assert reading.reading_order(quads) == [2, 0, 3, 1]
 
 
+def test_line_groups_chain_a_drifting_line_where_neighbour_swaps_stop() -> None:
+    def quad(x: float, y: float) -> list[list[float]]:
+        return [[x, y], [x + 5, y], [x + 5, y + 5], [x, y + 5]]
+
+    # A line drifting down 5 then 7 px: one line for LINE_GROUPS (each step < 10), but 1.4.4's swap
+    # stops at the third box, 12 px below the first.
+    quads = np.array([quad(100, 0), quad(0, 5), quad(50, 12)], dtype=np.float32)
+    assert reading.reading_order(quads, reading.ReadingOrder.LINE_GROUPS) == [1, 2, 0]
+    assert reading.reading_order(quads, reading.ReadingOrder.NEIGHBOUR_SWAP) == [1, 0, 2]
+    assert reading.reading_order(quads, reading.ReadingOrder.CONTOUR_ORDER) == [0, 1, 2]
+    assert reading.reading_order(quads[:0], reading.ReadingOrder.LINE_GROUPS) == []
+
+
+@pytest.mark.parametrize("name", sorted(ocr.reference()))
+def test_line_groups_sort_the_reference_quads_as_rapidocr_3(name: str) -> None:
+    """rapidocr 3.10's TextDetector sorts itself: 1.4.4's quadrilaterals (contour order) sorted
+    LINE_GROUPS are its boxes, in its order, on every reference page."""
+    contours = np.array(ocr.reference()[name]["detector"], dtype=np.float32).reshape(-1, 4, 2)
+    expected = np.array(ocr.reference_lines()[name]["detector"], dtype=np.float32).reshape(-1, 4, 2)
+    assert np.array_equal(contours[reading.reading_order(contours, reading.ReadingOrder.LINE_GROUPS)], expected)
+
+
+@pytest.mark.parametrize("name", ["receipt_turned_2", "receipt_turned_4"])
+def test_line_groups_read_a_turned_receipt_as_rapidocr_3(sessions: dict[str, ort.InferenceSession], name: str) -> None:
+    """On a page turned 2 or 4 degrees the sorts disagree (1.4.4 moves a rising line's first word
+    after the others); LINE_GROUPS gives rapidocr 3.10's order."""
+    quads, _ = detect(sessions, ocr.bgr(ocr.tilted()[name]))
+    expected = np.array(ocr.reference_lines()[name]["detector"], dtype=np.float32).reshape(-1, 4, 2)
+    assert np.array_equal(quads[reading.reading_order(quads, reading.ReadingOrder.LINE_GROUPS)], expected)
+    assert not np.array_equal(quads[reading.reading_order(quads, reading.ReadingOrder.NEIGHBOUR_SWAP)], expected)
+
+
 def test_flat_pages_are_padded_top_and_bottom() -> None:
     strip = np.zeros((40, 384, 3), dtype=np.uint8)
     page = reading.prepare_page(strip, reading.PageOptions())
@@ -114,3 +147,23 @@ def test_crops_angles_and_text_match_the_reference(sessions: dict[str, ort.Infer
         [(text, score)] = ctc.ctc_greedy(line, characters)
         assert text == want["recognised"]["text"]
         assert score == pytest.approx(want["recognised"]["score"], abs=1e-5)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_numpy_warp_cuts_the_references_crops(sessions: dict[str, ort.InferenceSession], name: str) -> None:
+    """``crop_warp: opencv_4_10`` (numpy) cuts the crops rapidocr_onnxruntime 1.4.4 cut under
+    OpenCV 4.10 (same SHA-256), pixel for pixel what the pinned cv2.warpPerspective gives; under
+    OpenCV 5.0 cv2 cuts other pixels (every crop of these pages differs, measured)."""
+    expected = ocr.reference()[name]["crops"]
+    page = reading.prepare_page(ocr.bgr(ocr.photos()[name]), reading.PageOptions())
+    quads, _ = detect(sessions, page.pixels)
+    ordered = [quads[i] for i in reading.reading_order(quads)]
+    crops = [reading.crop_quad(page.pixels, quad, reading.CropWarp.OPENCV_4_10) for quad in ordered]
+    digests = [ocr.reference_module().crop_digest(crop) for crop in crops]
+    assert digests == [{"shape": want["shape"], "sha256": want["sha256"]} for want in expected]
+    grey = cv2.cvtColor(page.pixels, cv2.COLOR_BGR2GRAY)  # one channel, and a matrix that is not a crop's
+    matrix = np.array([[0.9, 0.08, 3.5], [-0.05, 1.1, -2.25], [0.0004, -0.0003, 1.0]])
+    assert np.array_equal(
+        warp.warp_perspective_cubic(grey, matrix, 123, 77),
+        cv2.warpPerspective(grey, matrix, (123, 77), flags=cv2.INTER_CUBIC, borderMode=cv2.BORDER_REPLICATE),
+    )

@@ -69,6 +69,18 @@ CROP = (
     '{{ key: "preprocess" value {{ string_value: "{pre}" }} }} ]'
 )
 GRAY = "color_order: GRAY layout: NCHW resize: EXACT"
+DETECTIONS = (
+    'name: "crops" backend: "ferry_vision" max_batch_size: 4 '
+    'input [ { name: "output0" data_type: TYPE_FP32 dims: [ 14, 320 ] }, '
+    '{ name: "TRANSFORM" data_type: TYPE_FP64 dims: [ 8 ] } ] '
+    'output [ { name: "num_detections" data_type: TYPE_INT32 dims: [ 1 ] }, '
+    '{ name: "detection_boxes" data_type: TYPE_FP32 dims: [ 5, 4 ] }, '
+    '{ name: "detection_scores" data_type: TYPE_FP32 dims: [ 5 ] }, '
+    '{ name: "detection_classes" data_type: TYPE_INT32 dims: [ 5 ] }, '
+    '{ name: "detection_keypoints" data_type: TYPE_FP32 dims: [ 5, 6, 2 ] } ] '
+    'parameters [ { key: "step" value { string_value: "detection" } }, '
+    '{ key: "detection" value { string_value: "format: YOLOV8" } } ]'
+)
 
 BAD_STEPS = {
     "unknown kind": (
@@ -91,6 +103,10 @@ BAD_STEPS = {
     "missing tensor": (
         CROP.format(mbs=0, kind="crop", pre=GRAY).replace('"CROP_IMAGE_INDEX"', '"INDEX"'),
         "vision step 'crop': needs output 'CROP_IMAGE_INDEX' (declared: CROPS, INDEX)",
+    ),
+    "keypoints without a keypoint format": (
+        DETECTIONS,
+        "vision step 'detection': output 'detection_keypoints' needs a detection format with keypoints (num_keypoints)",
     ),
     "wrong type": (
         CROP.format(mbs=0, kind="crop", pre=GRAY).replace("TYPE_STRING", "TYPE_UINT8"),

@@ -33,7 +33,9 @@ class Classification:
 class Detection:
     """One detected object; ``box`` is (x1, y1, x2, y2) and ``keypoints`` (x, y) pairs (models that
     predict them, such as face detectors), both in the original image's pixels; ``polygon`` the
-    four corners of a text detector's quadrilateral (clockwise from the top-left)."""
+    four corners of a text detector's quadrilateral (clockwise from the top-left). From an ensemble:
+    ``classes`` a second model gave the detection's crop (a cascade), and ``extras`` the ensemble's
+    other outputs for this detection, by output name."""
 
     box: tuple[float, float, float, float]
     score: float
@@ -41,6 +43,8 @@ class Detection:
     label: str | None = None
     keypoints: list[tuple[float, float]] | None = None
     polygon: list[tuple[float, float]] | None = None
+    classes: list[Classification] | None = None
+    extras: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -90,10 +94,11 @@ def _results(document: Any, key: str) -> list[list[dict[str, Any]]]:
 
 def parse_classifications(document: Any) -> list[list[Classification]]:
     """The /classify response as one list of classes per image."""
-    return [
-        [Classification(int(c["index"]), float(c["score"]), c.get("label")) for c in image]
-        for image in _results(document, "classes")
-    ]
+    return [_classifications(image) for image in _results(document, "classes")]
+
+
+def _classifications(entries: Any) -> list[Classification]:
+    return [Classification(int(c["index"]), float(c["score"]), c.get("label")) for c in entries]
 
 
 def _box(values: Any) -> tuple[float, float, float, float]:
@@ -112,6 +117,8 @@ def parse_detections(document: Any) -> list[list[Detection]]:
                 d.get("label"),
                 [(float(x), float(y)) for x, y in d["keypoints"]] if "keypoints" in d else None,
                 [(float(x), float(y)) for x, y in d["polygon"]] if "polygon" in d else None,
+                _classifications(d["classes"]) if "classes" in d else None,
+                d.get("extras"),
             )
             for d in image
         ]

@@ -76,6 +76,9 @@ def detection_json(detection: Detection) -> dict[str, Any]:
     classes = getattr(detection, "classes", None)  # a cascade ensemble: the second model's classes
     if classes:
         result["classes"] = classes
+    extras = getattr(detection, "extras", None)  # an ensemble's other outputs per detection
+    if extras:
+        result["extras"] = extras
     return result
 
 

@@ -9,20 +9,24 @@ sized by, so a load-API override of 2^62 or NaN cannot reach a page).
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, TypeVar
 
 from ferry_client.protocol import model_config_pb2 as mc
 
 from ..config_ranges import Range
 from ..errors import ModelLoadError
 from ..pipelines.text.db import DbOptions
-from ..pipelines.text.reading import PageOptions
+from ..pipelines.text.reading import CropWarp, PageOptions, ReadingOrder
 from ..pipelines.text.sizes import LimitType
 
 INPUT = "IMAGE"
 OUTPUTS = ("boxes", "text", "scores")
 _MODELS = {"detector": "text_detector", "angle_classifier": "text_angle", "recognizer": "text_recognizer"}
 _DETECTOR_SIZE = ("limit_side_len", "limit_type")
+_READING_ORDER = "reading_order"
+_CROP_WARP = "crop_warp"
+#: rapidocr_onnxruntime 1.4.4's ``RapidOCR.sorted_boxes``.
+DEFAULT_READING_ORDER = ReadingOrder.NEIGHBOUR_SWAP
 #: PP-OCRv4's detector size rule in rapidocr: the shorter side up to 736.
 DEFAULT_LIMIT, DEFAULT_LIMIT_TYPE = 736, "min"
 _SIDE, _PROBABILITY = Range(1, 8192), Range(0, 1)
@@ -52,6 +56,8 @@ class OcrSettings:
     recognizer: str
     limit_side_len: int
     limit_type: LimitType
+    reading_order: ReadingOrder
+    crop_warp: CropWarp
     db: DbOptions
     page: PageOptions
 
@@ -60,7 +66,7 @@ def ocr_settings(config: mc.ModelConfig, source: str) -> OcrSettings:
     """The settings of ``config``, with rapidocr_onnxruntime 1.4.4's defaults for what it leaves out."""
     values = {key: config.parameters[key].string_value for key in config.parameters}
     number_fields = {f.name: f.type for f in (*fields(DbOptions), *fields(PageOptions))}
-    known = {*_MODELS, *_DETECTOR_SIZE, *number_fields}
+    known = {*_MODELS, *_DETECTOR_SIZE, _READING_ORDER, _CROP_WARP, *number_fields}
     unknown = sorted(set(values) - known)
     if unknown:
         raise ModelLoadError(
@@ -72,6 +78,8 @@ def ocr_settings(config: mc.ModelConfig, source: str) -> OcrSettings:
         raise ModelLoadError(
             f"{source}: parameters 'limit_type' must be min or max, got {values['limit_type']}"
         ) from None
+    order = _choice(values, _READING_ORDER, DEFAULT_READING_ORDER, source)
+    crop_warp = _choice(values, _CROP_WARP, CropWarp.OPENCV, source)
     db = DbOptions(**{f.name: _number(values, f.name, getattr(DbOptions(), f.name), source) for f in fields(DbOptions)})
     page = PageOptions(
         **{f.name: _number(values, f.name, getattr(PageOptions(), f.name), source) for f in fields(PageOptions)}
@@ -81,9 +89,24 @@ def ocr_settings(config: mc.ModelConfig, source: str) -> OcrSettings:
         **{role: values.get(role) or default for role, default in _MODELS.items()},
         limit_side_len=limit,
         limit_type=limit_type,
+        reading_order=order,
+        crop_warp=crop_warp,
         db=db,
         page=page,
     )
+
+
+E = TypeVar("E", ReadingOrder, CropWarp)
+
+
+def _choice(values: dict[str, str], key: str, default: E, source: str) -> E:
+    """``values[key]`` as one of the default's enum values, or the default."""
+    kind = type(default)
+    try:
+        return kind(values.get(key, default.value))
+    except ValueError:
+        choices = ", ".join(o.value for o in kind)
+        raise ModelLoadError(f"{source}: parameters '{key}' must be one of {choices}, got {values[key]}") from None
 
 
 def _number(values: dict[str, str], key: str, default: Any, source: str) -> Any:

@@ -46,9 +46,9 @@ def cut_crops(work: PageWork, probabilities: np.ndarray, settings: OcrSettings) 
     classifier's batch (None when no text was found)."""
     height, width = work.page.pixels.shape[:2]
     quads, _ = db.text_quads(probabilities.reshape(probabilities.shape[-2:]), width, height, settings.db)
-    order = reading.reading_order(quads)
+    order = reading.reading_order(quads, settings.reading_order)
     work.quads = quads[order]
-    work.crops = [reading.crop_quad(work.page.pixels, quad) for quad in work.quads]
+    work.crops = [reading.crop_quad(work.page.pixels, quad, settings.crop_warp) for quad in work.quads]
     if not work.crops:
         return None
     return np.stack([tensors.text_line_tensor(crop, ANGLE_HEIGHT, ANGLE_WIDTH) for crop in work.crops])

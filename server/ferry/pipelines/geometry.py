@@ -148,7 +148,8 @@ def _resize_then_pad(w: int, h: int, spec: PreprocessSpec) -> Placement:
     """Ultralytics and YOLOX: resize to fit, then pad to the input size.
 
     The resized size is rounded (Ultralytics) or truncated (YOLOX) as ``letterbox_rounding`` says;
-    boxes map back per axis or by the one gain (``letterbox_mapping``, see ``_gain_transform``).
+    boxes map back per axis or by the one gain (``letterbox_mapping``), after subtracting the
+    padding as Ultralytics' ``scale_boxes`` recomputes it (``_gain_transform``) or as applied.
     """
     ratio = min(spec.width / w, spec.height / h)
     new_w = min(spec.width, max(1, _letterbox_side(w * ratio, spec.letterbox_rounding)))
@@ -156,6 +157,8 @@ def _resize_then_pad(w: int, h: int, spec: PreprocessSpec) -> Placement:
     left, top = _margins(spec.width - new_w, spec.height - new_h, spec.letterbox_corner)
     if spec.letterbox_mapping == _PRE.LETTERBOX_GAIN:
         transform = _gain_transform(w, h, ratio, spec)
+    elif spec.letterbox_mapping == _PRE.LETTERBOX_GAIN_APPLIED_PADDING:
+        transform = ImageTransform(ratio, ratio, float(left), float(top), w, h, spec.width, spec.height)
     else:
         transform = ImageTransform(new_w / w, new_h / h, float(left), float(top), w, h, spec.width, spec.height)
     return Placement((new_w, new_h), 0, 0, new_h, new_w, top, left, transform)

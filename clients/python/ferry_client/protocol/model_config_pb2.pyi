@@ -782,9 +782,11 @@ class FerryPreprocess(_message.Message):
         LETTERBOX_MAPPING_DEFAULT: _ClassVar[FerryPreprocess.LetterboxMapping]
         PER_AXIS: _ClassVar[FerryPreprocess.LetterboxMapping]
         LETTERBOX_GAIN: _ClassVar[FerryPreprocess.LetterboxMapping]
+        LETTERBOX_GAIN_APPLIED_PADDING: _ClassVar[FerryPreprocess.LetterboxMapping]
     LETTERBOX_MAPPING_DEFAULT: FerryPreprocess.LetterboxMapping
     PER_AXIS: FerryPreprocess.LetterboxMapping
     LETTERBOX_GAIN: FerryPreprocess.LetterboxMapping
+    LETTERBOX_GAIN_APPLIED_PADDING: FerryPreprocess.LetterboxMapping
     COLOR_ORDER_FIELD_NUMBER: _ClassVar[int]
     LAYOUT_FIELD_NUMBER: _ClassVar[int]
     DATA_TYPE_FIELD_NUMBER: _ClassVar[int]
@@ -924,7 +926,7 @@ class FerryDetection(_message.Message):
     CLIP: FerryDetection.BoxClipping
     NO_CLIP: FerryDetection.BoxClipping
     class DbNet(_message.Message):
-        __slots__ = ("binarize_threshold", "unclip_ratio", "max_candidates", "dilation", "score_mode")
+        __slots__ = ("binarize_threshold", "unclip_ratio", "max_candidates", "dilation", "score_mode", "reading_order")
         class Dilation(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
             __slots__ = ()
             DILATE: _ClassVar[FerryDetection.DbNet.Dilation]
@@ -937,17 +939,27 @@ class FerryDetection(_message.Message):
             SLOW: _ClassVar[FerryDetection.DbNet.ScoreMode]
         FAST: FerryDetection.DbNet.ScoreMode
         SLOW: FerryDetection.DbNet.ScoreMode
+        class ReadingOrder(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+            __slots__ = ()
+            CONTOUR_ORDER: _ClassVar[FerryDetection.DbNet.ReadingOrder]
+            NEIGHBOUR_SWAP: _ClassVar[FerryDetection.DbNet.ReadingOrder]
+            LINE_GROUPS: _ClassVar[FerryDetection.DbNet.ReadingOrder]
+        CONTOUR_ORDER: FerryDetection.DbNet.ReadingOrder
+        NEIGHBOUR_SWAP: FerryDetection.DbNet.ReadingOrder
+        LINE_GROUPS: FerryDetection.DbNet.ReadingOrder
         BINARIZE_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
         UNCLIP_RATIO_FIELD_NUMBER: _ClassVar[int]
         MAX_CANDIDATES_FIELD_NUMBER: _ClassVar[int]
         DILATION_FIELD_NUMBER: _ClassVar[int]
         SCORE_MODE_FIELD_NUMBER: _ClassVar[int]
+        READING_ORDER_FIELD_NUMBER: _ClassVar[int]
         binarize_threshold: float
         unclip_ratio: float
         max_candidates: int
         dilation: FerryDetection.DbNet.Dilation
         score_mode: FerryDetection.DbNet.ScoreMode
-        def __init__(self, binarize_threshold: _Optional[float] = ..., unclip_ratio: _Optional[float] = ..., max_candidates: _Optional[int] = ..., dilation: _Optional[_Union[FerryDetection.DbNet.Dilation, str]] = ..., score_mode: _Optional[_Union[FerryDetection.DbNet.ScoreMode, str]] = ...) -> None: ...
+        reading_order: FerryDetection.DbNet.ReadingOrder
+        def __init__(self, binarize_threshold: _Optional[float] = ..., unclip_ratio: _Optional[float] = ..., max_candidates: _Optional[int] = ..., dilation: _Optional[_Union[FerryDetection.DbNet.Dilation, str]] = ..., score_mode: _Optional[_Union[FerryDetection.DbNet.ScoreMode, str]] = ..., reading_order: _Optional[_Union[FerryDetection.DbNet.ReadingOrder, str]] = ...) -> None: ...
     class SsdAnchors(_message.Message):
         __slots__ = ("num_layers", "min_scale", "max_scale", "anchor_offset_x", "anchor_offset_y", "strides", "aspect_ratios", "fixed_anchor_size", "interpolated_scale_aspect_ratio", "reduce_boxes_in_lowest_layer")
         NUM_LAYERS_FIELD_NUMBER: _ClassVar[int]

@@ -3,6 +3,8 @@
 The outputs follow the common fixed-size convention (as TensorRT's EfficientNMS): ``num_detections``
 [1], ``detection_boxes`` [D, 4] (x1, y1, x2, y2), ``detection_scores`` [D], ``detection_classes`` [D]
 (-1 past the count), where D, the dims of ``detection_boxes``, caps the detections per image.
+A decoder with keypoints (SSD's ``num_keypoints``) also writes ``detection_keypoints`` [D, K, 2]
+when the step declares it, so an ensemble's ``/detect`` carries them.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from ferry_client.protocol import model_config_pb2 as mc
 
 from ...errors import ModelLoadError
 from ...pipelines.detection import decode_detections
-from ...pipelines.detection_tensors import detection_tensors
+from ...pipelines.detection_tensors import KEYPOINTS, detection_tensors
 from .backend import StepRun, settings, tensor_dims
 from .images import require
 from .transforms import TRANSFORM_WIDTH, unpack
@@ -37,6 +39,7 @@ def detection_step(config: mc.ModelConfig) -> StepRun:
     require(config, "output", "detection_scores", "FP32", (limit,))
     require(config, "output", "detection_classes", "INT32", (limit,))
     require(config, "output", "num_detections", "INT32", (1,))
+    keypoints = _keypoints(config, spec, limit)
     if spec.max_detections > limit:
         raise ModelLoadError(
             f"detection.max_detections {spec.max_detections} exceeds the {limit} rows of detection_boxes"
@@ -45,6 +48,17 @@ def detection_step(config: mc.ModelConfig) -> StepRun:
     def run(inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
         transforms = unpack(inputs["TRANSFORM"])
         found = decode_detections(inputs, spec, raw, transforms, None, max_detections=spec.max_detections or limit)
-        return detection_tensors(found, limit)
+        return detection_tensors(found, limit, keypoints)
 
     return run
+
+
+def _keypoints(config: mc.ModelConfig, spec: mc.FerryDetection, limit: int) -> int:
+    """The keypoints per detection the step writes: ``num_keypoints`` when the config declares
+    ``detection_keypoints`` (FP32 [D, K, 2]), none otherwise."""
+    if not any(tensor.name == KEYPOINTS for tensor in config.output):
+        return 0
+    if not spec.num_keypoints:
+        raise ModelLoadError(f"output '{KEYPOINTS}' needs a detection format with keypoints (num_keypoints)")
+    require(config, "output", KEYPOINTS, "FP32", (limit, spec.num_keypoints, 2))
+    return int(spec.num_keypoints)

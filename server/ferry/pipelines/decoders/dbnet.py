@@ -3,7 +3,9 @@
 Unlike the box families, the reference rounds and clips the corners in the *original* image's
 pixels, so this decoder maps back itself (``regions``) with ``text.db.text_quads``, the function
 the OCR model kind uses; each detection is a quadrilateral (``polygon``) and its bounding box.
-PaddleOCR applies no NMS; the box threshold is ``score_threshold`` (zero: 0.5).
+PaddleOCR applies no NMS; the box threshold is ``score_threshold`` (zero: 0.5). The detections
+come in ``dbnet.reading_order``: as the contours were found (1.4.4's ``TextDetector``, the
+default), or sorted as one of the references sorts them (``text.reading``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from ferry_client.protocol import model_config_pb2 as mc
 
 from ..geometry import ImageTransform
 from ..text.db import DbOptions, text_quads
+from ..text.reading import ReadingOrder, reading_order
 from .base import ANY, Candidates, Decoder, InputSize
 
 _DET = mc.FerryDetection
@@ -24,6 +27,12 @@ _DB = _DET.DbNet
 #: PaddleOCR's ``box_thresh`` (rapidocr_onnxruntime 1.4.4's default).
 DEFAULT_BOX_THRESHOLD = 0.5
 _DEFAULTS = DbOptions()
+#: ``DbNet.ReadingOrder`` -> the sort of ``text.reading``.
+_ORDERS = {
+    _DB.CONTOUR_ORDER: ReadingOrder.CONTOUR_ORDER,
+    _DB.NEIGHBOUR_SWAP: ReadingOrder.NEIGHBOUR_SWAP,
+    _DB.LINE_GROUPS: ReadingOrder.LINE_GROUPS,
+}
 #: Box-family fields with no meaning for a segmentation map: refused at load.
 _REFUSED = (
     "box_format",
@@ -70,6 +79,9 @@ class DbNetDecoder(Decoder):
             raise FerryError(
                 "ferry_image.detection.dbnet: binarize_threshold must be within 0..1 and unclip_ratio positive"
             )
+        if db.reading_order not in _ORDERS:
+            raise FerryError(f"ferry_image.detection.dbnet.reading_order: unknown value {db.reading_order}")
+        self.reading_order = _ORDERS[db.reading_order]
         #: As many detections as contours read, unless max_detections says fewer.
         self.default_max_detections = self.options.max_candidates
 
@@ -83,10 +95,12 @@ class DbNetDecoder(Decoder):
         self, probability_map: np.ndarray, transform: ImageTransform, box_threshold: float | None
     ) -> tuple[np.ndarray, np.ndarray]:
         """One image's quadrilaterals ((N, 4, 2), original pixels, clockwise from the top-left) and
-        scores, in the reference's order; ``box_threshold`` overrides the configured one."""
+        scores, in the configured reading order; ``box_threshold`` overrides the configured one."""
         options = self.options
         if box_threshold is not None:
             options = DbOptions(**{**options.__dict__, "box_threshold": box_threshold})
         # the image's own region: with pad_to_batch the map also covers the padding right and below
         region = probability_map[0, : transform.input_height, : transform.input_width]
-        return text_quads(region, transform.original_width, transform.original_height, options)
+        quads, scores = text_quads(region, transform.original_width, transform.original_height, options)
+        order = reading_order(quads, self.reading_order)
+        return quads[order], scores[order]

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import Enum
 
 import cv2
 import numpy as np
 
 from .sizes import recognition_width
+from .warp import warp_perspective_cubic
 
 
 @dataclass(frozen=True)
@@ -74,22 +76,67 @@ def _resize_to_side(bgr: np.ndarray, side: int, shrink: bool) -> tuple[np.ndarra
     return cv2.resize(bgr, (new_width, new_height)), height / new_height, width / new_width
 
 
-def reading_order(quads: np.ndarray) -> list[int]:
-    """Indices of the quadrilaterals top to bottom, left to right: sorted by the top-left corner
-    (y, then x), then a box whose top-left y is within 10 px of the previous box's and lies to
-    its left moves before it (bubbling back while that holds)."""
+class ReadingOrder(str, Enum):
+    """How text boxes are ordered: each reference's convention (the README's options table)."""
+
+    #: As the contours were found: rapidocr_onnxruntime 1.4.4's ``TextDetector``.
+    CONTOUR_ORDER = "contour_order"
+    #: 1.4.4's ``RapidOCR.sorted_boxes`` (``neighbour_swap``).
+    NEIGHBOUR_SWAP = "neighbour_swap"
+    #: rapidocr 2 and later: their ``TextDetector.sorted_boxes`` groups lines.
+    LINE_GROUPS = "line_groups"
+
+
+#: Top-left corners less than this far apart in y are one line (both sorts).
+LINE_THRESHOLD = 10
+
+
+def reading_order(quads: np.ndarray, order: ReadingOrder = ReadingOrder.NEIGHBOUR_SWAP) -> list[int]:
+    """Indices of the quadrilaterals in ``order`` (``CONTOUR_ORDER``: as they are)."""
+    if order == ReadingOrder.LINE_GROUPS:
+        return _line_groups(quads)
+    if order == ReadingOrder.NEIGHBOUR_SWAP:
+        return _neighbour_swap(quads)
+    return list(range(len(quads)))
+
+
+def _neighbour_swap(quads: np.ndarray) -> list[int]:
+    """Sorted by the top-left corner (y, then x), then a box whose top-left y is within 10 px of
+    the previous box's and lies to its left moves before it (bubbling back while that holds)."""
     order = sorted(range(len(quads)), key=lambda i: (quads[i][0][1], quads[i][0][0]))
     for i in range(len(order) - 1):
         for j in range(i, -1, -1):
             upper, lower = quads[order[j]][0], quads[order[j + 1]][0]
-            if abs(lower[1] - upper[1]) < 10 and lower[0] < upper[0]:
+            if abs(lower[1] - upper[1]) < LINE_THRESHOLD and lower[0] < upper[0]:
                 order[j], order[j + 1] = order[j + 1], order[j]
             else:
                 break
     return order
 
 
-def crop_quad(bgr: np.ndarray, quad: np.ndarray) -> np.ndarray:
+def _line_groups(quads: np.ndarray) -> list[int]:
+    """Stable-sorted by the top-left corner's y; a box less than 10 px below the one before it
+    joins that box's line (so a line can drift down a slope); each line left to right by the
+    top-left x, ties kept in y order."""
+    if len(quads) == 0:
+        return []
+    corners = np.asarray(quads)[:, 0, :]
+    by_y = np.argsort(corners[:, 1], kind="stable")
+    lines = np.concatenate([[0], np.cumsum(np.diff(corners[by_y, 1]) >= LINE_THRESHOLD)])
+    return by_y[np.lexsort((corners[by_y, 0], lines))].tolist()
+
+
+class CropWarp(str, Enum):
+    """Which warp cuts the text-line crops (OpenCV releases move their pixels)."""
+
+    #: ``cv2.warpPerspective`` of the installed OpenCV (4.10 under Ferry's pin).
+    OPENCV = "opencv"
+    #: ``warp.warp_perspective_cubic``: OpenCV 4.10's pixels whichever OpenCV is installed (numpy,
+    #: about 15 times slower).
+    OPENCV_4_10 = "opencv_4_10"
+
+
+def crop_quad(bgr: np.ndarray, quad: np.ndarray, warp: CropWarp = CropWarp.OPENCV) -> np.ndarray:
     """The quadrilateral warped to an upright rectangle (bicubic, replicated border), its size
     the longer of each pair of opposite edges (truncated); turned 90 degrees counter-clockwise
     when it comes out at least 1.5 times taller than wide (vertical text)."""
@@ -97,8 +144,11 @@ def crop_quad(bgr: np.ndarray, quad: np.ndarray) -> np.ndarray:
     width = int(max(np.linalg.norm(points[0] - points[1]), np.linalg.norm(points[2] - points[3])))
     height = int(max(np.linalg.norm(points[0] - points[3]), np.linalg.norm(points[1] - points[2])))
     target = np.array([[0, 0], [width, 0], [width, height], [0, height]], dtype=np.float32)
-    matrix = cv2.getPerspectiveTransform(points, target)
-    crop = cv2.warpPerspective(bgr, matrix, (width, height), borderMode=cv2.BORDER_REPLICATE, flags=cv2.INTER_CUBIC)
+    matrix = cv2.getPerspectiveTransform(points, target)  # the same matrix under OpenCV 4.10 and 5.0
+    if warp == CropWarp.OPENCV_4_10:
+        crop = warp_perspective_cubic(bgr, matrix, width, height)
+    else:
+        crop = cv2.warpPerspective(bgr, matrix, (width, height), borderMode=cv2.BORDER_REPLICATE, flags=cv2.INTER_CUBIC)
     if crop.shape[0] * 1.0 / crop.shape[1] >= 1.5:
         crop = np.rot90(crop)
     return crop
