@@ -51,6 +51,12 @@ INLINE_MAX_BYTES_FACTOR = 2
 #: time: reading a thread's CPU clock is a system call (no vDSO), which on virtual machines cost as
 #: much as a fifth of the tiny model's whole execution when taken twice per batch.
 CPU_SAMPLE_EVERY = 8
+#: What each instance keeps, from one batch to the next, of the memory its batches' inputs are gathered
+#: in. Why: a gathered batch of ResNet-50-sized requests is megabytes, past glibc's mmap threshold
+#: (``ferry.heap``), so fresh memory for it is a fresh mapping every batch, whose page faults cost
+#: several times the copy into it. A batch larger than this is gathered in fresh memory, as before,
+#: so what an idle model holds stays bounded by this per instance.
+STAGING_BYTES = 32 * 2**20
 
 
 class Unloading(Unavailable):
@@ -119,17 +125,51 @@ def choose_batch(sizes: Sequence[int], policy: SchedulingPolicy, oldest_wait_ns:
     return None
 
 
-def assemble(
-    parts: Sequence[np.ndarray],
-    name: str,
-    provide: Callable[[str, tuple[int, ...], np.dtype], np.ndarray | None] | None,
-) -> np.ndarray:
-    """Concatenate one input of a batch, into the instance's own buffer when it offers one."""
+Provide = Callable[[str, tuple[int, ...], np.dtype], np.ndarray | None]
+
+
+def assemble(parts: Sequence[np.ndarray], name: str, *providers: Provide | None) -> np.ndarray:
+    """Concatenate one input of a batch into the first buffer a provider offers (the instance's
+    own, then the scheduler's staging memory), else into fresh memory."""
     destination = None
-    if provide is not None:
-        shape = (sum(len(part) for part in parts), *parts[0].shape[1:])
-        destination = provide(name, shape, parts[0].dtype)
+    shape = (sum(len(part) for part in parts), *parts[0].shape[1:])
+    for provide in providers:
+        if provide is not None and (destination := provide(name, shape, parts[0].dtype)) is not None:
+            break
     return np.concatenate(parts, out=destination)
+
+
+class Staging:
+    """One instance's memory for gathering batches, reused batch after batch (see STAGING_BYTES).
+
+    Only the instance's worker uses it, one batch at a time, and only until the batch's outputs are
+    split: an output that shares its memory (an engine returning a view of its input) is copied
+    out before the next batch overwrites it (``detach``).
+    """
+
+    def __init__(self, limit: int = STAGING_BYTES) -> None:
+        self.limit = limit
+        self._buffers: dict[str, np.ndarray] = {}
+
+    def provide(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray | None:
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        if dtype.hasobject:
+            return None
+        buffer = self._buffers.get(name)
+        if buffer is None or buffer.nbytes < nbytes:
+            others = sum(b.nbytes for key, b in self._buffers.items() if key != name)
+            if others + nbytes > self.limit:
+                return None
+            self._buffers.pop(name, None)  # the smaller one goes before the larger one is allocated
+            buffer = self._buffers[name] = np.empty(nbytes, dtype=np.uint8)
+        return buffer[:nbytes].view(dtype).reshape(shape)
+
+    def detach(self, outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """``outputs``, each copied out of the staging memory if it lies there."""
+        return {
+            name: array.copy() if any(np.may_share_memory(array, b) for b in self._buffers.values()) else array
+            for name, array in outputs.items()
+        }
 
 
 class Scheduler(ModelScheduler):
@@ -149,6 +189,7 @@ class Scheduler(ModelScheduler):
         self._queued = 0
         self._executor = ThreadPoolExecutor(max_workers=max(1, len(self.instances)), thread_name_prefix=f"ferry-{name}")
         self._workers: list[asyncio.Task] = []
+        self._staging = {id(instance): Staging() for instance in self.instances}
         self._may_inline = all(getattr(i, "inline_when_fast", False) for i in self.instances)
         self._runs = 0
         self._cpu_ns = 0.0  # moving average of an execution's CPU time
@@ -237,14 +278,13 @@ class Scheduler(ModelScheduler):
         except asyncio.CancelledError:
             if pending.queued:
                 self._dequeue(pending)
-            self.stats.record_failure(time.perf_counter_ns() - pending.enqueued_ns, "CANCELED")
+            if not _answered(pending.future):  # an answered request was counted with its batch
+                self.stats.record_failure(time.perf_counter_ns() - pending.enqueued_ns, "CANCELED")
             raise
         except FerryError:
             self.stats.record_failure(time.perf_counter_ns() - pending.enqueued_ns, pending.failure)
             raise
-        else:
-            done = time.perf_counter_ns()
-            self.stats.record_success(done - pending.enqueued_ns, pending.started_ns - pending.enqueued_ns)
+        else:  # its success was counted with its batch's (``_answer``)
             if timing is not None:
                 timing.queue_ns += pending.started_ns - pending.enqueued_ns
                 timing.compute_input_ns += pending.compute_ns[0]
@@ -359,16 +399,25 @@ class Scheduler(ModelScheduler):
                     results = await loop.run_in_executor(self._executor, self._run_batch, instance, batch, nbytes)
             except Exception as exc:  # the whole batch failed: find out which request caused it
                 results = await self._isolate(loop, instance, batch, exc)
-            for pending, result in zip(batch, results, strict=True):
-                if pending.future.done():
-                    continue
-                if isinstance(result, BaseException):
-                    pending.future.set_exception(result)
-                else:
-                    pending.future.set_result(result)
+            self._answer(batch, results)
             # the last batch's tensors (a request's body, or the intake arena or spill it was read from)
             # must not live on while this worker waits for the next batch
-            del batch, results, pending, result
+            del batch, results, pending
+
+    def _answer(self, batch: list[Pending], results: list[Outputs | BaseException]) -> None:
+        """Settle each request of an executed batch; the successes go to the statistics at once
+        (one lock for the batch, not one per request)."""
+        done = time.perf_counter_ns()
+        succeeded = []
+        for pending, result in zip(batch, results, strict=True):
+            if pending.future.done():
+                continue
+            if isinstance(result, BaseException):
+                pending.future.set_exception(result)
+            else:
+                pending.future.set_result(result)
+                succeeded.append((done - pending.enqueued_ns, pending.started_ns - pending.enqueued_ns))
+        self.stats.record_successes(succeeded)
 
     @property
     def runs_inline(self) -> bool:
@@ -399,15 +448,22 @@ class Scheduler(ModelScheduler):
         sample = self._runs < INLINE_AFTER_RUNS or self._runs % CPU_SAMPLE_EVERY == 0
         cpu0 = time.thread_time_ns() if sample else 0
         t0 = time.perf_counter_ns()
+        staging = None
         if len(batch) == 1:
             inputs = batch[0].inputs
             names = batch[0].outputs
         else:
+            staging = self._staging[id(instance)]
             provide = getattr(instance, "input_buffer", None)  # see backends.base.InputBuffers
-            inputs = {name: assemble([p.inputs[name] for p in batch], name, provide) for name in batch[0].inputs}
+            inputs = {
+                name: assemble([p.inputs[name] for p in batch], name, provide, staging.provide)
+                for name in batch[0].inputs
+            }
             names = list(dict.fromkeys(name for p in batch for name in p.outputs))
         t1 = time.perf_counter_ns()
         outputs = instance.run(inputs, names)
+        if staging is not None:
+            outputs = staging.detach(outputs)
         t2 = time.perf_counter_ns()
         total = sum(p.batch_size for p in batch)
         if len(batch) == 1:
@@ -472,6 +528,11 @@ def _as_request_error(model: str, exc: BaseException) -> FerryError:
         return exc
     log.warning("model '%s': inference failed: %s", model, exc)
     return FerryError(f"inference failed: {exc}")
+
+
+def _answered(future: asyncio.Future) -> bool:
+    """Whether ``future`` holds outputs (not an error, not cancelled)."""
+    return future.done() and not future.cancelled() and future.exception() is None
 
 
 def _input_bytes(batch: list[Pending]) -> int:
