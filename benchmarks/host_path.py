@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
-from serving import ROOT, FerryProcess, _process_jiffies
+from serving import FerryProcess, _process_jiffies
 
 TICK = os.sysconf("SC_CLK_TCK")
 MODEL = "host_path"
@@ -226,7 +226,8 @@ def report(results: dict[tuple[str, str, str], Runs], args: argparse.Namespace, 
         f"{args.window_ms} ms windows. CPU us per request from /proc (model process, intake processes) and "
         "getrusage (client), over the requests the server answered during each run.",
         "",
-        "| model | protocol | server | req/s | avg batch | model us/req | intakes us/req | client us/req | runs (req/s) |",
+        "| model | protocol | server | req/s | avg batch | model us/req | intakes us/req | client us/req "
+        "| runs (req/s) |",
         "|---|---|---|---:|---:|---:|---:|---:|---|",
     ]
     for (server, model, protocol), runs in results.items():
