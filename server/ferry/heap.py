@@ -62,8 +62,8 @@ class HeapTrimmer:
     """Gives the free pages inside glibc's heaps back once requests released ``TRIM_AFTER_BYTES``.
 
     Why: what is smaller than ``THRESHOLD`` comes from the heaps: the 64 KiB pieces a large body is
-    received in, and bodies, tensors and copies under a MiB. Freed while later allocations still sit above them, those pages
-    stay resident: after a burst of large requests an intake process kept 60-180 MB that nothing
+    received in, and bodies, tensors and copies under a MiB. Freed while later allocations still sit
+    above them, those pages stay resident: after a burst of large requests an intake process kept 60-180 MB that nothing
     used, and the next burst came on top of it, past what admission counted. ``malloc_trim`` frees
     every whole free page of every heap; it runs on a worker thread (it walks the heaps), one at a time.
     """
