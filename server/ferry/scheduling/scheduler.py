@@ -33,19 +33,22 @@ log = logging.getLogger(__name__)
 
 #: How far past the head of the queue the batcher looks for shape-compatible requests.
 SCAN_LIMIT = 1024
-#: A batch of a model whose executions take on average (a moving average over about the last
-#: ``INLINE_AFTER_RUNS``) less than this much CPU time of the thread that ran them (waiting for the
-#: GIL behind a busy event loop does not count, unlike wall time) runs on the event
-#: loop's thread instead of the worker pool: for a tiny model the hand-off (waking a pool thread,
-#: resolving a future across threads, waking the loop) costs more CPU than the execution itself.
-#: Only instances that declare ``inline_when_fast`` (their ``run`` waits on nothing but compute)
-#: qualify, so a backend that sleeps or does I/O in ``run`` never blocks the loop.
+#: A batch expected to take less than this much CPU time of the thread that runs it runs on the event
+#: loop's thread instead of the worker pool: for a tiny model, or a lone request to a model whose
+#: engine does nothing much (a GPU's, or a no-compute benchmark's), the hand-off (waking a pool
+#: thread, resolving a future across threads, waking the loop: 50-80 us of CPU on 2 loaded cores)
+#: costs more than the execution itself. Expected: the batch's items times the CPU per item of recent
+#: executions (a moving average over about the last ``INLINE_AFTER_RUNS``; waiting for the GIL behind
+#: a busy event loop does not count, unlike wall time), so a large batch of a model whose lone
+#: requests run inline still goes to the pool. Only instances that declare ``inline_when_fast``
+#: (their ``run`` waits on nothing but compute) qualify, so a backend that sleeps or does I/O in
+#: ``run`` never blocks the loop.
 INLINE_BELOW_NS = 200_000  # the tiny model: ~40 us idle on 2 cores (ORT run + split), ~2x under load
 #: Executions measured (on the pool) before a model may run inline; also the span of the average.
 INLINE_AFTER_RUNS = 8
-#: A batch whose inputs hold more bytes than this many times the measured average goes to the pool
-#: whatever the average CPU time says: a large request to a usually tiny dynamic-shape model must
-#: not run on the event loop and stall every other client.
+#: A batch whose inputs hold more bytes per item than this many times the measured average goes to
+#: the pool whatever the average CPU time says: a large request to a usually tiny dynamic-shape
+#: model must not run on the event loop and stall every other client.
 INLINE_MAX_BYTES_FACTOR = 2
 #: Past the first ``INLINE_AFTER_RUNS`` executions only every this-many-th one measures its CPU
 #: time: reading a thread's CPU clock is a system call (no vDSO), which on virtual machines cost as
@@ -192,8 +195,8 @@ class Scheduler(ModelScheduler):
         self._staging = {id(instance): Staging() for instance in self.instances}
         self._may_inline = all(getattr(i, "inline_when_fast", False) for i in self.instances)
         self._runs = 0
-        self._cpu_ns = 0.0  # moving average of an execution's CPU time
-        self._input_bytes = 0.0  # moving average of an execution's input bytes
+        self._cpu_ns = 0.0  # moving average of an execution's CPU time per batch item
+        self._input_bytes = 0.0  # moving average of an execution's input bytes per batch item
         self._form_lock = asyncio.Lock()
         self._arrived = asyncio.Event()
         self._closing = False
@@ -393,7 +396,7 @@ class Scheduler(ModelScheduler):
                     pending.timeline.compute_start = started
             try:
                 nbytes = _input_bytes(batch)
-                if self.runs_inline and nbytes <= INLINE_MAX_BYTES_FACTOR * self._input_bytes:
+                if self._inline(sum(p.batch_size for p in batch), nbytes):
                     results = self._run_batch(instance, batch, nbytes)
                 else:
                     results = await loop.run_in_executor(self._executor, self._run_batch, instance, batch, nbytes)
@@ -421,8 +424,17 @@ class Scheduler(ModelScheduler):
 
     @property
     def runs_inline(self) -> bool:
-        """Whether the next batch runs on the event loop's thread (see INLINE_BELOW_NS)."""
+        """Whether a lone request of one item runs on the event loop's thread (see INLINE_BELOW_NS)."""
         return self._may_inline and self._runs >= INLINE_AFTER_RUNS and self._cpu_ns < INLINE_BELOW_NS
+
+    def _inline(self, items: int, nbytes: int) -> bool:
+        """Whether a batch of ``items`` holding ``nbytes`` runs on the event loop's thread."""
+        items = max(items, 1)
+        return (
+            self.runs_inline
+            and self._cpu_ns * items < INLINE_BELOW_NS
+            and nbytes <= INLINE_MAX_BYTES_FACTOR * self._input_bytes * items
+        )
 
     async def _isolate(
         self, loop: asyncio.AbstractEventLoop, instance: Instance, batch: list[Pending], exc: Exception
@@ -484,9 +496,10 @@ class Scheduler(ModelScheduler):
         t3 = time.perf_counter_ns()
         self._runs += 1
         span = min(self._runs, INLINE_AFTER_RUNS)
+        items = max(total, 1)
         if sample:
-            self._cpu_ns += (time.thread_time_ns() - cpu0 - self._cpu_ns) / span
-        self._input_bytes += (nbytes - self._input_bytes) / span
+            self._cpu_ns += ((time.thread_time_ns() - cpu0) / items - self._cpu_ns) / span
+        self._input_bytes += (nbytes / items - self._input_bytes) / span
         for pending in batch:
             pending.compute_ns = (t1 - t0, t2 - t1, t3 - t2)
         self.stats.record_execution(total, len(batch), t1 - t0, t2 - t1, t3 - t2)
