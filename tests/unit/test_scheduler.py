@@ -12,7 +12,7 @@ import pytest
 from ferry.backends.base import InstanceSpec, ModelIO
 from ferry.errors import FerryError, InvalidArgument, Unavailable
 from ferry.scheduling import QueuePolicy, Scheduler, SchedulingPolicy, choose_batch
-from ferry.scheduling.scheduler import Staging
+from ferry.scheduling.scheduler import Staging, StagingBudget
 from ferry.statistics import ModelStats
 
 
@@ -219,14 +219,19 @@ async def test_batches_are_gathered_in_memory_kept_from_batch_to_batch() -> None
     await s.stop()
 
 
-def test_staging_memory_is_bounded() -> None:
-    staging = Staging(limit=1024)
-    small = staging.provide("x", (4, 32), np.dtype(np.float32))  # 512 bytes
+def test_staging_memory_is_bounded_for_the_whole_process() -> None:
+    budget = StagingBudget(1024)
+    one, two = Staging(budget), Staging(budget)
+    small = one.provide("x", (4, 32), np.dtype(np.float32))  # 512 bytes
     assert small is not None and small.shape == (4, 32)
-    assert staging.provide("x", (9, 32), np.dtype(np.float32)) is None  # 1,152 bytes: fresh memory instead
-    assert staging.provide("y", (4, 32), np.dtype(np.float32)) is not None  # 512 + 512: within the bound
-    assert staging.provide("z", (1, 8), np.dtype(np.float32)) is None
-    assert staging.provide("b", (2,), np.dtype(object)) is None  # BYTES are Python objects: never staged
+    assert one.provide("x", (9, 32), np.dtype(np.float32)) is None  # 1,152 bytes: fresh memory instead
+    assert two.provide("x", (4, 32), np.dtype(np.float32)) is not None  # 512 + 512: within the bound
+    assert two.provide("y", (1, 8), np.dtype(np.float32)) is None  # another instance's count too
+    assert one.provide("b", (2,), np.dtype(object)) is None  # BYTES are Python objects: never staged
+    one.close()  # its model unloaded: the memory is free for others
+    assert two.provide("y", (1, 8), np.dtype(np.float32)) is not None
+    two.close()
+    assert budget.held == 0
 
 
 async def test_idle_request_runs_without_waiting() -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -54,12 +55,13 @@ INLINE_MAX_BYTES_FACTOR = 2
 #: time: reading a thread's CPU clock is a system call (no vDSO), which on virtual machines cost as
 #: much as a fifth of the tiny model's whole execution when taken twice per batch.
 CPU_SAMPLE_EVERY = 8
-#: What each instance keeps, from one batch to the next, of the memory its batches' inputs are gathered
-#: in. Why: a gathered batch of ResNet-50-sized requests is megabytes, past glibc's mmap threshold
-#: (``ferry.heap``), so fresh memory for it is a fresh mapping every batch, whose page faults cost
-#: several times the copy into it. A batch larger than this is gathered in fresh memory, as before,
-#: so what an idle model holds stays bounded by this per instance.
-STAGING_BYTES = 32 * 2**20
+#: What all instances of the process keep together, from one batch to the next, of the memory their
+#: batches' inputs are gathered in. Why: a gathered batch of ResNet-50-sized requests is megabytes,
+#: past glibc's mmap threshold (``ferry.heap``), so fresh memory for it is a fresh mapping every
+#: batch, whose page faults cost several times the copy into it. A batch that does not fit in what
+#: is left is gathered in fresh memory, as before, so what idle models hold stays bounded by this,
+#: however many are loaded.
+STAGING_BYTES = 64 * 2**20
 
 
 class Unloading(Unavailable):
@@ -142,6 +144,29 @@ def assemble(parts: Sequence[np.ndarray], name: str, *providers: Provide | None)
     return np.concatenate(parts, out=destination)
 
 
+class StagingBudget:
+    """What every instance's staging memory may hold together (one per process, ``STAGING``)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+        self._lock = threading.Lock()  # instances gather on their own pool threads
+
+    def take(self, nbytes: int) -> bool:
+        with self._lock:
+            if self.held + nbytes > self.limit:
+                return False
+            self.held += nbytes
+            return True
+
+    def give(self, nbytes: int) -> None:
+        with self._lock:
+            self.held -= nbytes
+
+
+STAGING = StagingBudget(STAGING_BYTES)
+
+
 class Staging:
     """One instance's memory for gathering batches, reused batch after batch (see STAGING_BYTES).
 
@@ -150,18 +175,19 @@ class Staging:
     out before the next batch overwrites it (``detach``).
     """
 
-    def __init__(self, limit: int = STAGING_BYTES) -> None:
-        self.limit = limit
+    def __init__(self, budget: StagingBudget = STAGING) -> None:
+        self.budget = budget
         self._buffers: dict[str, np.ndarray] = {}
 
     def provide(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray | None:
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         if dtype.hasobject:
             return None
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         buffer = self._buffers.get(name)
         if buffer is None or buffer.nbytes < nbytes:
-            others = sum(b.nbytes for key, b in self._buffers.items() if key != name)
-            if others + nbytes > self.limit:
+            held = 0 if buffer is None else buffer.nbytes
+            del buffer
+            if not self.budget.take(nbytes - held):  # the smaller one stays
                 return None
             self._buffers.pop(name, None)  # the smaller one goes before the larger one is allocated
             buffer = self._buffers[name] = np.empty(nbytes, dtype=np.uint8)
@@ -173,6 +199,12 @@ class Staging:
             name: array.copy() if any(np.may_share_memory(array, b) for b in self._buffers.values()) else array
             for name, array in outputs.items()
         }
+
+    def close(self) -> None:
+        """Give the memory back (the model is unloaded)."""
+        for buffer in self._buffers.values():
+            self.budget.give(buffer.nbytes)
+        self._buffers.clear()
 
 
 class Scheduler(ModelScheduler):
@@ -534,6 +566,8 @@ class Scheduler(ModelScheduler):
         self._arrived.set()
         await asyncio.gather(*self._workers, return_exceptions=True)
         self._executor.shutdown(wait=True)
+        for staging in self._staging.values():
+            staging.close()
 
 
 def _as_request_error(model: str, exc: BaseException) -> FerryError:
