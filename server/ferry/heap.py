@@ -7,6 +7,13 @@ what a burst of large requests allocated stays resident after they are answered:
 memory follows the largest burst ever seen, not the requests in flight that ``--max-inflight-bytes``
 bounds. Fixing the threshold keeps large buffers in their own mappings. Elsewhere (musl, macOS)
 this does nothing.
+
+Why 1 MiB and not glibc's initial 128 KiB: a buffer in its own mapping is mapped, faulted in page
+by page and unmapped every time. A ResNet-50-sized request (0.6 MB: its body, the pieces and copies
+made of it, in the front doors and the intakes) paid that for each of its copies, which cost
+several times the copy itself; from the heap, freed memory is reused by the next request. What the
+heaps keep is given back by ``HeapTrimmer`` as the smaller pieces' always was, and buffers of a
+MiB or more (the memory attacks' tensors, images and bodies) still leave at once.
 """
 
 from __future__ import annotations
@@ -20,8 +27,8 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
-#: Allocations from this size on get their own mapping (glibc's initial threshold, kept fixed).
-THRESHOLD = 128 * 1024
+#: Allocations from this size on get their own mapping (kept fixed: see above).
+THRESHOLD = 2**20
 
 
 #: Request memory released (bodies, the pieces they were received in, answers) before the heap is
@@ -54,9 +61,9 @@ def return_large_buffers() -> bool:
 class HeapTrimmer:
     """Gives the free pages inside glibc's heaps back once requests released ``TRIM_AFTER_BYTES``.
 
-    Why: what is smaller than ``THRESHOLD`` comes from the heaps, above all the 64 KiB pieces a
-    large body is received in. Freed while later allocations still sit above them, those pages
-    stay resident: after a burst of large requests an intake process kept 60-180 MB that nothing
+    Why: what is smaller than ``THRESHOLD`` comes from the heaps: the 64 KiB pieces a large body is
+    received in, and bodies, tensors and copies under a MiB. Freed while later allocations still sit
+    above them, those pages stay resident: after a burst of large requests an intake process kept 60-180 MB that nothing
     used, and the next burst came on top of it, past what admission counted. ``malloc_trim`` frees
     every whole free page of every heap; it runs on a worker thread (it walks the heaps), one at a time.
     """
@@ -88,3 +95,4 @@ class HeapTrimmer:
     def _done(self, _: object) -> None:
         self._running = False
         self.trims += 1
+        self.released(0)  # what was released during the trim, if enough, is not left for later traffic

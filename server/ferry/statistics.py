@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -79,13 +80,23 @@ class ModelStats:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def record_success(self, request_ns: int, queue_ns: int) -> None:
+        self.record_successes([(request_ns, queue_ns)])
+
+    def record_successes(self, durations: Sequence[tuple[int, int]]) -> None:
+        """Successful requests (``(request_ns, queue_ns)`` each), e.g. a batch's, under one lock."""
+        if not durations:
+            return
         with self._lock:
-            self.infer["success"].add(request_ns)
-            self.infer["queue"].add(queue_ns)
+            success, queue = self.infer["success"], self.infer["queue"]
+            for request_ns, queue_ns in durations:
+                success.add(request_ns)
+                queue.add(queue_ns)
             self.last_inference_ms = int(time.time() * 1000)
         if self.histograms is not None:
-            self.histograms.request_us.observe(request_ns / 1000)
-            self.histograms.queue_us.observe(queue_ns / 1000)
+            request_us, queue_us = self.histograms.request_us, self.histograms.queue_us
+            for request_ns, queue_ns in durations:
+                request_us.observe(request_ns / 1000)
+                queue_us.observe(queue_ns / 1000)
 
     def record_cache_hit(self, request_ns: int, lookup_ns: int) -> None:
         """A request answered from the response cache: a success that never queued or executed."""

@@ -12,6 +12,7 @@ import pytest
 from ferry.backends.base import InstanceSpec, ModelIO
 from ferry.errors import FerryError, InvalidArgument, Unavailable
 from ferry.scheduling import QueuePolicy, Scheduler, SchedulingPolicy, choose_batch
+from ferry.scheduling.scheduler import Staging, StagingBudget
 from ferry.statistics import ModelStats
 
 
@@ -131,6 +132,7 @@ async def test_batches_form_under_concurrency_and_split_correctly() -> None:
         np.testing.assert_array_equal(result["y"], np.full((rows, 3), value * 2, dtype=np.float32))
     stats = s.stats.as_dict()
     assert stats["execution_count"] == 2 and stats["inference_count"] == 8
+    assert stats["inference_stats"]["success"]["count"] == 5  # counted with their batches
     assert [b["batch_size"] for b in stats["batch_stats"]] == [1, 7]
     await s.stop()
 
@@ -170,6 +172,66 @@ async def test_batches_are_assembled_in_the_instance_buffer() -> None:
     for (value, rows), result in zip(((1, 1), (2, 2), (3, 1)), results, strict=True):
         np.testing.assert_array_equal(result["y"], np.full((rows, 3), value * 2, dtype=np.float32))
     await s.stop()
+
+
+class KeepingInstance(GatedInstance):
+    """Keeps every batch it was given (not a copy) and answers with a view of its input, as an
+    engine returning an input unchanged may."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.given: list[np.ndarray] = []
+
+    def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+        self.started.set()
+        self.gate.wait(10)
+        self.given.append(inputs["x"])
+        return {"y": inputs["x"][:, :1]}
+
+
+async def _two_batches(s: Scheduler, fake: GatedInstance) -> list:
+    """Two batches of three, one after the other (each gathered while a lone request runs)."""
+    answers = []
+    for values in ((1, 2, 3), (4, 5, 6)):
+        fake.gate.clear()
+        fake.started.clear()
+        blocker = asyncio.create_task(submit(s, -1))
+        await wait_started(fake)
+        batch = [asyncio.create_task(submit(s, v)) for v in values]
+        await until(lambda: s.queue_size == len(values))  # noqa: B023 (awaited within this iteration)
+        fake.gate.set()
+        await blocker
+        answers += await asyncio.gather(*batch)
+    return answers
+
+
+async def test_batches_are_gathered_in_memory_kept_from_batch_to_batch() -> None:
+    # a fresh buffer per batch is a fresh mapping for ResNet-sized batches (page faults every batch):
+    # the second batch of three lands in the very memory the first one was gathered in
+    fake = KeepingInstance()
+    s = Scheduler("m", [fake], ModelStats("m", "1"), policy())
+    s.start()
+    answers = await _two_batches(s, fake)
+    gathered = [x for x in fake.given if len(x) == 3]
+    assert len(gathered) == 2 and np.shares_memory(gathered[0], gathered[1])
+    # the answers were copied out of that memory before the next batch overwrote it
+    assert [float(a["y"][0, 0]) for a in answers] == [1, 2, 3, 4, 5, 6]
+    await s.stop()
+
+
+def test_staging_memory_is_bounded_for_the_whole_process() -> None:
+    budget = StagingBudget(1024)
+    one, two = Staging(budget), Staging(budget)
+    small = one.provide("x", (4, 32), np.dtype(np.float32))  # 512 bytes
+    assert small is not None and small.shape == (4, 32)
+    assert one.provide("x", (9, 32), np.dtype(np.float32)) is None  # 1,152 bytes: fresh memory instead
+    assert two.provide("x", (4, 32), np.dtype(np.float32)) is not None  # 512 + 512: within the bound
+    assert two.provide("y", (1, 8), np.dtype(np.float32)) is None  # another instance's count too
+    assert one.provide("b", (2,), np.dtype(object)) is None  # BYTES are Python objects: never staged
+    one.close()  # its model unloaded: the memory is free for others
+    assert two.provide("y", (1, 8), np.dtype(np.float32)) is not None
+    two.close()
+    assert budget.held == 0
 
 
 async def test_idle_request_runs_without_waiting() -> None:

@@ -128,3 +128,35 @@ async def test_a_much_larger_batch_than_measured_runs_on_the_pool(monkeypatch: p
         assert instance.threads[-1] != loop_thread
     finally:
         await s.stop()
+
+
+class RowBurningInstance(ThreadRecordingInstance):
+    """Spends a fixed CPU time per row of its input (an engine's cost grows with the batch)."""
+
+    def __init__(self, per_row_ns: int) -> None:
+        super().__init__(inline_when_fast=True)
+        self.per_row_ns = per_row_ns
+
+    def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+        self.burn_cpu_ns = self.per_row_ns * len(inputs["x"])
+        return super().run(inputs, outputs)
+
+
+async def test_a_lone_request_runs_inline_where_whole_batches_would_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The expected CPU time is per item: after batches of 8 items at 4 ms each (32 ms an execution),
+    a lone item (4 ms) runs on the loop's thread, while another 8 items still go to the pool."""
+    loop_thread = threading.get_ident()
+    instance = RowBurningInstance(per_row_ns=4_000_000)
+    s = await _scheduler(instance)
+    try:
+        monkeypatch.setattr(scheduling, "INLINE_BELOW_NS", 10_000_000)
+        eight = np.ones((8, 3), np.float32)
+        for _ in range(INLINE_AFTER_RUNS):
+            await s.submit({"x": eight}, ["y"], 8)
+        assert loop_thread not in instance.threads
+        np.testing.assert_array_equal(await _one(s), np.full((1, 3), 2.0))
+        assert instance.threads[-1] == loop_thread
+        await s.submit({"x": eight}, ["y"], 8)
+        assert instance.threads[-1] != loop_thread
+    finally:
+        await s.stop()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -35,24 +36,34 @@ log = logging.getLogger(__name__)
 
 #: How far past the head of the queue the batcher looks for shape-compatible requests.
 SCAN_LIMIT = 1024
-#: A batch of a model whose executions take on average (a moving average over about the last
-#: ``INLINE_AFTER_RUNS``) less than this much CPU time of the thread that ran them (waiting for the
-#: GIL behind a busy event loop does not count, unlike wall time) runs on the event
-#: loop's thread instead of the worker pool: for a tiny model the hand-off (waking a pool thread,
-#: resolving a future across threads, waking the loop) costs more CPU than the execution itself.
-#: Only instances that declare ``inline_when_fast`` (their ``run`` waits on nothing but compute)
-#: qualify, so a backend that sleeps or does I/O in ``run`` never blocks the loop.
+#: A batch expected to take less than this much CPU time of the thread that runs it runs on the event
+#: loop's thread instead of the worker pool: for a tiny model, or a lone request to a model whose
+#: engine does nothing much (a GPU's, or a no-compute benchmark's), the hand-off (waking a pool
+#: thread, resolving a future across threads, waking the loop: 50-80 us of CPU on 2 loaded cores)
+#: costs more than the execution itself. Expected: the batch's items times the CPU per item of recent
+#: executions (a moving average over about the last ``INLINE_AFTER_RUNS``; waiting for the GIL behind
+#: a busy event loop does not count, unlike wall time), so a large batch of a model whose lone
+#: requests run inline still goes to the pool. Only instances that declare ``inline_when_fast``
+#: (their ``run`` waits on nothing but compute) qualify, so a backend that sleeps or does I/O in
+#: ``run`` never blocks the loop.
 INLINE_BELOW_NS = 200_000  # the tiny model: ~40 us idle on 2 cores (ORT run + split), ~2x under load
 #: Executions measured (on the pool) before a model may run inline; also the span of the average.
 INLINE_AFTER_RUNS = 8
-#: A batch whose inputs hold more bytes than this many times the measured average goes to the pool
-#: whatever the average CPU time says: a large request to a usually tiny dynamic-shape model must
-#: not run on the event loop and stall every other client.
+#: A batch whose inputs hold more bytes per item than this many times the measured average goes to
+#: the pool whatever the average CPU time says: a large request to a usually tiny dynamic-shape
+#: model must not run on the event loop and stall every other client.
 INLINE_MAX_BYTES_FACTOR = 2
 #: Past the first ``INLINE_AFTER_RUNS`` executions only every this-many-th one measures its CPU
 #: time: reading a thread's CPU clock is a system call (no vDSO), which on virtual machines cost as
 #: much as a fifth of the tiny model's whole execution when taken twice per batch.
 CPU_SAMPLE_EVERY = 8
+#: What all instances of the process keep together, from one batch to the next, of the memory their
+#: batches' inputs are gathered in. Why: a gathered batch of ResNet-50-sized requests is megabytes,
+#: past glibc's mmap threshold (``ferry.heap``), so fresh memory for it is a fresh mapping every
+#: batch, whose page faults cost several times the copy into it. A batch that does not fit in what
+#: is left is gathered in fresh memory, as before, so what idle models hold stays bounded by this,
+#: however many are loaded.
+STAGING_BYTES = 64 * 2**20
 
 
 class Unloading(Unavailable):
@@ -122,17 +133,81 @@ def choose_batch(sizes: Sequence[int], policy: SchedulingPolicy, oldest_wait_ns:
     return None
 
 
-def assemble(
-    parts: Sequence[np.ndarray],
-    name: str,
-    provide: Callable[[str, tuple[int, ...], np.dtype], np.ndarray | None] | None,
-) -> np.ndarray:
-    """Concatenate one input of a batch, into the instance's own buffer when it offers one."""
+Provide = Callable[[str, tuple[int, ...], np.dtype], np.ndarray | None]
+
+
+def assemble(parts: Sequence[np.ndarray], name: str, *providers: Provide | None) -> np.ndarray:
+    """Concatenate one input of a batch into the first buffer a provider offers (the instance's
+    own, then the scheduler's staging memory), else into fresh memory."""
     destination = None
-    if provide is not None:
-        shape = (sum(len(part) for part in parts), *parts[0].shape[1:])
-        destination = provide(name, shape, parts[0].dtype)
+    shape = (sum(len(part) for part in parts), *parts[0].shape[1:])
+    for provide in providers:
+        if provide is not None and (destination := provide(name, shape, parts[0].dtype)) is not None:
+            break
     return np.concatenate(parts, out=destination)
+
+
+class StagingBudget:
+    """What every instance's staging memory may hold together (one per process, ``STAGING``)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+        self._lock = threading.Lock()  # instances gather on their own pool threads
+
+    def take(self, nbytes: int) -> bool:
+        with self._lock:
+            if self.held + nbytes > self.limit:
+                return False
+            self.held += nbytes
+            return True
+
+    def give(self, nbytes: int) -> None:
+        with self._lock:
+            self.held -= nbytes
+
+
+STAGING = StagingBudget(STAGING_BYTES)
+
+
+class Staging:
+    """One instance's memory for gathering batches, reused batch after batch (see STAGING_BYTES).
+
+    Only the instance's worker uses it, one batch at a time, and only until the batch's outputs are
+    split: an output that shares its memory (an engine returning a view of its input) is copied
+    out before the next batch overwrites it (``detach``).
+    """
+
+    def __init__(self, budget: StagingBudget = STAGING) -> None:
+        self.budget = budget
+        self._buffers: dict[str, np.ndarray] = {}
+
+    def provide(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray | None:
+        if dtype.hasobject:
+            return None
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        buffer = self._buffers.get(name)
+        if buffer is None or buffer.nbytes < nbytes:
+            held = 0 if buffer is None else buffer.nbytes
+            del buffer
+            if not self.budget.take(nbytes - held):  # the smaller one stays
+                return None
+            self._buffers.pop(name, None)  # the smaller one goes before the larger one is allocated
+            buffer = self._buffers[name] = np.empty(nbytes, dtype=np.uint8)
+        return buffer[:nbytes].view(dtype).reshape(shape)
+
+    def detach(self, outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """``outputs``, each copied out of the staging memory if it lies there."""
+        return {
+            name: array.copy() if any(np.may_share_memory(array, b) for b in self._buffers.values()) else array
+            for name, array in outputs.items()
+        }
+
+    def close(self) -> None:
+        """Give the memory back (the model is unloaded)."""
+        for buffer in self._buffers.values():
+            self.budget.give(buffer.nbytes)
+        self._buffers.clear()
 
 
 class Scheduler(ModelScheduler):
@@ -152,10 +227,11 @@ class Scheduler(ModelScheduler):
         self._queued = 0
         self._executor = ThreadPoolExecutor(max_workers=max(1, len(self.instances)), thread_name_prefix=f"ferry-{name}")
         self._workers: list[asyncio.Task] = []
+        self._staging = {id(instance): Staging() for instance in self.instances}
         self._may_inline = all(getattr(i, "inline_when_fast", False) for i in self.instances)
         self._runs = 0
-        self._cpu_ns = 0.0  # moving average of an execution's CPU time
-        self._input_bytes = 0.0  # moving average of an execution's input bytes
+        self._cpu_ns = 0.0  # moving average of an execution's CPU time per batch item
+        self._input_bytes = 0.0  # moving average of an execution's input bytes per batch item
         self._form_lock = asyncio.Lock()
         self._arrived = asyncio.Event()
         self._closing = False
@@ -241,14 +317,13 @@ class Scheduler(ModelScheduler):
         except asyncio.CancelledError:
             if pending.queued:
                 self._dequeue(pending)
-            self.stats.record_failure(time.perf_counter_ns() - pending.enqueued_ns, "CANCELED")
+            if not _answered(pending.future):  # an answered request was counted with its batch
+                self.stats.record_failure(time.perf_counter_ns() - pending.enqueued_ns, "CANCELED")
             raise
         except FerryError:
             self.stats.record_failure(time.perf_counter_ns() - pending.enqueued_ns, pending.failure)
             raise
-        else:
-            done = time.perf_counter_ns()
-            self.stats.record_success(done - pending.enqueued_ns, pending.started_ns - pending.enqueued_ns)
+        else:  # its success was counted with its batch's (``_answer``)
             if timing is not None:
                 timing.queue_ns += pending.started_ns - pending.enqueued_ns
                 timing.compute_input_ns += pending.compute_ns[0]
@@ -357,27 +432,45 @@ class Scheduler(ModelScheduler):
                     pending.timeline.compute_start = started
             try:
                 nbytes = _input_bytes(batch)
-                if self.runs_inline and nbytes <= INLINE_MAX_BYTES_FACTOR * self._input_bytes:
+                if self._inline(sum(p.batch_size for p in batch), nbytes):
                     results = self._run_batch(instance, batch, nbytes)
                 else:
                     results = await loop.run_in_executor(self._executor, self._run_batch, instance, batch, nbytes)
             except Exception as exc:  # the whole batch failed: find out which request caused it
                 results = await self._isolate(loop, instance, batch, exc)
-            for pending, result in zip(batch, results, strict=True):
-                if pending.future.done():
-                    continue
-                if isinstance(result, BaseException):
-                    pending.future.set_exception(result)
-                else:
-                    pending.future.set_result(result)
+            self._answer(batch, results)
             # the last batch's tensors (a request's body, or the intake arena or spill it was read from)
             # must not live on while this worker waits for the next batch
-            del batch, results, pending, result
+            del batch, results, pending
+
+    def _answer(self, batch: list[Pending], results: list[Outputs | BaseException]) -> None:
+        """Settle each request of an executed batch; the successes go to the statistics at once
+        (one lock for the batch, not one per request)."""
+        done = time.perf_counter_ns()
+        succeeded = []
+        for pending, result in zip(batch, results, strict=True):
+            if pending.future.done():
+                continue
+            if isinstance(result, BaseException):
+                pending.future.set_exception(result)
+            else:
+                pending.future.set_result(result)
+                succeeded.append((done - pending.enqueued_ns, pending.started_ns - pending.enqueued_ns))
+        self.stats.record_successes(succeeded)
 
     @property
     def runs_inline(self) -> bool:
-        """Whether the next batch runs on the event loop's thread (see INLINE_BELOW_NS)."""
+        """Whether a lone request of one item runs on the event loop's thread (see INLINE_BELOW_NS)."""
         return self._may_inline and self._runs >= INLINE_AFTER_RUNS and self._cpu_ns < INLINE_BELOW_NS
+
+    def _inline(self, items: int, nbytes: int) -> bool:
+        """Whether a batch of ``items`` holding ``nbytes`` runs on the event loop's thread."""
+        items = max(items, 1)
+        return (
+            self.runs_inline
+            and self._cpu_ns * items < INLINE_BELOW_NS
+            and nbytes <= INLINE_MAX_BYTES_FACTOR * self._input_bytes * items
+        )
 
     async def _isolate(
         self, loop: asyncio.AbstractEventLoop, instance: Instance, batch: list[Pending], exc: Exception
@@ -403,15 +496,22 @@ class Scheduler(ModelScheduler):
         sample = self._runs < INLINE_AFTER_RUNS or self._runs % CPU_SAMPLE_EVERY == 0
         cpu0 = time.thread_time_ns() if sample else 0
         t0 = time.perf_counter_ns()
+        staging = None
         if len(batch) == 1:
             inputs = batch[0].inputs
             names = batch[0].outputs
         else:
+            staging = self._staging[id(instance)]
             provide = getattr(instance, "input_buffer", None)  # see backends.base.InputBuffers
-            inputs = {name: assemble([p.inputs[name] for p in batch], name, provide) for name in batch[0].inputs}
+            inputs = {
+                name: assemble([p.inputs[name] for p in batch], name, provide, staging.provide)
+                for name in batch[0].inputs
+            }
             names = list(dict.fromkeys(name for p in batch for name in p.outputs))
         t1 = time.perf_counter_ns()
         outputs = instance.run(inputs, names)
+        if staging is not None:
+            outputs = staging.detach(outputs)
         t2 = time.perf_counter_ns()
         total = sum(p.batch_size for p in batch)
         if len(batch) == 1:
@@ -432,9 +532,10 @@ class Scheduler(ModelScheduler):
         t3 = time.perf_counter_ns()
         self._runs += 1
         span = min(self._runs, INLINE_AFTER_RUNS)
+        items = max(total, 1)
         if sample:
-            self._cpu_ns += (time.thread_time_ns() - cpu0 - self._cpu_ns) / span
-        self._input_bytes += (nbytes - self._input_bytes) / span
+            self._cpu_ns += ((time.thread_time_ns() - cpu0) / items - self._cpu_ns) / span
+        self._input_bytes += (nbytes / items - self._input_bytes) / span
         for pending in batch:
             pending.compute_ns = (t1 - t0, t2 - t1, t3 - t2)
         self.stats.record_execution(total, len(batch), t1 - t0, t2 - t1, t3 - t2)
@@ -469,6 +570,8 @@ class Scheduler(ModelScheduler):
         self._arrived.set()
         await asyncio.gather(*self._workers, return_exceptions=True)
         self._executor.shutdown(wait=True)
+        for staging in self._staging.values():
+            staging.close()
 
 
 def _as_request_error(model: str, exc: BaseException) -> FerryError:
@@ -476,6 +579,11 @@ def _as_request_error(model: str, exc: BaseException) -> FerryError:
         return exc
     log.warning("model '%s': inference failed: %s", model, exc)
     return FerryError(f"inference failed: {exc}")
+
+
+def _answered(future: asyncio.Future) -> bool:
+    """Whether ``future`` holds outputs (not an error, not cancelled)."""
+    return future.done() and not future.cancelled() and future.exception() is None
 
 
 def _input_bytes(batch: list[Pending]) -> int:
