@@ -157,11 +157,11 @@ class DevicePreprocessor:
                 stack = stack.round_().clamp_(0.0, 255.0)  # Pillow resizes in 8 bits
             rows, cols = where.rows, where.cols
             region = stack[:, :, where.crop_top : where.crop_top + rows, where.crop_left : where.crop_left + cols]
-            target = (slice(None), slice(where.top, where.top + rows), slice(where.left, where.left + cols))
+            at_rows, at_cols = slice(where.top, where.top + rows), slice(where.left, where.left + cols)
             if len(indices) == 1:
-                batch[(indices[0], *target)] = region[0]
+                batch[indices[0], :, at_rows, at_cols] = region[0]
             else:
-                batch[(torch.tensor(indices, device=self.device), *target)] = region
+                batch[torch.tensor(indices, device=self.device), :, at_rows, at_cols] = region
         return batch
 
     def _normalise(self, batch: torch.Tensor) -> torch.Tensor:
