@@ -1,12 +1,20 @@
 """GPU benchmark: raw in-process torch FP16 ResNet-50 against the same model served by Ferry's PyTorch
 backend (dynamic batching onto the GPU), over gRPC, REST binary and the image path.
 
-Run on a machine with an NVIDIA GPU and torch with CUDA (about 9 minutes with the defaults)::
+On a machine with an NVIDIA GPU, from a Ferry checkout, in one command (about 10 minutes; torch
+with CUDA, e.g. the cu130 wheel, and the GPU tests first)::
 
-    python benchmarks/gpu_torch.py [--duration S] [--windows N] [--instances 1 2 3 4] [--output FILE]
+    pip install -e ./clients/python -e ".[test,torch]" && python -m pytest -q -m gpu tests/unit \
+        && python benchmarks/gpu_torch.py --check && python benchmarks/gpu_torch.py
 
-``--smoke`` shrinks every setting so that the script also runs on a CPU (with CPU torch); those
-figures only show that the script works and are labelled CPU-only.
+Options: ``[--duration S] [--windows N] [--instances 1 2 3 4] [--output FILE]``. The results go to
+``benchmarks/results/gpu-torch.md`` and ``.json`` (commit them).
+
+``--check`` runs what a CPU can check before GPU time is spent (seconds, no server): the arguments,
+the scripted ResNet-50, the repositories each step would serve (their configs parsed by Ferry, the
+CUDA-graph buckets they capture), and the tensor model loaded by Ferry on this machine's device
+answering one batch. ``--smoke`` shrinks every setting so that the whole script also runs on a CPU
+(with CPU torch); those figures only show that the script works and are labelled CPU-only.
 
 Steps, in order:
 
@@ -353,9 +361,51 @@ def render(report: dict[str, Any]) -> str:
 # --- main ----------------------------------------------------------------------------------------
 
 
+def check(model_file: Path, args: argparse.Namespace, precisions: Sequence[str], gpu: bool) -> int:
+    """What a CPU can check of a GPU run: every repository the run would serve parses as Ferry reads
+    it (GPU settings included), and the tensor model loads through Ferry here and answers a batch."""
+    from ferry.backends.torch_options import TorchOptions
+    from ferry.repository.config import read_config_file
+    from ferry.repository.model import load_version
+
+    for precision in precisions:
+        for kind, device in (("KIND_GPU", "GPU"), ("KIND_CPU", "CPU")):
+            repo = WORK / f"check-{kind}-{precision}"
+            shutil.rmtree(repo, ignore_errors=True)
+            torch_models.write_repository(
+                repo,
+                model_file,
+                kind=kind,
+                instances=1,  # one instance loads quickly; the count does not change what is checked
+                max_batch_size=args.max_batch_size,
+                precision=precision,
+                graphs=kind == "KIND_GPU",
+                preprocess_device=device,
+            )
+            for name in ("resnet50", "resnet50_images"):
+                config = read_config_file(repo / name)
+                assert config is not None, f"{repo / name}: no config"
+                options = TorchOptions.from_config(config)
+                print(f"{kind} {precision} {name}: parsed; CUDA graph buckets {options.graph_batch_sizes or 'none'}")
+    repo = WORK / f"check-{'KIND_GPU' if gpu else 'KIND_CPU'}-{precisions[0]}"
+    config = read_config_file(repo / "resnet50")
+    assert config is not None
+    version = load_version(repo / "resnet50", 1, config, "check")
+    try:
+        batch = models.sample_image(batch=2)
+        logits = version.instances[0].run({"input": batch}, ["logits"])["logits"]
+        assert logits.shape == (2, torch_models.NUM_CLASSES) and np.isfinite(logits).all(), logits.shape
+        print(f"resnet50 loaded by Ferry on {version.instances[0].device}: a batch of 2 answered {logits.shape}")
+    finally:
+        version.close()
+    print("check passed: the benchmark is ready to run")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="tiny settings that also run on a CPU")
+    parser.add_argument("--check", action="store_true", help="check the set-up (no server, no timing) and exit")
     parser.add_argument(
         "--duration",
         type=float,
@@ -405,6 +455,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     precisions: list[str] = args.precisions or (["fp16", "fp32"] if gpu else ["fp32"])
     started = time.monotonic()
     model_file = torch_models.build_torchscript(WORK / "resnet50.pt")
+    if args.check:
+        return check(model_file, args, precisions, gpu)
     report: dict[str, Any] = {
         "command": argv_text,
         "gpu": gpu,

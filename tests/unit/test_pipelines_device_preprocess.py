@@ -17,12 +17,14 @@ from PIL import Image
 
 from ferry.errors import ModelLoadError
 from ferry.pipelines.preprocess import place, preprocess, to_model_mode
+from ferry.pipelines.resize import pixels_of
 from ferry.pipelines.runtime import ImagePipeline
 
 from .test_pipelines_preprocess import IMAGENET_MEAN, IMAGENET_STD, P, make_spec, photo
 
 pytestmark = pytest.mark.torch
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0)")
+from ferry.pipelines import device_preprocess  # noqa: E402
 from ferry.pipelines.device_preprocess import DevicePreprocessor  # noqa: E402
 
 DEVICES = [
@@ -168,3 +170,59 @@ def test_device_preprocessor_rejects_an_opencv_spec() -> None:
     """Guard for specs built without the config check: an OpenCV-engine spec is not silently approximated."""
     with pytest.raises(ValueError, match="reproduces resize_engine: PILLOW"):
         DevicePreprocessor(make_spec(resize_engine=P.OPENCV), "cpu")
+
+
+def pixels_and_places(spec, batch_images: list[Image.Image]) -> tuple[list[np.ndarray], list]:
+    converted = [to_model_mode(image, spec) for image in batch_images]
+    return [pixels_of(image) for image in converted], [place(*image.size, spec) for image in converted]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_calls_reuse_one_lane_and_its_buffers(device: str) -> None:
+    """Calls one after another run on one lane: the same stream and the same upload buffer (pinned
+    on CUDA), which no call allocates again; a call running while another holds the lane gets a
+    second lane, kept for later."""
+    spec = make_spec(resize=P.LETTERBOX, pad_value=114, width=40, height=32)
+    preprocessor = DevicePreprocessor(spec, device)
+    pixels, places = pixels_and_places(spec, images())
+    first = preprocessor(pixels, places)
+    with preprocessor.lanes.take() as lane:
+        upload = lane.buffers.buffer("upload")
+        assert upload is not None and upload.is_pinned() == (device == "cuda")
+        stream = lane.stream
+    second = preprocessor(pixels[:2], places[:2])
+    with preprocessor.lanes.take() as lane:
+        assert lane.stream is stream and lane.buffers.buffer("upload") is upload
+        assert preprocessor.lanes.made == 1
+        held = preprocessor(pixels, places)  # the only lane is taken: this call makes a second
+        assert preprocessor.lanes.made == 2
+    preprocessor(pixels, places)
+    assert preprocessor.lanes.made == 2
+    np.testing.assert_array_equal(second, first[:2])  # an answer is not overwritten by a later call
+    np.testing.assert_array_equal(held, first)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("interpolation", [P.BILINEAR, P.BICUBIC, P.NEAREST], ids=["bilinear", "bicubic", "nearest"])
+def test_images_of_one_size_are_resized_in_one_call(
+    device: str, interpolation: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Five images of two sizes take two resize calls, and each image comes out exactly as alone."""
+    spec = make_spec(resize=P.LETTERBOX, pad_value=114, interpolation=interpolation, width=40, height=32)
+    large, small = photo(97, 61), photo(23, 17)
+    flip, turn = Image.Transpose.FLIP_LEFT_RIGHT, Image.Transpose.ROTATE_180
+    batch_images = [large, small, large.transpose(flip), small.transpose(turn), large.transpose(turn)]
+    pixels, places = pixels_and_places(spec, batch_images)
+    preprocessor = DevicePreprocessor(spec, device)
+    alone = np.concatenate([preprocessor([p], [w]) for p, w in zip(pixels, places, strict=True)])
+    calls = []
+    interpolate = device_preprocess.functional.interpolate
+
+    def counted(*args, **kwargs):
+        calls.append(args[0].shape[0])
+        return interpolate(*args, **kwargs)
+
+    monkeypatch.setattr(device_preprocess.functional, "interpolate", counted)
+    together = preprocessor(pixels, places)
+    assert sorted(calls) == [2, 3]
+    np.testing.assert_array_equal(together, alone)

@@ -330,9 +330,9 @@ def test_gpu_instance_matches_onnxruntime(tmp_path: Path, mode: str, graphs: boo
     model = instance(tmp_path, extra, kind="GPU")
     assert model.device == "cuda:0" and (model._graphs is not None) == graphs
     if graphs:
-        assert model._graphs.buckets == (1, 2, 4, 8, 16, 32, 64)
+        assert model._graphs.buckets == (1, 2, 4, 8, 16, 32, 40, 48, 56, 64)
     tolerance = GPU_FP32_TOLERANCE if mode == "fp32" else 0.05
-    for batch in (1, 3, 5, 33, 64):  # 3, 5 and 33 are padded to buckets 4, 8 and 64
+    for batch in (1, 3, 5, 33, 64):  # 3, 5 and 33 are padded to buckets 4, 8 and 40
         x = digits_inputs(batch, seed=batch)
         np.testing.assert_allclose(model.run({"input": x}, ["logits"])["logits"], onnx_logits(x), atol=tolerance)
     model.close()
@@ -349,6 +349,20 @@ def test_batches_assembled_in_pinned_staging_are_used_in_place(tmp_path: Path, m
     assert staging.is_pinned() and view.__array_interface__["data"][0] == staging.data_ptr()
     got = model.run({"input": view}, ["logits"])["logits"]
     np.testing.assert_allclose(got, onnx_logits(x), atol=GPU_FP32_TOLERANCE)
+    model.close()
+
+
+@pytest.mark.parametrize("marks", [pytest.param(None, marks=needs_cuda, id="cuda")])
+def test_gpu_results_come_back_through_one_pinned_buffer(tmp_path: Path, marks: None) -> None:
+    model = instance(tmp_path, kind="GPU")
+    x = digits_inputs(5)
+    first = model.run({"input": x}, ["logits"])["logits"]
+    buffer = model._host_outputs.buffer("logits")
+    assert buffer is not None and buffer.is_pinned()
+    second = model.run({"input": x[:3]}, ["logits"])["logits"]
+    assert model._host_outputs.buffer("logits") is buffer
+    np.testing.assert_allclose(first, onnx_logits(x), atol=GPU_FP32_TOLERANCE)
+    np.testing.assert_allclose(second, onnx_logits(x[:3]), atol=GPU_FP32_TOLERANCE)
     model.close()
 
 

@@ -191,7 +191,14 @@ FORBIDDEN_MODULES = {"pickle", "cPickle", "dill", "cloudpickle", "joblib", "mars
 FORBIDDEN_BUILTINS = {"eval", "exec", "compile", "__import__"}
 #: The PyTorch backend and the GPU pre-processing may import torch, and load models with torch.jit.load only:
 #: torch.load, torch.serialization and torch.package unpickle.
-TORCH_MODULES = {"pytorch.py", "torch_loading.py", "cuda_graphs.py", "device_preprocess.py", "runtime.py"}
+TORCH_MODULES = {
+    "pytorch.py",
+    "torch_loading.py",
+    "cuda_graphs.py",
+    "device_preprocess.py",
+    "runtime.py",
+    "host_buffers.py",
+}
 FORBIDDEN_TORCH = {"torch.serialization", "torch.package"}
 # The one module that imports repository code: Triton Python models, reached only with
 # --allow-python-models (tests/integration/test_python_models.py checks the refusal without it).

@@ -75,13 +75,35 @@ def test_errors_name_the_setting(text: str, message: str) -> None:
 
 
 def test_graph_buckets() -> None:
-    assert graph_buckets(config(max_batch_size=64)) == (1, 2, 4, 8, 16, 32, 64)
+    assert graph_buckets(config(max_batch_size=32)) == (1, 2, 4, 8, 16, 32)
     assert graph_buckets(config(max_batch_size=1)) == (1,)
     assert graph_buckets(config(max_batch_size=0)) == ()
     spec = "optimization { cuda { graphs: true graph_spec { batch_size: 8 } graph_spec { batch_size: 2 } } }"
     assert graph_buckets(config(spec)) == (2, 8)
     buckets = (1, 2, 4, 8, 16, 24)
     assert [bucket_for(buckets, n) for n in (1, 3, 4, 5, 17, 24, 25)] == [1, 4, 4, 8, 24, 24, None]
+
+
+def test_buckets_above_32_step_by_eight_not_doubling() -> None:
+    """A batch of 65 computes 72 rows, not 128: past 32 the buckets step by 8 (by 16 from 128, 32
+    from 256), and max_batch_size is always the last one."""
+    assert graph_buckets(config(max_batch_size=128)) == (1, 2, 4, 8, 16, 32, *range(40, 129, 8))
+    assert graph_buckets(config(max_batch_size=100)) == (1, 2, 4, 8, 16, 32, *range(40, 97, 8), 100)
+    assert graph_buckets(config(max_batch_size=300))[-4:] == (240, 256, 288, 300)
+    buckets = graph_buckets(config(max_batch_size=128))
+    assert [bucket_for(buckets, n) for n in (33, 65, 100, 127)] == [40, 72, 104, 128]
+
+
+@pytest.mark.parametrize("limit", [1, 7, 32, 33, 64, 65, 128, 129, 1000])
+def test_every_batch_has_a_bucket_padded_by_under_an_eighth_above_32(limit: int) -> None:
+    buckets = graph_buckets(config(max_batch_size=limit))
+    assert buckets == tuple(sorted(set(buckets))) and buckets[-1] == limit
+    for batch in range(1, limit + 1):
+        bucket = bucket_for(buckets, batch)
+        assert bucket is not None and bucket >= batch
+        if batch > 32:
+            assert bucket - batch < max(8, batch / 8), (limit, batch, bucket)
+    assert len(buckets) <= 6 + 4 + 8 * max(0, (limit // 64).bit_length())  # logarithmic in the limit
 
 
 def test_platform_names() -> None:

@@ -5,7 +5,8 @@ Each instance owns one copy of the module on its device. On a GPU an instance al
 stream, page-locked (pinned) host buffers that the scheduler assembles batches in (``input_buffer``),
 and optionally one CUDA graph per batch-size bucket. A batch then costs one asynchronous
 host-to-device copy per input, one graph replay (or an eager forward pass), and one device-to-host
-copy per requested output, followed by a single stream synchronisation. On the CPU the module runs
+copy per requested output into that output's reused pinned buffer (``gpu/host_buffers.py``), followed
+by a single stream synchronisation. On the CPU the module runs
 eagerly on the request memory itself. The device is chosen at run time from the instance group
 and ``torch.cuda.is_available()``.
 """
@@ -24,6 +25,7 @@ from ferry_client.protocol import model_config_pb2 as mc
 
 from ..cores import usable_cores
 from ..errors import FerryError, InvalidArgument, ModelLoadError
+from ..gpu.host_buffers import HostBuffers
 from ..gpu.setup_lock import CUDA_SETUP_LOCK
 from .base import Backend, InstanceSpec, ModelIO
 from .cuda_graphs import CudaGraphs
@@ -82,6 +84,7 @@ class PyTorchInstance:
             if self._cuda:
                 torch.cuda.synchronize(self._device)  # weights were copied on the default stream
             self._staging: dict[str, torch.Tensor] = {}
+            self._host_outputs = HostBuffers(pinned=self._cuda and self.options.pinned_output)
             if self._cuda and self.options.pinned_input:
                 self._preallocate(max(1, config.max_batch_size))
             self._graphs = self._capture_graphs() if self.options.cuda_graphs else None
@@ -200,9 +203,9 @@ class PyTorchInstance:
                 device_outputs = self._graphs.run(host, batch)
             else:
                 device_outputs = self._forward([t.to(self._device, non_blocking=True) for t in host])
-            copies = {name: self._copy_back(device_outputs[name]) for name in outputs}
+            copies = {name: self._host_outputs.stage(name, device_outputs[name]) for name in outputs}
             self._stream.synchronize()
-        return {name: to_numpy(tensor) for name, tensor in copies.items()}
+        return {name: to_numpy(view).copy() for name, view in copies.items()}  # the buffers serve the next batch
 
     def _stage(self, name: str, array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
         """The input as a host tensor in pinned memory (copied there unless the scheduler assembled it there)."""
@@ -222,13 +225,6 @@ class PyTorchInstance:
         assert buffer is not None
         return buffer[: array.nbytes].view(dtype).view(array.shape)
 
-    def _copy_back(self, tensor: torch.Tensor) -> torch.Tensor:
-        if not self.options.pinned_output:
-            return tensor.to("cpu")
-        host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
-        host.copy_(tensor, non_blocking=True)
-        return host
-
     def input_buffer(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray | None:
         """A view of this instance's pinned staging buffer for ``name`` (see backends.base.InputBuffers).
 
@@ -247,6 +243,7 @@ class PyTorchInstance:
     def close(self) -> None:
         self._graphs = None
         self._staging.clear()
+        self._host_outputs.clear()
         del self._module
         if self._cuda:
             with CUDA_SETUP_LOCK:

@@ -70,8 +70,9 @@ class TorchOptions:
 
 
 def graph_buckets(config: mc.ModelConfig) -> tuple[int, ...]:
-    """Batch sizes to capture a CUDA graph for: ``graph_spec`` sizes when given, else 1, 2, 4, ...
-    up to and including ``max_batch_size`` (so every batch the scheduler forms has a bucket)."""
+    """Batch sizes to capture a CUDA graph for: ``graph_spec`` sizes when given, else
+    :func:`default_buckets` up to and including ``max_batch_size`` (so every batch the scheduler
+    forms has a bucket)."""
     limit = config.max_batch_size
     if limit <= 0:
         return ()
@@ -83,11 +84,26 @@ def graph_buckets(config: mc.ModelConfig) -> tuple[int, ...]:
                 f"optimization.cuda.graph_spec: batch_size {bad[0]} is outside 1..max_batch_size ({limit})"
             )
         return tuple(listed)
-    sizes = []
+    return default_buckets(limit)
+
+
+#: Above this size buckets stop doubling and step in multiples of eight (see default_buckets)
+DOUBLING_UP_TO = 32
+
+
+def default_buckets(limit: int) -> tuple[int, ...]:
+    """1, 2, 4, ... 32, then steps of 8 (16 from 128, 32 from 256, ...) up to ``limit``, which is
+    always a bucket. A replayed graph computes its whole bucket, so doubling all the way would make
+    a batch of 65 compute 128; the steps keep the padding under an eighth of the batch above 32
+    while the number of graphs grows with the logarithm of ``limit`` (18 for 128)."""
+    sizes: list[int] = []
     size = 1
-    while size < limit:
+    while size < limit and size < DOUBLING_UP_TO:
         sizes.append(size)
         size *= 2
+    while size < limit:
+        sizes.append(size)
+        size += max(8, 1 << ((size // 8).bit_length() - 1))  # the power of two at most size / 8
     sizes.append(limit)
     return tuple(sizes)
 

@@ -1,10 +1,13 @@
 """Pre-processing a whole batch with torch on a device (``preprocess { device: GPU }``).
 
-Images are decoded on the CPU (Pillow); their pixels are then uploaded as uint8, resized on the
-device one by one (they differ in size), placed into one batch tensor with the same geometry as
-the CPU path (``preprocess.place``), and colour order, scaling, mean/std, layout and type are
-applied to the whole batch at once. The result comes back to host memory in one copy, because the
-scheduler batches numpy arrays.
+Images are decoded on the CPU (Pillow). Their uint8 pixels are packed into one reused host buffer
+(pinned on CUDA) and uploaded in one copy; images of the same size are resized together in one
+call, placed into one batch tensor with the same geometry as the CPU path (``preprocess.place``),
+and colour order, scaling, mean/std, layout and type are applied to the whole batch at once. The
+result comes back to host memory in one copy, through a reused pinned buffer, because the
+scheduler batches numpy arrays. Each call runs on a *lane*: a long-lived CUDA stream with its host
+buffers, made on first need and kept, one per call running at the same time (the decode pool's
+threads), so no call creates a stream or allocates pinned memory once the lanes exist.
 
 Resizing uses ``torch.nn.functional.interpolate`` with antialiasing for BILINEAR and BICUBIC (close
 to Pillow's filters when shrinking) and ``nearest-exact`` for NEAREST, then rounds to whole pixel
@@ -17,7 +20,8 @@ and ``resize_alignment: CORNERS`` are refused at load with device: GPU (``Prepro
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import torch
@@ -25,6 +29,7 @@ from torch.nn import functional
 
 from ferry_client.protocol import model_config_pb2 as mc
 
+from ..gpu.host_buffers import HostBuffers
 from ..gpu.setup_lock import CUDA_SETUP_LOCK
 from .preprocess import Placement, PreprocessSpec
 
@@ -36,6 +41,47 @@ _MODES: dict[int, tuple[str, bool]] = {
     _PRE.NEAREST: ("nearest-exact", False),
 }
 _TORCH_DTYPES = {"FP32": torch.float32, "FP16": torch.float16, "UINT8": torch.uint8}
+#: A lane keeps host buffers up to this size; a larger batch gets buffers of its own, freed after it.
+RETAINED_BYTES = 64 << 20
+
+
+class Lane:
+    """What one call at a time runs on: a long-lived stream (CUDA only) and reused host buffers."""
+
+    def __init__(self, device: torch.device) -> None:
+        cuda = device.type == "cuda"
+        self.stream = torch.cuda.Stream(device) if cuda else None
+        self.buffers = HostBuffers(pinned=cuda, retain_bytes=RETAINED_BYTES)
+
+    def context(self) -> contextlib.AbstractContextManager:
+        return torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext()
+
+
+class Lanes:
+    """Lanes made on demand and kept: as many as calls have run at the same time."""
+
+    def __init__(self, device: torch.device) -> None:
+        self._device = device
+        self._lock = threading.Lock()
+        self._free: list[Lane] = []
+        self.made = 0
+
+    @contextlib.contextmanager
+    def take(self) -> Iterator[Lane]:
+        with self._lock:
+            lane = self._free.pop() if self._free else None
+            if lane is None:
+                self.made += 1
+        if lane is None:
+            with CUDA_SETUP_LOCK:
+                lane = Lane(self._device)
+        try:
+            yield lane
+        finally:
+            if lane.stream is not None:
+                lane.stream.synchronize()  # a call that failed midway may still be copying from its buffers
+            with self._lock:
+                self._free.append(lane)
 
 
 class DevicePreprocessor:
@@ -60,40 +106,62 @@ class DevicePreprocessor:
             self._bias = (-torch.tensor(spec.mean, dtype=torch.float32) / std).view(-1, 1, 1).to(self.device)
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)  # gain and bias were copied on the default stream
+        self.lanes = Lanes(self.device)
 
     def __call__(self, images: Sequence[np.ndarray], placements: Sequence[Placement]) -> np.ndarray:
         """``images``: (H, W, C) uint8 pixels in the spec's colour mode (RGB or L); one placement each."""
-        cuda = self.device.type == "cuda"
-        stream = torch.cuda.Stream(self.device) if cuda else None
-        with torch.inference_mode(), torch.cuda.stream(stream) if cuda else contextlib.nullcontext():
-            batch = self._assemble(images, placements)
-            out = self._normalise(batch)
-            host = torch.empty(out.shape, dtype=out.dtype, pin_memory=cuda)
-            host.copy_(out, non_blocking=cuda)
-            if stream is not None:
-                stream.synchronize()
-        return host.numpy()
+        with self.lanes.take() as lane, torch.inference_mode(), lane.context():
+            batch = self._normalise(self._assemble(self._upload(lane, images), placements))
+            if lane.stream is None:
+                return batch.numpy()  # a new tensor on the CPU device: nothing to copy back
+            host = lane.buffers.stage("download", batch)
+            lane.stream.synchronize()
+            return host.numpy().copy()  # the lane's buffer serves its next call
 
-    def _assemble(self, images: Sequence[np.ndarray], placements: Sequence[Placement]) -> torch.Tensor:
-        """Resized pixels (0..255, float) of every image in an NCHW batch; the rest is the pad value."""
+    def _upload(self, lane: Lane, images: Sequence[np.ndarray]) -> list[torch.Tensor]:
+        """Every image packed into the lane's upload buffer and sent to the device in one copy;
+        returns (H, W, C) device views of them."""
+        sizes = [int(pixels.nbytes) for pixels in images]
+        host = lane.buffers.take("upload", sum(sizes))
+        packed = host.numpy()
+        offset = 0
+        for pixels, size in zip(images, sizes, strict=True):
+            np.copyto(packed[offset : offset + size].reshape(pixels.shape), pixels, casting="no")
+            offset += size
+        device = host.to(self.device, non_blocking=True)
+        views, offset = [], 0
+        for pixels, size in zip(images, sizes, strict=True):
+            views.append(device[offset : offset + size].view(pixels.shape))
+            offset += size
+        return views
+
+    def _assemble(self, images: Sequence[torch.Tensor], placements: Sequence[Placement]) -> torch.Tensor:
+        """Resized pixels (0..255, float) of every image in an NCHW batch; the rest is the pad value.
+        Images of one size share one placement, so each size is resized and placed in one go."""
         spec = self.spec
         batch = torch.full(
             (len(images), spec.channels, spec.height, spec.width), self._pad, dtype=torch.float32, device=self.device
         )
-        for index, (pixels, where) in enumerate(zip(images, placements, strict=True)):
-            pixels = pixels if pixels.flags.writeable and pixels.flags.c_contiguous else np.array(pixels)
-            image = torch.from_numpy(pixels).to(self.device, non_blocking=True)
-            image = image.permute(2, 0, 1).unsqueeze(0).float()
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for index, image in enumerate(images):
+            groups.setdefault(tuple(image.shape), []).append(index)
+        for indices in groups.values():
+            where = placements[indices[0]]
+            stack = torch.stack([images[index] for index in indices]).permute(0, 3, 1, 2).float()
             width, height = where.resized
-            if image.shape[-2:] != (height, width):
+            if stack.shape[-2:] != (height, width):
                 corners = {"align_corners": False} if self._mode != "nearest-exact" else {}
-                image = functional.interpolate(
-                    image, size=(height, width), mode=self._mode, antialias=self._antialias, **corners
+                stack = functional.interpolate(
+                    stack, size=(height, width), mode=self._mode, antialias=self._antialias, **corners
                 )
-                image = image.round_().clamp_(0.0, 255.0)  # Pillow resizes in 8 bits
+                stack = stack.round_().clamp_(0.0, 255.0)  # Pillow resizes in 8 bits
             rows, cols = where.rows, where.cols
-            region = image[0, :, where.crop_top : where.crop_top + rows, where.crop_left : where.crop_left + cols]
-            batch[index, :, where.top : where.top + rows, where.left : where.left + cols] = region
+            region = stack[:, :, where.crop_top : where.crop_top + rows, where.crop_left : where.crop_left + cols]
+            at_rows, at_cols = slice(where.top, where.top + rows), slice(where.left, where.left + cols)
+            if len(indices) == 1:
+                batch[indices[0], :, at_rows, at_cols] = region[0]
+            else:
+                batch[torch.tensor(indices, device=self.device), :, at_rows, at_cols] = region
         return batch
 
     def _normalise(self, batch: torch.Tensor) -> torch.Tensor:
