@@ -39,6 +39,7 @@ from .front_doors import (
     public_grpc_server,
     request_limits,
     rest_config,
+    stream_limits,
     wait_started,
 )
 from .heap import return_large_buffers
@@ -101,6 +102,8 @@ class FerryServer:
             identify=self.security.identify,
             image_workers=settings.image_workers,
             strict_readiness=settings.strict_readiness,
+            stream_limits=stream_limits(settings),
+            max_streamed_requests=settings.max_streamed_requests,
         )
         self.metrics.registry.register(AdmissionCollector(self.plane.admission))
         work = self.plane.image_work

@@ -25,7 +25,7 @@ from ..types import InferenceRequest
 from .admission import Ticket
 from .cuda_shared_memory import cuda_register_refused, cuda_status, cuda_unregister
 from .dataplane import DataPlane
-from .grpc_calls import CallGuard, WrappedRegistration, release_after_write
+from .grpc_calls import CallGuard, WrappedRegistration, peer_host, release_after_write
 from .grpc_codec import decode_infer_request, encode_infer_response
 from .grpc_decode import decoding_handler, raw_handler, received_bytes, take_refusal
 from .grpc_limits import GrpcLimits
@@ -186,23 +186,35 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
         client = caller(self.plane.identify, context)
         out: asyncio.Queue[Outgoing | None] = asyncio.Queue(STREAM_BUFFER)
         running: set[asyncio.Task] = set()
+        peer = peer_host(context.peer())
+        limits = self.plane.stream_limits
 
-        def start_decoupled(request: pb.ModelInferRequest, ticket: Ticket | None) -> None:
+        async def start_decoupled(request: pb.ModelInferRequest, ticket: Ticket | None) -> None:
+            """Run the request alongside the stream's others, unless the stream or its client has
+            too many open (``stream_limits.py``): then it is answered with the refusal at once."""
+            try:
+                leave = limits.enter(peer, len(running))
+            except FerryError as exc:
+                if ticket is not None:
+                    ticket.close()
+                await put_answer(out, pb.ModelStreamInferResponse(error_message=exc.message, infer_response=answering(request)))
+                return
             task = asyncio.create_task(self._stream_decoupled(request, out, client, ticket, context))
             running.add(task)
             task.add_done_callback(running.discard)
+            task.add_done_callback(lambda _: leave())
 
         async def read() -> None:
             async for request in request_iterator:
                 if self.plane.is_decoupled(request.model_name, request.model_version):
                     ticket = _message_ticket.get()
                     _message_ticket.set(None)  # the request's own task holds it from here on
-                    start_decoupled(request, ticket)
+                    await start_decoupled(request, ticket)
                 else:
                     try:
                         await self._stream_one(request, out, client)
                     except DecoupledModel:  # found so where it runs (an intake's plane): streamed from there
-                        start_decoupled(request, None)
+                        await start_decoupled(request, None)
                     if not running and current_stream.get() is not None:  # the next message is asked
                         await out.join()  # for in a turn of its address: once this answer is written
                 del request  # an idle stream keeps no message
