@@ -223,6 +223,7 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
             await out.put(None)
 
         reader = asyncio.create_task(read())
+        getting: asyncio.Future[Outgoing | None] | None = None
         try:
             while True:
                 getting = asyncio.ensure_future(out.get())
@@ -243,6 +244,8 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
                     release()
                     out.task_done()
         finally:
+            if getting is not None:  # a stream ended while waiting: else the task stays pending
+                getting.cancel()  # until collected, then asyncio logs an ERROR for it
             for task in (reader, *running):
                 task.cancel()
             await asyncio.gather(reader, *running, return_exceptions=True)
