@@ -197,7 +197,9 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
             except FerryError as exc:
                 if ticket is not None:
                     ticket.close()
-                await put_answer(out, pb.ModelStreamInferResponse(error_message=exc.message, infer_response=answering(request)))
+                await put_answer(
+                    out, pb.ModelStreamInferResponse(error_message=exc.message, infer_response=answering(request))
+                )
                 return
             task = asyncio.create_task(self._stream_decoupled(request, out, client, ticket, context))
             running.add(task)

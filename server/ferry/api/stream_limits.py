@@ -31,7 +31,6 @@ from collections.abc import Callable, Mapping
 
 from ..errors import ErrorKind, FerryError
 
-
 #: The header an intake process names its client's address in, for the model process.
 PEER_HEADER = "x-ferry-peer"
 

@@ -37,8 +37,8 @@ from ..front_doors import (
     public_grpc_server,
     request_limits,
     rest_config,
-    stream_limits,
     reuse_port_socket,
+    stream_limits,
     wait_started,
 )
 from ..heap import return_large_buffers
