@@ -277,12 +277,13 @@ def test_one_client_address_cannot_hold_more_streamed_requests_than_its_cap(capp
     _wait_for(lambda: _metric(capped, "ferry_inflight_requests") == 0, "the closed streams still hold requests")
 
 
-def _sse_stream(server: RunningServer, source: str) -> tuple[socket.socket, bytes]:
+def _sse_stream(server: RunningServer, source: str, headers: bytes = b"") -> tuple[socket.socket, bytes]:
     """A never_final generate_stream from ``source``: its socket and what arrived (event or error)."""
     sock = socket.create_connection(("127.0.0.1", server.http_port), timeout=30, source_address=(source, 0))
     body = b'{"IN": 7}'
     sock.sendall(
         b"POST /v2/models/never_final/generate_stream HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + headers
         + f"Content-Length: {len(body)}\r\n\r\n".encode()
         + body
     )
@@ -308,7 +309,8 @@ def test_streams_of_many_addresses_leave_the_server_to_others(capped: RunningSer
             sock, received = _sse_stream(capped, "127.0.0.2")
             sockets.append(sock)
             assert b"data: " in received, received
-        sock, received = _sse_stream(capped, "127.0.0.2")
+        # naming another address in the header an intake names its client's in changes nothing
+        sock, received = _sse_stream(capped, "127.0.0.2", b"X-Ferry-Peer: 127.0.0.9\r\n")
         sockets.append(sock)
         assert received.startswith(b"HTTP/1.1 429"), received
         assert f"from 127.0.0.2: {PEER_CAP} (limit {PEER_CAP}, --max-streamed-requests-per-peer)".encode() in received
