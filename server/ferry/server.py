@@ -25,6 +25,7 @@ from .api.http import create_http_app
 from .api.http_fast import InferFastPath
 from .api.logging_ext import LoggingControl
 from .api.shared_memory import SharedMemoryRegistry
+from .api.stream_limits import StreamsCollector
 from .api.trace_ext import RequestTracing, file_exporter, otlp_exporter
 from .backends.python_backend import host as python_models
 from .backends.python_backend.custom_metrics import metrics_app
@@ -106,6 +107,7 @@ class FerryServer:
             max_streamed_requests=settings.max_streamed_requests,
         )
         self.metrics.registry.register(AdmissionCollector(self.plane.admission))
+        self.metrics.registry.register(StreamsCollector(self.plane.stream_limits, lambda: len(self.plane.open_streams)))
         work = self.plane.image_work
         self.metrics.registry.register(
             ImageWorkCollector(work if self.intakes is None else ServerImageWork(work, self.intakes.table))

@@ -241,7 +241,7 @@ def test_one_grpc_stream_cannot_hold_every_inflight_slot(server: RunningServer) 
         assert len(errors) == 1030 - 128
         assert all("too many requests in flight on this stream" in e for e in errors), errors[0]
         assert all("--grpc-max-stream-requests" in e for e in errors)
-        assert _metric(server, "ferry_inflight_requests") == 128
+        assert _metric(server, "ferry_inflight_requests") == _metric(server, "ferry_streamed_requests") == 128
         _others_served(server)
     finally:
         stream.close()
@@ -304,6 +304,7 @@ def test_streams_of_many_addresses_leave_the_server_to_others(capped: RunningSer
     channel = grpc.insecure_channel(capped.grpc_url)
     stub = pb_grpc.GRPCInferenceServiceStub(channel)
     streams = [Stream(stub), Stream(stub)]
+    rejected = _metric(capped, "ferry_streamed_rejected_total")
     try:
         for _ in range(PEER_CAP):
             sock, received = _sse_stream(capped, "127.0.0.2")
@@ -322,7 +323,9 @@ def test_streams_of_many_addresses_leave_the_server_to_others(capped: RunningSer
         assert f"(limit {TOTAL_CAP}, --max-streamed-requests)".encode() in received
         answered, errors = streams[1].send([_never_final(99)])  # a gRPC stream is refused the same way
         assert not answered and f"(limit {TOTAL_CAP}, --max-streamed-requests)" in errors[0], errors
-        assert _metric(capped, "ferry_inflight_requests") == TOTAL_CAP
+        assert _metric(capped, "ferry_inflight_requests") == _metric(capped, "ferry_streamed_requests") == TOTAL_CAP
+        # all three refused in the model process (REST is relayed there by an intake, with the address)
+        assert _metric(capped, "ferry_streamed_rejected_total") - rejected == 3
         _others_served(capped)
     finally:
         for stream in streams:

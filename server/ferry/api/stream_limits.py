@@ -27,7 +27,10 @@ Everything runs on the event loop, so plain dicts are the state.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from ..errors import ErrorKind, FerryError
 
@@ -91,3 +94,23 @@ class StreamLimits:
 
 def not_counted() -> None:
     """The release of a request not counted (this server's own intake processes, other models)."""
+
+
+class StreamsCollector(Collector):
+    """Exports the model process's open requests to decoupled models (``open_count``: all of them,
+    whichever process took them in) and the requests its bounds refused (an intake's refusals of
+    its own clients are not among them)."""
+
+    def __init__(self, limits: StreamLimits, open_count: Callable[[], int]) -> None:
+        self._limits = limits
+        self._open_count = open_count
+
+    def collect(self) -> Iterable[Metric]:
+        yield GaugeMetricFamily(
+            "ferry_streamed_requests", "Requests to decoupled models open (not yet final)", value=self._open_count()
+        )
+        yield CounterMetricFamily(
+            "ferry_streamed_rejected",
+            "Requests to decoupled models refused by the stream bounds in the model process (429/RESOURCE_EXHAUSTED)",
+            value=self._limits.rejected,
+        )
