@@ -152,43 +152,6 @@ def test_a_generate_stream_client_cut_for_slow_reading_ends_its_stream(server: R
         sock.close()
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_streams_cancelled_mid_answer_log_no_error(mode: str, tmp_path: Path) -> None:
-    """Clients cancel their streams while an answer is being written (the model has sent more than
-    the buffers and the client's window hold, so grpc is waiting to write): the server logs no
-    ERROR for it, then or at shutdown (grpcio logged one with a traceback for every such stream,
-    and each left a task pending that asyncio reported once collected)."""
-    server = _serve(tmp_path, mode)
-    try:
-        request = pb.ModelInferRequest(model_name="repeat", id="cancelled")
-        request.inputs.add(name="IN", datatype="FP32", shape=[262144])  # 1 MiB answers
-        request.inputs.add(name="COUNT", datatype="INT32", shape=[1])
-        request.raw_input_contents.extend([np.ones(262144, np.float32).tobytes(), np.array([1000], np.int32).tobytes()])
-        with grpc.insecure_channel(server.grpc_url) as channel:
-            stub = pb_grpc.GRPCInferenceServiceStub(channel)
-            for _ in range(4):
-                release = threading.Event()
-
-                def requests(done: threading.Event = release) -> Iterator[pb.ModelInferRequest]:
-                    yield request
-                    done.wait(30)
-
-                start = _metric(server, SENT)
-                call = stub.ModelStreamInfer(requests())
-                assert not next(call).error_message
-                # one answer read, 32 in the two 16-answer buffers: the rest were handed to grpc,
-                # which writes them as the client's window allows (one process stalls at 39)
-                _wait_for(lambda s=start: _metric(server, SENT) - s >= 36, "the model does not fill the buffers")
-                call.cancel()
-                release.set()
-        _wait_for(lambda: _metric(server, "ferry_inflight_requests") == 0, "a cancelled stream's request is open")
-        _others_served(server)
-    finally:
-        server.stop()
-    log = server.log()
-    assert "ExecuteBatchError" not in log and "Task was destroyed" not in log, log[-3000:]
-
-
 def _never_final(index: int) -> pb.ModelInferRequest:
     request = pb.ModelInferRequest(model_name="never_final", id=str(index))
     request.inputs.add(name="IN", datatype="INT32", shape=[1])
@@ -334,3 +297,45 @@ def test_streams_of_many_addresses_leave_the_server_to_others(capped: RunningSer
         for sock in sockets:
             sock.close()
     _wait_for(lambda: _metric(capped, "ferry_inflight_requests") == 0, "the closed streams still hold requests")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_streams_cancelled_mid_answer_log_no_error(mode: str, tmp_path: Path) -> None:
+    """Clients cancel their streams while an answer is being written (the model has sent more than
+    the buffers and the client's window hold, so grpc is waiting to write): the server logs no
+    ERROR for it, then or at shutdown (grpcio logged one with a traceback for every such stream);
+    nor for streams cancelled while waiting for the model's next answer (each left a task pending
+    that asyncio reported once collected)."""
+    server = _serve(tmp_path, mode)
+    try:
+        request = pb.ModelInferRequest(model_name="repeat", id="cancelled")
+        request.inputs.add(name="IN", datatype="FP32", shape=[262144])  # 1 MiB answers
+        request.inputs.add(name="COUNT", datatype="INT32", shape=[1])
+        request.raw_input_contents.extend([np.ones(262144, np.float32).tobytes(), np.array([1000], np.int32).tobytes()])
+        with grpc.insecure_channel(server.grpc_url) as channel:
+            stub = pb_grpc.GRPCInferenceServiceStub(channel)
+            for _ in range(4):
+                release = threading.Event()
+
+                def requests(done: threading.Event = release) -> Iterator[pb.ModelInferRequest]:
+                    yield request
+                    done.wait(30)
+
+                start = _metric(server, SENT)
+                call = stub.ModelStreamInfer(requests())
+                assert not next(call).error_message
+                # one answer read, 32 in the two 16-answer buffers: the rest were handed to grpc,
+                # which writes them as the client's window allows (one process stalls at 39)
+                _wait_for(lambda s=start: _metric(server, SENT) - s >= 36, "the model does not fill the buffers")
+                call.cancel()
+                release.set()
+            for index in range(2):  # and streams cancelled while they wait for the model's next answer
+                stream = Stream(stub)
+                assert stream.send([_never_final(index)]) == ([str(index)], [])
+                stream.close()
+        _wait_for(lambda: _metric(server, "ferry_inflight_requests") == 0, "a cancelled stream's request is open")
+        _others_served(server)
+    finally:
+        server.stop()
+    log = server.log()
+    assert "ExecuteBatchError" not in log and "Task was destroyed" not in log, log[-3000:]
