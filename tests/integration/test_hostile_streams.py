@@ -12,7 +12,7 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -74,10 +74,10 @@ def _metric(server: RunningServer, pattern: str) -> float:
     return float(match.group(1)) if match else 0.0
 
 
-def _wait_for(condition: object, what: str, timeout: float = 30) -> None:
-    """Poll ``condition`` (a callable) until it holds; the timeout only bounds a broken server."""
+def _wait_for(condition: Callable[[], bool], what: str, timeout: float = 30) -> None:
+    """Poll ``condition`` until it holds; the timeout only bounds a broken server."""
     deadline = time.monotonic() + timeout
-    while not condition():  # type: ignore[operator]
+    while not condition():
         assert time.monotonic() < deadline, what
         time.sleep(0.1)
 
@@ -90,10 +90,14 @@ def _others_served(server: RunningServer) -> None:
     response = httpx.post(f"http://{server.http_url}/v2/models/simple/infer", json=body, timeout=10)
     assert response.status_code == 200, response.text
     assert response.json()["outputs"][0]["data"] == [2 * x for x in data]
+    request = pb.ModelInferRequest(model_name="simple")
+    for name in ("INPUT0", "INPUT1"):
+        request.inputs.add(name=name, datatype="INT32", shape=[1, 16])
+        request.raw_input_contents.append(np.arange(16, dtype=np.int32).tobytes())
     with grpc.insecure_channel(server.grpc_url) as channel:
-        ready = pb_grpc.GRPCInferenceServiceStub(channel).ServerReady(pb.ServerReadyRequest(), timeout=10)
-    assert ready.ready
-    assert _metric(server, "ferry_inflight_requests") >= 0
+        answer = pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=10)
+    assert np.frombuffer(answer.raw_output_contents[0], np.int32).tolist() == [2 * x for x in data]
+    assert "ferry_inflight_requests" in httpx.get(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10).text
 
 
 def _open_event_stream(server: RunningServer, body: bytes, model: str = "repeat", source: str = "") -> socket.socket:
