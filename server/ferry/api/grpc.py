@@ -304,10 +304,16 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
                     if final and not item.outputs and not empty_final:
                         continue  # the bare end of the request: sent only to clients that asked for it
                     streamed = pb.ModelStreamInferResponse()
-                    encode_infer_response(item, streamed.infer_response)
+                    # the outputs' bytes: ByteSize() would serialise the whole message on the loop
+                    # (upb), for every response of every stream
+                    size = estimated_size(item, binary_only=True)
+                    if size < OFF_LOOP_BYTES:
+                        encode_infer_response(item, streamed.infer_response)
+                    else:
+                        await asyncio.to_thread(encode_infer_response, item, streamed.infer_response)
                     streamed.infer_response.parameters[FINAL_FLAG].bool_param = final
                     # counted from here until written, apart from the request's admission
-                    await put_answer(out, streamed, self.plane.admission.hold(streamed.ByteSize()))
+                    await put_answer(out, streamed, self.plane.admission.hold(size))
         except FerryError as exc:
             await put_answer(out, pb.ModelStreamInferResponse(error_message=exc.message, infer_response=answers))
         except Exception as exc:
