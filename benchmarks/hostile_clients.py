@@ -1,8 +1,12 @@
 """Hostile clients against a server with the DEFAULT limits, at sizes beyond the attack tests.
 
-Run (about a minute; it opens a few thousand loopback sockets)::
+Run (a few minutes; it opens a few thousand loopback sockets)::
 
     python benchmarks/hostile_clients.py [--half-open 3000] [--header-mb 8] [--grpc-streams 20000]
+    python benchmarks/hostile_clients.py --only-streams [--stream-grpc 1500] [--stream-sse 750]
+
+The rows of issue 38 run against a second server that allows Python models (the decoupled test
+models ``repeat`` and ``never_final``).
 
 For each attack: the clean answer seen, the server's RSS and descriptor count while the attack holds,
 and the latency of a gRPC inference by another client measured while it holds (for the heavy-request
@@ -275,13 +279,209 @@ def shared_memory(server: RunningServer) -> list[list[str]]:
     return rows
 
 
+DECOUPLED = ROOT / "tests" / "integration" / "decoupled_models"
+
+
+def _inflight(server: RunningServer) -> float:
+    import re
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=60) as response:
+        text = response.read().decode()
+    match = re.search(r"^ferry_inflight_requests (\S+)$", text, re.M)
+    return float(match.group(1)) if match else 0.0
+
+
+def _event_stream(server: RunningServer, model: str, body: bytes, source: str = ""):
+    """A raw generate_stream client: its socket, once the first event (or an error) arrived."""
+    import socket
+
+    sock = socket.create_connection(("127.0.0.1", server.http_port), timeout=60, source_address=(source, 0))
+    sock.sendall(
+        f"POST /v2/models/{model}/generate_stream HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+    received = sock.recv(65536)
+    while received.startswith(b"HTTP/1.1 200") and b"data: " not in received:
+        received += sock.recv(65536)
+    return sock, received
+
+
+def streams(tmp: str, grpc_streams: int, sse_streams: int) -> list[list[str]]:
+    """Issue 38's stream attacks against decoupled test models (Python models allowed)."""
+    import socket
+    import threading
+
+    from ferry_client.protocol import grpc_service_pb2 as pb
+
+    repo = Path(tmp) / "decoupled"
+    for name in ("repeat", "never_final"):
+        shutil.copytree(DECOUPLED / name, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
+    write_mlp_model(repo / "quick", width=WIDTH, layers=1, extra_config="dynamic_batching { }\n")
+    server = start_server(repo, Path(tmp) / "decoupled.log", "--allow-python-models")
+    rows = []
+    try:
+        flood = b'{"IN": [' + b",".join([b"0.123456789"] * 65536) + b'], "COUNT": 100000}'
+
+        def leave_and_wait() -> float:
+            sock, _ = _event_stream(server, "repeat", flood)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            sock.close()
+            started = time.monotonic()
+            while _inflight(server):
+                time.sleep(0.05)
+            return time.monotonic() - started
+
+        worst, ended = _worst_health_latency_ms(server, leave_and_wait)
+        rows.append(
+            [
+                "generate_stream of 100,000 1-MB events, never read, then the client leaves",
+                f"stream ended {ended:.1f} s after",
+                _usage(server),
+                f"{worst:.0f} ms (REST health)",
+            ]
+        )
+
+        def fast_reader() -> int:
+            sock, received = _event_stream(server, "repeat", flood)
+            total, deadline = len(received), time.monotonic() + 5
+            while time.monotonic() < deadline:
+                total += len(sock.recv(1 << 20))
+            sock.close()
+            return total
+
+        worst, read = _worst_health_latency_ms(server, fast_reader)
+        rows.append(
+            ["the same read as fast as possible for 5 s", f"{read / 2**20:.0f} MiB read", "", f"{worst:.0f} ms"]
+        )
+
+        def one_stream() -> tuple[int, int, float, float]:
+            answers: list[pb.ModelStreamInferResponse] = []
+            done = threading.Event()
+            requests = []
+            for index in range(1030):
+                request = pb.ModelInferRequest(model_name="never_final", id=str(index))
+                request.inputs.add(name="IN", datatype="INT32", shape=[1])
+                request.raw_input_contents.append(np.array([index], np.int32).tobytes())
+                requests.append(request)
+
+            def send():
+                yield from requests
+                done.wait(120)
+
+            with grpc.insecure_channel(server.grpc_url) as channel:
+                call = pb_grpc.GRPCInferenceServiceStub(channel).ModelStreamInfer(send())
+                for answer in call:
+                    answers.append(answer)
+                    if len(answers) == len(requests):
+                        break
+                latency, inflight = asyncio.run(_grpc_latency_ms(server)), _inflight(server)  # while held
+                call.cancel()
+                done.set()
+            refused = sum(1 for a in answers if a.error_message)
+            return len(answers) - refused, refused, latency, inflight
+
+        ok, refused, latency, inflight = one_stream()
+        rows.append(
+            [
+                "one ModelStreamInfer with 1,030 never-final requests",
+                f"{ok} open, {refused} refused in the stream",
+                f"{inflight:.0f} requests in flight, {_usage(server)}",
+                f"{latency:.0f} ms",
+            ]
+        )
+        while _inflight(server):
+            time.sleep(0.1)
+        rows.append(asyncio.run(_many_streams(server, grpc_streams, sse_streams)))
+    finally:
+        server.stop()
+    return rows
+
+
+async def _many_streams(server: RunningServer, grpc_streams: int, sse_streams: int) -> list[str]:
+    """``grpc_streams`` gRPC streams (127.0.0.1) and ``sse_streams`` event streams (from 64
+    addresses), each one request to repeat for 200 small responses read as they come, while
+    another client's gRPC infers are timed."""
+    from ferry_client.protocol import grpc_service_pb2 as pb
+
+    request = pb.ModelInferRequest(model_name="repeat")
+    request.inputs.add(name="IN", datatype="FP32", shape=[16])
+    request.inputs.add(name="COUNT", datatype="INT32", shape=[1])
+    request.raw_input_contents.extend([np.ones(16, np.float32).tobytes(), np.array([200], np.int32).tobytes()])
+    options = [("grpc.use_local_subchannel_pool", 1)]
+    channels = [grpc.aio.insecure_channel(server.grpc_url, options=options) for _ in range(8)]
+
+    async def one_grpc(index: int) -> str:
+        async def send():
+            yield request
+
+        call = pb_grpc.GRPCInferenceServiceStub(channels[index % len(channels)]).ModelStreamInfer(send())
+        try:
+            async for answer in call:
+                if answer.error_message:
+                    call.cancel()
+                    return "refused"
+                if answer.infer_response.parameters["triton_final_response"].bool_param:
+                    break
+        except grpc.aio.AioRpcError as exc:
+            return exc.code().name
+        call.cancel()
+        return "OK"
+
+    body = b'{"IN": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16], "COUNT": 200}'
+
+    async def one_sse(index: int) -> str:
+        reader, writer = await asyncio.open_connection(
+            "127.0.0.1", server.http_port, local_addr=(f"127.0.1.{1 + index % 64}", 0)
+        )
+        writer.write(
+            b"POST /v2/models/repeat/generate_stream HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+            + body
+        )
+        status = await reader.readline()
+        await reader.read()  # to the end of the stream
+        writer.close()
+        return "OK" if b" 200 " in status else "refused"
+
+    latencies: list[float] = []
+    attack = asyncio.gather(
+        *(one_grpc(i) for i in range(grpc_streams)), *(one_sse(i) for i in range(sse_streams)), return_exceptions=True
+    )
+    while not attack.done():
+        latencies.append(await _grpc_latency_ms(server))
+        await asyncio.sleep(0.05)
+    outcomes = [o if isinstance(o, str) else type(o).__name__ for o in attack.result()]
+    for channel in channels:
+        await channel.close()
+    latencies.sort()
+    p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] if latencies else 0.0
+    counts = ", ".join(f"{outcomes.count(o)} {o}" for o in sorted(set(outcomes)))
+    return [
+        f"{grpc_streams} gRPC + {sse_streams} SSE streams of 200 responses each (SSE from 64 addresses)",
+        counts,
+        _usage(server),
+        f"p99 {p99:.0f} ms, worst {latencies[-1] if latencies else 0:.0f} ms ({len(latencies)} infers)",
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--half-open", type=int, default=3000)
     parser.add_argument("--header-mb", type=int, default=8)
     parser.add_argument("--grpc-streams", type=int, default=20000)
     parser.add_argument("--typed-millions", type=int, default=16, help="millions of elements in the typed gRPC request")
+    parser.add_argument("--stream-grpc", type=int, default=1500, help="decoupled gRPC streams at once (issue 38)")
+    parser.add_argument("--stream-sse", type=int, default=750, help="decoupled generate_stream clients at once")
+    parser.add_argument("--only-streams", action="store_true", help="only the rows of issue 38 (decoupled streams)")
     args = parser.parse_args()
+    if args.only_streams:
+        with tempfile.TemporaryDirectory() as tmp:
+            rows = [["attack", "answer", "server while it holds", "another client's request (worst)"]]
+            rows.extend(streams(tmp, args.stream_grpc, args.stream_sse))
+        _print(rows)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         repo = Path(tmp) / "models"
         write_mlp_model(repo / "quick", width=WIDTH, layers=1, extra_config="dynamic_batching { }\n")
@@ -300,6 +500,11 @@ def main() -> None:
             rows.append(["(after)", "", _usage(server), f"{asyncio.run(_grpc_latency_ms(server)):.0f} ms"])
         finally:
             server.stop()
+        rows.extend(streams(tmp, args.stream_grpc, args.stream_sse))
+    _print(rows)
+
+
+def _print(rows: list[list[str]]) -> None:
     print("| " + " | ".join(rows[0]) + " |")
     print("|" + "---|" * len(rows[0]))
     for row in rows[1:]:

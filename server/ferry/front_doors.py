@@ -19,6 +19,7 @@ from .api.drain_cutoff import DrainCutoff
 from .api.grpc import create_grpc_server
 from .api.grpc_limits import GrpcLimits
 from .api.limits import Limits
+from .api.stream_limits import StreamLimits
 from .security import ServerSecurity
 from .settings import Settings
 
@@ -41,6 +42,11 @@ async def wait_started(server: uvicorn.Server, task: asyncio.Task, what: str) ->
 
 def request_limits(s: Settings) -> Limits:
     return Limits(s.max_tensor_elements, s.max_bytes_elements, s.max_inputs_per_request, s.http_max_json_bytes)
+
+
+def stream_limits(s: Settings) -> StreamLimits:
+    """The per-stream and per-client bounds on streamed requests, of each process serving the ports."""
+    return StreamLimits(s.grpc_max_stream_requests, s.max_streamed_requests_per_peer)
 
 
 def _share(cap: int, processes: int) -> int:

@@ -80,7 +80,10 @@ class ResponseStream:
             if self.finished:
                 raise FerryError("the request already has its final response", ErrorKind.INTERNAL)
             while len(self._items) >= self._capacity and not self._cancelled.is_set():
-                self._space.wait(0.1)
+                # no timeout: every change that frees room or ends the wait notifies (a reader's
+                # pop, cancel, fail), and thousands of waiting producers polling would take the
+                # GIL from the event loop ten times a second each
+                self._space.wait()
             if self._cancelled.is_set():
                 self.finished = self.finished or response.final
                 return False
@@ -111,8 +114,14 @@ class ResponseStream:
             self._space.notify_all()
 
     async def __aiter__(self) -> AsyncIterator[StreamedResponse]:
+        """The responses as they come, suspending at least once for each: a producer that keeps
+        the buffer full would otherwise never let the reader give the loop back (a reader whose
+        sends do not wait, toward a client that is gone, froze every port)."""
         while True:
-            await self._ready.wait()
+            if self._ready.is_set():
+                await asyncio.sleep(0)  # a turn for every other task and connection first
+            else:
+                await self._ready.wait()
             with self._space:
                 item = self._items.popleft() if self._items else None
                 if not self._items:

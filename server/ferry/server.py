@@ -25,6 +25,7 @@ from .api.http import create_http_app
 from .api.http_fast import InferFastPath
 from .api.logging_ext import LoggingControl
 from .api.shared_memory import SharedMemoryRegistry
+from .api.stream_limits import StreamsCollector
 from .api.trace_ext import RequestTracing, file_exporter, otlp_exporter
 from .backends.python_backend import host as python_models
 from .backends.python_backend.custom_metrics import metrics_app
@@ -39,6 +40,7 @@ from .front_doors import (
     public_grpc_server,
     request_limits,
     rest_config,
+    stream_limits,
     wait_started,
 )
 from .heap import return_large_buffers
@@ -101,8 +103,11 @@ class FerryServer:
             identify=self.security.identify,
             image_workers=settings.image_workers,
             strict_readiness=settings.strict_readiness,
+            stream_limits=stream_limits(settings),
+            max_streamed_requests=settings.max_streamed_requests,
         )
         self.metrics.registry.register(AdmissionCollector(self.plane.admission))
+        self.metrics.registry.register(StreamsCollector(self.plane.stream_limits, lambda: len(self.plane.open_streams)))
         work = self.plane.image_work
         self.metrics.registry.register(
             ImageWorkCollector(work if self.intakes is None else ServerImageWork(work, self.intakes.table))

@@ -81,6 +81,19 @@ class Settings(BaseSettings):
     max_inflight_requests: int = Field(
         1024, ge=0, description="requests received, queued or running at once; more get 503/UNAVAILABLE (0 = no cap)"
     )
+    max_streamed_requests: int = Field(
+        512,
+        ge=0,
+        description="requests to decoupled models open at once, server-wide (each holds an in-flight slot until its "
+        "last response): kept below --max-inflight-requests so streams leave room for other requests; more get "
+        "429/RESOURCE_EXHAUSTED (0 = no cap)",
+    )
+    max_streamed_requests_per_peer: Annotated[int, LIMIT] = Field(
+        256,
+        gt=0,
+        description="requests to decoupled models open at once from one client address, over its gRPC streams and "
+        "REST generate calls (per process); more get 429/RESOURCE_EXHAUSTED",
+    )
     max_inflight_bytes: int = Field(
         256 * MIB,
         ge=0,
@@ -166,6 +179,12 @@ class Settings(BaseSettings):
         gt=0,
         description="unfinished gRPC calls of one client address (per process, at most half of its share of "
         "--grpc-max-concurrent-rpcs, so one address never holds every slot); more get RESOURCE_EXHAUSTED",
+    )
+    grpc_max_stream_requests: Annotated[int, LIMIT] = Field(
+        128,
+        gt=0,
+        description="requests to decoupled models open at once on one ModelStreamInfer stream; more are answered "
+        "with a RESOURCE_EXHAUSTED error and the stream goes on",
     )
     grpc_reads_per_peer: Annotated[int, LIMIT] = Field(
         2,

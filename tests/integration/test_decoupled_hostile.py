@@ -44,6 +44,9 @@ def server(repository: Path) -> Iterator[RunningServer]:
         "--allow-python-models",
         "--max-inflight-requests",
         str(CAP),
+        # one stream holds 1000 open requests here: the in-flight cap is what is under test
+        *("--grpc-max-stream-requests", str(CAP), "--max-streamed-requests-per-peer", str(CAP)),
+        *("--max-streamed-requests", str(CAP)),
     )
     yield running
     running.stop()

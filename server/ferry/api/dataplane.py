@@ -24,7 +24,7 @@ from ferry_client.protocol import model_config_pb2 as mc
 from .. import __version__
 from ..caching import ResponseCache, entry_size, images_key, request_key
 from ..cores import usable_cores
-from ..errors import FerryError, InvalidArgument, Unavailable, Unimplemented
+from ..errors import ErrorKind, FerryError, InvalidArgument, Unavailable, Unimplemented
 from ..inference.path import RequestPath
 from ..inference.stages import PostStage
 from ..inference.stages.detection_tensors import DetectionTensors
@@ -43,6 +43,7 @@ from .limits import OFF_LOOP_BYTES, Limits
 from .logging_ext import LoggingControl
 from .ocr_pages import read_pages
 from .shared_memory import SharedMemoryRegistry, ref_parameters, shared_regions
+from .stream_limits import StreamLimits
 from .trace_ext import RequestTracing
 
 T = TypeVar("T")
@@ -77,8 +78,12 @@ class DataPlane:
         identify: Identify = anonymous,
         image_workers: int = 0,
         strict_readiness: bool = False,
+        stream_limits: StreamLimits | None = None,
+        max_streamed_requests: int = 0,
     ) -> None:
         self.manager = manager
+        self.stream_limits = stream_limits or StreamLimits()  # per gRPC stream and client address
+        self.max_streamed_requests = max_streamed_requests  # open decoupled requests, server-wide (0: no cap)
         self.strict_readiness = strict_readiness
         self.cache = cache
         self.tracing = tracing or RequestTracing()
@@ -202,6 +207,14 @@ class DataPlane:
         if not model.decoupled:
             yield await self.infer(request), True
             return
+        cap = self.max_streamed_requests
+        if cap and len(self.open_streams) >= cap:
+            self.stream_limits.rejected += 1
+            raise FerryError(
+                f"server overloaded: {len(self.open_streams)} requests to decoupled models are open (limit {cap}, "
+                "--max-streamed-requests); retry later",
+                ErrorKind.RESOURCE_EXHAUSTED,
+            )
         requested = request.outputs if request.outputs else None
         names = [o.name for o in requested] if requested is not None else list(model.outputs)
         release = self.shared_memory.hold(request.client, shared_regions(request))

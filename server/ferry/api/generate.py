@@ -15,6 +15,7 @@ status code. Works for every model, decoupled or not.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
@@ -29,6 +30,9 @@ from ..errors import FerryError, InvalidArgument
 from ..repository.model import ModelVersion
 from ..types import InferenceRequest, InferenceResponse, OutputTensor, TensorSpec
 from .dataplane import DataPlane
+from .limits import OFF_LOOP_BYTES
+from .response_size import estimated_size
+from .stream_limits import not_counted, rest_peer
 
 ReadBody = Callable[[Request], Awaitable[bytes]]
 EVENT_STREAM = "text/event-stream; charset=utf-8"
@@ -48,6 +52,7 @@ def add_generate_routes(app: FastAPI, plane: DataPlane, read_body: ReadBody) -> 
             ticket.reserve(len(body))
             infer_request = generate_request(plane, model, version, parse_generate_body(body))
             answer: InferenceResponse | None = None
+            leave = _enter_streamed(plane, request, infer_request)
             responses = plane.infer_stream(infer_request)
             try:
                 async for item, _final in responses:
@@ -60,6 +65,7 @@ def add_generate_routes(app: FastAPI, plane: DataPlane, read_body: ReadBody) -> 
                     answer = item
             finally:
                 await responses.aclose()  # stops the model's request when it is cut short
+                leave()
         if answer is None:
             raise InvalidArgument(NOT_ONE_RESPONSE)
         return Response(json.dumps(generate_response(answer)), media_type="application/json")
@@ -68,27 +74,44 @@ def add_generate_routes(app: FastAPI, plane: DataPlane, read_body: ReadBody) -> 
     @app.post("/v2/models/{model}/versions/{version}/generate_stream")
     async def generate_stream(model: str, request: Request, version: str = "") -> Response:
         ticket = plane.admission.admit()  # held until the stream ends
+        leave = not_counted
         try:
             body = await read_body(request)
             ticket.reserve(len(body))
-            responses = plane.infer_stream(generate_request(plane, model, version, parse_generate_body(body)))
+            infer_request = generate_request(plane, model, version, parse_generate_body(body))
+            leave = _enter_streamed(plane, request, infer_request)
+            responses = plane.infer_stream(infer_request)
             first = await _first_data(responses)  # errors before it are ordinary JSON errors
         except BaseException:
+            leave()
             ticket.close()
             raise
 
         async def events() -> AsyncIterator[bytes]:
             try:
                 if first is not None:
-                    yield _event(first)
+                    yield await _event(first)
                     async for item, _final in responses:
                         if isinstance(item, FerryError) or item.outputs:
-                            yield _event(item)
+                            yield await _event(item)
             finally:
                 await responses.aclose()
+                leave()
                 ticket.close()
 
+        # Starlette ends the stream once the client is gone (cut for reading too slowly, or left):
+        # its watcher needs a turn of the loop, which every event gives (``_event``, ResponseStream)
         return StreamingResponse(events(), media_type=EVENT_STREAM)
+
+
+def _enter_streamed(plane: DataPlane, request: Request, infer_request: InferenceRequest) -> Callable[[], None]:
+    """Count a request to a decoupled model against its client address's streamed requests
+    (``stream_limits.py``); what uncounts it. Requests to other models (one answer each) are not
+    counted here."""
+    if not plane.is_decoupled(infer_request.model_name, infer_request.model_version):
+        return not_counted
+    client = (request.client.host, request.client.port) if request.client else None
+    return plane.stream_limits.enter(rest_peer(client, request.headers))
 
 
 async def _first_data(
@@ -103,7 +126,15 @@ async def _first_data(
     return None
 
 
-def _event(item: InferenceResponse | FerryError) -> bytes:
+async def _event(item: InferenceResponse | FerryError) -> bytes:
+    """One event, encoded off the loop when large (a stream of 256 KiB responses spent the loop's
+    every turn in ``json.dumps``)."""
+    if isinstance(item, FerryError) or estimated_size(item, binary_only=False) < OFF_LOOP_BYTES:
+        return _encoded_event(item)
+    return await asyncio.to_thread(_encoded_event, item)
+
+
+def _encoded_event(item: InferenceResponse | FerryError) -> bytes:
     content = {"error": item.message} if isinstance(item, FerryError) else generate_response(item)
     return b"data: " + json.dumps(content).encode() + b"\n\n"
 

@@ -26,7 +26,7 @@ from .admission import Ticket
 from .cuda_shared_memory import cuda_register_refused, cuda_status, cuda_unregister
 from .dataplane import DataPlane
 from .drain_cutoff import DrainCutoff
-from .grpc_calls import CallGuard, WrappedRegistration, release_after_write
+from .grpc_calls import CallGuard, WrappedRegistration, peer_host, release_after_write
 from .grpc_codec import decode_infer_request, encode_infer_response
 from .grpc_decode import decoding_handler, raw_handler, received_bytes, take_refusal
 from .grpc_limits import GrpcLimits
@@ -187,23 +187,37 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
         client = caller(self.plane.identify, context)
         out: asyncio.Queue[Outgoing | None] = asyncio.Queue(STREAM_BUFFER)
         running: set[asyncio.Task] = set()
+        peer = peer_host(context.peer())
+        limits = self.plane.stream_limits
 
-        def start_decoupled(request: pb.ModelInferRequest, ticket: Ticket | None) -> None:
+        async def start_decoupled(request: pb.ModelInferRequest, ticket: Ticket | None) -> None:
+            """Run the request alongside the stream's others, unless the stream or its client has
+            too many open (``stream_limits.py``): then it is answered with the refusal at once."""
+            try:
+                leave = limits.enter(peer, len(running))
+            except FerryError as exc:
+                if ticket is not None:
+                    ticket.close()
+                await put_answer(
+                    out, pb.ModelStreamInferResponse(error_message=exc.message, infer_response=answering(request))
+                )
+                return
             task = asyncio.create_task(self._stream_decoupled(request, out, client, ticket, context))
             running.add(task)
             task.add_done_callback(running.discard)
+            task.add_done_callback(lambda _: leave())
 
         async def read() -> None:
             async for request in request_iterator:
                 if self.plane.is_decoupled(request.model_name, request.model_version):
                     ticket = _message_ticket.get()
                     _message_ticket.set(None)  # the request's own task holds it from here on
-                    start_decoupled(request, ticket)
+                    await start_decoupled(request, ticket)
                 else:
                     try:
                         await self._stream_one(request, out, client)
                     except DecoupledModel:  # found so where it runs (an intake's plane): streamed from there
-                        start_decoupled(request, None)
+                        await start_decoupled(request, None)
                     if not running and current_stream.get() is not None:  # the next message is asked
                         await out.join()  # for in a turn of its address: once this answer is written
                 del request  # an idle stream keeps no message
@@ -212,6 +226,7 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
             await out.put(None)
 
         reader = asyncio.create_task(read())
+        getting: asyncio.Future[Outgoing | None] | None = None
         try:
             while True:
                 getting = asyncio.ensure_future(out.get())
@@ -232,6 +247,8 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
                     release()
                     out.task_done()
         finally:
+            if getting is not None:  # a stream ended while waiting: else the task stays pending
+                getting.cancel()  # until collected, then asyncio logs an ERROR for it
             for task in (reader, *running):
                 task.cancel()
             await asyncio.gather(reader, *running, return_exceptions=True)
@@ -288,10 +305,16 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
                     if final and not item.outputs and not empty_final:
                         continue  # the bare end of the request: sent only to clients that asked for it
                     streamed = pb.ModelStreamInferResponse()
-                    encode_infer_response(item, streamed.infer_response)
+                    # the outputs' bytes: ByteSize() would serialise the whole message on the loop
+                    # (upb), for every response of every stream
+                    size = estimated_size(item, binary_only=True)
+                    if size < OFF_LOOP_BYTES:
+                        encode_infer_response(item, streamed.infer_response)
+                    else:
+                        await asyncio.to_thread(encode_infer_response, item, streamed.infer_response)
                     streamed.infer_response.parameters[FINAL_FLAG].bool_param = final
                     # counted from here until written, apart from the request's admission
-                    await put_answer(out, streamed, self.plane.admission.hold(streamed.ByteSize()))
+                    await put_answer(out, streamed, self.plane.admission.hold(size))
         except FerryError as exc:
             await put_answer(out, pb.ModelStreamInferResponse(error_message=exc.message, infer_response=answers))
         except Exception as exc:

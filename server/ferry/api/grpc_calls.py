@@ -39,9 +39,11 @@ idle between requests, though not on a turn others wait for).
 
 grpc.aio means to ignore a write that failed because the call was cancelled, but logs an ERROR with
 a traceback when the failure reaches the handler before grpc has marked the call as cancelled (the
-usual order when a call is cancelled while its answer is being written). ``ExpectedFailures`` drops
-that record for the calls where it is expected: those ended here, and the streams an intake
-process relays (it cancels one only when its own caller is gone or was ended).
+usual order when a call is cancelled while its answer is being written: one per stream a client
+cancelled mid-answer). ``ExpectedFailures`` drops that record for the calls where it is expected:
+unary calls ended here, and every stream (a stream's write fails only when its client is gone,
+cancelled or disconnected, or when an intake process relaying it cancels it, which it does only
+when its own caller is gone or was ended).
 
 Why wrap the handlers once at registration, not a ``grpc.aio.ServerInterceptor``: an interceptor is
 awaited on every call and would build a new handler each time; the benchmark of the tiny model
@@ -94,25 +96,33 @@ def release_after_write(release: Callable[[], object]) -> None:
 class ExpectedFailures(logging.Filter):
     """Drops grpc.aio's ERROR about the failed write of a call in ``calls``: a unary call is known
     by its list of releases (``_after_write``, still set in grpc's task for the call), a stream by
-    grpc's task for it; whoever adds one removes it once its call is over."""
+    grpc's task for it; whoever adds one removes it once its call is over. Every open stream is in
+    ``streams`` too (grpc's task for it, while the guard serves it)."""
 
     calls: set[object] = set()  # id() of a unary call's releases, or a stream's task
+    streams: set[object] = set()  # grpc's tasks of the open streams
 
     def filter(self, record: logging.LogRecord) -> bool:
-        calls = self.calls
-        if not calls or record.levelno != logging.ERROR or not str(record.msg).startswith("ExecuteBatchError"):
+        calls, streams = self.calls, self.streams
+        if (
+            not (calls or streams)
+            or record.levelno != logging.ERROR
+            or not str(record.msg).startswith("ExecuteBatchError")
+        ):
             return True
         held = _after_write.get()
         if held is not None and id(held) in calls:
             return False
         try:
-            return asyncio.current_task() not in calls
+            task = asyncio.current_task()
         except RuntimeError:  # logged outside a running loop
             return True
+        return task not in calls and task not in streams
 
 
 logging.getLogger("grpc._cython.cygrpc").addFilter(ExpectedFailures())
 _expected = ExpectedFailures.calls
+_streams = ExpectedFailures.streams
 
 
 def peer_host(peer: str) -> str:
@@ -401,8 +411,9 @@ class CallGuard:
                 stream = StreamActivity(context, task)
                 requests = stream_turns.messages(peer, stream)
                 current_stream.set(stream)
-            if not peer:  # an intake relaying a stream cancels it only when its own caller is gone
-                _expected.add(task)
+            # a stream's write fails only when its client is gone (cancelled, reset, disconnected):
+            # grpc's ERROR with a traceback for that is dropped
+            _streams.add(task)
             try:
                 async for response in streaming(requests, context):
                     if peer:  # not this server's own intake processes (see unary)
@@ -417,8 +428,7 @@ class CallGuard:
                 self._leave(peer)
                 if stream is not None and stream_turns is not None:
                     stream_turns.closed(stream)
-                if not peer:
-                    _expected.discard(task)
+                _streams.discard(task)
 
         return grpc.stream_stream_rpc_method_handler(
             bidi, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer

@@ -14,12 +14,14 @@ from ..security.identity import Identify
 from ..types import InferenceRequest, InferenceResponse
 from .admission import Admission
 from .limits import Limits
+from .stream_limits import StreamLimits
 
 
 class InferencePlane(Protocol):
     admission: Admission
     limits: Limits
     identify: Identify  # who a caller is (its bearer token): requests carry it to shared memory
+    stream_limits: StreamLimits  # open streamed requests per gRPC stream and client address
 
     async def infer(self, request: InferenceRequest, door: str = ...) -> InferenceResponse:
         """One response; ``door`` names the endpoint in the error a decoupled model gets."""

@@ -23,6 +23,7 @@ import httpx
 from starlette.types import Receive, Scope, Send
 
 from ..api.http import error_response
+from ..api.stream_limits import PEER_HEADER
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +32,7 @@ HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"te
 #: Response headers the intake's own HTTP server writes (uvicorn's defaults); the core's are dropped.
 SERVER_HEADERS = frozenset({b"server", b"date"})
 UNREACHABLE = "the model process is not reachable; try again later"
+PEER = PEER_HEADER.encode()
 #: Optional white space around a field value is not part of it (RFC 9110 section 5.5). The intake's
 #: parser keeps trailing OWS, which httpx refuses to send; stripped, every header a client may
 #: legally send is relayed.
@@ -148,7 +150,10 @@ class ForwardToCore:
             raise error
 
     async def _relay(self, scope: Scope, body: _RequestBody, send: Send) -> None:
-        headers = [(name, value.strip(OWS)) for name, value in end_to_end(scope["headers"])]
+        headers = [(name, value.strip(OWS)) for name, value in end_to_end(scope["headers"]) if name.lower() != PEER]
+        client = scope.get("client")
+        if client:  # who the client is, for the model process's per-address counts (stream_limits.py)
+            headers.append((PEER, client[0].encode()))
         if _declares_body(scope["headers"]):
             content: AsyncIterator[bytes] | None = body.chunks()
         else:

@@ -29,6 +29,7 @@ from ..api.drain_cutoff import ANSWER_GRACE_S, CutoffApp, DrainCutoff
 from ..api.grpc import STREAM_DOOR
 from ..api.http_fast import InferFastPath
 from ..api.limits import Limits
+from ..api.stream_limits import StreamLimits
 from ..cores import usable_cores
 from ..errors import DecoupledModel, FerryError
 from ..front_doors import (
@@ -38,6 +39,7 @@ from ..front_doors import (
     request_limits,
     rest_config,
     reuse_port_socket,
+    stream_limits,
     wait_started,
 )
 from ..heap import return_large_buffers
@@ -92,8 +94,10 @@ class IntakePlane:
         client: HandoffClient,
         identify: Identify,
         images: IntakeImages | None = None,
+        stream_limits: StreamLimits | None = None,
     ) -> None:
         self.admission = admission
+        self.stream_limits = stream_limits or StreamLimits()  # this intake's clients' streams
         self.limits = limits
         self.identify = identify  # the core uses the identity the request arrives with
         self._client = client
@@ -146,7 +150,7 @@ async def run(assignment: Assignment) -> int:
         ModelViews(client),
         HandoffPath(client, pool, max(1, workers // 2), SharedImageWork(table, assignment.row)),
     )
-    plane = IntakePlane(admission, request_limits(settings), client, security.identify, images)
+    plane = IntakePlane(admission, request_limits(settings), client, security.identify, images, stream_limits(settings))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
