@@ -6,7 +6,7 @@ carries it; an unknown key fails the load, as does a value that is not a number 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from ferry_client.protocol import model_config_pb2 as mc
@@ -56,8 +56,14 @@ def ocr_settings(config: mc.ModelConfig, source: str) -> OcrSettings:
         **{f.name: _number(values, f.name, getattr(PageOptions(), f.name), source) for f in fields(PageOptions)}
     )
     limit = int(_number(values, "limit_side_len", DEFAULT_LIMIT, source))
-    if limit <= 0 or page.recognition_batch <= 0 or page.recognition_height <= 0:
-        raise ModelLoadError(f"{source}: limit_side_len, recognition_batch and recognition_height must be positive")
+    if limit <= 0 or page.recognition_batch <= 0 or page.recognition_height <= 0 or page.max_text_boxes <= 0:
+        raise ModelLoadError(
+            f"{source}: limit_side_len, recognition_batch, recognition_height and max_text_boxes must be positive"
+        )
+    if page.max_detector_pixels < 0:
+        raise ModelLoadError(f"{source}: parameters 'max_detector_pixels' must be positive (0: twice max_side squared)")
+    if page.max_detector_pixels == 0:
+        page = replace(page, max_detector_pixels=2 * page.max_side**2)
     return OcrSettings(
         **{role: values.get(role) or default for role, default in _MODELS.items()},
         limit_side_len=limit,
