@@ -12,11 +12,14 @@ decodes in the intake; ``/ocr`` is relayed to the model process).
 
 from __future__ import annotations
 
+import gzip
 import io
+import json
 import shutil
 from collections.abc import Iterator
 
 import httpx
+import numpy as np
 import pytest
 from PIL import Image
 
@@ -109,3 +112,36 @@ def test_a_page_with_more_text_boxes_than_the_limit_is_refused(server) -> None:
     response = _post(server, "/v2/models/ocr_few_boxes/ocr", page)
     assert response.status_code == 400, response.text
     assert "max_text_boxes" in response.text and "more than the limit of 2" in response.text, response.text
+
+
+def _gzip_infer(model: str, shape: list[int]) -> tuple[bytes, dict[str, str]]:
+    """A V2 infer of zeros of ``shape`` (FP32, binary extension), gzipped: a few kB on the wire."""
+    data = np.zeros(shape, dtype=np.float32).tobytes()
+    header = json.dumps(
+        {"inputs": [{"name": "x", "shape": shape, "datatype": "FP32", "parameters": {"binary_data_size": len(data)}}]}
+    ).encode()
+    return gzip.compress(header + data, compresslevel=1), {
+        "Content-Type": "application/octet-stream",
+        "Content-Encoding": "gzip",
+        "Inference-Header-Content-Length": str(len(header)),
+    }
+
+
+@pytest.mark.parametrize(
+    ("model", "shape", "limit"),
+    [("text_detector", [1, 3, 1216, 1216], 4194304), ("text_recognizer", [1, 3, 48, 5000], 589824)],
+)
+def test_a_variable_size_input_past_its_models_limit_is_refused_before_it_runs(server, model, shape, limit) -> None:
+    body, headers = _gzip_infer(model, shape)
+    assert len(body) < 100_000
+    response = httpx.post(
+        f"http://{server.http_url}/v2/models/{model}/infer", content=body, headers=headers, timeout=60
+    )
+    assert response.status_code == 400, response.text
+    assert f"more than the limit of {limit}" in response.text and "max_variable_elements" in response.text
+    smaller = [*shape[:-1], 320]  # a line or a strip within the limit runs
+    body, headers = _gzip_infer(model, smaller)
+    response = httpx.post(
+        f"http://{server.http_url}/v2/models/{model}/infer", content=body, headers=headers, timeout=60
+    )
+    assert response.status_code == 200, response.text
