@@ -29,7 +29,10 @@ torch = pytest.importorskip("torch", reason="torch is not installed (pip install
 from ferry.backends.pytorch import PyTorchBackend, PyTorchInstance  # noqa: E402
 
 # TorchScript is what Triton's PyTorch backend serves; torch 2.13 marks its API deprecated.
-pytestmark = [pytest.mark.torch, pytest.mark.filterwarnings(r"ignore:`torch\.jit\.\w+` is deprecated:DeprecationWarning")]
+pytestmark = [
+    pytest.mark.torch,
+    pytest.mark.filterwarnings(r"ignore:`torch\.jit\.\w+` is deprecated:DeprecationWarning"),
+]
 REPO = Path(__file__).resolve().parents[2] / "model_repo"
 EXTRAS = REPO.parent / "model_repo_extras"  # digits_torch needs torch, so it is not in the default repository
 CUDA = torch.cuda.is_available()
