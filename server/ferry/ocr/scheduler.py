@@ -9,14 +9,15 @@ when the models enable dynamic batching. Offers the same ``submit`` as every sch
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
 from ..ensembles.step import StepModel
 from ..errors import FerryError, InvalidArgument, Unavailable
-from ..inflight import reserve_for_current
+from ..inflight import hold_for_current
 from ..pipelines.text.ctc import ctc_characters, ctc_greedy
 from ..response_streams import ResponseSink
 from ..scheduling.interface import ComposingScheduler, RequestTiming
@@ -77,18 +78,35 @@ class OcrScheduler(ComposingScheduler):
         return {name: result[name] for name in outputs}
 
     async def _run(self, data: bytes, priority: int | None, timeout_us: int | None, timing: RequestTiming) -> Outputs:
-        """The page's stages; what each will hold is counted in the request's admission (from the
-        page's header, then from the boxes found) before it is paid."""
+        """The page's stages; what each will hold is counted in the request's admission before it
+        is paid: decoding and the detector from the page's header, then the crops, the angle
+        batch and the recognition window from the boxes found."""
         detector, angle, recognizer = self.models()
         settings = self.settings
-        reserve_for_current(await asyncio.to_thread(steps.page_cost, data, settings, self.max_pixels))
-        work = await asyncio.to_thread(steps.start_page, data, settings, self.max_pixels)
-        if work.detector_input is None:
-            return steps.result(np.zeros((0, 4, 2)), [], [])
-        found = await _run_model(detector, work.detector_input, priority, timeout_us, timing)
         characters = _characters(recognizer)
-        reserve_for_current(await asyncio.to_thread(steps.find_text, work, found, settings, len(characters)))
-        del found
+        with _counted(await asyncio.to_thread(steps.page_cost, data, settings, self.max_pixels)):
+            work = await asyncio.to_thread(steps.start_page, data, settings, self.max_pixels)
+            if work.detector_input is None:
+                return steps.result(np.zeros((0, 4, 2)), [], [])
+            found = await _run_model(detector, work.detector_input, priority, timeout_us, timing)
+            work.detector_input = None
+            text_cost = await asyncio.to_thread(steps.find_text, work, found, settings, len(characters))
+            del found
+        with _counted(text_cost):
+            return await self._read_text(work, angle, recognizer, characters, priority, timeout_us, timing)
+
+    async def _read_text(
+        self,
+        work: steps.PageWork,
+        angle: StepModel,
+        recognizer: StepModel,
+        characters: list[str],
+        priority: int | None,
+        timeout_us: int | None,
+        timing: RequestTiming,
+    ) -> Outputs:
+        """The crops of the boxes found, turned upright and recognised, a few batches at a time."""
+        settings = self.settings
         angle_batch = await asyncio.to_thread(steps.cut_crops, work)
         if angle_batch is None:
             return steps.result(np.zeros((0, 4, 2)), [], [])
@@ -104,6 +122,18 @@ class OcrScheduler(ComposingScheduler):
 
         read_lines = await asyncio.gather(*(read(members, width) for members, width in batches))
         return await asyncio.to_thread(steps.finish, work, read_lines, settings)
+
+
+@contextlib.contextmanager
+def _counted(nbytes: int) -> Iterator[None]:
+    """Count ``nbytes`` in the request's admission while a stage runs (refused, 503 or 413, when
+    they do not fit), and stop counting them once it is over: a page's stages follow each other."""
+    release = hold_for_current(nbytes)
+    try:
+        yield
+    finally:
+        if release is not None:
+            release()
 
 
 async def _run_model(

@@ -30,7 +30,7 @@ ANGLE_HEIGHT, ANGLE_WIDTH = 48, 192
 DETECTOR_BYTES_PER_PIXEL = 34
 #: Recognition batches in flight at once for one page; each is CTC-decoded as soon as it returns,
 #: so a page's probabilities (~1 MB a line) are held for this many batches, not for every line.
-RECOGNITION_WINDOW = 4
+RECOGNITION_WINDOW = 2
 
 
 @dataclass
@@ -102,8 +102,9 @@ def start_page(data: bytes, settings: OcrSettings, max_pixels: int) -> PageWork:
 
 def find_text(work: PageWork, probabilities: np.ndarray, settings: OcrSettings, classes: int) -> int:
     """Quadrilaterals from the detector's map, in reading order (refused past ``max_text_boxes``);
-    returns the bytes the later stages will hold for them: the crops, the angle classifier's
-    batch and its copy, and ``RECOGNITION_WINDOW`` recognition batches with their probabilities."""
+    returns the bytes the later stages will hold for them: the page they are cut from, the crops,
+    the angle classifier's batch and its copy, and ``RECOGNITION_WINDOW`` recognition batches with
+    their probabilities."""
     height, width = work.page.pixels.shape[:2]
     quads, _ = db.text_quads(probabilities.reshape(probabilities.shape[-2:]), width, height, settings.db)
     limit = settings.page.max_text_boxes
@@ -123,7 +124,7 @@ def find_text(work: PageWork, probabilities: np.ndarray, settings: OcrSettings, 
     )
     widest = lines[-page.recognition_batch * RECOGNITION_WINDOW :]
     recognition = sum(int(w) * (2 * 3 * page.recognition_height * 4 + classes * 4 // 8) for w in widest)
-    return crops + angle + recognition
+    return work.page.pixels.nbytes + crops + angle + recognition
 
 
 def cut_crops(work: PageWork) -> np.ndarray | None:

@@ -103,8 +103,13 @@ class ImageHeader:
     format: str
     transparent: bool
     #: Whether the decoded image may come out turned by 90 degrees (EXIF orientation 5-8): known
-    #: from a JPEG's header; other formats may carry their EXIF after the pixels, so maybe.
+    #: from a JPEG's header; a PNG or WebP may carry its EXIF after the pixels, so it may when it
+    #: has an EXIF chunk at all.
     may_swap: bool
+
+
+#: The chunk that carries EXIF, by format (BMP has none).
+_EXIF_CHUNKS = {"PNG": b"eXIf", "WebP": b"EXIF"}
 
 
 def read_header(data: bytes) -> ImageHeader | None:
@@ -116,8 +121,11 @@ def read_header(data: bytes) -> ImageHeader | None:
         header_format = image.format or ""
         if SUPPORTED_FORMATS.get(header_format) is None:
             return None
-        jpeg = SUPPORTED_FORMATS[header_format] == "JPEG"
-        swap = _orientation(image) in _SWAPPING_ORIENTATIONS if jpeg else True
+        name = SUPPORTED_FORMATS[header_format]
+        if name == "JPEG":
+            swap = _orientation(image) in _SWAPPING_ORIENTATIONS
+        else:  # no EXIF chunk anywhere: nothing can turn it (a chunk found may say nothing)
+            swap = _EXIF_CHUNKS.get(name, b"\0") in data
         return ImageHeader(width, height, image.mode, header_format, "transparency" in image.info, swap)
     except Exception:
         return None
