@@ -50,21 +50,9 @@ def page_cost(data: bytes, settings: OcrSettings, max_pixels: int) -> int:
     header = read_header(data)
     if header is None or not 0 < header.width * header.height <= max_pixels:
         return 0
-    sizes = [(header.width, header.height)]
-    if header.may_swap:
-        sizes.append((header.height, header.width))
-    costs: list[int] = []
-    refusal: InvalidArgument | None = None
-    for width, height in sizes:
-        try:
-            costs.append(_detector_cost(width, height, settings))
-        except InvalidArgument as exc:
-            refusal = refusal or exc  # the image as stored names the sizes the caller knows
-    if not costs:
-        assert refusal is not None
-        raise refusal
     # the page as an array and in BGR order, besides what decoding holds
-    return decoding_cost(header) + 6 * header.width * header.height + max(costs)
+    detector = header.costliest(lambda width, height: _detector_cost(width, height, settings))
+    return decoding_cost(header) + 6 * header.width * header.height + detector
 
 
 def _detector_cost(width: int, height: int, settings: OcrSettings) -> int:

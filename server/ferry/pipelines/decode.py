@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import struct
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -106,6 +107,25 @@ class ImageHeader:
     #: from a JPEG's header; a PNG or WebP may carry its EXIF after the pixels, so it may when it
     #: has an EXIF chunk at all.
     may_swap: bool
+
+    def costliest(self, cost: Callable[[int, int], int]) -> int:
+        """The largest ``cost(width, height)`` over the sizes the image may come out at (as stored,
+        and turned where it may be). ``cost`` refusing a size (InvalidArgument) rules that size
+        out; refusing every size refuses the image, naming the size as stored."""
+        sizes = [(self.width, self.height)]
+        if self.may_swap and self.width != self.height:
+            sizes.append((self.height, self.width))
+        costs: list[int] = []
+        refusal: InvalidArgument | None = None
+        for width, height in sizes:
+            try:
+                costs.append(cost(width, height))
+            except InvalidArgument as exc:
+                refusal = refusal or exc
+        if not costs:
+            assert refusal is not None
+            raise refusal
+        return max(costs)
 
 
 #: The chunk that carries EXIF, by format (BMP has none).

@@ -99,19 +99,11 @@ def image_cost(data: bytes, spec: PreprocessSpec, max_pixels: int, index: int) -
     header = read_header(data)
     if header is None or not 0 < header.width * header.height <= max_pixels:
         return 0, 0
-    sizes = [(header.width, header.height)]
-    if header.may_swap:
-        sizes.append((header.height, header.width))
-    costs: list[tuple[int, int]] = []
-    refusal: InvalidArgument | None = None
-    for width, height in sizes:
-        try:
-            where = checked_placement(width, height, spec, max_pixels, index)
-        except InvalidArgument as exc:
-            refusal = refusal or exc  # the image as stored names the sizes the caller knows
-            continue
-        costs.append((resize_cost(where, spec), tensor_bytes(where, spec)))
-    if not costs:
-        assert refusal is not None
-        raise refusal
-    return decoding_cost(header) + max(cost for cost, _ in costs), max(tensor for _, tensor in costs)
+    tensors: list[int] = []
+
+    def cost(width: int, height: int) -> int:
+        where = checked_placement(width, height, spec, max_pixels, index)
+        tensors.append(tensor_bytes(where, spec))
+        return resize_cost(where, spec)
+
+    return decoding_cost(header) + header.costliest(cost), max(tensors)
