@@ -114,11 +114,20 @@ def test_a_page_with_more_text_boxes_than_the_limit_is_refused(server) -> None:
     assert "max_text_boxes" in response.text and "more than the limit of 2" in response.text, response.text
 
 
+OUTPUTS = {"text_detector": "sigmoid_0.tmp_0", "text_recognizer": "softmax_11.tmp_0"}
+
+
 def _gzip_infer(model: str, shape: list[int]) -> tuple[bytes, dict[str, str]]:
     """A V2 infer of zeros of ``shape`` (FP32, binary extension), gzipped: a few kB on the wire."""
     data = np.zeros(shape, dtype=np.float32).tobytes()
+    output = OUTPUTS[model]
     header = json.dumps(
-        {"inputs": [{"name": "x", "shape": shape, "datatype": "FP32", "parameters": {"binary_data_size": len(data)}}]}
+        {
+            "inputs": [
+                {"name": "x", "shape": shape, "datatype": "FP32", "parameters": {"binary_data_size": len(data)}}
+            ],
+            "outputs": [{"name": output, "parameters": {"binary_data": True}}],  # a binary answer fits the cap
+        }
     ).encode()
     return gzip.compress(header + data, compresslevel=1), {
         "Content-Type": "application/octet-stream",
