@@ -41,7 +41,13 @@ async def wait_started(server: uvicorn.Server, task: asyncio.Task, what: str) ->
 
 
 def request_limits(s: Settings) -> Limits:
-    return Limits(s.max_tensor_elements, s.max_bytes_elements, s.max_inputs_per_request, s.http_max_json_bytes)
+    return Limits(
+        s.max_tensor_elements,
+        s.max_bytes_elements,
+        s.max_inputs_per_request,
+        s.http_max_json_bytes,
+        s.max_variable_input_elements,
+    )
 
 
 def stream_limits(s: Settings) -> StreamLimits:

@@ -30,7 +30,8 @@ def reserve_for_current(nbytes: int) -> None:
 
 
 def hold_for_current(nbytes: int) -> Callable[[], None] | None:
-    """Count ``nbytes`` that may outlive the running request (``Ticket.hold``), when it has a
-    ticket; the returned function stops counting them."""
+    """Count ``nbytes`` that may outlive the running request (``Ticket.hold``), or that a stage
+    gives back once it is over (an OCR page's detector, then its crops), when it has a ticket;
+    the returned function stops counting them."""
     ticket = current_ticket.get()
     return None if ticket is None else ticket.hold(nbytes)

@@ -102,6 +102,12 @@ class Settings(BaseSettings):
     )
     max_tensor_elements: int = Field(1 << 26, gt=0, description="elements per request tensor (before decoding)")
     max_bytes_elements: int = Field(1 << 20, gt=0, description="BYTES elements per request tensor")
+    max_variable_input_elements: int = Field(
+        0,
+        ge=0,
+        description="elements per batch item of an input whose config dims vary (-1), checked before the "
+        "model runs, for models whose config sets no max_variable_elements parameter (0 = no limit)",
+    )
     max_inputs_per_request: int = Field(128, gt=0, description="input tensors per request")
     http_max_json_bytes: int = Field(64 * MIB, gt=0, description="JSON part of a REST inference body")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="log severity shown")

@@ -79,7 +79,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     (lines / "config.pbtxt").write_text(
         config.replace("max_candidates: 1000", "max_candidates: 1000 reading_order: LINE_GROUPS")
     )
-    running = start_server(repo, repo.parent / "server.log")
+    # all fifteen pages in one /detect call: their variable-size tensors (up to 3 x 736 x 3744) and
+    # the executions stacked from them are counted in admission, ~380 MB at once
+    running = start_server(repo, repo.parent / "server.log", "--max-inflight-bytes", str(512 * 2**20))
     yield running
     running.stop()
 

@@ -70,3 +70,13 @@ def test_overrides_are_parsed_by_type() -> None:
 def test_unknown_or_malformed_parameters_fail_the_load(parameters: dict[str, str], message: str) -> None:
     with pytest.raises(ModelLoadError, match=message):
         ocr_settings(config(**parameters), "ocr/config.pbtxt")
+
+
+def test_a_pages_bounds_default_to_the_page_size_and_are_checked() -> None:
+    settings = ocr_settings(config(), "ocr/config.pbtxt")
+    assert (settings.page.max_detector_pixels, settings.page.max_text_boxes) == (8_000_000, 500)
+    smaller = ocr_settings(config(max_side="1000", max_text_boxes="20"), "ocr/config.pbtxt")
+    assert (smaller.page.max_detector_pixels, smaller.page.max_text_boxes) == (2_000_000, 20)
+    for key, value in (("max_text_boxes", "0"), ("max_detector_pixels", "-1")):
+        with pytest.raises(ModelLoadError, match=key):
+            ocr_settings(config(**{key: value}), "ocr/config.pbtxt")

@@ -99,7 +99,9 @@ class DataPlane:
         workers = image_workers or usable_cores()  # ferry tune measures other sizes
         # decode, pre- and post-stages: CPU work kept off the event loop, shared by every request
         pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ferry-image")
-        self.path = RequestPath(manager, self.tracing, pool, image_share=max(1, workers // 2))
+        self.path = RequestPath(
+            manager, self.tracing, pool, max(1, workers // 2), max_variable_elements=self.limits.max_variable_elements
+        )
         self.image_work = self.path.image_work
 
     # --- health and metadata ----------------------------------------------------------------

@@ -25,6 +25,9 @@ class Limits:
     max_bytes_elements: int = 1 << 20  # BYTES elements are Python objects (~40 bytes each)
     max_inputs: int = 128
     max_json_bytes: int = 64 * MIB  # JSON numbers cost ~30x their text once parsed
+    #: elements of one batch item of an input whose config dims vary (-1): what a model's run on it
+    #: holds grows with it (ONNX Runtime held 10-25 bytes a byte of input for PP-OCR's models)
+    max_variable_elements: int = 0  # 0: none, unless the model's config sets one
 
     def check_tensor(self, name: str, datatype: str, shape: Sequence[int]) -> None:
         """Refuse a declared shape beyond the element limits, before decoding its data."""

@@ -2,8 +2,8 @@
 
 Each page is one V2 request of the OCR model through the one request path (validated, traced,
 with ``priority`` and ``timeout``, counted in the statistics, retried on the version that replaces
-one being unloaded); the pages of one call run concurrently, so their recognition batches meet in
-the recogniser's batcher."""
+one being unloaded); the pages of one call run concurrently (``PAGES_AT_ONCE`` at a time), so their
+recognition batches meet in the recogniser's batcher."""
 
 from __future__ import annotations
 
@@ -19,6 +19,10 @@ from ..ocr.settings import INPUT, OUTPUTS
 from ..repository.model import ModelVersion
 from ..types import InferenceRequest
 
+#: Pages of one call read at once: each holds its stages' buffers (counted in the call's admission
+#: while they are held), so a call of many pages holds a few pages' worth, not all of them.
+PAGES_AT_ONCE = 2
+
 
 async def read_pages(
     path: RequestPath, model: ModelVersion, images: list[bytes], parameters: dict[str, Any]
@@ -26,7 +30,13 @@ async def read_pages(
     """The lines of every page, in reading order."""
     if not is_ocr(model.config):
         raise InvalidArgument(f"model '{model.name}' is not an OCR model (platform ferry_ocr); /ocr needs one")
-    return list(await asyncio.gather(*(_page(path, model, image, parameters) for image in images)))
+    at_once = asyncio.Semaphore(PAGES_AT_ONCE)
+
+    async def page(image: bytes) -> list[dict[str, Any]]:
+        async with at_once:
+            return await _page(path, model, image, parameters)
+
+    return list(await asyncio.gather(*(page(image) for image in images)))
 
 
 async def _page(

@@ -203,10 +203,13 @@ class RequestPath(FrontHalf):
     """Runs requests on the models of ``manager``: each execution validated, traced and queued on
     the model's scheduler."""
 
-    def __init__(self, manager: ModelManager, tracing: Tracing, pool: Executor, image_share: int) -> None:
+    def __init__(
+        self, manager: ModelManager, tracing: Tracing, pool: Executor, image_share: int, max_variable_elements: int = 0
+    ) -> None:
         super().__init__(pool, image_share)
         self.manager = manager
         self.tracing = tracing
+        self.max_variable_elements = max_variable_elements  # per item of a -1 input (0: none)
 
     def resolve(self, name: str, version: str = "") -> ModelVersion:
         return self.manager.get(name, version)
@@ -219,7 +222,7 @@ class RequestPath(FrontHalf):
         """Validate one execution, queue it on the model's scheduler (traced) and return its
         outputs in the config's dims, with the version that ran it and the batch size."""
         try:
-            inputs, batch_size = validate_inputs(model, request)
+            inputs, batch_size = validate_inputs(model, request, self.max_variable_elements)
             check_requested_outputs(model, request)
             priority = int_parameter(request, "priority")
             timeout_us = int_parameter(request, "timeout")

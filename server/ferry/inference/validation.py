@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..errors import InvalidArgument
@@ -73,8 +75,12 @@ def _missing_inputs(model: ModelVersion, request: InferenceRequest, missing: lis
     )
 
 
-def validate_inputs(model: ModelVersion, request: InferenceRequest) -> tuple[dict[str, np.ndarray], int]:
-    """Check request inputs against the config; returns the engine's inputs and the batch size."""
+def validate_inputs(
+    model: ModelVersion, request: InferenceRequest, max_variable_elements: int = 0
+) -> tuple[dict[str, np.ndarray], int]:
+    """Check request inputs against the config; returns the engine's inputs and the batch size.
+
+    ``max_variable_elements`` bounds each batch item of an input whose dims vary (0: no bound)."""
     for name in request.inputs:
         if name not in model.inputs:
             raise InvalidArgument(
@@ -111,6 +117,7 @@ def validate_inputs(model: ModelVersion, request: InferenceRequest) -> tuple[dic
             raise InvalidArgument(
                 f"input '{name}' of model '{model.name}': expected shape {list(spec.dims)}, got {list(shape)}"
             )
+        _check_variable_size(model, name, shape[1:] if batched else shape, max_variable_elements)
         prepared[name] = engine_input(spec, array, batched)
     if batch_sizes:
         sizes = set(batch_sizes.values())
@@ -121,3 +128,24 @@ def validate_inputs(model: ModelVersion, request: InferenceRequest) -> tuple[dic
             )
         batch_size = sizes.pop()
     return prepared, batch_size
+
+
+def _check_variable_size(model: ModelVersion, name: str, item: tuple[int, ...], limit: int) -> None:
+    """Refuse a batch item of an input with -1 dims past ``limit`` elements, before the model runs:
+    what its run holds grows with it, beyond what the request sent (a 0.2 MB gzip body of a
+    [1, 3, 2048, 2048] page made PP-OCR's detector hold +700 MB). An image model's pre-processed
+    input is exempt: its sizes are bounded by the pipeline's ``max_pixels`` instead."""
+    spec = model.inputs[name]
+    limit = model.max_variable_elements or limit
+    if limit <= 0 or -1 not in spec.dims:
+        return
+    pipeline = model.pipeline
+    if pipeline is not None and pipeline.spec is not None and pipeline.input_name == name:
+        return
+    elements = math.prod(item)
+    if elements > limit:
+        raise InvalidArgument(
+            f"input '{name}' of model '{model.name}': {list(item)} is {elements} elements per batch item where its "
+            f"dims {list(spec.dims)} vary, more than the limit of {limit} (parameters 'max_variable_elements' of the "
+            "model, or --max-variable-input-elements)"
+        )

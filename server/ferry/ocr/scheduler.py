@@ -9,13 +9,16 @@ when the models enable dynamic batching. Offers the same ``submit`` as every sch
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
 from ..ensembles.step import StepModel
 from ..errors import FerryError, InvalidArgument, Unavailable
+from ..inflight import hold_for_current
+from ..pipelines.text.ctc import ctc_characters, ctc_greedy
 from ..response_streams import ResponseSink
 from ..scheduling.interface import ComposingScheduler, RequestTiming
 from ..scheduling.timeline import Timeline
@@ -75,23 +78,62 @@ class OcrScheduler(ComposingScheduler):
         return {name: result[name] for name in outputs}
 
     async def _run(self, data: bytes, priority: int | None, timeout_us: int | None, timing: RequestTiming) -> Outputs:
+        """The page's stages; what each will hold is counted in the request's admission before it
+        is paid: decoding and the detector from the page's header, then the crops, the angle
+        batch and the recognition window from the boxes found."""
         detector, angle, recognizer = self.models()
         settings = self.settings
-        work = await asyncio.to_thread(steps.start_page, data, settings, self.max_pixels)
-        if work.detector_input is None:
-            return steps.result(np.zeros((0, 4, 2)), [], [])
-        found = await _run_model(detector, work.detector_input, priority, timeout_us, timing)
-        angle_batch = await asyncio.to_thread(steps.cut_crops, work, found, settings)
+        characters = _characters(recognizer)
+        with _counted(await asyncio.to_thread(steps.page_cost, data, settings, self.max_pixels)):
+            work = await asyncio.to_thread(steps.start_page, data, settings, self.max_pixels)
+            if work.detector_input is None:
+                return steps.result(np.zeros((0, 4, 2)), [], [])
+            found = await _run_model(detector, work.detector_input, priority, timeout_us, timing)
+            work.detector_input = None
+            text_cost = await asyncio.to_thread(steps.find_text, work, found, settings, len(characters))
+            del found
+        with _counted(text_cost):
+            return await self._read_text(work, angle, recognizer, characters, priority, timeout_us, timing)
+
+    async def _read_text(
+        self,
+        work: steps.PageWork,
+        angle: StepModel,
+        recognizer: StepModel,
+        characters: list[str],
+        priority: int | None,
+        timeout_us: int | None,
+        timing: RequestTiming,
+    ) -> Outputs:
+        """The crops of the boxes found, turned upright and recognised, a few batches at a time."""
+        settings = self.settings
+        angle_batch = await asyncio.to_thread(steps.cut_crops, work, settings)
         if angle_batch is None:
             return steps.result(np.zeros((0, 4, 2)), [], [])
         angles = await _run_model(angle, angle_batch, priority, timeout_us, timing)
         batches = await asyncio.to_thread(steps.turn_crops, work, angles, settings)
-        recognised = await asyncio.gather(
-            *(_run_model(recognizer, tensor, priority, timeout_us, timing) for _, tensor in batches)
-        )
-        characters = _characters(recognizer)
-        finished = [(members, probabilities) for (members, _), probabilities in zip(batches, recognised, strict=True)]
-        return await asyncio.to_thread(steps.finish, work, finished, characters, settings)
+        window = asyncio.Semaphore(steps.RECOGNITION_WINDOW)
+
+        async def read(members: list[int], width: int) -> tuple[list[int], list[tuple[str, float]]]:
+            async with window:
+                tensor = await asyncio.to_thread(steps.recognition_tensor, work, members, width, settings)
+                probabilities = await _run_model(recognizer, tensor, priority, timeout_us, timing)
+                return members, await asyncio.to_thread(ctc_greedy, probabilities, characters)
+
+        read_lines = await asyncio.gather(*(read(members, width) for members, width in batches))
+        return await asyncio.to_thread(steps.finish, work, read_lines, settings)
+
+
+@contextlib.contextmanager
+def _counted(nbytes: int) -> Iterator[None]:
+    """Count ``nbytes`` in the request's admission while a stage runs (refused, 503 or 413, when
+    they do not fit), and stop counting them once it is over: a page's stages follow each other."""
+    release = hold_for_current(nbytes)
+    try:
+        yield
+    finally:
+        if release is not None:
+            release()
 
 
 async def _run_model(
@@ -137,6 +179,4 @@ def _characters(recognizer: StepModel) -> list[str]:
         raise FerryError(
             f"recogniser '{recognizer.name}' has no dictionary: set label_filename on output '{output_name}'"
         )
-    from ..pipelines.text.ctc import ctc_characters
-
     return ctc_characters(dictionary)

@@ -8,7 +8,7 @@ sized by, so a load-API override of 2^62 or NaN cannot reach a page).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, TypeVar
 
 from ferry_client.protocol import model_config_pb2 as mc
@@ -46,6 +46,8 @@ RANGES = {
     "recognition_batch": Range(1, 256),
     "recognition_height": Range(1, 256),
     "recognition_min_width": _SIDE,
+    "max_text_boxes": Range(1, 100_000),
+    "max_detector_pixels": Range(0, 2 * 8192**2),
 }
 
 
@@ -85,6 +87,8 @@ def ocr_settings(config: mc.ModelConfig, source: str) -> OcrSettings:
         **{f.name: _number(values, f.name, getattr(PageOptions(), f.name), source) for f in fields(PageOptions)}
     )
     limit = int(_number(values, "limit_side_len", DEFAULT_LIMIT, source))
+    if page.max_detector_pixels == 0:  # 0: twice max_side squared
+        page = replace(page, max_detector_pixels=2 * page.max_side**2)
     return OcrSettings(
         **{role: values.get(role) or default for role, default in _MODELS.items()},
         limit_side_len=limit,

@@ -15,6 +15,8 @@ from __future__ import annotations
 import io
 import struct
 import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 from PIL import ExifTags, Image, ImageOps, UnidentifiedImageError
@@ -84,30 +86,86 @@ def decode_image(
 #: Bytes per pixel of what the supported decoders produce, by Pillow mode (others: 4).
 _MODE_BYTES = {"1": 1, "L": 1, "P": 1, "LA": 2, "La": 2, "PA": 2, "RGB": 3, "YCbCr": 3, "RGBA": 4, "RGBa": 4, "CMYK": 4}
 _MODE_BYTES.update(dict.fromkeys(("I;16", "I;16L", "I;16B", "I;16N"), 2))
+#: What a decoder holds besides the image it fills, per pixel, by Pillow format: Pillow's WebP
+#: plugin has libwebp decode the whole frame (its own buffers and RGBA), copies it into a bytes
+#: object and only then fills the image from those bytes (measured under Pillow 13: 16.4 bytes a
+#: pixel in all for an RGB WebP, where 6 were counted and a 39 MP WebP held +600 MB). JPEG, PNG
+#: and BMP decode into the image a few rows at a time.
+_DECODER_BYTES = {"WEBP": 14}
 
 
-def decoding_cost(data: bytes, max_pixels: int) -> int:
-    """Bytes decoding ``data`` holds at its peak, from the header alone (0 when it is unreadable
-    or past ``max_pixels``: decoding refuses it and says why): the decoded pixels, the 16-bit
-    reduction or the alpha flattening where they apply, the RGB image and pre-processing's copy."""
+@dataclass(frozen=True)
+class ImageHeader:
+    """What an image's header says, read without decoding a pixel."""
+
+    width: int
+    height: int
+    mode: str
+    format: str
+    transparent: bool
+    #: Whether the decoded image may come out turned by 90 degrees (EXIF orientation 5-8): known
+    #: from a JPEG's header; a PNG or WebP may carry its EXIF after the pixels, so it may when it
+    #: has an EXIF chunk at all.
+    may_swap: bool
+
+    def costliest(self, cost: Callable[[int, int], int]) -> int:
+        """The largest ``cost(width, height)`` over the sizes the image may come out at (as stored,
+        and turned where it may be). ``cost`` refusing a size (InvalidArgument) rules that size
+        out; refusing every size refuses the image, naming the size as stored."""
+        sizes = [(self.width, self.height)]
+        if self.may_swap and self.width != self.height:
+            sizes.append((self.height, self.width))
+        costs: list[int] = []
+        refusal: InvalidArgument | None = None
+        for width, height in sizes:
+            try:
+                costs.append(cost(width, height))
+            except InvalidArgument as exc:
+                refusal = refusal or exc
+        if not costs:
+            assert refusal is not None
+            raise refusal
+        return max(costs)
+
+
+#: The chunk that carries EXIF, by format (BMP has none).
+_EXIF_CHUNKS = {"PNG": b"eXIf", "WebP": b"EXIF"}
+
+
+def read_header(data: bytes) -> ImageHeader | None:
+    """The header of a supported image, or None when it is unreadable or not supported (decoding
+    then refuses it and says why)."""
     try:
         image = Image.open(io.BytesIO(data))
         width, height = image.size
-        mode = image.mode
-        transparent = "transparency" in image.info
+        header_format = image.format or ""
+        if SUPPORTED_FORMATS.get(header_format) is None:
+            return None
+        name = SUPPORTED_FORMATS[header_format]
+        if name == "JPEG":
+            swap = _orientation(image) in _SWAPPING_ORIENTATIONS
+        else:  # no EXIF chunk anywhere: nothing can turn it (a chunk found may say nothing)
+            swap = _EXIF_CHUNKS.get(name, b"\0") in data
+        return ImageHeader(width, height, image.mode, header_format, "transparency" in image.info, swap)
     except Exception:
-        return 0
-    if width * height > max_pixels:
-        return 0
+        return None
+
+
+def decoding_cost(header: ImageHeader) -> int:
+    """Bytes decoding the image holds at its peak: the decoded pixels, the decoder's own buffers,
+    the 16-bit reduction or the alpha flattening where they apply, the RGB image and the copy
+    that turns it upright or into the model's mode."""
+    mode = header.mode
     decoded = _MODE_BYTES.get(mode, 4)
-    per_pixel = decoded + 3  # the decoded pixels, and pre-processing's copy (EXIF turn, model mode)
+    # the decoded pixels, and the copy made to turn them upright (EXIF) or into the model's mode
+    per_pixel = decoded + _DECODER_BYTES.get(header.format, 0) + 3
     if mode != "RGB":
         per_pixel += 3  # the RGB conversion
     if mode in _SIXTEEN_BIT_MODES:
         per_pixel += decoded + 2  # the shifted samples, as 8 bits, as an image
-    if mode in _ALPHA_MODES or transparent:
+    if mode in _ALPHA_MODES or header.transparent:
         per_pixel += 4  # RGBA before flattening
-    return max(0, width) * max(0, height) * per_pixel
+    return max(0, header.width) * max(0, header.height) * per_pixel
 
 
 def to_rgb(image: Image.Image) -> Image.Image:

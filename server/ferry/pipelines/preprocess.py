@@ -203,13 +203,15 @@ def to_model_mode(image: Image.Image, spec: PreprocessSpec) -> Image.Image:
     return image if image.mode == "RGB" else image.convert("RGB")
 
 
-def preprocess(image: Image.Image, spec: PreprocessSpec) -> tuple[np.ndarray, ImageTransform]:
+def preprocess(
+    image: Image.Image, spec: PreprocessSpec, where: Placement | None = None
+) -> tuple[np.ndarray, ImageTransform]:
     """Turn one decoded image into a contiguous tensor of ``spec.tensor_shape`` (or, for a
-    variable-size input, the size its rule gives this image) and ``spec.dtype``."""
+    variable-size input, the size its rule gives this image) and ``spec.dtype``; ``where`` is
+    its placement when the caller has checked it already (``resize_bounds.checked_placement``)."""
     image = to_model_mode(image, spec)
-    where = place(*image.size, spec)
+    where = where or place(*image.size, spec)
     pixels = resize(image, where, spec.engine, spec.interpolation, int(round(spec.pad_value)))
-    pixels = pixels[where.crop_top : where.crop_top + where.rows, where.crop_left : where.crop_left + where.cols]
     size = (where.transform.input_height, where.transform.input_width)
     return to_tensor(pixels, spec, top=where.top, left=where.left, size=size), where.transform
 

@@ -28,7 +28,8 @@ from .detection import DEFAULT_MAX_DETECTIONS, Detection, decode_detections, loa
 from .detection_tensors import detection_tensor_specs, detection_tensors
 from .embedding import EMBEDDING_OUTPUT, check_embedding, embedding_tensor_spec, embeddings
 from .normalise import pad_to
-from .preprocess import ImageTransform, Placement, PreprocessSpec, pixels_of, place, preprocess, to_model_mode
+from .preprocess import ImageTransform, Placement, PreprocessSpec, pixels_of, preprocess, to_model_mode
+from .resize_bounds import checked_placement
 from .text_recognition import recognise, recognition_characters, recognition_tensor_specs
 
 _DET = mc.FerryDetection
@@ -231,7 +232,8 @@ class ImagePipeline:
                 bytes(data), max_pixels=self.max_pixels, target_size=spec.draft_size, index=first_index + index
             )
             t1 = time.perf_counter_ns()
-            tensor, transform = preprocess(image, spec)
+            where = checked_placement(*image.size, spec, self.max_pixels, first_index + index)
+            tensor, transform = preprocess(image, spec, where)
             if isinstance(batch, list):
                 batch.append(tensor)
             else:
@@ -252,7 +254,7 @@ class ImagePipeline:
                 bytes(data), max_pixels=self.max_pixels, target_size=spec.draft_size, index=first_index + index
             )
             image = to_model_mode(image, spec)
-            placements.append(place(*image.size, spec))
+            placements.append(checked_placement(*image.size, spec, self.max_pixels, first_index + index))
             pixels.append(pixels_of(image))
         t1 = time.perf_counter_ns()
         batch = preprocessor(pixels, placements)

@@ -55,6 +55,9 @@ class ModelVersion:
     pipeline: ImagePipeline | None = field(default=None, repr=False)
     # Ensembles: the models the version runs.
     composing_models: tuple[str, ...] = ()
+    #: The config's ``max_variable_elements`` parameter: elements per batch item of an input with
+    #: -1 dims (0: the server's ``--max-variable-input-elements``).
+    max_variable_elements: int = 0
     #: Which load this is: a file replaced under the same version and reloaded is a new generation.
     load_generation: int = field(default_factory=lambda: next(_load_generations))
 
@@ -119,6 +122,7 @@ def new_version(
         name=config.name,
         version=version,
         config=config,
+        max_variable_elements=_variable_elements(config, source),
         inputs=inputs,
         outputs=outputs,
         labels=labels,
@@ -297,3 +301,20 @@ def warm_up(config: mc.ModelConfig, instances: list[Instance], outputs: list[str
                     raise
                 except Exception as exc:
                     raise ModelLoadError(f"warmup sample '{sample.name}' failed: {exc}") from None
+
+
+#: The config parameter bounding inputs of variable size (see ``inference.validation``).
+VARIABLE_ELEMENTS = "max_variable_elements"
+
+
+def _variable_elements(config: mc.ModelConfig, source: str) -> int:
+    """The ``max_variable_elements`` parameter (0 when absent); a value that is not a positive
+    whole number fails the load."""
+    if VARIABLE_ELEMENTS not in config.parameters:
+        return 0
+    text = config.parameters[VARIABLE_ELEMENTS].string_value.strip()
+    if not text.isdigit() or int(text) <= 0:
+        raise ModelLoadError(
+            f"{source}: parameters '{VARIABLE_ELEMENTS}' must be a positive whole number of elements, got {text!r}"
+        )
+    return int(text)

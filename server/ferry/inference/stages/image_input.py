@@ -4,14 +4,13 @@ pre-processed batch, decoded in the worker pool a few images at a time (``pipeli
 from __future__ import annotations
 
 import asyncio
-import math
 from concurrent.futures import Executor
 
 import numpy as np
 
 from ...errors import InvalidArgument
 from ...inflight import reserve_for_current
-from ...pipelines.decode import decoding_cost
+from ...pipelines.resize_bounds import image_cost
 from ...pipelines.runtime import ImagePipeline, Prepared
 from ...pipelines.slices import ImageWork, prepare_in_slices
 from ...repository.model import ModelVersion
@@ -62,14 +61,17 @@ class ImageInput:
         return prepared
 
     async def _peak_cost(self, pipeline: ImagePipeline, images: list[bytes]) -> int:
-        """What decoding the images holds at its peak, from their headers: the ``share`` costliest
-        decoded at once (one per pool task), and the pre-processed batch twice (the slices'
-        batches and the one they are joined into)."""
-        if len(images) > 16:  # reading many headers takes a while: not on the event loop
-            costs = await asyncio.to_thread(lambda: [decoding_cost(data, pipeline.max_pixels) for data in images])
-        else:
-            costs = [decoding_cost(data, pipeline.max_pixels) for data in images]
+        """What decoding and pre-processing the images holds at its peak, from their headers (an
+        image whose resize would pass the pixel limit is refused here, before any is decoded):
+        the ``share`` costliest decoded at once (one per pool task), and the pre-processed batch
+        twice (the slices' batches and the one they are joined into)."""
         spec = pipeline.spec
         assert spec is not None
-        tensor = math.prod(spec.tensor_shape) * np.dtype(spec.dtype).itemsize
-        return sum(sorted(costs)[-self.share :]) + 2 * len(images) * tensor
+
+        def costs() -> list[tuple[int, int]]:
+            return [image_cost(data, spec, pipeline.max_pixels, index) for index, data in enumerate(images)]
+
+        # reading many headers takes a while: not on the event loop
+        found = await asyncio.to_thread(costs) if len(images) > 16 else costs()
+        peaks = sorted(peak for peak, _ in found)
+        return sum(peaks[-self.share :]) + 2 * sum(tensor for _, tensor in found)

@@ -13,6 +13,7 @@ from enum import Enum
 import cv2
 import numpy as np
 
+from ...errors import InvalidArgument
 from .sizes import recognition_width
 from .warp import warp_perspective_cubic
 
@@ -30,6 +31,10 @@ class PageOptions:
     recognition_batch: int = 6
     recognition_height: int = 48
     recognition_min_width: int = 320
+    #: Bounds what one page costs (not in the reference): the detector's input pixels (0: twice
+    #: ``max_side`` squared) and the text boxes recognised; past either the page is refused (400).
+    max_detector_pixels: int = 0
+    max_text_boxes: int = 500
 
 
 @dataclass(frozen=True)
@@ -44,36 +49,63 @@ class Page:
     original_height: int
 
 
-def prepare_page(bgr: np.ndarray, options: PageOptions) -> Page:
+@dataclass(frozen=True)
+class PagePlan:
+    """``prepare_page``'s sizes, known from the page's size alone (before it is decoded)."""
+
+    resized: tuple[int, int] | None  # (width, height) the page is resized to, None when kept
+    ratio_width: float
+    ratio_height: float
+    top: int  # black rows added above and below
+
+    def size(self, width: int, height: int) -> tuple[int, int]:
+        """(width, height) of the prepared page of a ``width`` x ``height`` original."""
+        new_width, new_height = self.resized or (width, height)
+        return new_width, new_height + 2 * self.top
+
+
+def plan_page(width: int, height: int, options: PageOptions) -> PagePlan:
     """Shrink a page whose longer side exceeds ``max_side``, enlarge one whose shorter side is
     below ``min_side`` (each to multiples of 32), then pad a page at most ``min_height`` tall or
-    wider than ``width_height_ratio`` with black rows above and below."""
-    height, width = bgr.shape[:2]
-    pixels, ratio_height, ratio_width = bgr, 1.0, 1.0
+    wider than ``width_height_ratio`` with black rows above and below. A page that rounds to no
+    rows or columns is refused (InvalidArgument)."""
+    resized: tuple[int, int] | None = None
+    ratio_height = ratio_width = 1.0
     if max(height, width) > options.max_side:
-        pixels, ratio_height, ratio_width = _resize_to_side(pixels, options.max_side, shrink=True)
-    if min(pixels.shape[:2]) < options.min_side:
-        pixels, ratio_height, ratio_width = _resize_to_side(pixels, options.min_side, shrink=False)
-    resized_height, resized_width = pixels.shape[:2]
+        resized = _side_size(width, height, options.max_side, shrink=True)
+        ratio_height, ratio_width = height / resized[1], width / resized[0]
+    current_width, current_height = resized or (width, height)
+    if min(current_width, current_height) < options.min_side:
+        resized = _side_size(current_width, current_height, options.min_side, shrink=False)
+        ratio_height, ratio_width = current_height / resized[1], current_width / resized[0]
+    resized_width, resized_height = resized or (width, height)
     top = 0
     too_flat = options.width_height_ratio != -1 and resized_width / resized_height > options.width_height_ratio
     if resized_height <= options.min_height or too_flat:
         padded_height = max(int(resized_width / options.width_height_ratio), options.min_height) * 2
         top = int(abs(padded_height - resized_height) / 2)
-        pixels = cv2.copyMakeBorder(pixels, top, top, 0, 0, cv2.BORDER_CONSTANT, value=(0, 0, 0))
-    return Page(pixels, ratio_width, ratio_height, top, width, height)
+    return PagePlan(resized, ratio_width, ratio_height, top)
 
 
-def _resize_to_side(bgr: np.ndarray, side: int, shrink: bool) -> tuple[np.ndarray, float, float]:
-    """The page scaled so its longer (``shrink``) or shorter side is ``side``, each side rounded
-    to a multiple of 32, and the original-over-resized ratios (height, width)."""
+def prepare_page(bgr: np.ndarray, options: PageOptions) -> Page:
+    """The page the detector sees, as ``plan_page`` sizes it."""
     height, width = bgr.shape[:2]
+    plan = plan_page(width, height, options)
+    pixels = bgr if plan.resized is None else cv2.resize(bgr, plan.resized)
+    if plan.top:
+        pixels = cv2.copyMakeBorder(pixels, plan.top, plan.top, 0, 0, cv2.BORDER_CONSTANT, value=(0, 0, 0))
+    return Page(pixels, plan.ratio_width, plan.ratio_height, plan.top, width, height)
+
+
+def _side_size(width: int, height: int, side: int, shrink: bool) -> tuple[int, int]:
+    """(width, height) of the page scaled so its longer (``shrink``) or shorter side is ``side``,
+    each side rounded to a multiple of 32."""
     ratio = float(side) / (max(height, width) if shrink else min(height, width))
     new_height = int(round(int(height * ratio) / 32) * 32)
     new_width = int(round(int(width * ratio) / 32) * 32)
     if new_height <= 0 or new_width <= 0:
-        raise ValueError(f"a {width}x{height} page cannot be resized for OCR")
-    return cv2.resize(bgr, (new_width, new_height)), height / new_height, width / new_width
+        raise InvalidArgument(f"a {width}x{height} page rounds to no rows or columns when sized for OCR")
+    return new_width, new_height
 
 
 class ReadingOrder(str, Enum):
@@ -136,13 +168,20 @@ class CropWarp(str, Enum):
     OPENCV_4_10 = "opencv_4_10"
 
 
-def crop_quad(bgr: np.ndarray, quad: np.ndarray, warp: CropWarp = CropWarp.OPENCV) -> np.ndarray:
-    """The quadrilateral warped to an upright rectangle (bicubic, replicated border), its size
-    the longer of each pair of opposite edges (truncated); turned 90 degrees counter-clockwise
-    when it comes out at least 1.5 times taller than wide (vertical text)."""
+def crop_size(quad: np.ndarray) -> tuple[int, int]:
+    """(width, height) of a quadrilateral's crop: the longer of each pair of opposite edges (truncated)."""
     points = quad.astype(np.float32)
     width = int(max(np.linalg.norm(points[0] - points[1]), np.linalg.norm(points[2] - points[3])))
     height = int(max(np.linalg.norm(points[0] - points[3]), np.linalg.norm(points[1] - points[2])))
+    return width, height
+
+
+def crop_quad(bgr: np.ndarray, quad: np.ndarray, warp: CropWarp = CropWarp.OPENCV) -> np.ndarray:
+    """The quadrilateral warped to an upright rectangle (bicubic, replicated border), its size
+    ``crop_size``; turned 90 degrees counter-clockwise when it comes out at least 1.5 times taller
+    than wide (vertical text)."""
+    points = quad.astype(np.float32)
+    width, height = crop_size(quad)
     target = np.array([[0, 0], [width, 0], [width, height], [0, height]], dtype=np.float32)
     matrix = cv2.getPerspectiveTransform(points, target)  # the same matrix under OpenCV 4.10 and 5.0
     if warp == CropWarp.OPENCV_4_10:

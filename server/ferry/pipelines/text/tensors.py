@@ -13,6 +13,7 @@ import numpy as np
 from .sizes import LimitType, limit_side, text_line_width
 
 _HALF = np.array([0.5, 0.5, 0.5])
+_ROWS = 64
 
 
 def detector_tensor(bgr: np.ndarray, limit: int, limit_type: LimitType, multiple: int = 32) -> np.ndarray | None:
@@ -23,8 +24,12 @@ def detector_tensor(bgr: np.ndarray, limit: int, limit_type: LimitType, multiple
     if new_width <= 0 or new_height <= 0:
         return None
     resized = cv2.resize(bgr, (new_width, new_height))
-    normalised = (resized.astype(np.float32) * (1 / 255.0) - _HALF) / _HALF
-    return normalised.transpose(2, 0, 1).astype(np.float32)
+    tensor = np.empty((3, new_height, new_width), dtype=np.float32)
+    # a few rows at a time: the reference's float64 temporaries would hold 48 bytes a pixel at once
+    for top in range(0, new_height, _ROWS):
+        rows = resized[top : top + _ROWS]
+        tensor[:, top : top + _ROWS] = ((rows.astype(np.float32) * (1 / 255.0) - _HALF) / _HALF).transpose(2, 0, 1)
+    return tensor
 
 
 def text_line_tensor(bgr: np.ndarray, target_height: int, tensor_width: int) -> np.ndarray:
