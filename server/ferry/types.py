@@ -58,6 +58,9 @@ class InferenceRequest:
     parameters: dict[str, Any] = field(default_factory=dict)
     shared_memory_inputs: dict[str, SharedMemoryInput] = field(default_factory=dict)
     client: str = ANONYMOUS  # who sent it: the shared memory regions it may use are this identity's
+    #: Its image input was made by the model's own pre-stage (here or in an intake process) from
+    #: encoded images, whose sizes the pipeline's ``max_pixels`` bounds; a client's own tensor is not.
+    preprocessed: bool = False
 
     @property
     def binary_output_default(self) -> bool:

@@ -170,7 +170,12 @@ class FrontHalf(ABC):
         name = pipeline.input_name
         datatypes = {**request.input_datatypes, name: pipeline.spec.datatype}
         executions = [
-            (images, dataclasses.replace(request, inputs={**request.inputs, name: tensor}, input_datatypes=datatypes))
+            (
+                images,
+                dataclasses.replace(
+                    request, inputs={**request.inputs, name: tensor}, input_datatypes=datatypes, preprocessed=True
+                ),
+            )
             for images, tensor in pipeline.executions(prepared.batch)
         ]
         return executions, prepared.transforms, True

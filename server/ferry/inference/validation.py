@@ -117,7 +117,8 @@ def validate_inputs(
             raise InvalidArgument(
                 f"input '{name}' of model '{model.name}': expected shape {list(spec.dims)}, got {list(shape)}"
             )
-        _check_variable_size(model, name, shape[1:] if batched else shape, max_variable_elements)
+        if not (request.preprocessed and model.pipeline is not None and model.pipeline.input_name == name):
+            _check_variable_size(model, name, shape[1:] if batched else shape, max_variable_elements)
         prepared[name] = engine_input(spec, array, batched)
     if batch_sizes:
         sizes = set(batch_sizes.values())
@@ -133,14 +134,11 @@ def validate_inputs(
 def _check_variable_size(model: ModelVersion, name: str, item: tuple[int, ...], limit: int) -> None:
     """Refuse a batch item of an input with -1 dims past ``limit`` elements, before the model runs:
     what its run holds grows with it, beyond what the request sent (a 0.2 MB gzip body of a
-    [1, 3, 2048, 2048] page made PP-OCR's detector hold +700 MB). An image model's pre-processed
-    input is exempt: its sizes are bounded by the pipeline's ``max_pixels`` instead."""
+    [1, 3, 2048, 2048] page made PP-OCR's detector hold +700 MB). The caller exempts an input the
+    model's own pre-stage made (``InferenceRequest.preprocessed``): ``max_pixels`` bounds those."""
     spec = model.inputs[name]
     limit = model.max_variable_elements or limit
     if limit <= 0 or -1 not in spec.dims:
-        return
-    pipeline = model.pipeline
-    if pipeline is not None and pipeline.spec is not None and pipeline.input_name == name:
         return
     elements = math.prod(item)
     if elements > limit:
