@@ -7,8 +7,9 @@ import ``repository`` (which imports them) and ``ferry.settings`` stays light.""
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # annotations only: importing the settings (which use ControlMode) stays light
     import numpy as np
@@ -35,6 +36,16 @@ class SharedMemoryInput:
     ref: SharedMemoryRef
 
 
+class Reserves(Protocol):
+    """A request's admission (``api.admission.Ticket``), as the stages below the front doors see
+    it: what they will hold is counted on it when it becomes real (an image's decoding peak, the
+    hand-off's copy of the inputs)."""
+
+    def reserve(self, nbytes: int) -> None: ...
+
+    def hold(self, nbytes: int) -> Callable[[], None]: ...
+
+
 @dataclass
 class RequestedOutput:
     """An output the caller asked for, with how it wants it back."""
@@ -58,6 +69,8 @@ class InferenceRequest:
     parameters: dict[str, Any] = field(default_factory=dict)
     shared_memory_inputs: dict[str, SharedMemoryInput] = field(default_factory=dict)
     client: str = ANONYMOUS  # who sent it: the shared memory regions it may use are this identity's
+    #: the admission the front door took for it (None for a request not admitted: a Python model's exec())
+    ticket: Reserves | None = field(default=None, repr=False, compare=False)
 
     @property
     def binary_output_default(self) -> bool:

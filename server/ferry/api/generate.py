@@ -27,7 +27,7 @@ from ferry_client.codec import numpy_dtype
 
 from ..errors import FerryError, InvalidArgument
 from ..repository.model import ModelVersion
-from ..types import InferenceRequest, InferenceResponse, OutputTensor, TensorSpec
+from ..types import InferenceRequest, InferenceResponse, OutputTensor, Reserves, TensorSpec
 from .dataplane import DataPlane
 
 ReadBody = Callable[[Request], Awaitable[bytes]]
@@ -46,7 +46,7 @@ def add_generate_routes(app: FastAPI, plane: DataPlane, read_body: ReadBody) -> 
         with plane.admission.admit() as ticket:
             body = await read_body(request)
             ticket.reserve(len(body))
-            infer_request = generate_request(plane, model, version, parse_generate_body(body))
+            infer_request = generate_request(plane, model, version, parse_generate_body(body), ticket)
             answer: InferenceResponse | None = None
             responses = plane.infer_stream(infer_request)
             try:
@@ -71,7 +71,7 @@ def add_generate_routes(app: FastAPI, plane: DataPlane, read_body: ReadBody) -> 
         try:
             body = await read_body(request)
             ticket.reserve(len(body))
-            responses = plane.infer_stream(generate_request(plane, model, version, parse_generate_body(body)))
+            responses = plane.infer_stream(generate_request(plane, model, version, parse_generate_body(body), ticket))
             first = await _first_data(responses)  # errors before it are ordinary JSON errors
         except BaseException:
             ticket.close()
@@ -137,10 +137,12 @@ class _Keys(dict):
         return keys
 
 
-def generate_request(plane: DataPlane, model_name: str, version: str, body: dict[str, Any]) -> InferenceRequest:
+def generate_request(
+    plane: DataPlane, model_name: str, version: str, body: dict[str, Any], ticket: Reserves
+) -> InferenceRequest:
     """Triton's mapping: a key naming an input is that input, filled into the input's declared
     shape; ``id`` is the request id; ``parameters`` is a nested object mapped the same way; every
-    other key is a request parameter (a string, number or boolean)."""
+    other key is a request parameter (a string, number or boolean). ``ticket``: its admission."""
     model = plane.model(model_name, version)
     request_id = body.get("id", "")
     if not isinstance(request_id, str):
@@ -155,6 +157,7 @@ def generate_request(plane: DataPlane, model_name: str, version: str, body: dict
         inputs=inputs,
         input_datatypes={name: model.inputs[name].datatype for name in inputs},
         parameters=parameters,
+        ticket=ticket,
     )
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import logging
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,7 @@ class ElsewhereScheduler(ModelScheduler):
         timeline: Timeline | None = None,
         timing: RequestTiming | None = None,
         sink: Any = None,
+        parameters: Mapping[str, Any] | None = None,
     ) -> Outputs:
         raise RuntimeError("an intake process hands executions to the model process (HandoffPath)")
 

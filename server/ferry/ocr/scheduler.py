@@ -1,5 +1,5 @@
 """The OCR model's scheduler: each page through the detector, the angle classifier and the
-recogniser, each by that model's own scheduler, with the CPU steps in worker threads.
+recogniser, each by that model's own scheduler, with the CPU steps on the image pool.
 
 Pages of concurrent requests meet in the composing models' batchers: the angle batches (all
 48x192) and the recognition batches of equal width (most lines are 320 wide) run together
@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from concurrent.futures import Executor
+from typing import Any
 
 import numpy as np
 
@@ -20,6 +22,7 @@ from ..response_streams import ResponseSink
 from ..scheduling.interface import ComposingScheduler, RequestTiming
 from ..scheduling.timeline import Timeline
 from ..statistics import ModelStats
+from ..workers import run_in
 from . import steps
 from .settings import INPUT, OcrSettings
 
@@ -30,10 +33,13 @@ Resolve = Callable[[str, str], StepModel]
 class OcrScheduler(ComposingScheduler):
     """Runs OCR requests (one encoded page each) over three composing models."""
 
-    def __init__(self, name: str, settings: OcrSettings, resolve: Resolve, stats: ModelStats, max_pixels: int) -> None:
+    def __init__(
+        self, name: str, settings: OcrSettings, resolve: Resolve, stats: ModelStats, max_pixels: int, pool: Executor
+    ) -> None:
         super().__init__(name, stats)
         self.settings = settings
         self.max_pixels = max_pixels
+        self.pool = pool  # the image pool (``ferry.workers``): the page steps are image work
         self._resolve = resolve
 
     def models(self) -> tuple[StepModel, StepModel, StepModel]:
@@ -60,6 +66,7 @@ class OcrScheduler(ComposingScheduler):
         timeline: Timeline | None = None,
         timing: RequestTiming | None = None,
         sink: ResponseSink | None = None,
+        parameters: Mapping[str, Any] | None = None,
     ) -> Outputs:
         """OCR of the one page in ``inputs['IMAGE']``: its lines' boxes, text and scores."""
         pages = np.asarray(inputs[INPUT]).reshape(-1)
@@ -70,32 +77,44 @@ class OcrScheduler(ComposingScheduler):
             raise InvalidArgument(f"model '{self.name}': input '{INPUT}' must hold an encoded image (BYTES)")
         started = time.perf_counter_ns()
         spent = RequestTiming()
-        result = await self.counted(self._run(bytes(data), priority, timeout_us, spent), started)
+        result = await self.counted(self._run(bytes(data), priority, timeout_us, parameters, spent), started)
         self.record_success(started, spent, 1, timeline, timing)
         return {name: result[name] for name in outputs}
 
-    async def _run(self, data: bytes, priority: int | None, timeout_us: int | None, timing: RequestTiming) -> Outputs:
+    async def _run(
+        self,
+        data: bytes,
+        priority: int | None,
+        timeout_us: int | None,
+        parameters: Mapping[str, Any] | None,
+        timing: RequestTiming,
+    ) -> Outputs:
         detector, angle, recognizer = self.models()
         settings = self.settings
-        work = await asyncio.to_thread(steps.start_page, data, settings, self.max_pixels)
+        work = await run_in(self.pool, steps.start_page, data, settings, self.max_pixels)
         if work.detector_input is None:
             return steps.result(np.zeros((0, 4, 2)), [], [])
-        found = await _run_model(detector, work.detector_input, priority, timeout_us, timing)
-        angle_batch = await asyncio.to_thread(steps.cut_crops, work, found, settings)
+        found = await _run_model(detector, work.detector_input, priority, timeout_us, parameters, timing)
+        angle_batch = await run_in(self.pool, steps.cut_crops, work, found, settings)
         if angle_batch is None:
             return steps.result(np.zeros((0, 4, 2)), [], [])
-        angles = await _run_model(angle, angle_batch, priority, timeout_us, timing)
-        batches = await asyncio.to_thread(steps.turn_crops, work, angles, settings)
+        angles = await _run_model(angle, angle_batch, priority, timeout_us, parameters, timing)
+        batches = await run_in(self.pool, steps.turn_crops, work, angles, settings)
         recognised = await asyncio.gather(
-            *(_run_model(recognizer, tensor, priority, timeout_us, timing) for _, tensor in batches)
+            *(_run_model(recognizer, tensor, priority, timeout_us, parameters, timing) for _, tensor in batches)
         )
         characters = _characters(recognizer)
         finished = [(members, probabilities) for (members, _), probabilities in zip(batches, recognised, strict=True)]
-        return await asyncio.to_thread(steps.finish, work, finished, characters, settings)
+        return await run_in(self.pool, steps.finish, work, finished, characters, settings)
 
 
 async def _run_model(
-    model: StepModel, batch: np.ndarray, priority: int | None, timeout_us: int | None, timing: RequestTiming
+    model: StepModel,
+    batch: np.ndarray,
+    priority: int | None,
+    timeout_us: int | None,
+    parameters: Mapping[str, Any] | None,
+    timing: RequestTiming,
 ) -> np.ndarray:
     """The model's one output for ``batch`` (first axis: items), through its scheduler in chunks
     of its ``max_batch_size`` (one item at a time for a model that cannot batch)."""
@@ -106,7 +125,9 @@ async def _run_model(
     [output_name] = model.outputs
     if model.max_batch_size <= 0:
         parts = [
-            await scheduler.submit({input_name: item[None]}, [output_name], 1, priority, timeout_us, timing=timing)
+            await scheduler.submit(
+                {input_name: item[None]}, [output_name], 1, priority, timeout_us, timing=timing, parameters=parameters
+            )
             for item in batch
         ]
         return np.concatenate([part[output_name] for part in parts])
@@ -120,6 +141,7 @@ async def _run_model(
                 priority,
                 timeout_us,
                 timing=timing,
+                parameters=parameters,
             )
             for start in range(0, len(batch), chunk)
         )

@@ -28,7 +28,6 @@ from ..response_streams import ResponseSink
 from ..statistics import ModelStats
 from .interface import ModelScheduler, Outputs, RequestTiming
 from .policy import SchedulingPolicy
-from .request_parameters import current_parameters
 from .timeline import Timeline
 
 log = logging.getLogger(__name__)
@@ -150,7 +149,9 @@ class Scheduler(ModelScheduler):
         self._delayed: deque[Pending] = deque()
         self._live: dict[int, int] = dict.fromkeys(self.policy.levels, 0)
         self._queued = 0
-        self._executor = ThreadPoolExecutor(max_workers=max(1, len(self.instances)), thread_name_prefix=f"ferry-{name}")
+        self._executor = ThreadPoolExecutor(
+            max_workers=max(1, len(self.instances)), thread_name_prefix=f"ferry-model-{name}"
+        )
         self._workers: list[asyncio.Task] = []
         self._may_inline = all(getattr(i, "inline_when_fast", False) for i in self.instances)
         self._runs = 0
@@ -192,6 +193,7 @@ class Scheduler(ModelScheduler):
         timeline: Timeline | None = None,
         timing: RequestTiming | None = None,
         sink: ResponseSink | None = None,
+        parameters: Mapping[str, Any] | None = None,
     ) -> Outputs:
         """Queue one request and wait for its outputs.
 
@@ -223,7 +225,7 @@ class Scheduler(ModelScheduler):
             loop.create_future(),
             timeline=timeline,
             sink=sink,
-            parameters=current_parameters.get(),
+            parameters=parameters,
         )
         if timeline is not None:
             timeline.queue_start = pending.enqueued_ns

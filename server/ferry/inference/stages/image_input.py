@@ -3,19 +3,18 @@ pre-processed batch, decoded in the worker pool a few images at a time (``pipeli
 
 from __future__ import annotations
 
-import asyncio
 import math
 from concurrent.futures import Executor
 
 import numpy as np
 
 from ...errors import InvalidArgument
-from ...inflight import reserve_for_current
 from ...pipelines.decode import decoding_cost
 from ...pipelines.runtime import ImagePipeline, Prepared
 from ...pipelines.slices import ImageWork, prepare_in_slices
 from ...repository.model import ModelVersion
 from ...types import InferenceRequest
+from ...workers import run_in
 
 
 class ImageInput:
@@ -56,7 +55,9 @@ class ImageInput:
                 f"of model '{model.name}'"
             )
         images: list[bytes] = list(np.asarray(encoded).reshape(-1))
-        reserve_for_current(await self._peak_cost(pipeline, images))
+        peak = await self._peak_cost(pipeline, images)
+        if request.ticket is not None:
+            request.ticket.reserve(peak)
         prepared = await prepare_in_slices(self.pool, self.share, pipeline, images, self.work)
         model.stats.record_images(len(images), prepared.decode_ns, prepared.preprocess_ns)
         return prepared
@@ -65,8 +66,8 @@ class ImageInput:
         """What decoding the images holds at its peak, from their headers: the ``share`` costliest
         decoded at once (one per pool task), and the pre-processed batch twice (the slices'
         batches and the one they are joined into)."""
-        if len(images) > 16:  # reading many headers takes a while: not on the event loop
-            costs = await asyncio.to_thread(lambda: [decoding_cost(data, pipeline.max_pixels) for data in images])
+        if len(images) > 16:  # reading many headers takes a while: on the image pool
+            costs = await run_in(self.pool, lambda: [decoding_cost(data, pipeline.max_pixels) for data in images])
         else:
             costs = [decoding_cost(data, pipeline.max_pixels) for data in images]
         spec = pipeline.spec
