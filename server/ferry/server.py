@@ -53,6 +53,7 @@ from .repository.model import ModelVersion
 from .security import SecurityConfigError, ServerSecurity
 from .settings import Settings
 from .startup_report import model_table, ready_line
+from .workers import Workers
 
 if TYPE_CHECKING:
     import grpc
@@ -72,6 +73,7 @@ class FerryServer:
             control_mode=settings.model_control_mode,
             startup_models=settings.load_model,
             poll_interval=settings.repository_poll_secs,
+            workers=Workers(settings.image_workers),
         )
         self.metrics = Metrics(self.manager.ready_models)
         exporters = [file_exporter(settings.trace_file)] if settings.trace_file else []
@@ -101,7 +103,6 @@ class FerryServer:
                 max_regions_per_owner=settings.shared_memory_max_regions_per_client,
             ),
             identify=self.security.identify,
-            image_workers=settings.image_workers,
             strict_readiness=settings.strict_readiness,
             stream_limits=stream_limits(settings),
             max_streamed_requests=settings.max_streamed_requests,
@@ -261,6 +262,7 @@ class FerryServer:
             await asyncio.gather(self._metrics_task, return_exceptions=True)
         self.metrics.close()
         self.plane.tracing.shutdown()  # flushes spans still batched for the exporters
+        self.manager.workers.shutdown()
         log.info("ferry stopped")
         return left_work
 

@@ -7,8 +7,9 @@ import ``repository`` (which imports them) and ``ferry.settings`` stays light.""
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # annotations only: importing the settings (which use ControlMode) stays light
     import numpy as np
@@ -33,6 +34,16 @@ class SharedMemoryInput:
     datatype: str
     shape: tuple[int, ...]
     ref: SharedMemoryRef
+
+
+class Reserves(Protocol):
+    """A request's admission (``api.admission.Ticket``), as the stages below the front doors see
+    it: what they will hold is counted on it when it becomes real (an image's decoding peak, the
+    hand-off's copy of the inputs)."""
+
+    def reserve(self, nbytes: int) -> None: ...
+
+    def hold(self, nbytes: int) -> Callable[[], None]: ...
 
 
 @dataclass
@@ -61,6 +72,8 @@ class InferenceRequest:
     #: Its image input was made by the model's own pre-stage (here or in an intake process) from
     #: encoded images, whose sizes the pipeline's ``max_pixels`` bounds; a client's own tensor is not.
     preprocessed: bool = False
+    #: the admission the front door took for it (None for a request not admitted: a Python model's exec())
+    ticket: Reserves | None = field(default=None, repr=False, compare=False)
 
     @property
     def binary_output_default(self) -> bool:

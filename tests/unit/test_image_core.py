@@ -113,7 +113,7 @@ async def test_classify_honours_the_timeout_parameter(plane: DataPlane, tmp_path
 
 @pytest.mark.asyncio
 async def test_classify_validates_the_priority_parameter(plane: DataPlane) -> None:
-    with pytest.raises(InvalidArgument, match="'priority' must be a non-negative integer"):
+    with pytest.raises(InvalidArgument, match="'priority' must be an integer between 0 and"):
         await plane.run_images("image_means", "", [png((255, 0, 0))], "classify", {}, {"priority": -1})
     assert plane.statistics("image_means")[0]["inference_stats"]["fail"]["count"] == 1
 
@@ -203,7 +203,7 @@ async def test_ocr_pages_take_the_request_path(tmp_path: Path) -> None:
         blank = png((255, 255, 255), (64, 48))
         served, results = await plane.run_images("ocr", "", [blank, blank], "ocr", {}, {"priority": 1})
         assert served.name == "ocr" and results == [[], []]
-        with pytest.raises(InvalidArgument, match="'priority' must be a non-negative integer"):
+        with pytest.raises(InvalidArgument, match="'priority' must be an integer between 0 and"):
             await plane.run_images("ocr", "", [blank], "ocr", {}, {"priority": -1})
         assert plane.statistics("ocr")[0]["inference_stats"]["fail"]["count"] == 1
     finally:

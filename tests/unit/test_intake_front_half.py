@@ -33,7 +33,7 @@ async def test_a_reload_after_the_look_up_is_preprocessed_again_for_the_new_load
     try:
         await client.connect(str(tmp_path / "hub.sock"))
         views = ModelViews(client)
-        images = IntakeImages(plane.admission, views, HandoffPath(client, pool, 1))
+        images = IntakeImages(plane.admission, views, HandoffPath(client, pool, 1), plane.workers)
         first = await views.resolve("digits", "")
         assert first is not None and first.pipeline is not None
         _, before = await plane.run_images("digits", "", files, "classify", {})

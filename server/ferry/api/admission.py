@@ -18,7 +18,6 @@ from prometheus_client.registry import Collector
 
 from ..errors import PayloadTooLarge, Unavailable
 from ..heap import HeapTrimmer
-from ..inflight import current_ticket
 
 RETRY_AFTER_S = 1
 
@@ -209,7 +208,6 @@ class Admission:
         ticket = Ticket(self, nbytes)
         self.counts.add(REQUESTS, 1)
         self.counts.add(BYTES, nbytes)
-        current_ticket.set(ticket)  # not reset: the release may run in another context (HeldResponse)
         return ticket
 
 

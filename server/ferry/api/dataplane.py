@@ -13,7 +13,6 @@ import functools
 import logging
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import numpy as np
@@ -23,7 +22,6 @@ from ferry_client.protocol import model_config_pb2 as mc
 
 from .. import __version__
 from ..caching import ResponseCache, entry_size, images_key, request_key
-from ..cores import usable_cores
 from ..errors import ErrorKind, FerryError, InvalidArgument, Unavailable, Unimplemented
 from ..inference.path import RequestPath
 from ..inference.stages import PostStage
@@ -37,7 +35,8 @@ from ..repository.manager import ModelManager
 from ..repository.model import ModelVersion
 from ..response_streams import ResponseStream
 from ..security.identity import Identify, anonymous
-from ..types import InferenceRequest, InferenceResponse, OutputTensor, TensorSpec
+from ..types import InferenceRequest, InferenceResponse, OutputTensor, Reserves, TensorSpec
+from ..workers import run_in
 from .admission import Admission
 from .limits import OFF_LOOP_BYTES, Limits
 from .logging_ext import LoggingControl
@@ -76,7 +75,6 @@ class DataPlane:
         logging_control: LoggingControl | None = None,
         shared_memory: SharedMemoryRegistry | None = None,
         identify: Identify = anonymous,
-        image_workers: int = 0,
         strict_readiness: bool = False,
         stream_limits: StreamLimits | None = None,
         max_streamed_requests: int = 0,
@@ -96,11 +94,13 @@ class DataPlane:
         self.draining = False
         self.open_streams: set[ResponseStream] = set()  # decoupled requests not yet final
         self._streams_closed = asyncio.Event()
-        workers = image_workers or usable_cores()  # ferry tune measures other sizes
-        # decode, pre- and post-stages: CPU work kept off the event loop, shared by every request
-        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ferry-image")
+        self.workers = manager.workers  # the process's pools (``ferry.workers``)
         self.path = RequestPath(
-            manager, self.tracing, pool, max(1, workers // 2), max_variable_elements=self.limits.max_variable_elements
+            manager,
+            self.tracing,
+            self.workers.image,
+            self.workers.image_share,
+            max_variable_elements=self.limits.max_variable_elements,
         )
         self.image_work = self.path.image_work
 
@@ -312,7 +312,9 @@ class DataPlane:
             if name in shared:
                 data = tensor_to_bytes(array, datatype)
                 write = functools.partial(self.shared_memory.write, request.client, shared[name], name, data)
-                written = write() if memoryview(data).nbytes < OFF_LOOP_BYTES else await asyncio.to_thread(write)
+                written = (
+                    write() if memoryview(data).nbytes < OFF_LOOP_BYTES else await run_in(self.workers.codec, write)
+                )
                 output.shared_memory = ref_parameters(shared[name], written)
             outputs.append(output)
         return InferenceResponse(model.name, str(model.version), request.id, outputs)
@@ -403,7 +405,7 @@ class DataPlane:
             if shared.ref.byte_size < OFF_LOOP_BYTES:
                 view = self.shared_memory.read(request.client, shared.ref, name)
             else:
-                view = await asyncio.to_thread(self.shared_memory.read, request.client, shared.ref, name)
+                view = await run_in(self.workers.codec, self.shared_memory.read, request.client, shared.ref, name)
             try:
                 request.inputs[name] = tensor_from_bytes(name, shared.datatype, list(shared.shape), view)
             except CodecError as exc:
@@ -418,13 +420,15 @@ class DataPlane:
         task: str,
         options: dict[str, Any],
         parameters: dict[str, Any] | None = None,
+        ticket: Reserves | None = None,
     ) -> tuple[ModelVersion, list[Any]]:
         """The /classify, /detect and /embed endpoints: images in, classes, boxes (original pixels) or
         vectors out.
 
         The same request path as V2 infer, with the model's image task as its post-stage; more
         images than max_batch_size become several executions, so callers need not know it.
-        ``parameters`` are the request parameters infer takes (``priority``, ``timeout``).
+        ``parameters`` are the request parameters infer takes (``priority``, ``timeout``); ``ticket``
+        the request's admission, which the image stage counts decoding on.
         """
         model = self.path.resolve(name, version)
         check_image_request(model, images, task)
@@ -435,7 +439,7 @@ class DataPlane:
         else:
             stage = image_task(model, task, options)
             request = stage.request(model, images, parameters or {})
-
+            request.ticket = ticket
             compute = functools.partial(self.path.run_image_task, model, stage, request)
             if cache is not None:  # not part of the key, but a hit must not accept bad values
                 for parameter in ("priority", "timeout"):

@@ -28,7 +28,7 @@ from ferry_client.codec import numpy_dtype
 
 from ..errors import FerryError, InvalidArgument
 from ..repository.model import ModelVersion
-from ..types import InferenceRequest, InferenceResponse, OutputTensor, TensorSpec
+from ..types import InferenceRequest, InferenceResponse, OutputTensor, Reserves, TensorSpec
 from .dataplane import DataPlane
 from .limits import OFF_LOOP_BYTES
 from .response_size import estimated_size
@@ -50,7 +50,7 @@ def add_generate_routes(app: FastAPI, plane: DataPlane, read_body: ReadBody) -> 
         with plane.admission.admit() as ticket:
             body = await read_body(request)
             ticket.reserve(len(body))
-            infer_request = generate_request(plane, model, version, parse_generate_body(body))
+            infer_request = generate_request(plane, model, version, parse_generate_body(body), ticket)
             answer: InferenceResponse | None = None
             leave = _enter_streamed(plane, request, infer_request)
             responses = plane.infer_stream(infer_request)
@@ -78,7 +78,7 @@ def add_generate_routes(app: FastAPI, plane: DataPlane, read_body: ReadBody) -> 
         try:
             body = await read_body(request)
             ticket.reserve(len(body))
-            infer_request = generate_request(plane, model, version, parse_generate_body(body))
+            infer_request = generate_request(plane, model, version, parse_generate_body(body), ticket)
             leave = _enter_streamed(plane, request, infer_request)
             responses = plane.infer_stream(infer_request)
             first = await _first_data(responses)  # errors before it are ordinary JSON errors
@@ -168,10 +168,12 @@ class _Keys(dict):
         return keys
 
 
-def generate_request(plane: DataPlane, model_name: str, version: str, body: dict[str, Any]) -> InferenceRequest:
+def generate_request(
+    plane: DataPlane, model_name: str, version: str, body: dict[str, Any], ticket: Reserves
+) -> InferenceRequest:
     """Triton's mapping: a key naming an input is that input, filled into the input's declared
     shape; ``id`` is the request id; ``parameters`` is a nested object mapped the same way; every
-    other key is a request parameter (a string, number or boolean)."""
+    other key is a request parameter (a string, number or boolean). ``ticket``: its admission."""
     model = plane.model(model_name, version)
     request_id = body.get("id", "")
     if not isinstance(request_id, str):
@@ -186,6 +188,7 @@ def generate_request(plane: DataPlane, model_name: str, version: str, body: dict
         inputs=inputs,
         input_datatypes={name: model.inputs[name].datatype for name in inputs},
         parameters=parameters,
+        ticket=ticket,
     )
 
 

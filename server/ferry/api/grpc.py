@@ -22,6 +22,7 @@ from ferry_client.protocol import grpc_service_pb2_grpc as pb_grpc
 
 from ..errors import DecoupledModel, FerryError, InvalidArgument, Unimplemented
 from ..types import InferenceRequest
+from ..workers import run_in
 from .admission import Ticket
 from .cuda_shared_memory import cuda_register_refused, cuda_status, cuda_unregister
 from .dataplane import DataPlane
@@ -109,7 +110,7 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
                 ticket.close()
             admission.heap.released(2 * size)  # grpc's copy and the bytes are freed, uncounted
             raise
-        _message_ticket.set(ticket)
+        _message_ticket.set(ticket)  # a context variable: grpc calls the servicer with (message, context) only
 
         def close_unless_taken() -> None:
             if _message_ticket.get() is ticket:
@@ -128,8 +129,9 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
         if size < OFF_LOOP_BYTES:
             infer_request = decode_infer_request(request, self.plane.limits)
         else:
-            infer_request = await asyncio.to_thread(decode_infer_request, request, self.plane.limits)
+            infer_request = await run_in(self.plane.workers.codec, decode_infer_request, request, self.plane.limits)
         infer_request.client = client
+        infer_request.ticket = ticket
         if not request.raw_input_contents:  # typed contents were copied into new arrays
             ticket.reserve(sum(array.nbytes for array in infer_request.inputs.values()))
         return infer_request
@@ -166,7 +168,7 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
             )
             if estimated_size(response, binary_only=True) < OFF_LOOP_BYTES:
                 return encode_infer_response(response, into), ticket.close
-            return await asyncio.to_thread(encode_infer_response, response, into), ticket.close
+            return await run_in(self.plane.workers.codec, encode_infer_response, response, into), ticket.close
         except BaseException:
             ticket.close()
             raise
@@ -549,7 +551,7 @@ def create_grpc_server(
         if method.rsplit("/", 1)[-1] in raw_methods:  # relayed as bytes (an intake's servicer)
             return guard.wrap(raw_handler(handler))
         count = count_message if method.endswith(("/ModelInfer", "/ModelStreamInfer")) else None
-        return guard.wrap(decoding_handler(handler, method, count))
+        return guard.wrap(decoding_handler(handler, method, plane.workers.codec, count))
 
     registration = WrappedRegistration(server, guarded)
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, registration)

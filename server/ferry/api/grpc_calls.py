@@ -362,7 +362,8 @@ class CallGuard:
         async def unary(_: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
             peer = await self._enter(context)
             pending: list[Callable[[], object]] = []
-            # left set: grpc's task for this call ends with it, and ExpectedFailures knows the call by it
+            # left set: grpc's task for this call ends with it, and ExpectedFailures knows the call by it;
+            # a context variable: grpc calls the servicer with (message, context) only
             _after_write.set(pending)
             # this server's own intakes (no peer) take no turns: each gates its own clients
             turn = Turn(turns, peer) if peer else None
@@ -410,7 +411,7 @@ class CallGuard:
             if peer and stream_turns is not None:  # its messages are asked for in its peer's stream turns
                 stream = StreamActivity(context, task)
                 requests = stream_turns.messages(peer, stream)
-                current_stream.set(stream)
+                current_stream.set(stream)  # a context variable: grpc calls the servicer with (message, context) only
             # a stream's write fails only when its client is gone (cancelled, reset, disconnected):
             # grpc's ERROR with a traceback for that is dropped
             _streams.add(task)

@@ -12,15 +12,16 @@ is refused without being parsed at all.
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import Executor
 from typing import Any, cast
 
 import grpc
 from google.protobuf.message import DecodeError
 
 from ..errors import ErrorKind, FerryError
+from ..workers import run_in
 from .limits import OFF_LOOP_BYTES
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -39,11 +40,13 @@ def received_bytes(message: Any) -> int:
     return size if size >= 0 else int(message.ByteSize())
 
 
-async def _decode(raw: bytes, deserialize: Callable[[bytes], Any], method: str, context: Context) -> Any:
+async def _decode(
+    raw: bytes, deserialize: Callable[[bytes], Any], method: str, context: Context, pool: Executor
+) -> Any:
     try:
         if len(raw) < OFF_LOOP_BYTES:
             return deserialize(raw)
-        return await asyncio.to_thread(deserialize, raw)  # a large message must not stall other calls
+        return await run_in(pool, deserialize, raw)  # a large message must not stall other calls
     except DecodeError:
         message_type = getattr(getattr(deserialize, "__self__", None), "__name__", "request")
         await context.abort(
@@ -77,10 +80,10 @@ def take_refusal() -> FerryError | None:
 
 
 def decoding_handler(
-    handler: grpc.RpcMethodHandler[Any, Any], method: str, count: MessageCount | None = None
+    handler: grpc.RpcMethodHandler[Any, Any], method: str, pool: Executor, count: MessageCount | None = None
 ) -> grpc.RpcMethodHandler[Any, Any]:
-    """The same handler, receiving raw bytes and decoding them itself (unary and bidi-streaming
-    RPCs), calling ``count`` with each message's size first."""
+    """The same handler, receiving raw bytes and decoding them itself (large ones on ``pool``, the
+    codec pool; unary and bidi-streaming RPCs), calling ``count`` with each message's size first."""
     deserialize = handler.request_deserializer
     serializer = handler.response_serializer
     if deserialize is None:
@@ -89,7 +92,8 @@ def decoding_handler(
         behaviour = cast(UnaryBehaviour, handler.unary_unary)
 
         async def unary(raw: bytes, context: Context) -> Any:
-            _received_bytes.set(len(raw))  # this call's own task and context
+            # this call's own task and context; a context variable: grpc calls the servicer with (message, context) only
+            _received_bytes.set(len(raw))
             uncount = None
             if count is not None:
                 refusal = None
@@ -101,7 +105,7 @@ def decoding_handler(
                     del raw
                     await context.abort(refusal.grpc_code, refusal.message)
             try:
-                decoding = _decode(raw, deserialize, method, context)
+                decoding = _decode(raw, deserialize, method, context, pool)
                 del raw  # the parsed message is all the call needs from here on
                 # the message goes to the method without a name here: grpc keeps an aborted call's
                 # AbortError, whose traceback holds this frame, after the call
@@ -117,18 +121,22 @@ def decoding_handler(
         async def bidi(raw_requests: AsyncIterator[bytes], context: Context) -> AsyncIterator[Any]:
             async def requests() -> AsyncIterator[Any]:
                 async for raw in raw_requests:
-                    _received_bytes.set(len(raw))  # in the context of the task reading the stream
+                    # in the context of the task reading the stream; a context variable: grpc calls
+                    # the servicer with (message, context) only
+                    _received_bytes.set(len(raw))
                     uncount = None
                     if count is not None:
                         try:
                             uncount = count(len(raw))
                         except FerryError as exc:
                             del raw
-                            _refusal.set(exc)
+                            _refusal.set(
+                                exc
+                            )  # a context variable: grpc calls the servicer with (message, context) only
                             yield deserialize(b"")
                             _refusal.set(None)
                             continue
-                    decoding = _decode(raw, deserialize, method, context)
+                    decoding = _decode(raw, deserialize, method, context, pool)
                     del raw  # not kept by this frame while the stream serves the message
                     try:
                         yield await decoding

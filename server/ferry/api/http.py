@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from concurrent.futures import Executor
 from typing import Any, Protocol, TypeVar
 
 from fastapi import FastAPI, Request
@@ -24,6 +25,8 @@ from ..errors import FerryError, InvalidArgument, PayloadTooLarge
 from ..pipelines.detection import Detection
 from ..repository.config import config_to_dict
 from ..repository.model import ModelVersion
+from ..types import Reserves
+from ..workers import Workers, run_in
 from .admission import Admission, Ticket
 from .dataplane import DataPlane
 from .docs import mount_docs
@@ -91,8 +94,9 @@ def _status_response(ok: bool, body: dict[str, Any]) -> Response:
     return json_response(body, 200 if ok else 503)
 
 
-async def _read_body(request: Request, limit: int, ticket: Ticket | None = None) -> bytes:
-    """The (decompressed) body, counted against the admission ``ticket`` as it really arrives."""
+async def _read_body(request: Request, limit: int, pool: Executor, ticket: Ticket | None = None) -> bytes:
+    """The (decompressed) body, counted against the admission ``ticket`` as it really arrives;
+    inflated on ``pool`` (the codec pool)."""
     declared = _declared_length(request)
     if declared > limit:
         raise PayloadTooLarge(f"request body of {declared} bytes exceeds the limit of {limit} bytes")
@@ -112,12 +116,12 @@ async def _read_body(request: Request, limit: int, ticket: Ticket | None = None)
         return body
     inflater = Inflater(body, encoding, limit)
     pieces: list[bytes] = []
-    # always on a worker thread (zlib releases the GIL): a small body may inflate to the limit; and
+    # always on the pool (zlib releases the GIL): a small body may inflate to the limit; and
     # a few at a time, so a burst of bombs cannot take every core from the event loop; counted as
     # it grows, so what a bomb inflates to is refused once it would pass the in-flight cap
     async with _INFLATE_SLOTS:
         while not pieces or not inflater.done:
-            pieces.append(await asyncio.to_thread(inflater.step))
+            pieces.append(await run_in(pool, inflater.step))
             if ticket is not None:
                 ticket.reserve(len(pieces[-1]))
     del body  # the inflater keeps only the unread rest of it, none once done
@@ -145,16 +149,16 @@ def _declared_length(request: Request) -> int:
     return int(declared) if declared.isdigit() else 0
 
 
-async def _json_body(request: Request, limit: int) -> dict[str, Any]:
-    return parse_json_object(await _read_body(request, limit))
+async def _json_body(request: Request, limit: int, pool: Executor) -> dict[str, Any]:
+    return parse_json_object(await _read_body(request, limit, pool))
 
 
-async def _off_loop_if_large(size: int, function: Callable[..., T], *args: Any) -> T:
-    """Run ``function`` here when ``size`` is small, on a worker thread when it is large, so one
-    big request's decoding or encoding does not hold up every other connection."""
+async def _off_loop_if_large(pool: Executor, size: int, function: Callable[..., T], *args: Any) -> T:
+    """Run ``function`` here when ``size`` is small, on ``pool`` (the codec pool) when it is large,
+    so one big request's decoding or encoding does not hold up every other connection."""
     if size < OFF_LOOP_BYTES:
         return function(*args)
-    return await asyncio.to_thread(function, *args)
+    return await run_in(pool, function, *args)
 
 
 async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T | None:
@@ -250,13 +254,22 @@ async def infer_response(
     """``POST .../infer``: admit, read and decode the body, run the model, encode and compress."""
     plane.admission.check_room(_declared_length(request))
     ticket = plane.admission.admit()  # held until the answer is written (HeldResponse)
+    codec = plane.workers.codec
     try:
-        body = await _read_body(request, max_body_bytes, ticket)
+        body = await _read_body(request, max_body_bytes, codec, ticket)
         infer_request = await _off_loop_if_large(
-            len(body), decode_infer_request, model, version, body, request.headers.get(HEADER_LENGTH), plane.limits
+            codec,
+            len(body),
+            decode_infer_request,
+            model,
+            version,
+            body,
+            request.headers.get(HEADER_LENGTH),
+            plane.limits,
         )
         del body  # the tensors are views of it where possible; drop the name early
         infer_request.client = plane.identify(request.headers.get("authorization"))
+        infer_request.ticket = ticket
         outputs = reserve_outputs(infer_request.inputs, ticket)
         response = await _unless_disconnected(request, plane.infer(infer_request))
         if response is None:
@@ -264,12 +277,12 @@ async def infer_response(
             return Response(status_code=499)  # the caller is gone; nobody reads this
         reserve_response(response, max_response_bytes, ticket, binary_only=False, reserved=outputs)
         payload, header_length = await _off_loop_if_large(
-            estimated_size(response, binary_only=False), encode_infer_response, response
+            codec, estimated_size(response, binary_only=False), encode_infer_response, response
         )
         del response
         headers = {} if header_length is None else {HEADER_LENGTH: str(header_length)}
         payload, encoding = await _off_loop_if_large(
-            len(payload), compress_response, payload, request.headers.get("accept-encoding")
+            codec, len(payload), compress_response, payload, request.headers.get("accept-encoding")
         )
     except BaseException:
         ticket.close()
@@ -285,6 +298,7 @@ class ImagePlane(Protocol):
     ``intake.front_half.IntakeImages`` (the same stages, executions handed to the model process)."""
 
     admission: Admission
+    workers: Workers
 
     async def run_images(
         self,
@@ -294,6 +308,7 @@ class ImagePlane(Protocol):
         task: str,
         options: dict[str, Any],
         parameters: dict[str, Any] | None = None,
+        ticket: Reserves | None = None,
     ) -> tuple[ModelVersion, list[Any]]: ...
 
 
@@ -307,9 +322,9 @@ IMAGE_ENDPOINTS: dict[str, tuple[tuple[QueryOption, ...], Callable[[Any], dict[s
 }
 
 
-async def _images(request: Request, ticket: Ticket, max_body_bytes: int) -> list[bytes]:
+async def _images(request: Request, ticket: Ticket, max_body_bytes: int, pool: Executor) -> list[bytes]:
     content_type = request.headers.get("content-type", "")
-    body = await _read_body(request, max_body_bytes, ticket)  # within the body limit, counted
+    body = await _read_body(request, max_body_bytes, pool, ticket)  # within the body limit, counted
     if content_type.startswith("multipart/form-data"):
         files = await multipart_files(request.headers, body, ticket)
         ticket.release(len(body))  # the files are copies; the body goes when this returns
@@ -333,8 +348,10 @@ async def image_endpoint(
     plane.admission.check_room(_declared_length(request))
     given = {key: value for key, value in parameters.items() if value is not None}
     with plane.admission.admit() as ticket:
-        images = await _images(request, ticket, max_body_bytes)
-        done = await _unless_disconnected(request, plane.run_images(model, version, images, task, options, given))
+        images = await _images(request, ticket, max_body_bytes, plane.workers.codec)
+        done = await _unless_disconnected(
+            request, plane.run_images(model, version, images, task, options, given, ticket)
+        )
     if done is None:
         return Response(status_code=499)  # the caller is gone: decoding stopped; nobody reads this
     served, results = done
@@ -488,7 +505,7 @@ def create_http_app(
 
     @app.post("/v2/repository/index", openapi_extra=INDEX_BODY)
     async def repository_index(request: Request) -> Response:
-        body = await _json_body(request, max_body_bytes)
+        body = await _json_body(request, max_body_bytes, plane.workers.codec)
         ready = body.get("ready", False)
         if not isinstance(ready, bool):
             raise InvalidArgument("'ready' must be true or false")
@@ -496,7 +513,7 @@ def create_http_app(
 
     @app.post("/v2/repository/models/{model}/load", openapi_extra=LOAD_BODY)
     async def load_model(model: str, request: Request) -> Response:
-        body = await _json_body(request, max_body_bytes)
+        body = await _json_body(request, max_body_bytes, plane.workers.codec)
         parameters = body.get("parameters") or {}
         if not isinstance(parameters, dict):
             raise InvalidArgument("'parameters' must be a JSON object")
@@ -510,7 +527,7 @@ def create_http_app(
 
     @app.post("/v2/repository/models/{model}/unload", openapi_extra=UNLOAD_BODY)
     async def unload_model(model: str, request: Request) -> Response:
-        body = await _json_body(request, max_body_bytes)
+        body = await _json_body(request, max_body_bytes, plane.workers.codec)
         parameters = body.get("parameters") or {}
         if not isinstance(parameters, dict):
             raise InvalidArgument("'parameters' must be a JSON object")
@@ -521,7 +538,11 @@ def create_http_app(
         return Response(status_code=200)
 
     add_shared_memory_routes(
-        app, plane.shared_memory, plane.identify, lambda request: _json_body(request, max_body_bytes), json_response
+        app,
+        plane.shared_memory,
+        plane.identify,
+        lambda request: _json_body(request, max_body_bytes, plane.workers.codec),
+        json_response,
     )
-    add_generate_routes(app, plane, lambda request: _read_body(request, max_body_bytes))
+    add_generate_routes(app, plane, lambda request: _read_body(request, max_body_bytes, plane.workers.codec))
     return app

@@ -12,6 +12,7 @@ from typing import Protocol
 from ..errors import FerryError
 from ..security.identity import Identify
 from ..types import InferenceRequest, InferenceResponse
+from ..workers import Workers
 from .admission import Admission
 from .limits import Limits
 from .stream_limits import StreamLimits
@@ -22,6 +23,7 @@ class InferencePlane(Protocol):
     limits: Limits
     identify: Identify  # who a caller is (its bearer token): requests carry it to shared memory
     stream_limits: StreamLimits  # open streamed requests per gRPC stream and client address
+    workers: Workers  # the process's pools: the codec pool parses and encodes large messages
 
     async def infer(self, request: InferenceRequest, door: str = ...) -> InferenceResponse:
         """One response; ``door`` names the endpoint in the error a decoupled model gets."""

@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -22,7 +23,7 @@ from ..response_streams import ResponseSink, StreamedResponse
 from ..scheduling.interface import ComposingScheduler, RequestTiming
 from ..scheduling.timeline import Timeline
 from ..statistics import ModelStats
-from ..types import TensorSpec
+from ..types import Reserves, TensorSpec
 from .compose import check_composition
 from .plan import EnsemblePlan, PrunedPlan, Step
 from .step import StepModel
@@ -92,6 +93,8 @@ class EnsembleScheduler(ComposingScheduler):
         timeline: Timeline | None = None,
         timing: RequestTiming | None = None,
         sink: ResponseSink | None = None,
+        parameters: Mapping[str, Any] | None = None,
+        ticket: Reserves | None = None,
     ) -> Outputs:
         """Run one request through every step and return the asked ensemble outputs.
 
@@ -102,7 +105,9 @@ class EnsembleScheduler(ComposingScheduler):
         queue and compute times are in the composing models' statistics)."""
         started = time.perf_counter_ns()
         spent = RequestTiming()
-        tensors = await self.counted(self._resolved_run(outputs, inputs, priority, timeout_us, spent, sink), started)
+        tensors = await self.counted(
+            self._resolved_run(outputs, inputs, priority, timeout_us, parameters, spent, sink), started
+        )
         self.record_success(started, spent, batch_size, timeline, timing)
         # a step may leave out an output (a Python model can): the caller decides if it was needed
         return {name: tensors[name] for name in outputs if name in tensors}
@@ -113,11 +118,12 @@ class EnsembleScheduler(ComposingScheduler):
         inputs: Outputs,
         priority: int | None,
         timeout_us: int | None,
+        parameters: Mapping[str, Any] | None,
         spent: RequestTiming,
         sink: ResponseSink | None,
     ) -> dict[str, np.ndarray]:
         models = self.resolve_steps()
-        return await self._run(models, self._plan_for(outputs), inputs, priority, timeout_us, spent, sink)
+        return await self._run(models, self._plan_for(outputs), inputs, priority, timeout_us, parameters, spent, sink)
 
     def _plan_for(self, outputs: list[str]) -> PrunedPlan:
         key = frozenset(outputs)
@@ -133,6 +139,7 @@ class EnsembleScheduler(ComposingScheduler):
         inputs: Outputs,
         priority: int | None,
         timeout_us: int | None,
+        parameters: Mapping[str, Any] | None,
         timing: RequestTiming,
         sink: ResponseSink | None = None,
     ) -> Outputs:
@@ -141,12 +148,16 @@ class EnsembleScheduler(ComposingScheduler):
             if sink is not None:
                 last = next((step for step in wave if getattr(models[step.index], "decoupled", False)), None)
                 if last is not None:  # the loader made sure nothing comes after it
-                    await self._stream_step(last, models[last.index], tensors, sink, priority, timeout_us, timing)
+                    await self._stream_step(
+                        last, models[last.index], tensors, sink, priority, timeout_us, parameters, timing
+                    )
                     wave = tuple(step for step in wave if step is not last)
                     if not wave:
                         continue
             calls = [
-                self._step(step, plan.step_outputs[step.index], models, tensors, priority, timeout_us, timing)
+                self._step(
+                    step, plan.step_outputs[step.index], models, tensors, priority, timeout_us, parameters, timing
+                )
                 for step in wave
             ]
             # a chain needs no task per step (the common case)
@@ -165,6 +176,7 @@ class EnsembleScheduler(ComposingScheduler):
         sink: ResponseSink,
         priority: int | None,
         timeout_us: int | None,
+        parameters: Mapping[str, Any] | None,
         timing: RequestTiming,
     ) -> None:
         """The decoupled last step: its responses go straight to the ensemble's sink, renamed."""
@@ -183,6 +195,7 @@ class EnsembleScheduler(ComposingScheduler):
                 timeout_us,
                 timing=timing,
                 sink=renamed,
+                parameters=parameters,
             )
         except FerryError as exc:
             raise FerryError(f"ensemble '{self.plan.name}' {step.label}: {exc.message}", exc.kind) from None
@@ -195,6 +208,7 @@ class EnsembleScheduler(ComposingScheduler):
         tensors: Outputs,
         priority: int | None,
         timeout_us: int | None,
+        parameters: Mapping[str, Any] | None,
         timing: RequestTiming,
     ) -> Outputs:
         args = {}
@@ -206,7 +220,9 @@ class EnsembleScheduler(ComposingScheduler):
                     f"'{tensor}', which {writer.label if writer else 'no step'} did not produce"
                 )
             args[model_input] = tensors[tensor]
-        return await self._run_step(step, models[step.index], args, names, priority, timeout_us, timing=timing)
+        return await self._run_step(
+            step, models[step.index], args, names, priority, timeout_us, parameters, timing=timing
+        )
 
     async def _run_step(
         self,
@@ -216,19 +232,24 @@ class EnsembleScheduler(ComposingScheduler):
         names: list[str],
         priority: int | None,
         timeout_us: int | None,
+        parameters: Mapping[str, Any] | None,
         timing: RequestTiming,
     ) -> Outputs:
         """One step's request through the composing model's scheduler, split to its max_batch_size."""
         try:
             scheduler = model.scheduler
             if model.max_batch_size <= 0:
-                return await scheduler.submit(args, names, 1, priority, timeout_us, timing=timing)
+                return await scheduler.submit(
+                    args, names, 1, priority, timeout_us, timing=timing, parameters=parameters
+                )
             items = _batch_items(args)
             if items == 0:
                 return {name: _empty(model.outputs[name]) for name in names}
             chunk = model.max_batch_size
             if items <= chunk:
-                return await scheduler.submit(args, names, items, priority, timeout_us, timing=timing)
+                return await scheduler.submit(
+                    args, names, items, priority, timeout_us, timing=timing, parameters=parameters
+                )
             parts = await asyncio.gather(
                 *(
                     scheduler.submit(
@@ -238,6 +259,7 @@ class EnsembleScheduler(ComposingScheduler):
                         priority,
                         timeout_us,
                         timing=timing,
+                        parameters=parameters,
                     )
                     for start in range(0, items, chunk)
                 )

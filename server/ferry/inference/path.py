@@ -1,10 +1,15 @@
-"""The one request path: resolve → validate → pre-stages → schedule → post-stages.
+"""The one request path: resolve → check → pre-stages → validate → schedule → post-stages.
 
 Every door comes through here: V2 infer (tensors or encoded images, REST or gRPC), ``/classify``,
 ``/detect`` and ``/embed``, a Python model's ``InferenceRequest.exec()`` (which is a V2 infer), and the image
 tasks of ensembles. So validation, tracing, the ``priority`` and ``timeout`` parameters, the
 statistics and the reload retry hold on every path. The data plane adds what is protocol-level
 around it (shared memory, the response cache, response encoding).
+
+What can be refused without decoding (input names, requested outputs, ``priority`` and
+``timeout``, too many images for one execution) is checked before any image is decoded, in the
+front half, so an intake process refuses it as early; each execution's tensors are validated
+against the config once pre-processed.
 
 One request may need several executions: images beyond ``max_batch_size`` on the image endpoints,
 or several images for a model that cannot batch. Each execution is validated, traced and queued
@@ -18,7 +23,6 @@ process runs the same front half with each execution handed to the model process
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -34,13 +38,20 @@ from ..pipelines.slices import ImageWork
 from ..repository.manager import ModelManager
 from ..repository.model import ModelVersion
 from ..response_streams import ResponseSink
-from ..scheduling.request_parameters import current_parameters
 from ..scheduling.scheduler import Unloading
 from ..scheduling.timeline import Timeline
 from ..types import InferenceRequest
+from ..workers import run_in
 from .stages import ImageTask, PostStage
 from .stages.image_input import ImageInput
-from .validation import as_batch_of_one, check_requested_outputs, engine_output, int_parameter, validate_inputs
+from .validation import (
+    as_batch_of_one,
+    check_before_decoding,
+    check_requested_outputs,
+    engine_output,
+    int_parameter,
+    validate_inputs,
+)
 
 Outputs = dict[str, np.ndarray]
 
@@ -139,9 +150,7 @@ class FrontHalf(ABC):
             if post is not None and post.cheap:
                 part.post = post(part.outputs, part.transforms)
             elif post is not None:
-                part.post = await asyncio.get_running_loop().run_in_executor(
-                    self.pool, post, part.outputs, part.transforms
-                )
+                part.post = await run_in(self.pool, post, part.outputs, part.transforms)
             parts.append(part)
         return Executed(model, parts)
 
@@ -163,6 +172,7 @@ class FrontHalf(ABC):
         pipeline = model.pipeline
         assert pipeline is not None and pipeline.spec is not None
         try:
+            check_before_decoding(model, request)  # a refusal costs no decoding
             prepared = await self.image_input(model, request, whole=not split)
         except InvalidArgument:
             record_invalid(model)
@@ -237,12 +247,19 @@ class RequestPath(FrontHalf):
         trace = self.tracing.start(model.name, request.id)
         timeline = trace.timeline if trace else None
         names = list(names)
-        shown = current_parameters.set(request.parameters)  # what the model's own code reads
         try:
             try:
                 served = model
                 results = await model.scheduler.submit(
-                    inputs, names, batch_size, priority, timeout_us, timeline, sink=sink
+                    inputs,
+                    names,
+                    batch_size,
+                    priority,
+                    timeout_us,
+                    timeline,
+                    sink=sink,
+                    parameters=request.parameters,
+                    ticket=request.ticket,
                 )
             except Unloading:
                 # a reload retired this version since it was looked up (while images decoded, say):
@@ -251,14 +268,20 @@ class RequestPath(FrontHalf):
                 if served is model:
                     raise
                 results = await served.scheduler.submit(
-                    inputs, names, batch_size, priority, timeout_us, timeline, sink=sink
+                    inputs,
+                    names,
+                    batch_size,
+                    priority,
+                    timeout_us,
+                    timeline,
+                    sink=sink,
+                    parameters=request.parameters,
+                    ticket=request.ticket,
                 )
         except Exception as exc:
             if trace:
                 self.tracing.finish(trace, str(model.version), error=str(exc) or type(exc).__name__)
             raise
-        finally:
-            current_parameters.reset(shown)
         if trace:
             self.tracing.finish(trace, str(served.version))
         batched = model.max_batch_size > 0

@@ -75,12 +75,8 @@ def _missing_inputs(model: ModelVersion, request: InferenceRequest, missing: lis
     )
 
 
-def validate_inputs(
-    model: ModelVersion, request: InferenceRequest, max_variable_elements: int = 0
-) -> tuple[dict[str, np.ndarray], int]:
-    """Check request inputs against the config; returns the engine's inputs and the batch size.
-
-    ``max_variable_elements`` bounds each batch item of an input whose dims vary (0: no bound)."""
+def check_input_names(model: ModelVersion, request: InferenceRequest) -> None:
+    """Every input the request names is one the model takes, and none it requires is missing."""
     for name in request.inputs:
         if name not in model.inputs:
             raise InvalidArgument(
@@ -89,6 +85,25 @@ def validate_inputs(
     missing = [n for n, s in model.inputs.items() if n not in request.inputs and not s.optional]
     if missing:
         raise InvalidArgument(_missing_inputs(model, request, missing))
+
+
+def check_before_decoding(model: ModelVersion, request: InferenceRequest) -> None:
+    """What can be refused before a single image is decoded: the input names, the requested
+    outputs, ``priority`` and ``timeout`` (the image input's count against ``max_batch_size`` is
+    ``ImageInput``'s, which knows whether the path splits)."""
+    check_input_names(model, request)
+    check_requested_outputs(model, request)
+    int_parameter(request, "priority")
+    int_parameter(request, "timeout")
+
+
+def validate_inputs(
+    model: ModelVersion, request: InferenceRequest, max_variable_elements: int = 0
+) -> tuple[dict[str, np.ndarray], int]:
+    """Check request inputs against the config; returns the engine's inputs and the batch size.
+
+    ``max_variable_elements`` bounds each batch item of an input whose dims vary (0: no bound)."""
+    check_input_names(model, request)
     batched = model.max_batch_size > 0
     batch_size = 1
     batch_sizes: dict[str, int] = {}

@@ -31,7 +31,8 @@ from ..inference.stages.tasks import check_image_request, image_task
 from ..pipelines.slices import ImageWork
 from ..repository.model import ModelVersion
 from ..response_streams import ResponseSink
-from ..types import InferenceRequest, InferenceResponse, RequestedOutput
+from ..types import InferenceRequest, InferenceResponse, RequestedOutput, Reserves
+from ..workers import Workers
 from .handoff import HandoffClient, StaleModel
 from .model_views import ModelViews
 
@@ -63,8 +64,9 @@ class HandoffPath(FrontHalf):
 class IntakeImages:
     """``http.ImagePlane`` in an intake process: admission here, the front half here."""
 
-    def __init__(self, admission: Admission, views: ModelViews, path: HandoffPath) -> None:
+    def __init__(self, admission: Admission, views: ModelViews, path: HandoffPath, workers: Workers) -> None:
         self.admission = admission
+        self.workers = workers
         self.views = views
         self.path = path
 
@@ -76,6 +78,7 @@ class IntakeImages:
         task: str,
         options: dict[str, Any],
         parameters: dict[str, Any] | None = None,
+        ticket: Reserves | None = None,
     ) -> tuple[ModelVersion, list[Any]]:
         """As ``DataPlane.run_images`` on the load ``ImageRoutes`` resolved; pre-processed again
         (at most ``STALE_RETRIES`` times) for a load that replaced it meanwhile."""
@@ -86,6 +89,7 @@ class IntakeImages:
             check_image_request(model, images, task)
             stage = image_task(model, task, options)
             request = stage.request(model, images, parameters or {})
+            request.ticket = ticket
             try:
                 return model, await self.path.run_image_task(model, stage, request)
             except StaleModel:

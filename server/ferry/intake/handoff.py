@@ -67,7 +67,6 @@ from ..errors import (
     Unimplemented,
 )
 from ..inference.validation import int_parameter
-from ..inflight import hold_for_current
 from ..types import (
     InferenceRequest,
     InferenceResponse,
@@ -421,7 +420,8 @@ class HandoffClient:
             int_parameter(request, key)
         # the block is a copy of the inputs that lives until the model process answers: counted
         # (and refused past the cap) on the request's own ticket, as one process counts its copies
-        where, descs = _write_tensors(self._requests, list(request.inputs.items()), hold_for_current)
+        count = None if request.ticket is None else request.ticket.hold
+        where, descs = _write_tensors(self._requests, list(request.inputs.items()), count)
         header = (
             request.model_name,
             request.model_version,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import logging
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from ..repository.model import ModelVersion, config_tensors, new_version
 from ..scheduling.interface import ModelScheduler, Outputs, RequestTiming
 from ..scheduling.timeline import Timeline
 from ..statistics import ModelStats
+from ..types import Reserves
 from .handoff import HandoffClient
 
 log = logging.getLogger("ferry.intake")
@@ -43,6 +45,8 @@ class ElsewhereScheduler(ModelScheduler):
         timeline: Timeline | None = None,
         timing: RequestTiming | None = None,
         sink: Any = None,
+        parameters: Mapping[str, Any] | None = None,
+        ticket: Reserves | None = None,
     ) -> Outputs:
         raise RuntimeError("an intake process hands executions to the model process (HandoffPath)")
 

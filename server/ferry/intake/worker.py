@@ -17,7 +17,6 @@ import os
 import signal
 import sys
 from collections.abc import AsyncGenerator, Awaitable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +29,6 @@ from ..api.grpc import STREAM_DOOR
 from ..api.http_fast import InferFastPath
 from ..api.limits import Limits
 from ..api.stream_limits import StreamLimits
-from ..cores import usable_cores
 from ..errors import DecoupledModel, FerryError
 from ..front_doors import (
     QuietUvicornServer,
@@ -47,6 +45,7 @@ from ..security import ServerSecurity
 from ..security.identity import Identify
 from ..settings import Settings
 from ..types import InferenceRequest, InferenceResponse
+from ..workers import Workers
 from .forward_grpc import ForwardingServicer
 from .forward_http import ForwardToCore
 from .front_half import HandoffPath, ImageRoutes, IntakeImages
@@ -93,12 +92,14 @@ class IntakePlane:
         limits: Limits,
         client: HandoffClient,
         identify: Identify,
+        workers: Workers,
         images: IntakeImages | None = None,
         stream_limits: StreamLimits | None = None,
     ) -> None:
         self.admission = admission
         self.stream_limits = stream_limits or StreamLimits()  # this intake's clients' streams
         self.limits = limits
+        self.workers = workers
         self.identify = identify  # the core uses the identity the request arrives with
         self._client = client
         self.images = images  # encoded images for an image model: decoded here
@@ -143,14 +144,16 @@ async def run(assignment: Assignment) -> int:
     client = HandoffClient(assignment.row, assignment.arena_bytes)
     await client.connect(assignment.path("hub.sock"))
     admission = Admission(settings.max_inflight_requests, settings.max_inflight_bytes, table.counts(assignment.row))
-    workers = settings.image_workers or usable_cores()  # as the model process's DataPlane
-    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ferry-intake-image")
+    workers = Workers(settings.image_workers, prefix="ferry-intake")  # as the model process's
     images = IntakeImages(
         admission,
         ModelViews(client),
-        HandoffPath(client, pool, max(1, workers // 2), SharedImageWork(table, assignment.row)),
+        HandoffPath(client, workers.image, workers.image_share, SharedImageWork(table, assignment.row)),
+        workers,
     )
-    plane = IntakePlane(admission, request_limits(settings), client, security.identify, images, stream_limits(settings))
+    plane = IntakePlane(
+        admission, request_limits(settings), client, security.identify, workers, images, stream_limits(settings)
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
@@ -199,7 +202,7 @@ async def run(assignment: Assignment) -> int:
     await forward.aclose()
     await channel.close()
     client.close()
-    pool.shutdown(wait=False, cancel_futures=True)
+    workers.shutdown()
     return code
 
 

@@ -1,5 +1,5 @@
 """The OCR model's scheduler: each page through the detector, the angle classifier and the
-recogniser, each by that model's own scheduler, with the CPU steps in worker threads.
+recogniser, each by that model's own scheduler, with the CPU steps on the image pool.
 
 Pages of concurrent requests meet in the composing models' batchers: the angle batches (all
 48x192) and the recognition batches of equal width (most lines are 320 wide) run together
@@ -11,18 +11,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Executor
+from typing import Any
 
 import numpy as np
 
 from ..ensembles.step import StepModel
 from ..errors import FerryError, InvalidArgument, Unavailable
-from ..inflight import hold_for_current
 from ..pipelines.text.ctc import ctc_characters, ctc_greedy
 from ..response_streams import ResponseSink
 from ..scheduling.interface import ComposingScheduler, RequestTiming
 from ..scheduling.timeline import Timeline
 from ..statistics import ModelStats
+from ..types import Reserves
+from ..workers import run_in
 from . import steps
 from .settings import INPUT, OcrSettings
 
@@ -33,10 +36,13 @@ Resolve = Callable[[str, str], StepModel]
 class OcrScheduler(ComposingScheduler):
     """Runs OCR requests (one encoded page each) over three composing models."""
 
-    def __init__(self, name: str, settings: OcrSettings, resolve: Resolve, stats: ModelStats, max_pixels: int) -> None:
+    def __init__(
+        self, name: str, settings: OcrSettings, resolve: Resolve, stats: ModelStats, max_pixels: int, pool: Executor
+    ) -> None:
         super().__init__(name, stats)
         self.settings = settings
         self.max_pixels = max_pixels
+        self.pool = pool  # the image pool (``ferry.workers``): the page steps are image work
         self._resolve = resolve
 
     def models(self) -> tuple[StepModel, StepModel, StepModel]:
@@ -63,6 +69,8 @@ class OcrScheduler(ComposingScheduler):
         timeline: Timeline | None = None,
         timing: RequestTiming | None = None,
         sink: ResponseSink | None = None,
+        parameters: Mapping[str, Any] | None = None,
+        ticket: Reserves | None = None,
     ) -> Outputs:
         """OCR of the one page in ``inputs['IMAGE']``: its lines' boxes, text and scores."""
         pages = np.asarray(inputs[INPUT]).reshape(-1)
@@ -73,27 +81,35 @@ class OcrScheduler(ComposingScheduler):
             raise InvalidArgument(f"model '{self.name}': input '{INPUT}' must hold an encoded image (BYTES)")
         started = time.perf_counter_ns()
         spent = RequestTiming()
-        result = await self.counted(self._run(bytes(data), priority, timeout_us, spent), started)
+        result = await self.counted(self._run(bytes(data), priority, timeout_us, parameters, ticket, spent), started)
         self.record_success(started, spent, 1, timeline, timing)
         return {name: result[name] for name in outputs}
 
-    async def _run(self, data: bytes, priority: int | None, timeout_us: int | None, timing: RequestTiming) -> Outputs:
+    async def _run(
+        self,
+        data: bytes,
+        priority: int | None,
+        timeout_us: int | None,
+        parameters: Mapping[str, Any] | None,
+        ticket: Reserves | None,
+        timing: RequestTiming,
+    ) -> Outputs:
         """The page's stages; what each will hold is counted in the request's admission before it
         is paid: decoding and the detector from the page's header, then the crops, the angle
         batch and the recognition window from the boxes found."""
         detector, angle, recognizer = self.models()
         settings = self.settings
         characters = _characters(recognizer)
-        with _counted(await asyncio.to_thread(steps.page_cost, data, settings, self.max_pixels)):
-            work = await asyncio.to_thread(steps.start_page, data, settings, self.max_pixels)
+        with _counted(ticket, await run_in(self.pool, steps.page_cost, data, settings, self.max_pixels)):
+            work = await run_in(self.pool, steps.start_page, data, settings, self.max_pixels)
             if work.detector_input is None:
                 return steps.result(np.zeros((0, 4, 2)), [], [])
-            found = await _run_model(detector, work.detector_input, priority, timeout_us, timing)
+            found = await _run_model(detector, work.detector_input, priority, timeout_us, parameters, timing)
             work.detector_input = None
-            text_cost = await asyncio.to_thread(steps.find_text, work, found, settings, len(characters))
+            text_cost = await run_in(self.pool, steps.find_text, work, found, settings, len(characters))
             del found
-        with _counted(text_cost):
-            return await self._read_text(work, angle, recognizer, characters, priority, timeout_us, timing)
+        with _counted(ticket, text_cost):
+            return await self._read_text(work, angle, recognizer, characters, priority, timeout_us, parameters, timing)
 
     async def _read_text(
         self,
@@ -103,41 +119,49 @@ class OcrScheduler(ComposingScheduler):
         characters: list[str],
         priority: int | None,
         timeout_us: int | None,
+        parameters: Mapping[str, Any] | None,
         timing: RequestTiming,
     ) -> Outputs:
         """The crops of the boxes found, turned upright and recognised, a few batches at a time."""
         settings = self.settings
-        angle_batch = await asyncio.to_thread(steps.cut_crops, work, settings)
+        angle_batch = await run_in(self.pool, steps.cut_crops, work, settings)
         if angle_batch is None:
             return steps.result(np.zeros((0, 4, 2)), [], [])
-        angles = await _run_model(angle, angle_batch, priority, timeout_us, timing)
-        batches = await asyncio.to_thread(steps.turn_crops, work, angles, settings)
+        angles = await _run_model(angle, angle_batch, priority, timeout_us, parameters, timing)
+        batches = await run_in(self.pool, steps.turn_crops, work, angles, settings)
         window = asyncio.Semaphore(steps.RECOGNITION_WINDOW)
 
         async def read(members: list[int], width: int) -> tuple[list[int], list[tuple[str, float]]]:
             async with window:
-                tensor = await asyncio.to_thread(steps.recognition_tensor, work, members, width, settings)
-                probabilities = await _run_model(recognizer, tensor, priority, timeout_us, timing)
-                return members, await asyncio.to_thread(ctc_greedy, probabilities, characters)
+                tensor = await run_in(self.pool, steps.recognition_tensor, work, members, width, settings)
+                probabilities = await _run_model(recognizer, tensor, priority, timeout_us, parameters, timing)
+                return members, await run_in(self.pool, ctc_greedy, probabilities, characters)
 
         read_lines = await asyncio.gather(*(read(members, width) for members, width in batches))
-        return await asyncio.to_thread(steps.finish, work, read_lines, settings)
+        return await run_in(self.pool, steps.finish, work, read_lines, settings)
 
 
 @contextlib.contextmanager
-def _counted(nbytes: int) -> Iterator[None]:
+def _counted(ticket: Reserves | None, nbytes: int) -> Iterator[None]:
     """Count ``nbytes`` in the request's admission while a stage runs (refused, 503 or 413, when
     they do not fit), and stop counting them once it is over: a page's stages follow each other."""
-    release = hold_for_current(nbytes)
+    if ticket is None:  # not admitted: a Python model's exec()
+        yield
+        return
+    release = ticket.hold(nbytes)
     try:
         yield
     finally:
-        if release is not None:
-            release()
+        release()
 
 
 async def _run_model(
-    model: StepModel, batch: np.ndarray, priority: int | None, timeout_us: int | None, timing: RequestTiming
+    model: StepModel,
+    batch: np.ndarray,
+    priority: int | None,
+    timeout_us: int | None,
+    parameters: Mapping[str, Any] | None,
+    timing: RequestTiming,
 ) -> np.ndarray:
     """The model's one output for ``batch`` (first axis: items), through its scheduler in chunks
     of its ``max_batch_size`` (one item at a time for a model that cannot batch)."""
@@ -148,7 +172,9 @@ async def _run_model(
     [output_name] = model.outputs
     if model.max_batch_size <= 0:
         parts = [
-            await scheduler.submit({input_name: item[None]}, [output_name], 1, priority, timeout_us, timing=timing)
+            await scheduler.submit(
+                {input_name: item[None]}, [output_name], 1, priority, timeout_us, timing=timing, parameters=parameters
+            )
             for item in batch
         ]
         return np.concatenate([part[output_name] for part in parts])
@@ -162,6 +188,7 @@ async def _run_model(
                 priority,
                 timeout_us,
                 timing=timing,
+                parameters=parameters,
             )
             for start in range(0, len(batch), chunk)
         )

@@ -17,12 +17,15 @@ from ..ensembles.plan import EnsemblePlan, Step, plan_ensemble
 from ..ensembles.scheduler import EnsembleScheduler
 from ..ensembles.step import StepModel
 from ..errors import FerryError, ModelLoadError
+from ..workers import Workers
 from .config import validate_config
 from .model import ModelVersion, config_tensors, new_version
 
 
 class ComposingModels(Protocol):
     """What the loader needs from the model manager."""
+
+    workers: Workers  # the pools a composite model's own CPU work runs on
 
     async def ensure_loaded(self, name: str) -> None: ...
 

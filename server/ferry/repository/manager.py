@@ -8,7 +8,6 @@ drop requests. A model that fails to load is recorded with its reason and harms 
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import enum
 import hashlib
 import logging
@@ -23,6 +22,7 @@ from ..errors import FerryError, InvalidArgument, ModelLoadError, NotFound, Unav
 from ..ocr import is_ocr
 from ..paths import check_model_name, model_directory
 from ..types import ControlMode
+from ..workers import Workers
 from .config import CONFIG_FILENAME, parse_config_json, read_config_file
 from .ensemble_loader import load_ensemble
 from .memory import release_free_memory
@@ -33,8 +33,21 @@ from .versions import select_versions, versions_on_disk
 
 log = logging.getLogger(__name__)
 
-#: The models whose loads led to the current one (an ensemble loading its steps), to refuse cycles.
-_LOAD_CHAIN: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("ferry_load_chain", default=())
+
+class LoadChain:
+    """What a composite model's loader (ensemble, OCR) sees of the manager: its composing models
+    are loaded with the chain of loads that led to it, so a cycle is refused by name."""
+
+    def __init__(self, manager: ModelManager, chain: tuple[str, ...]) -> None:
+        self.manager = manager
+        self.chain = chain  # the models whose loads led here, outermost first
+        self.workers = manager.workers
+
+    async def ensure_loaded(self, name: str) -> None:
+        await self.manager.ensure_loaded(name, self.chain)
+
+    def get(self, name: str, version: str = "") -> ModelVersion:
+        return self.manager.get(name, version)
 
 
 class ModelState(str, enum.Enum):
@@ -87,8 +100,11 @@ class ModelManager:
         startup_models: Iterable[str] = (),
         poll_interval: float = 15.0,
         on_loaded: Callable[[ModelVersion], None] | None = None,
+        workers: Workers | None = None,
     ) -> None:
         self.repository = repository.resolve()
+        #: the process's thread pools: its models' requests use them (an OCR model's page steps)
+        self.workers = workers or Workers()
         self.control_mode = control_mode
         self.startup_models = list(startup_models)
         self.poll_interval = poll_interval
@@ -314,9 +330,9 @@ class ModelManager:
                     frontier.append(record.name)
         return found[::-1]
 
-    async def ensure_loaded(self, name: str) -> None:
-        """Load a model an ensemble needs, unless it is READY (a load in progress finishes first)."""
-        chain = _LOAD_CHAIN.get()
+    async def ensure_loaded(self, name: str, chain: tuple[str, ...] = ()) -> None:
+        """Load a model an ensemble needs, unless it is READY (a load in progress finishes first);
+        ``chain``: the loads that led to this one (the ensemble's own, outermost first)."""
         if name in chain:
             raise ModelLoadError(f"circular dependency: {' -> '.join((*chain, name))}")
         check_model_name(name)
@@ -333,7 +349,7 @@ class ModelManager:
                     return
             if not model_directory(self.repository, name).is_dir():
                 raise NotFound(f"model '{name}' is not in the repository")
-            await self._load(name, None)
+            await self._load(name, None, chain)
         finally:
             if waiter:
                 self._waits_for.pop(waiter, None)
@@ -369,7 +385,7 @@ class ModelManager:
         log.error("%s", error.message)
         return error
 
-    async def _load(self, name: str, config_json: str | None) -> None:
+    async def _load(self, name: str, config_json: str | None, chain: tuple[str, ...] = ()) -> None:
         record = self._records.setdefault(name, ModelRecord(name))
         async with record.lock:
             model_dir = self.repository / name
@@ -389,7 +405,9 @@ class ModelManager:
                 raise self._failed(name, record.error) from None
             record.error = ""
             record.fingerprint = fingerprint
-            failures = await asyncio.gather(*(self._load_version(record, model_dir, v, config, source) for v in wanted))
+            failures = await asyncio.gather(
+                *(self._load_version(record, model_dir, v, config, source, chain) for v in wanted)
+            )
             stale = [v for v in record.versions if v not in wanted and record.versions[v].model is not None]
             await asyncio.gather(
                 *(self._unload_version(record, v, "no longer served by the version policy") for v in stale)
@@ -412,7 +430,13 @@ class ModelManager:
         return read_config_file(model_dir) or mc.ModelConfig()
 
     async def _load_version(
-        self, record: ModelRecord, model_dir: Path, version: int, config: mc.ModelConfig, source: str
+        self,
+        record: ModelRecord,
+        model_dir: Path,
+        version: int,
+        config: mc.ModelConfig,
+        source: str,
+        chain: tuple[str, ...] = (),
     ) -> str:
         """Load one version; the old copy keeps serving until the new one is READY. Returns an error."""
         old = record.versions.get(version)
@@ -420,12 +444,8 @@ class ModelManager:
             record.versions[version] = VersionStatus(ModelState.LOADING)
         try:
             if is_ensemble(config) or is_ocr(config):
-                chain = _LOAD_CHAIN.set((*_LOAD_CHAIN.get(), record.name))  # this load task's context only
                 load = load_ocr if is_ocr(config) else load_ensemble
-                try:
-                    model = await load(model_dir, version, config, source, self)
-                finally:
-                    _LOAD_CHAIN.reset(chain)
+                model = await load(model_dir, version, config, source, LoadChain(self, (*chain, record.name)))
             else:
                 model = await asyncio.to_thread(load_version, model_dir, version, config, source)
         except FerryError as exc:

@@ -14,13 +14,14 @@ import asyncio
 import contextlib
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from ..errors import FerryError, Unavailable
+from ..types import Reserves
 from .timeline import Timeline
 
 if TYPE_CHECKING:
@@ -56,11 +57,16 @@ class ModelScheduler(ABC):
         timeline: Timeline | None = None,
         timing: RequestTiming | None = None,
         sink: ResponseSink | None = None,
+        parameters: Mapping[str, Any] | None = None,
+        ticket: Reserves | None = None,
     ) -> Outputs:
         """Run one request (``batch_size`` items when the model batches) and return the asked
         outputs. ``priority`` and ``timeout_us`` follow the config's queue policies; ``timeline``
         (a traced request) and ``timing`` (an ensemble's statistics) receive its durations. A
-        decoupled model's request passes a ``sink``: its responses go there as the model sends them."""
+        decoupled model's request passes a ``sink``: its responses go there as the model sends them.
+        ``parameters`` are the request's parameters, which a model's own code reads (an ensemble
+        hands them to its steps, as Triton's); ``ticket`` is its admission, on which a composite counts
+        what its stages will hold (an OCR page's detector maps, crops and recognition batches)."""
 
     @abstractmethod
     def start(self) -> None:

@@ -27,9 +27,9 @@ from ..backends.base import Instance
 from ..errors import FerryError, Unavailable
 from ..response_streams import ResponseSink
 from ..statistics import ModelStats
+from ..types import Reserves
 from .interface import ModelScheduler, Outputs, RequestTiming
 from .policy import SchedulingPolicy
-from .request_parameters import current_parameters
 from .timeline import Timeline
 
 log = logging.getLogger(__name__)
@@ -225,7 +225,9 @@ class Scheduler(ModelScheduler):
         self._delayed: deque[Pending] = deque()
         self._live: dict[int, int] = dict.fromkeys(self.policy.levels, 0)
         self._queued = 0
-        self._executor = ThreadPoolExecutor(max_workers=max(1, len(self.instances)), thread_name_prefix=f"ferry-{name}")
+        self._executor = ThreadPoolExecutor(
+            max_workers=max(1, len(self.instances)), thread_name_prefix=f"ferry-model-{name}"
+        )
         self._workers: list[asyncio.Task] = []
         self._staging = {id(instance): Staging() for instance in self.instances}
         self._may_inline = all(getattr(i, "inline_when_fast", False) for i in self.instances)
@@ -268,6 +270,8 @@ class Scheduler(ModelScheduler):
         timeline: Timeline | None = None,
         timing: RequestTiming | None = None,
         sink: ResponseSink | None = None,
+        parameters: Mapping[str, Any] | None = None,
+        ticket: Reserves | None = None,
     ) -> Outputs:
         """Queue one request and wait for its outputs.
 
@@ -299,7 +303,7 @@ class Scheduler(ModelScheduler):
             loop.create_future(),
             timeline=timeline,
             sink=sink,
-            parameters=current_parameters.get(),
+            parameters=parameters,
         )
         if timeline is not None:
             timeline.queue_start = pending.enqueued_ns

@@ -3,18 +3,17 @@ pre-processed batch, decoded in the worker pool a few images at a time (``pipeli
 
 from __future__ import annotations
 
-import asyncio
 from concurrent.futures import Executor
 
 import numpy as np
 
 from ...errors import InvalidArgument
-from ...inflight import reserve_for_current
 from ...pipelines.resize_bounds import image_cost
 from ...pipelines.runtime import ImagePipeline, Prepared
 from ...pipelines.slices import ImageWork, prepare_in_slices
 from ...repository.model import ModelVersion
 from ...types import InferenceRequest
+from ...workers import run_in
 
 
 class ImageInput:
@@ -55,7 +54,9 @@ class ImageInput:
                 f"of model '{model.name}'"
             )
         images: list[bytes] = list(np.asarray(encoded).reshape(-1))
-        reserve_for_current(await self._peak_cost(pipeline, images))
+        peak = await self._peak_cost(pipeline, images)
+        if request.ticket is not None:
+            request.ticket.reserve(peak)
         prepared = await prepare_in_slices(self.pool, self.share, pipeline, images, self.work)
         model.stats.record_images(len(images), prepared.decode_ns, prepared.preprocess_ns)
         return prepared
@@ -71,7 +72,7 @@ class ImageInput:
         def costs() -> list[tuple[int, int]]:
             return [image_cost(data, spec, pipeline.max_pixels, index) for index, data in enumerate(images)]
 
-        # reading many headers takes a while: not on the event loop
-        found = await asyncio.to_thread(costs) if len(images) > 16 else costs()
+        # reading many headers takes a while: on the image pool
+        found = await run_in(self.pool, costs) if len(images) > 16 else costs()
         peaks = sorted(peak for peak, _ in found)
         return sum(peaks[-self.share :]) + 2 * sum(tensor for _, tensor in found)
