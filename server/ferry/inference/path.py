@@ -1,9 +1,10 @@
 """The one request path: resolve → validate → pre-stages → schedule → post-stages.
 
 Every door comes through here: V2 infer (tensors or encoded images, REST or gRPC), ``/classify``,
-``/detect`` and ``/embed``, a Python model's ``InferenceRequest.exec()`` (which is a V2 infer), and the image
-tasks of ensembles. So validation, tracing, the ``priority`` and ``timeout`` parameters, the
-statistics and the reload retry hold on every path. The data plane adds what is protocol-level
+``/detect`` and ``/embed``, a Python model's ``InferenceRequest.exec()`` (which is a V2 infer), and
+every step of an ensemble or OCR model (``run_step``, the ``StepRunner`` those schedulers are
+handed). So validation, tracing, the ``priority`` and ``timeout`` parameters, the statistics and the
+reload retry hold on every path. The data plane adds what is protocol-level
 around it (shared memory, the response cache, response encoding).
 
 One request may need several executions: images beyond ``max_batch_size`` on the image endpoints,
@@ -28,12 +29,15 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ..batches import execution_slices
+from ..ensembles.step import StepRequest
 from ..errors import InvalidArgument
 from ..pipelines.preprocess import ImageTransform
 from ..pipelines.slices import ImageWork
 from ..repository.manager import ModelManager
 from ..repository.model import ModelVersion
 from ..response_streams import ResponseSink
+from ..scheduling.interface import RequestTiming
 from ..scheduling.request_parameters import current_parameters
 from ..scheduling.scheduler import Unloading
 from ..scheduling.timeline import Timeline
@@ -183,13 +187,8 @@ class FrontHalf(ABC):
         if limit <= 0 or items <= limit:
             return [(slice(0, 0), request)]
         return [
-            (
-                slice(0, 0),
-                dataclasses.replace(
-                    request, inputs={name: array[start : start + limit] for name, array in request.inputs.items()}
-                ),
-            )
-            for start in range(0, items, limit)
+            (slice(0, 0), dataclasses.replace(request, inputs={name: a[one] for name, a in request.inputs.items()}))
+            for one in execution_slices(items, limit)
         ]
 
     @abstractmethod
@@ -207,17 +206,53 @@ class RequestPath(FrontHalf):
         super().__init__(pool, image_share)
         self.manager = manager
         self.tracing = tracing
+        manager.step_runner = self.run_step  # composite models' steps come back through here
 
     def resolve(self, name: str, version: str = "") -> ModelVersion:
         return self.manager.get(name, version)
 
+    async def run_step(self, step: StepRequest) -> Outputs:
+        """One step of an ensemble or OCR model, as a request of its own to the model the composite
+        resolved: split into executions of the step model's ``max_batch_size`` (one chunking for
+        every path), each validated, traced, queued and retried once on a replaced version. The
+        composite request's parameters go with it (a Python step reads them). Outputs in the
+        config's dims, the executions' joined along the batch."""
+        model = step.model
+        assert isinstance(model, ModelVersion), "composite steps are versions the model manager resolved"
+        parameters = {**(current_parameters.get() or {}), "priority": step.priority, "timeout": step.timeout_us}
+        request = InferenceRequest(
+            model.name,
+            step.version,
+            inputs=step.inputs,
+            outputs=None,
+            parameters={key: value for key, value in parameters.items() if value is not None},
+        )
+        if step.sink is not None or model.max_batch_size <= 0:
+            return (await self._schedule(model, request, step.outputs, step.sink, timing=step.timing))[1]
+        executions = self._split(model, request)
+        if len(executions) == 1:
+            return (await self._schedule(model, request, step.outputs, timing=step.timing))[1]
+        parts = await asyncio.gather(
+            *(self._schedule(model, one, step.outputs, timing=step.timing) for _, one in executions)
+        )
+        outputs = [part[1] for part in parts]
+        given = [name for name in step.outputs if all(name in part for part in outputs)]  # a Python step may omit one
+        return {name: np.concatenate([part[name] for part in outputs]) for name in given}
+
     # --- validate and schedule --------------------------------------------------------------------
 
     async def _schedule(
-        self, model: ModelVersion, request: InferenceRequest, names: Sequence[str], sink: ResponseSink | None = None
+        self,
+        model: ModelVersion,
+        request: InferenceRequest,
+        names: Sequence[str],
+        sink: ResponseSink | None = None,
+        *,
+        timing: RequestTiming | None = None,
     ) -> tuple[ModelVersion, Outputs, int]:
         """Validate one execution, queue it on the model's scheduler (traced) and return its
-        outputs in the config's dims, with the version that ran it and the batch size."""
+        outputs in the config's dims, with the version that ran it and the batch size. ``timing``
+        sums a composite model's time in its steps."""
         try:
             inputs, batch_size = validate_inputs(model, request)
             check_requested_outputs(model, request)
@@ -234,7 +269,7 @@ class RequestPath(FrontHalf):
             try:
                 served = model
                 results = await model.scheduler.submit(
-                    inputs, names, batch_size, priority, timeout_us, timeline, sink=sink
+                    inputs, names, batch_size, priority, timeout_us, timeline, timing, sink=sink
                 )
             except Unloading:
                 # a reload retired this version since it was looked up (while images decoded, say):
@@ -243,7 +278,7 @@ class RequestPath(FrontHalf):
                 if served is model:
                     raise
                 results = await served.scheduler.submit(
-                    inputs, names, batch_size, priority, timeout_us, timeline, sink=sink
+                    inputs, names, batch_size, priority, timeout_us, timeline, timing, sink=sink
                 )
         except Exception as exc:
             if trace:

@@ -1,5 +1,7 @@
 """The OCR model's scheduler: each page through the detector, the angle classifier and the
-recogniser, each by that model's own scheduler, with the CPU steps in worker threads.
+recogniser, each resolved once per page and run as a request of its own through the request path
+(the ``StepRunner``: validated, traced, split to the model's batch size, retried once on a
+replaced version), with the CPU steps in worker threads.
 
 Pages of concurrent requests meet in the composing models' batchers: the angle batches (all
 48x192) and the recognition batches of equal width (most lines are 320 wide) run together
@@ -10,11 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 
 import numpy as np
 
-from ..ensembles.step import StepModel
+from ..batches import execution_slices
+from ..ensembles.step import ComposingModels, StepModel, StepRequest, StepRunner
 from ..errors import FerryError, InvalidArgument, Unavailable
 from ..response_streams import ResponseSink
 from ..scheduling.interface import ComposingScheduler, RequestTiming
@@ -24,17 +26,18 @@ from . import steps
 from .settings import INPUT, OcrSettings
 
 Outputs = dict[str, np.ndarray]
-Resolve = Callable[[str, str], StepModel]
 
 
 class OcrScheduler(ComposingScheduler):
     """Runs OCR requests (one encoded page each) over three composing models."""
 
-    def __init__(self, name: str, settings: OcrSettings, resolve: Resolve, stats: ModelStats, max_pixels: int) -> None:
+    def __init__(
+        self, name: str, settings: OcrSettings, models: ComposingModels, stats: ModelStats, max_pixels: int
+    ) -> None:
         super().__init__(name, stats)
         self.settings = settings
         self.max_pixels = max_pixels
-        self._resolve = resolve
+        self._models = models
 
     def models(self) -> tuple[StepModel, StepModel, StepModel]:
         """The READY detector, angle classifier and recogniser."""
@@ -42,7 +45,7 @@ class OcrScheduler(ComposingScheduler):
         for role in ("detector", "angle_classifier", "recognizer"):
             name = getattr(self.settings, role)
             try:
-                found.append(self._resolve(name, ""))
+                found.append(self._models.get(name, ""))
             except FerryError as exc:
                 raise Unavailable(f"model '{self.name}': its {role} '{name}' is not ready: {exc.message}") from None
         return found[0], found[1], found[2]
@@ -80,14 +83,15 @@ class OcrScheduler(ComposingScheduler):
         work = await asyncio.to_thread(steps.start_page, data, settings, self.max_pixels)
         if work.detector_input is None:
             return steps.result(np.zeros((0, 4, 2)), [], [])
-        found = await _run_model(detector, work.detector_input, priority, timeout_us, timing)
+        run = self._models.step_runner
+        found = await _run_model(run, detector, work.detector_input, priority, timeout_us, timing)
         angle_batch = await asyncio.to_thread(steps.cut_crops, work, found, settings)
         if angle_batch is None:
             return steps.result(np.zeros((0, 4, 2)), [], [])
-        angles = await _run_model(angle, angle_batch, priority, timeout_us, timing)
+        angles = await _run_model(run, angle, angle_batch, priority, timeout_us, timing)
         batches = await asyncio.to_thread(steps.turn_crops, work, angles, settings)
         recognised = await asyncio.gather(
-            *(_run_model(recognizer, tensor, priority, timeout_us, timing) for _, tensor in batches)
+            *(_run_model(run, recognizer, tensor, priority, timeout_us, timing) for _, tensor in batches)
         )
         characters = _characters(recognizer)
         finished = [(members, probabilities) for (members, _), probabilities in zip(batches, recognised, strict=True)]
@@ -95,35 +99,26 @@ class OcrScheduler(ComposingScheduler):
 
 
 async def _run_model(
-    model: StepModel, batch: np.ndarray, priority: int | None, timeout_us: int | None, timing: RequestTiming
+    run: StepRunner,
+    model: StepModel,
+    batch: np.ndarray,
+    priority: int | None,
+    timeout_us: int | None,
+    timing: RequestTiming,
 ) -> np.ndarray:
-    """The model's one output for ``batch`` (first axis: items), through its scheduler in chunks
-    of its ``max_batch_size`` (one item at a time for a model that cannot batch)."""
-    scheduler = model.scheduler
-    if scheduler is None:
-        raise Unavailable(f"model '{model.name}' has no scheduler")
+    """The model's one output for ``batch`` (first axis: items), through the request path: in
+    one request when the model batches (the path splits it to ``max_batch_size``), else one
+    request per item."""
     [input_name] = model.inputs
     [output_name] = model.outputs
-    if model.max_batch_size <= 0:
-        parts = [
-            await scheduler.submit({input_name: item[None]}, [output_name], 1, priority, timeout_us, timing=timing)
-            for item in batch
+    if model.max_batch_size > 0:
+        return (await run(StepRequest(model, "", {input_name: batch}, [output_name], priority, timeout_us, timing)))[
+            output_name
         ]
-        return np.concatenate([part[output_name] for part in parts])
-    chunk = model.max_batch_size
-    parts = await asyncio.gather(
-        *(
-            scheduler.submit(
-                {input_name: batch[start : start + chunk]},
-                [output_name],
-                len(batch[start : start + chunk]),
-                priority,
-                timeout_us,
-                timing=timing,
-            )
-            for start in range(0, len(batch), chunk)
-        )
-    )
+    parts = [
+        await run(StepRequest(model, "", {input_name: batch[one]}, [output_name], priority, timeout_us, timing))
+        for one in execution_slices(len(batch), 0)
+    ]
     return np.concatenate([part[output_name] for part in parts])
 
 
