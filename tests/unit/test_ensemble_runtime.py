@@ -183,6 +183,27 @@ def test_unloading_a_composing_model_under_load_gives_right_answers_or_clear_err
     _serve(repo, test)
 
 
+def test_a_step_whose_model_is_replaced_mid_request_is_retried_on_the_new_version(repo: Path) -> None:
+    """The ensemble resolves its steps once, as the request starts; 'second' is reloaded while the
+    request is held inside step 0, so step 1 meets the retired version. As any request through the
+    request path, the step is retried once on the version that replaced it, and answers."""
+
+    async def test(manager: ModelManager, plane: DataPlane) -> None:
+        adder, retired = manager.get("adder"), manager.get("second")
+        gate = _hold(adder)
+        request = asyncio.create_task(_answer(plane, np.random.default_rng(7), 2))
+        await _until(lambda: adder.scheduler.in_flight == 1, "the request inside step 0")
+        await manager.load("second")  # a new version replaces the one the request resolved
+        replacement = manager.get("second")
+        assert replacement is not retired
+        gate.set()
+        await request  # answers exactly (2a, 2b)
+        assert plane.statistics("second")[0]["inference_count"] == 2  # the new version ran the step
+        assert retired.stats.inference_count == 0
+
+    _serve(repo, test)
+
+
 def test_unload_dependents_unloads_the_ensemble_too(repo: Path) -> None:
     async def test(manager: ModelManager, plane: DataPlane) -> None:
         await manager.unload("adder", unload_dependents=True)
