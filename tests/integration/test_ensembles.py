@@ -94,14 +94,14 @@ def test_ensemble_bad_input_is_refused_with_the_ensemble_name(triton: Triton) ->
 
 
 def test_a_step_validates_its_request_and_names_its_model(triton: Triton) -> None:
-    """The ensemble accepts [1, 5] (its inputs are [-1]); the step's request through the request
+    """The ensemble accepts B of [1, 5] (its inputs are [-1]); the step's request through the request
     path is checked against the step model's config, refused as the caller's error (400 /
     INVALID_ARGUMENT) naming the ensemble, the step and the model, before any engine sees it."""
-    arrays = {"A": np.zeros((1, 5), np.int32), "B": np.zeros((1, 5), np.int32)}
+    arrays = {"A": np.zeros((1, 16), np.int32), "B": np.zeros((1, 5), np.int32)}
     message = triton.expect_error(
         "invalid", "ensemble 'loose' step 0 (model 'simple'): ", triton.infer, "loose", arrays
     )
-    assert "input 'INPUT0' of model 'simple': expected shape [-1, 16] (batch first), got [1, 5]" in message
+    assert message.endswith("input 'INPUT1' of model 'simple': expected shape [-1, 16] (batch first), got [1, 5]")
     good = _ab(2, 9)
     np.testing.assert_array_equal(triton.infer("loose", good).as_numpy("SUM"), good["A"] + good["B"])
 
