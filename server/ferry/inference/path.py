@@ -224,7 +224,6 @@ class RequestPath(FrontHalf):
             model.name,
             step.version,
             inputs=step.inputs,
-            outputs=None,
             parameters={key: value for key, value in parameters.items() if value is not None},
         )
         if step.sink is not None or model.max_batch_size <= 0:

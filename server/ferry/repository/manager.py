@@ -19,7 +19,7 @@ from pathlib import Path
 from ferry_client.protocol import model_config_pb2 as mc
 
 from ..ensembles.plan import is_ensemble
-from ..ensembles.step import StepRequest, StepRunner
+from ..ensembles.step import Outputs, StepRequest, StepRunner
 from ..errors import FerryError, InvalidArgument, ModelLoadError, NotFound, Unavailable
 from ..ocr import is_ocr
 from ..paths import check_model_name, model_directory
@@ -499,6 +499,6 @@ class ModelManager:
             del self._records[name]
 
 
-async def _no_request_path(step: StepRequest) -> dict:
+async def _no_request_path(step: StepRequest) -> Outputs:
     """The step runner of a manager no request path serves (nothing runs composite requests then)."""
     raise Unavailable(f"model '{step.model.name}': no request path serves this model manager")
