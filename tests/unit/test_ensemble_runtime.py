@@ -7,6 +7,7 @@ waits for the state it needs (requests queued, a model UNLOADING), then releases
 from __future__ import annotations
 
 import asyncio
+import shutil
 import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -19,6 +20,7 @@ from ferry.errors import Unavailable
 from ferry.repository.manager import ControlMode, ModelManager
 from ferry.repository.model import ModelVersion
 from ferry.types import InferenceRequest
+from tests import ocr_reference as ocr
 
 from ..ensembles.repo import add_ensemble, add_simple, add_sub_twice
 
@@ -202,6 +204,33 @@ def test_a_step_whose_model_is_replaced_mid_request_is_retried_on_the_new_versio
         assert retired.stats.inference_count == 0
 
     _serve(repo, test)
+
+
+def test_an_ocr_step_whose_model_is_replaced_mid_page_is_retried_on_the_new_version(tmp_path: Path) -> None:
+    """The OCR model resolves its three models once, as the page starts; the recogniser is reloaded
+    while the page is held in the detector, so the recognition steps meet the retired version and
+    are retried once on the one that replaced it (the request path's retry): the page is read."""
+    source = ocr.ensure_models()
+    for model in (*ocr.MODELS, "ocr"):
+        shutil.copytree(source / model, tmp_path / model)
+    name = "page_left_crop"  # the cheapest page for the detector
+
+    async def test(manager: ModelManager, plane: DataPlane) -> None:
+        detector, retired = manager.get("text_detector"), manager.get("text_recognizer")
+        gate = _hold(detector)
+        page = InferenceRequest("ocr", inputs={"IMAGE": np.array([ocr.photos()[name]], dtype=object)})
+        request = asyncio.create_task(plane.infer(page))
+        await _until(lambda: detector.scheduler.in_flight == 1, "the page inside the detector")
+        await manager.load("text_recognizer")
+        assert manager.get("text_recognizer") is not retired
+        gate.set()
+        response = await request
+        text = next(o.data for o in response.outputs if o.name == "text")
+        assert [line.decode() for line in text] == [line["text"] for line in ocr.reference()[name]["ocr"]]
+        assert retired.stats.inference_count == 0
+        assert plane.statistics("text_recognizer")[0]["inference_count"] == len(text)
+
+    _serve(tmp_path, test)
 
 
 def test_unload_dependents_unloads_the_ensemble_too(repo: Path) -> None:
