@@ -39,7 +39,7 @@ sys.path.insert(0, str(BENCH_DIR))
 sys.path.insert(0, str(BENCH_DIR.parent))
 from serving import FerryProcess  # noqa: E402
 
-from ferry.ensembles.steps.crops import cut  # noqa: E402
+from ferry.backends.vision_steps.crops import cut  # noqa: E402
 from ferry.pipelines import PreprocessSpec, decode_image, preprocess  # noqa: E402
 from ferry.repository.config import parse_config_text  # noqa: E402
 from tests.ensembles.cascade import DIGIT_PREPROCESS, add_cascade, digit_scenes  # noqa: E402

@@ -15,7 +15,7 @@ import tritonclient.grpc as tgrpc
 import tritonclient.http as thttp
 from PIL import Image
 
-from ferry.ensembles.steps.crops import cut
+from ferry.backends.vision_steps.crops import cut
 from ferry.pipelines import PreprocessSpec, decode_image, preprocess
 from ferry_client import HttpClient
 from ferry_client.protocol import model_config_pb2 as mc

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import queue
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -14,7 +15,7 @@ import tritonclient.grpc as tgrpc
 import tritonclient.http as thttp
 
 from ..conftest import RunningServer, start_server
-from ..ensembles.repo import add_ensemble, add_simple, add_sub_twice
+from ..ensembles.repo import add_ensemble, add_simple, add_sub_twice, scheduling, step, tensors
 from .test_batching import metric, scrape
 from .triton_helpers import Triton, connect
 
@@ -25,6 +26,16 @@ CONCURRENT = 8
 GATHER_ALL = f"dynamic_batching {{ preferred_batch_size: [ {CONCURRENT} ] max_queue_delay_microseconds: 60000000 }}\n"
 
 
+#: One step whose ensemble inputs take any length ([-1] fits the step's [16] at load): a request the
+#: ensemble accepts can still be wrong for the step, which only the step's own validation sees.
+LOOSE = (
+    "max_batch_size: 8\n"
+    + tensors("input", "A", "B", dims="-1")
+    + tensors("output", "SUM", "DIFF")
+    + scheduling(step("simple", {"INPUT0": "A", "INPUT1": "B"}, {"OUTPUT0": "SUM", "OUTPUT1": "DIFF"}))
+)
+
+
 @pytest.fixture(scope="module")
 def ensemble_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     repo: Path = tmp_path_factory.mktemp("ensembles") / "models"
@@ -32,6 +43,7 @@ def ensemble_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runnin
     add_ensemble(repo, "twice", add_sub_twice())
     add_simple(repo, "gathering", extra_config=GATHER_ALL)
     add_ensemble(repo, "gathering_twice", add_sub_twice("gathering"))
+    add_ensemble(repo, "loose", LOOSE)
     running = start_server(repo, repo.parent / "server.log", "--model-control-mode", "explicit", "--load-model", "*")
     yield running
     running.stop()
@@ -79,6 +91,44 @@ def test_ensemble_bad_input_is_refused_with_the_ensemble_name(triton: Triton) ->
         "twice",
         arrays,
     )
+
+
+def test_a_step_validates_its_request_and_names_its_model(triton: Triton) -> None:
+    """The ensemble accepts B of [1, 5] (its inputs are [-1]); the step's request through the request
+    path is checked against the step model's config, refused as the caller's error (400 /
+    INVALID_ARGUMENT) naming the ensemble, the step and the model, before any engine sees it."""
+    arrays = {"A": np.zeros((1, 16), np.int32), "B": np.zeros((1, 5), np.int32)}
+    message = triton.expect_error(
+        "invalid", "ensemble 'loose' step 0 (model 'simple'): ", triton.infer, "loose", arrays
+    )
+    assert message.endswith("input 'INPUT1' of model 'simple': expected shape [-1, 16] (batch first), got [1, 5]")
+    good = _ab(2, 9)
+    np.testing.assert_array_equal(triton.infer("loose", good).as_numpy("SUM"), good["A"] + good["B"])
+
+
+def test_a_traced_ensemble_request_has_a_span_per_step(tmp_path: Path) -> None:
+    """Each step is a request of its step model through the request path, so tracing that model
+    traces the step: one ``InferRequest`` span per step (here both steps run ``simple``), beside
+    the ensemble's own."""
+    repo = tmp_path / "models"
+    add_simple(repo, "simple")
+    add_ensemble(repo, "twice", add_sub_twice())
+    trace_file = tmp_path / "trace.jsonl"
+    server = start_server(repo, tmp_path / "server.log", "--trace-file", str(trace_file))
+    try:
+        client = thttp.InferenceServerClient(server.http_url)
+        client.update_trace_settings(settings={"trace_level": ["TIMESTAMPS"], "trace_rate": "1"})
+        arrays = _ab(3, 4)
+        result = connect("http", server).infer("twice", arrays, request_id="traced")
+        np.testing.assert_array_equal(result.as_numpy("TWICE_A"), 2 * arrays["A"])
+        client.close()
+    finally:
+        server.stop()  # flushes the batched spans
+    spans = [json.loads(line) for line in trace_file.read_text().splitlines()]
+    roots = [s["attributes"]["triton.model_name"] for s in spans if s["name"] == "InferRequest"]
+    assert sorted(roots) == ["simple", "simple", "twice"]
+    steps = [s for s in spans if s["name"] == "infer" and s["parent_id"]]
+    assert len(steps) == 3  # each request, the steps' too, has its scheduler's stages
 
 
 def test_grpc_stream_through_an_ensemble(ensemble_server: RunningServer) -> None:

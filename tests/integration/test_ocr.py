@@ -6,9 +6,11 @@ over V2 infer. Same strings, boxes within 1 px, confidences within 1e-3, on ever
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -155,6 +157,39 @@ def test_v2_infer_over_rest_and_grpc(ocr_server: RunningServer) -> None:
     assert_lines_match(_v2_lines(found.as_numpy("boxes"), found.as_numpy("text"), found.as_numpy("scores")), expected)
     rest.close()
     grpc.close()
+
+
+def test_a_traced_page_has_a_span_per_model_step(tmp_path: Path) -> None:
+    """Each of the OCR model's steps is a request of its composing model through the request path,
+    so a traced page shows the detector's, the angle classifier's and the recogniser's requests
+    (one per recognition batch) beside the OCR model's own."""
+    source = ocr.ensure_models()
+    repo = tmp_path / "models"
+    for model in (*ocr.MODELS, "ocr"):
+        shutil.copytree(source / model, repo / model)
+    trace_file = tmp_path / "trace.jsonl"
+    server = start_server(repo, tmp_path / "server.log", "--trace-file", str(trace_file))
+    name = "page_left_crop"  # the cheapest page for the detector
+    try:
+        rest = thttp.InferenceServerClient(server.http_url, network_timeout=120)
+        rest.update_trace_settings(settings={"trace_level": ["TIMESTAMPS"], "trace_rate": "1"})
+        tensor = thttp.InferInput("IMAGE", [1], "BYTES")
+        tensor.set_data_from_numpy(np.array([ocr.photos()[name]], dtype=object), binary_data=True)
+        found = rest.infer("ocr", [tensor])
+        lines = _v2_lines(found.as_numpy("boxes"), found.as_numpy("text"), found.as_numpy("scores"))
+        assert_lines_match(lines, ocr.reference()[name]["ocr"])
+        rest.close()
+    finally:
+        server.stop()  # flushes the batched spans
+    spans = [json.loads(line) for line in trace_file.read_text().splitlines()]
+    models = [s["attributes"]["triton.model_name"] for s in spans if s["name"] == "InferRequest"]
+    assert {model: models.count(model) for model in ("ocr", "text_detector", "text_angle")} == {
+        "ocr": 1,
+        "text_detector": 1,
+        "text_angle": 1,
+    }
+    assert models.count("text_recognizer") >= 1
+    assert set(models) == {"ocr", *ocr.MODELS}
 
 
 def _infer(client: thttp.InferenceServerClient, model: str, batch: np.ndarray) -> np.ndarray:

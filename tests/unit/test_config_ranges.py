@@ -16,8 +16,8 @@ import pytest
 from google.protobuf import json_format, text_format
 from google.protobuf.descriptor import Descriptor
 
+from ferry.backends.vision_steps.backend import settings
 from ferry.config_ranges import NUMBER_TYPES, RANGES
-from ferry.ensembles.steps.backend import settings
 from ferry.errors import ModelLoadError
 from ferry.ocr.settings import RANGES as OCR_RANGES
 from ferry.ocr.settings import ocr_settings

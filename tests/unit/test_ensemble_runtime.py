@@ -7,6 +7,7 @@ waits for the state it needs (requests queued, a model UNLOADING), then releases
 from __future__ import annotations
 
 import asyncio
+import shutil
 import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -19,6 +20,7 @@ from ferry.errors import Unavailable
 from ferry.repository.manager import ControlMode, ModelManager
 from ferry.repository.model import ModelVersion
 from ferry.types import InferenceRequest
+from tests import ocr_reference as ocr
 
 from ..ensembles.repo import add_ensemble, add_simple, add_sub_twice
 
@@ -153,7 +155,7 @@ def test_unloading_a_composing_model_under_load_gives_right_answers_or_clear_err
         with pytest.raises(Unavailable) as refused:
             await _answer(plane, rng)
         assert refused.value.message == (
-            "model 'twice' is not ready: ensemble 'twice' step 1 (model 'second') is not ready: "
+            "ensemble 'twice' step 1 (model 'second') is not ready: "
             "Request for unknown model: 'second' has no available versions (version 1 UNLOADING (unloaded))"
         )
         assert ("twice", "UNAVAILABLE") in _states(manager)
@@ -172,13 +174,63 @@ def test_unloading_a_composing_model_under_load_gives_right_answers_or_clear_err
         stop.set()
         await background
         allowed = (
-            "model 'twice' is not ready: ensemble 'twice' step 1 (model 'second') is not ready: ",
+            "ensemble 'twice' step 1 (model 'second') is not ready: ",
             "ensemble 'twice' step 1 (model 'second'): model 'second:1' is unloading",
+            # the step met the version unloading and its retry found none to replace it
+            "ensemble 'twice' step 1 (model 'second'): Request for unknown model: 'second' has no available versions",
         )
         wrong = [o for o in outcomes if o != "ok" and not o.startswith(allowed)]
         assert not wrong
 
     _serve(repo, test)
+
+
+def test_a_step_whose_model_is_replaced_mid_request_is_retried_on_the_new_version(repo: Path) -> None:
+    """The ensemble resolves its steps once, as the request starts; 'second' is reloaded while the
+    request is held inside step 0, so step 1 meets the retired version. As any request through the
+    request path, the step is retried once on the version that replaced it, and answers."""
+
+    async def test(manager: ModelManager, plane: DataPlane) -> None:
+        adder, retired = manager.get("adder"), manager.get("second")
+        gate = _hold(adder)
+        request = asyncio.create_task(_answer(plane, np.random.default_rng(7), 2))
+        await _until(lambda: adder.scheduler.in_flight == 1, "the request inside step 0")
+        await manager.load("second")  # a new version replaces the one the request resolved
+        replacement = manager.get("second")
+        assert replacement is not retired
+        gate.set()
+        await request  # answers exactly (2a, 2b)
+        assert plane.statistics("second")[0]["inference_count"] == 2  # the new version ran the step
+        assert retired.stats.inference_count == 0
+
+    _serve(repo, test)
+
+
+def test_an_ocr_step_whose_model_is_replaced_mid_page_is_retried_on_the_new_version(tmp_path: Path) -> None:
+    """The OCR model resolves its three models once, as the page starts; the recogniser is reloaded
+    while the page is held in the detector, so the recognition steps meet the retired version and
+    are retried once on the one that replaced it (the request path's retry): the page is read."""
+    source = ocr.ensure_models()
+    for model in (*ocr.MODELS, "ocr"):
+        shutil.copytree(source / model, tmp_path / model)
+    name = "page_left_crop"  # the cheapest page for the detector
+
+    async def test(manager: ModelManager, plane: DataPlane) -> None:
+        detector, retired = manager.get("text_detector"), manager.get("text_recognizer")
+        gate = _hold(detector)
+        page = InferenceRequest("ocr", inputs={"IMAGE": np.array([ocr.photos()[name]], dtype=object)})
+        request = asyncio.create_task(plane.infer(page))
+        await _until(lambda: detector.scheduler.in_flight == 1, "the page inside the detector")
+        await manager.load("text_recognizer")
+        assert manager.get("text_recognizer") is not retired
+        gate.set()
+        response = await request
+        text = next(o.data for o in response.outputs if o.name == "text")
+        assert [line.decode() for line in text] == [line["text"] for line in ocr.reference()[name]["ocr"]]
+        assert retired.stats.inference_count == 0
+        assert plane.statistics("text_recognizer")[0]["inference_count"] == len(text)
+
+    _serve(tmp_path, test)
 
 
 def test_unload_dependents_unloads_the_ensemble_too(repo: Path) -> None:
@@ -226,7 +278,7 @@ def test_a_composing_model_reloaded_with_a_config_that_no_longer_fits(repo: Path
         with pytest.raises(Unavailable) as refused:
             await _answer(plane, np.random.default_rng(5))
         assert refused.value.message == (
-            "model 'twice' is not ready: ensemble 'twice' no longer fits its composing models: ensemble 'twice' "
+            "ensemble 'twice' no longer fits its composing models: ensemble 'twice' "
             "has max_batch_size 8 but step 1 (model 'second') allows only 4"
         )
         config.write_text(original)

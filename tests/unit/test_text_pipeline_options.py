@@ -90,7 +90,7 @@ def test_unsupported_combinations_fail_the_load(
 
 
 def test_variable_size_steps_are_refused_in_ensembles() -> None:
-    from ferry.ensembles.steps.images import decode_preprocess_step
+    from ferry.backends.vision_steps.images import decode_preprocess_step
 
     config = text_format.Parse(
         """

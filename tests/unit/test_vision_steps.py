@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from ferry.ensembles.steps.backend import VisionStepBackend
-from ferry.ensembles.steps.crops import cut
-from ferry.ensembles.steps.transforms import pack, unpack
+from ferry.backends.vision_steps.backend import VisionStepBackend
+from ferry.backends.vision_steps.crops import cut
+from ferry.backends.vision_steps.transforms import pack, unpack
 from ferry.errors import ModelLoadError
 from ferry.pipelines.preprocess import ImageTransform
 from ferry.repository.config import parse_config_text

@@ -70,7 +70,7 @@ def backend_for(platform: str) -> Backend:
             ) from None
         return PyTorchBackend()
     if platform == "ferry_vision":
-        from ..ensembles.steps.backend import VisionStepBackend
+        from .vision_steps.backend import VisionStepBackend
 
         return VisionStepBackend()
     if platform == "python":

@@ -1,9 +1,11 @@
-"""Runs ensemble requests: each step through its composing model's scheduler, tensors in memory.
+"""Runs ensemble requests: each step as a request of its own through the request path, tensors in memory.
 
-Steps run in waves (see ``plan``): the steps of one wave are independent and run at once.
-A step's request joins the composing model's queue like any client request, so the same step of
-many concurrent ensemble requests shares that model's batches. Arrays go from one step to the
-next as they are (numpy views, no serialisation). A failure names the ensemble and the step.
+Steps run in waves (see ``plan``): the steps of one wave are independent and run at once. The
+composing models are resolved once per request; each step's request goes to the ``StepRunner``
+(the request path: validated, traced, split to the step model's batch size, queued like any client
+request, retried once on a replaced version), so the same step of many concurrent ensemble requests
+shares that model's batches. Arrays go from one step to the next as they are (numpy views, no
+serialisation). A failure names the ensemble and the step.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -26,10 +28,9 @@ from ..statistics import ModelStats
 from ..types import Reserves, TensorSpec
 from .compose import check_composition
 from .plan import EnsemblePlan, PrunedPlan, Step
-from .step import StepModel
+from .step import ComposingModels, StepModel, StepRequest
 
 Outputs = dict[str, np.ndarray]
-Resolve = Callable[[str, str], StepModel]  # (model name, version or "") -> the READY version
 
 
 class EnsembleScheduler(ComposingScheduler):
@@ -41,7 +42,7 @@ class EnsembleScheduler(ComposingScheduler):
         inputs: dict[str, TensorSpec],
         outputs: dict[str, TensorSpec],
         max_batch_size: int,
-        resolve: Resolve,
+        models: ComposingModels,
         stats: ModelStats,
     ) -> None:
         super().__init__(plan.name, stats)
@@ -49,7 +50,7 @@ class EnsembleScheduler(ComposingScheduler):
         self.inputs = inputs
         self.outputs = outputs
         self.max_batch_size = max_batch_size
-        self._resolve = resolve
+        self._models = models
         self._checked: list[weakref.ref] = []
         #: one pruned plan per set of requested outputs (at most 2^outputs, all ensemble outputs)
         self._pruned: dict[frozenset[str], PrunedPlan] = {}
@@ -61,7 +62,7 @@ class EnsembleScheduler(ComposingScheduler):
         models: dict[int, StepModel] = {}
         for step in self.plan.steps:
             try:
-                models[step.index] = self._resolve(step.model_name, step.version)
+                models[step.index] = self._models.get(step.model_name, step.version)
             except FerryError as exc:
                 raise Unavailable(f"ensemble '{self.plan.name}' {step.label} is not ready: {exc.message}") from None
         current = list(models.values())
@@ -181,22 +182,12 @@ class EnsembleScheduler(ComposingScheduler):
     ) -> None:
         """The decoupled last step: its responses go straight to the ensemble's sink, renamed."""
         args = {model_input: tensors[tensor] for model_input, tensor in step.input_map.items()}
-        scheduler = model.scheduler
+        renamed = RenamedStream(sink, step.output_map)
+        request = StepRequest(
+            model, step.version, args, list(step.output_map), priority, timeout_us, timing, renamed, parameters
+        )
         try:
-            if scheduler is None:
-                raise Unavailable(f"model '{model.name}' has no scheduler")
-            items = _batch_items(args) if model.max_batch_size > 0 else 1
-            renamed = RenamedStream(sink, step.output_map)
-            await scheduler.submit(
-                args,
-                list(step.output_map),
-                items,
-                priority,
-                timeout_us,
-                timing=timing,
-                sink=renamed,
-                parameters=parameters,
-            )
+            await self._models.step_runner(request)
         except FerryError as exc:
             raise FerryError(f"ensemble '{self.plan.name}' {step.label}: {exc.message}", exc.kind) from None
 
@@ -235,37 +226,13 @@ class EnsembleScheduler(ComposingScheduler):
         parameters: Mapping[str, Any] | None,
         timing: RequestTiming,
     ) -> Outputs:
-        """One step's request through the composing model's scheduler, split to its max_batch_size."""
+        """One step's request through the request path (which splits it to the model's batch size)."""
         try:
-            scheduler = model.scheduler
-            if model.max_batch_size <= 0:
-                return await scheduler.submit(
-                    args, names, 1, priority, timeout_us, timing=timing, parameters=parameters
-                )
-            items = _batch_items(args)
-            if items == 0:
+            if model.max_batch_size > 0 and args and all(a.ndim and not len(a) for a in args.values()):
                 return {name: _empty(model.outputs[name]) for name in names}
-            chunk = model.max_batch_size
-            if items <= chunk:
-                return await scheduler.submit(
-                    args, names, items, priority, timeout_us, timing=timing, parameters=parameters
-                )
-            parts = await asyncio.gather(
-                *(
-                    scheduler.submit(
-                        {k: v[start : start + chunk] for k, v in args.items()},
-                        names,
-                        min(chunk, items - start),
-                        priority,
-                        timeout_us,
-                        timing=timing,
-                        parameters=parameters,
-                    )
-                    for start in range(0, items, chunk)
-                )
+            return await self._models.step_runner(
+                StepRequest(model, step.version, args, names, priority, timeout_us, timing, None, parameters)
             )
-            given = [name for name in names if all(name in part for part in parts)]
-            return {name: np.concatenate([part[name] for part in parts]) for name in given}
         except FerryError as exc:
             message = f"ensemble '{self.plan.name}' {step.label}: {exc.message}"
             if isinstance(exc, Unavailable):
@@ -273,14 +240,6 @@ class EnsembleScheduler(ComposingScheduler):
             raise FerryError(message, exc.kind) from None
         except Exception as exc:  # an engine's own error: still say which step it came from
             raise FerryError(f"ensemble '{self.plan.name}' {step.label} failed: {exc}") from exc
-
-
-def _batch_items(args: Outputs) -> int:
-    """The batch size the step's inputs agree on (their first dimension)."""
-    sizes = {name: array.shape[0] if array.ndim else -1 for name, array in args.items()}
-    if len(set(sizes.values())) != 1 or -1 in sizes.values():
-        raise FerryError("step inputs disagree on the batch size: " + ", ".join(f"{n}={s}" for n, s in sizes.items()))
-    return next(iter(sizes.values()))
 
 
 def _empty(spec: TensorSpec) -> np.ndarray:

@@ -1,16 +1,31 @@
-"""What an ensemble step needs from a composing model, and nothing more.
+"""What an ensemble step needs from a composing model, and how a composite model runs one.
 
 Any model kind (an engine model, a Python model, a vision step) can be an ensemble step if it
 offers these attributes; ``repository.model.ModelVersion`` does. Keep this small: it is the
 contract other model kinds implement.
+
+A composite model (an ensemble, the OCR model) resolves its steps once per request and hands each
+step's request to a ``StepRunner``: the request path's (``inference.path.RequestPath.run_step``),
+so a step is validated, traced, split to the step model's batch size and retried once on a
+version being replaced, as any request is (Triton's ensemble scheduler sends each step through
+the server's normal entry too). The runner reaches the composite through ``ComposingModels``.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
 
-from ..scheduling.interface import ModelScheduler
-from ..types import TensorSpec
+import numpy as np
+
+from ..scheduling.interface import ModelScheduler, RequestTiming
+from ..types import Reserves, TensorSpec
+
+if TYPE_CHECKING:
+    from ..response_streams import ResponseSink
+
+Outputs = dict[str, np.ndarray]
 
 
 class StepModel(Protocol):
@@ -33,3 +48,38 @@ class StepModel(Protocol):
 
     @property
     def scheduler(self) -> ModelScheduler: ...
+
+
+@dataclass(slots=True)
+class StepRequest:
+    """One step's request: the model the composite resolved for it, the version the step asks for
+    ("" the latest; where a reload retry looks), its inputs (batch first when the model batches)
+    and the outputs it wants. ``timing`` sums the composite's time spent in its steps;
+    ``parameters`` are the composite request's (a Python step reads them); ``sink`` takes a
+    decoupled last step's responses."""
+
+    model: StepModel
+    version: str
+    inputs: Outputs
+    outputs: list[str]
+    priority: int | None = None
+    timeout_us: int | None = None
+    timing: RequestTiming = field(default_factory=RequestTiming)
+    sink: ResponseSink | None = None
+    parameters: Mapping[str, Any] | None = None
+    ticket: Reserves | None = None  # the composite request's admission (a step's images count on it)
+
+
+class StepRunner(Protocol):
+    """Runs one step's request through the request path and returns its outputs (config dims)."""
+
+    async def __call__(self, step: StepRequest) -> Outputs: ...
+
+
+class ComposingModels(Protocol):
+    """Where a composite model finds its steps and the runner that runs them (the model manager)."""
+
+    def get(self, name: str, version: str = "") -> StepModel: ...
+
+    @property
+    def step_runner(self) -> StepRunner: ...

@@ -1,9 +1,10 @@
 """The one request path: resolve → check → pre-stages → validate → schedule → post-stages.
 
 Every door comes through here: V2 infer (tensors or encoded images, REST or gRPC), ``/classify``,
-``/detect`` and ``/embed``, a Python model's ``InferenceRequest.exec()`` (which is a V2 infer), and the image
-tasks of ensembles. So validation, tracing, the ``priority`` and ``timeout`` parameters, the
-statistics and the reload retry hold on every path. The data plane adds what is protocol-level
+``/detect`` and ``/embed``, a Python model's ``InferenceRequest.exec()`` (which is a V2 infer), and
+every step of an ensemble or OCR model (``run_step``, the ``StepRunner`` those schedulers are
+handed). So validation, tracing, the ``priority`` and ``timeout`` parameters, the statistics and the
+reload retry hold on every path. The data plane adds what is protocol-level
 around it (shared memory, the response cache, response encoding).
 
 What can be refused without decoding (input names, requested outputs, ``priority`` and
@@ -23,6 +24,7 @@ process runs the same front half with each execution handed to the model process
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -32,12 +34,15 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ..batches import execution_slices
+from ..ensembles.step import StepRequest
 from ..errors import InvalidArgument
 from ..pipelines.preprocess import ImageTransform
 from ..pipelines.slices import ImageWork
 from ..repository.manager import ModelManager
 from ..repository.model import ModelVersion
 from ..response_streams import ResponseSink
+from ..scheduling.interface import RequestTiming
 from ..scheduling.scheduler import Unloading
 from ..scheduling.timeline import Timeline
 from ..types import InferenceRequest
@@ -198,13 +203,8 @@ class FrontHalf(ABC):
         if limit <= 0 or items <= limit:
             return [(slice(0, 0), request)]
         return [
-            (
-                slice(0, 0),
-                dataclasses.replace(
-                    request, inputs={name: array[start : start + limit] for name, array in request.inputs.items()}
-                ),
-            )
-            for start in range(0, items, limit)
+            (slice(0, 0), dataclasses.replace(request, inputs={name: a[one] for name, a in request.inputs.items()}))
+            for one in execution_slices(items, limit)
         ]
 
     @abstractmethod
@@ -225,17 +225,53 @@ class RequestPath(FrontHalf):
         self.manager = manager
         self.tracing = tracing
         self.max_variable_elements = max_variable_elements  # per item of a -1 input (0: none)
+        manager.step_runner = self.run_step  # composite models' steps come back through here
 
     def resolve(self, name: str, version: str = "") -> ModelVersion:
         return self.manager.get(name, version)
 
+    async def run_step(self, step: StepRequest) -> Outputs:
+        """One step of an ensemble or OCR model, as a request of its own to the model the composite
+        resolved: split into executions of the step model's ``max_batch_size`` (one chunking for
+        every path), each validated, traced, queued and retried once on a replaced version. The
+        composite request's parameters go with it (a Python step reads them). Outputs in the
+        config's dims, the executions' joined along the batch."""
+        model = step.model
+        assert isinstance(model, ModelVersion), "composite steps are versions the model manager resolved"
+        parameters = {**(step.parameters or {}), "priority": step.priority, "timeout": step.timeout_us}
+        request = InferenceRequest(
+            model.name,
+            step.version,
+            inputs=step.inputs,
+            parameters={key: value for key, value in parameters.items() if value is not None},
+            ticket=step.ticket,
+        )
+        if step.sink is not None or model.max_batch_size <= 0:
+            return (await self._schedule(model, request, step.outputs, step.sink, timing=step.timing))[1]
+        executions = self._split(model, request)
+        if len(executions) == 1:
+            return (await self._schedule(model, request, step.outputs, timing=step.timing))[1]
+        parts = await asyncio.gather(
+            *(self._schedule(model, one, step.outputs, timing=step.timing) for _, one in executions)
+        )
+        outputs = [part[1] for part in parts]
+        given = [name for name in step.outputs if all(name in part for part in outputs)]  # a Python step may omit one
+        return {name: np.concatenate([part[name] for part in outputs]) for name in given}
+
     # --- validate and schedule --------------------------------------------------------------------
 
     async def _schedule(
-        self, model: ModelVersion, request: InferenceRequest, names: Sequence[str], sink: ResponseSink | None = None
+        self,
+        model: ModelVersion,
+        request: InferenceRequest,
+        names: Sequence[str],
+        sink: ResponseSink | None = None,
+        *,
+        timing: RequestTiming | None = None,
     ) -> tuple[ModelVersion, Outputs, int]:
         """Validate one execution, queue it on the model's scheduler (traced) and return its
-        outputs in the config's dims, with the version that ran it and the batch size."""
+        outputs in the config's dims, with the version that ran it and the batch size. ``timing``
+        sums a composite model's time in its steps."""
         try:
             inputs, batch_size = validate_inputs(model, request, self.max_variable_elements)
             check_requested_outputs(model, request)
@@ -257,6 +293,7 @@ class RequestPath(FrontHalf):
                     priority,
                     timeout_us,
                     timeline,
+                    timing,
                     sink=sink,
                     parameters=request.parameters,
                     ticket=request.ticket,
@@ -274,6 +311,7 @@ class RequestPath(FrontHalf):
                     priority,
                     timeout_us,
                     timeline,
+                    timing,
                     sink=sink,
                     parameters=request.parameters,
                     ticket=request.ticket,

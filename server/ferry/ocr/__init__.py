@@ -3,8 +3,9 @@ classification and recognition, three composing models with built-in steps betwe
 (``ferry.pipelines.text``), as rapidocr_onnxruntime's ``RapidOCR()`` does.
 
 ``settings`` reads the config, ``steps`` holds the CPU work of one page (run in a worker
-thread), ``scheduler`` sends each model's share through that model's own scheduler (so the
-recognition batches of concurrent pages meet in the recogniser's dynamic batcher);
+thread), ``scheduler`` sends each model's share as a request of its own through the request path
+(``ensembles.step.StepRunner``), so the recognition batches of concurrent pages meet in the
+recogniser's dynamic batcher;
 ``repository/ocr_loader.py`` builds the model version and ``api/ocr_pages.py`` answers ``/ocr``.
 """
 

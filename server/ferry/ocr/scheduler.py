@@ -1,5 +1,7 @@
 """The OCR model's scheduler: each page through the detector, the angle classifier and the
-recogniser, each by that model's own scheduler, with the CPU steps on the image pool.
+recogniser, each resolved once per page and run as a request of its own through the request path
+(the ``StepRunner``: validated, traced, split to the model's batch size, retried once on a
+replaced version), with the CPU steps on the image pool.
 
 Pages of concurrent requests meet in the composing models' batchers: the angle batches (all
 48x192) and the recognition batches of equal width (most lines are 320 wide) run together
@@ -11,13 +13,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from concurrent.futures import Executor
 from typing import Any
 
 import numpy as np
 
-from ..ensembles.step import StepModel
+from ..batches import execution_slices
+from ..ensembles.step import ComposingModels, StepModel, StepRequest, StepRunner
 from ..errors import FerryError, InvalidArgument, Unavailable
 from ..pipelines.text.ctc import ctc_characters, ctc_greedy
 from ..response_streams import ResponseSink
@@ -30,20 +33,25 @@ from . import steps
 from .settings import INPUT, OcrSettings
 
 Outputs = dict[str, np.ndarray]
-Resolve = Callable[[str, str], StepModel]
 
 
 class OcrScheduler(ComposingScheduler):
     """Runs OCR requests (one encoded page each) over three composing models."""
 
     def __init__(
-        self, name: str, settings: OcrSettings, resolve: Resolve, stats: ModelStats, max_pixels: int, pool: Executor
+        self,
+        name: str,
+        settings: OcrSettings,
+        models: ComposingModels,
+        stats: ModelStats,
+        max_pixels: int,
+        pool: Executor,
     ) -> None:
         super().__init__(name, stats)
         self.settings = settings
         self.max_pixels = max_pixels
         self.pool = pool  # the image pool (``ferry.workers``): the page steps are image work
-        self._resolve = resolve
+        self._models = models
 
     def models(self) -> tuple[StepModel, StepModel, StepModel]:
         """The READY detector, angle classifier and recogniser."""
@@ -51,7 +59,7 @@ class OcrScheduler(ComposingScheduler):
         for role in ("detector", "angle_classifier", "recognizer"):
             name = getattr(self.settings, role)
             try:
-                found.append(self._resolve(name, ""))
+                found.append(self._models.get(name, ""))
             except FerryError as exc:
                 raise Unavailable(f"model '{self.name}': its {role} '{name}' is not ready: {exc.message}") from None
         return found[0], found[1], found[2]
@@ -104,7 +112,9 @@ class OcrScheduler(ComposingScheduler):
             work = await run_in(self.pool, steps.start_page, data, settings, self.max_pixels)
             if work.detector_input is None:
                 return steps.result(np.zeros((0, 4, 2)), [], [])
-            found = await _run_model(detector, work.detector_input, priority, timeout_us, parameters, timing)
+            found = await _run_model(
+                self._models.step_runner, detector, work.detector_input, priority, timeout_us, parameters, timing
+            )
             work.detector_input = None
             text_cost = await run_in(self.pool, steps.find_text, work, found, settings, len(characters))
             del found
@@ -127,14 +137,18 @@ class OcrScheduler(ComposingScheduler):
         angle_batch = await run_in(self.pool, steps.cut_crops, work, settings)
         if angle_batch is None:
             return steps.result(np.zeros((0, 4, 2)), [], [])
-        angles = await _run_model(angle, angle_batch, priority, timeout_us, parameters, timing)
+        angles = await _run_model(
+            self._models.step_runner, angle, angle_batch, priority, timeout_us, parameters, timing
+        )
         batches = await run_in(self.pool, steps.turn_crops, work, angles, settings)
         window = asyncio.Semaphore(steps.RECOGNITION_WINDOW)
 
         async def read(members: list[int], width: int) -> tuple[list[int], list[tuple[str, float]]]:
             async with window:
                 tensor = await run_in(self.pool, steps.recognition_tensor, work, members, width, settings)
-                probabilities = await _run_model(recognizer, tensor, priority, timeout_us, parameters, timing)
+                probabilities = await _run_model(
+                    self._models.step_runner, recognizer, tensor, priority, timeout_us, parameters, timing
+                )
                 return members, await run_in(self.pool, ctc_greedy, probabilities, characters)
 
         read_lines = await asyncio.gather(*(read(members, width) for members, width in batches))
@@ -156,6 +170,7 @@ def _counted(ticket: Reserves | None, nbytes: int) -> Iterator[None]:
 
 
 async def _run_model(
+    run: StepRunner,
     model: StepModel,
     batch: np.ndarray,
     priority: int | None,
@@ -163,36 +178,24 @@ async def _run_model(
     parameters: Mapping[str, Any] | None,
     timing: RequestTiming,
 ) -> np.ndarray:
-    """The model's one output for ``batch`` (first axis: items), through its scheduler in chunks
-    of its ``max_batch_size`` (one item at a time for a model that cannot batch)."""
-    scheduler = model.scheduler
-    if scheduler is None:
-        raise Unavailable(f"model '{model.name}' has no scheduler")
+    """The model's one output for ``batch`` (first axis: items), through the request path: in
+    one request when the model batches (the path splits it to ``max_batch_size``), else one
+    request per item."""
     [input_name] = model.inputs
     [output_name] = model.outputs
-    if model.max_batch_size <= 0:
-        parts = [
-            await scheduler.submit(
-                {input_name: item[None]}, [output_name], 1, priority, timeout_us, timing=timing, parameters=parameters
-            )
-            for item in batch
-        ]
-        return np.concatenate([part[output_name] for part in parts])
-    chunk = model.max_batch_size
-    parts = await asyncio.gather(
-        *(
-            scheduler.submit(
-                {input_name: batch[start : start + chunk]},
-                [output_name],
-                len(batch[start : start + chunk]),
-                priority,
-                timeout_us,
-                timing=timing,
-                parameters=parameters,
-            )
-            for start in range(0, len(batch), chunk)
+    if model.max_batch_size > 0:
+        step = StepRequest(
+            model, "", {input_name: batch}, [output_name], priority, timeout_us, timing, None, parameters
         )
-    )
+        return (await run(step))[output_name]
+    parts = [
+        await run(
+            StepRequest(
+                model, "", {input_name: batch[one]}, [output_name], priority, timeout_us, timing, None, parameters
+            )
+        )
+        for one in execution_slices(len(batch), 0)
+    ]
     return np.concatenate([part[output_name] for part in parts])
 
 

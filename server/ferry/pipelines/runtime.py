@@ -18,6 +18,7 @@ import numpy as np
 
 from ferry_client.protocol import model_config_pb2 as mc
 
+from ..batches import execution_slices
 from ..cli_errors import install_hint
 from ..errors import FerryError, InvalidArgument, ModelLoadError
 from ..types import TensorSpec
@@ -269,21 +270,12 @@ class ImagePipeline:
         if isinstance(batch, list):
             assert self.spec is not None
             if self.spec.pad_to_batch and self.max_batch_size > 0:
-                chunks = [
-                    batch[start : start + self.max_batch_size] for start in range(0, len(batch), self.max_batch_size)
-                ]
-                starts = range(0, len(batch), self.max_batch_size)
-                return [
-                    (slice(start, start + len(chunk)), pad_to(chunk, self.spec))
-                    for start, chunk in zip(starts, chunks, strict=True)
-                ]
+                spec = self.spec
+                return [(one, pad_to(batch[one], spec)) for one in execution_slices(len(batch), self.max_batch_size)]
             return _runs_of_one_size(batch, self.max_batch_size, self.input_dims)
         if self.max_batch_size > 0:
-            return [
-                (slice(start, start + self.max_batch_size), batch[start : start + self.max_batch_size])
-                for start in range(0, len(batch), self.max_batch_size)
-            ]
-        return [(slice(index, index + 1), batch[index].reshape(self.input_dims)) for index in range(len(batch))]
+            return [(one, batch[one]) for one in execution_slices(len(batch), self.max_batch_size)]
+        return [(one, batch[one.start].reshape(self.input_dims)) for one in execution_slices(len(batch), 0)]
 
     def classify(self, outputs: dict[str, np.ndarray], k: int | None = None) -> list[list[dict]]:
         """Top-k classes per image as {index, label, score} (softmax applied when configured)."""

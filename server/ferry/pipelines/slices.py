@@ -18,6 +18,7 @@ import numpy as np
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from ..batches import execution_slices
 from .runtime import ImagePipeline, Prepared
 
 #: Images per pool task: small enough to interleave requests, large enough to amortise the hand-off.
@@ -37,22 +38,22 @@ async def prepare_in_slices(
 ) -> Prepared:
     """``pipeline.prepare(images)`` run as slices on ``pool``, at most ``share`` at a time."""
     loop = asyncio.get_running_loop()
-    starts = list(range(0, len(images), IMAGES_PER_SLICE)) or [0]
+    slices = execution_slices(len(images), IMAGES_PER_SLICE) or [slice(0, 0)]
     limiter = asyncio.Semaphore(share)
     counts = work or ImageWork()
 
-    async def one(start: int) -> Prepared:
-        chunk = list(images[start : start + IMAGES_PER_SLICE])
+    async def one(part: slice) -> Prepared:
+        chunk = list(images[part])
         counts.waiting += len(chunk)
         try:
             async with limiter:
-                prepared = await loop.run_in_executor(pool, pipeline.prepare, chunk, start)
+                prepared = await loop.run_in_executor(pool, pipeline.prepare, chunk, part.start)
         finally:
             counts.waiting -= len(chunk)
         counts.decoded += len(chunk)
         return prepared
 
-    tasks = [asyncio.ensure_future(one(start)) for start in starts]
+    tasks = [asyncio.ensure_future(one(part)) for part in slices]
     try:
         parts = await asyncio.gather(*tasks)
     except BaseException:

@@ -15,6 +15,7 @@ from ferry_client.protocol import model_config_pb2 as mc
 from ..ensembles.compose import check_composition
 from ..ensembles.plan import EnsemblePlan, Step, plan_ensemble
 from ..ensembles.scheduler import EnsembleScheduler
+from ..ensembles.step import ComposingModels as RunningModels
 from ..ensembles.step import StepModel
 from ..errors import FerryError, ModelLoadError
 from ..workers import Workers
@@ -22,14 +23,13 @@ from .config import validate_config
 from .model import ModelVersion, config_tensors, new_version
 
 
-class ComposingModels(Protocol):
-    """What the loader needs from the model manager."""
+class ComposingModels(RunningModels, Protocol):
+    """What the loader needs from the model manager (and the scheduler it builds: finding and
+    running the steps)."""
 
     workers: Workers  # the pools a composite model's own CPU work runs on
 
     async def ensure_loaded(self, name: str) -> None: ...
-
-    def get(self, name: str, version: str = "") -> StepModel: ...
 
 
 async def load_ensemble(
@@ -59,7 +59,7 @@ async def load_ensemble(
         version,
         model_dir,
         started,
-        lambda stats: EnsembleScheduler(plan, inputs, outputs, config.max_batch_size, models.get, stats),
+        lambda stats: EnsembleScheduler(plan, inputs, outputs, config.max_batch_size, models, stats),
         source,
         inherited_labels=_step_labels(plan, resolved, outputs),
         composing_models=plan.model_names,

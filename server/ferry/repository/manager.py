@@ -18,6 +18,7 @@ from pathlib import Path
 from ferry_client.protocol import model_config_pb2 as mc
 
 from ..ensembles.plan import is_ensemble
+from ..ensembles.step import Outputs, StepRequest, StepRunner
 from ..errors import FerryError, InvalidArgument, ModelLoadError, NotFound, Unavailable
 from ..ocr import is_ocr
 from ..paths import check_model_name, model_directory
@@ -48,6 +49,11 @@ class LoadChain:
 
     def get(self, name: str, version: str = "") -> ModelVersion:
         return self.manager.get(name, version)
+
+    @property
+    def step_runner(self) -> StepRunner:
+        """The request path's, read when a step runs (the path is set after the manager is made)."""
+        return self.manager.step_runner
 
 
 class ModelState(str, enum.Enum):
@@ -117,6 +123,9 @@ class ModelManager:
         #: Which model's load waits for which other model's load (ensembles loading their steps):
         #: two start-up loads that wait for each other would otherwise hold each other's lock forever.
         self._waits_for: dict[str, str] = {}
+        #: How an ensemble's or OCR model's steps run: the request path plugs its own entry in here
+        #: (``inference.path.RequestPath``), so every step is an ordinary request of this process.
+        self.step_runner: StepRunner = _no_request_path
 
     # --- start and stop ---------------------------------------------------------------------
 
@@ -210,7 +219,10 @@ class ModelManager:
         return rows
 
     def get(self, name: str, version: str = "") -> ModelVersion:
-        """The READY version that serves a request (the highest one when no version is given)."""
+        """The READY version that serves a request (the highest one when no version is given).
+
+        An ensemble's or OCR model's composing models are not looked up here: its scheduler
+        resolves them once per request (``is_ready`` and the index check them too)."""
         record = self._records.get(name)
         if record is None:
             raise NotFound(f"Request for unknown model: '{name}' is not found")
@@ -227,21 +239,13 @@ class ModelManager:
                     f"Request for unknown model: '{name}' version {number} is not at ready state "
                     f"({status.state.value}" + (f": {status.reason})" if status.reason else ")")
                 )
-            return self._serving(status.model)
+            return status.model
         ready = {v: s.model for v, s in record.versions.items() if s.state == ModelState.READY and s.model is not None}
         if not ready:
             raise Unavailable(
                 f"Request for unknown model: '{name}' has no available versions ({self._why_not_ready(record)})"
             )
-        return self._serving(ready[max(ready)])
-
-    @staticmethod
-    def _serving(model: ModelVersion) -> ModelVersion:
-        """A loaded version that can serve now (an ensemble needs its composing models READY)."""
-        reason = model.unready_reason()
-        if reason:
-            raise Unavailable(f"model '{model.name}' is not ready: {reason}")
-        return model
+        return ready[max(ready)]
 
     @staticmethod
     def _why_not_ready(record: ModelRecord) -> str:
@@ -254,11 +258,11 @@ class ModelManager:
         return "; ".join(reasons) or "no version is loaded"
 
     def is_ready(self, name: str, version: str = "") -> bool:
+        """READY and able to serve now (an ensemble needs its composing models READY)."""
         try:
-            self.get(name, version)
+            return not self.get(name, version).unready_reason()
         except FerryError:
             return False
-        return True
 
     def unready_named_models(self) -> list[str]:
         """The models the server is meant to serve that are not READY now (strict readiness).
@@ -518,3 +522,8 @@ class ModelManager:
         for name in sorted(set(self._records) - present):
             await self._unload(self._records[name], "removed from the repository")
             del self._records[name]
+
+
+async def _no_request_path(step: StepRequest) -> Outputs:
+    """The step runner of a manager no request path serves (nothing runs composite requests then)."""
+    raise Unavailable(f"model '{step.model.name}': no request path serves this model manager")

@@ -51,7 +51,7 @@ async def load_ocr(
     schedulers: list[OcrScheduler] = []
 
     def scheduler(stats: ModelStats) -> OcrScheduler:
-        schedulers.append(OcrScheduler(config.name, settings, models.get, stats, MAX_PIXELS, models.workers.image))
+        schedulers.append(OcrScheduler(config.name, settings, models, stats, MAX_PIXELS, models.workers.image))
         return schedulers[-1]
 
     built = new_version(config, version, model_dir, started, scheduler, source, composing_models=names)

@@ -19,9 +19,9 @@ from google.protobuf.message import Message
 from ferry_client.codec import datatype_from_config
 from ferry_client.protocol import model_config_pb2 as mc
 
-from ...backends.base import Backend, InstanceSpec, ModelIO, TensorInfo, config_parameter
 from ...config_ranges import check_message_ranges
 from ...errors import ModelLoadError
+from ..base import Backend, InstanceSpec, ModelIO, TensorInfo, config_parameter
 from . import STEP_PARAMETER
 
 PLATFORM = "ferry_vision"
