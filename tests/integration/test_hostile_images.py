@@ -1,13 +1,13 @@
 """Hostile image uploads (issue 15): two clients send hundreds of large images each. Another image
-request is still answered within LATENCY_BOUND_S while they decode (each request gets only a share
-of the decode pool), and when the two hang up their remaining images are never decoded."""
+request is answered while most of theirs still wait to be decoded (each request gets only a share of
+the decode pool, it is not queued behind them), and when the two hang up their remaining images are
+never decoded."""
 
 from __future__ import annotations
 
 import asyncio
 import io
 import shutil
-import time
 from collections.abc import Iterator
 
 import aiohttp
@@ -17,7 +17,6 @@ from PIL import Image
 from ..conftest import MODEL_REPO, RunningServer, start_server
 from ..server_metrics import metric, scrape, wait_for_metric
 
-LATENCY_BOUND_S = 2.0  # generous: one small image takes milliseconds on an idle server
 IMAGES_PER_UPLOAD = 256  # 4 MP each: tens of seconds of decoding per upload on two cores
 SIDE = 2000
 
@@ -57,21 +56,20 @@ def test_large_uploads_share_the_pool_and_stop_when_their_clients_leave(server) 
         ]
         # the attack is in place: both uploads' images are queued for the pool
         await wait_for_metric(server, "ferry_image_waiting", 2 * IMAGES_PER_UPLOAD - 8)
-        async with aiohttp.ClientSession() as session:
-            started = time.monotonic()
-            async with session.post(url, data=_form([small])) as response:
-                assert response.status == 200, await response.text()
-                assert len((await response.json())["results"]) == 1
-            latency = time.monotonic() - started
+        async with aiohttp.ClientSession() as session, session.post(url, data=_form([small])) as response:
+            assert response.status == 200, await response.text()
+            assert len((await response.json())["results"]) == 1
+        # answered while most of the uploads' images still wait: it was not queued behind them
+        waiting = metric(await asyncio.to_thread(scrape, server), "ferry_image_waiting")
         for upload in uploads:  # the two clients hang up
             upload.cancel()
         for session in attackers:
             await session.close()
         await wait_for_metric(server, "ferry_image_waiting", 0, at_most=True)
         decoded = metric(await asyncio.to_thread(scrape, server), "ferry_image_decoded_total") - decoded_before
-        return latency, decoded, 2 * IMAGES_PER_UPLOAD
+        return waiting, decoded, 2 * IMAGES_PER_UPLOAD
 
-    latency, decoded, sent = asyncio.run(run())
-    print(f"small image answered in {latency * 1000:.0f} ms during two uploads; {decoded:.0f} of {sent} decoded")
-    assert latency < LATENCY_BOUND_S
+    waiting, decoded, sent = asyncio.run(run())
+    print(f"small image answered with {waiting:.0f} images waiting; {decoded:.0f} of {sent} decoded")
+    assert waiting >= sent / 2
     assert decoded < sent / 2  # the rest were dropped when their clients left

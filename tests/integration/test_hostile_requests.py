@@ -204,9 +204,7 @@ def test_huge_priority_levels_are_refused_at_load_with_the_field_named(server) -
         "dynamic_batching": {"priority_levels": "18446744073709551615", "default_priority_level": "1"},
     }
     body = json.dumps({"parameters": {"config": json.dumps(config)}}).encode()
-    started = time.monotonic()
     status, text = _post(server, "/v2/repository/models/simple/load", body, {"Content-Type": "application/json"})
-    assert time.monotonic() - started < 30
     assert status == 400, (status, text)
     assert "'dynamic_batching.priority_levels' must be within 0..1024, got 18446744073709551615" in text
     with HttpClient(server.http_url) as client:  # the loaded version keeps serving

@@ -12,8 +12,13 @@ import pytest
 from ferry.backends.base import InstanceSpec, ModelIO
 from ferry.errors import FerryError, InvalidArgument, Unavailable
 from ferry.scheduling import QueuePolicy, Scheduler, SchedulingPolicy, choose_batch
+from ferry.scheduling import scheduler as scheduling
 from ferry.scheduling.scheduler import Staging, StagingBudget
 from ferry.statistics import ModelStats
+
+#: A batch decision: the item counts of the compatible queued requests (oldest first), and how many
+#: of them the batcher runs now (None: it waits for more).
+Decision = tuple[list[int], int | None]
 
 
 class GatedInstance:
@@ -75,6 +80,38 @@ async def wait_started(instance: GatedInstance) -> None:
         await asyncio.sleep(0.001)
 
 
+@pytest.fixture
+def decisions(monkeypatch: pytest.MonkeyPatch) -> list[Decision]:
+    """Every batch decision the scheduler takes, in order: what it decided, not how long it took."""
+    made: list[Decision] = []
+
+    def recorded(sizes, p: SchedulingPolicy, oldest_wait_ns: int) -> int | None:
+        count = choose_batch(sizes, p, oldest_wait_ns)
+        made.append((list(sizes), count))
+        return count
+
+    monkeypatch.setattr(scheduling, "choose_batch", recorded)
+    return made
+
+
+class StoppableClock:
+    """The scheduler's clock (its ``time`` module): the real one until ``stop_at`` makes it stand
+    still, so how long a request has waited is what the test says, however busy the machine is.
+    (A request's arrival is still stamped by the real clock.)"""
+
+    def __init__(self) -> None:
+        self.stopped_ns: int | None = None
+
+    def stop_at(self, ns: int) -> None:
+        self.stopped_ns = ns
+
+    def perf_counter_ns(self) -> int:
+        return time.perf_counter_ns() if self.stopped_ns is None else self.stopped_ns
+
+    def thread_time_ns(self) -> int:
+        return time.thread_time_ns()
+
+
 # --- the pure batch-size rule ---------------------------------------------------------------
 
 
@@ -124,7 +161,7 @@ async def test_batches_form_under_concurrency_and_split_correctly() -> None:
     first = asyncio.create_task(submit(s, 0))
     await wait_started(fake)
     others = [asyncio.create_task(submit(s, v, rows=r)) for v, r in ((1, 1), (2, 2), (3, 1), (4, 3))]
-    await asyncio.sleep(0.05)
+    await until(lambda: s.queue_size == 4)
     fake.gate.set()
     results = await asyncio.gather(first, *others)
     assert [b.shape[0] for b in fake.batches] == [1, 7]  # 1+2+1+3 items in one execution
@@ -163,7 +200,7 @@ async def test_batches_are_assembled_in_the_instance_buffer() -> None:
     first = asyncio.create_task(submit(s, 1))
     await wait_started(fake)
     others = [asyncio.create_task(submit(s, v, rows=r)) for v, r in ((2, 2), (3, 1))]
-    await asyncio.sleep(0.05)
+    await until(lambda: s.queue_size == 2)
     fake.gate.set()
     results = await asyncio.gather(first, *others)
     # A single request runs on its own memory; a batch of several is concatenated into the buffer.
@@ -234,29 +271,32 @@ def test_staging_memory_is_bounded_for_the_whole_process() -> None:
     assert budget.held == 0
 
 
-async def test_idle_request_runs_without_waiting() -> None:
+async def test_idle_request_runs_without_waiting(decisions: list[Decision]) -> None:
     s, (fake,) = await make(policy())
-    started = time.perf_counter()
-    await submit(s, 1)
-    assert time.perf_counter() - started < 0.5  # generous: the point is no configured wait exists
-    assert s.stats.infer["queue"].ns < 0.5e9
+    await asyncio.wait_for(submit(s, 1), 30)  # a hang guard only
+    assert decisions == [([1], 1)]  # its one decision: run it now, never "wait for more"
     await s.stop()
 
 
-async def test_queue_delay_is_bounded_from_the_oldest_request() -> None:
-    delay = 2.0
-    s, (fake,) = await make(policy(max_queue_delay_ns=int(delay * 1e9)))
-    started = time.perf_counter()
+async def test_queue_delay_is_bounded_from_the_oldest_request(
+    monkeypatch: pytest.MonkeyPatch, decisions: list[Decision]
+) -> None:
+    """The clock stops at the moment the first request's delay is up, with the second one's still
+    to run: the second joins the first's batch, which goes at once. Measured from the newest
+    request, the batcher would decide to wait (and, waited out, the delay is a minute)."""
+    delay_ns = 60 * 10**9
+    clock = StoppableClock()
+    monkeypatch.setattr(scheduling, "time", clock)
+    s, (fake,) = await make(policy(max_queue_delay_ns=delay_ns))
     a = asyncio.create_task(submit(s, 1))
-    await asyncio.sleep(1.5)
-    b_submitted = time.perf_counter()
+    await until(lambda: len(decisions) == 1)
+    assert decisions == [([1], None)]  # the first request alone waits for the delay
+    clock.stop_at(time.perf_counter_ns() + delay_ns)  # after the first request's arrival, before the second's
     b = asyncio.create_task(submit(s, 2))
-    await asyncio.gather(a, b)
-    finished = time.perf_counter()
-    assert [x.shape[0] for x in fake.batches] == [2]  # the second joined the first's batch
-    assert finished - started >= delay * 0.95  # the batch waited for the delay
-    # measured from the newest request, the second would have waited the whole delay itself
-    assert finished - b_submitted < delay
+    await until(lambda: len(decisions) == 2)
+    assert decisions[1] == ([1, 1], 2)  # the oldest request's delay is up: both go now
+    await asyncio.wait_for(asyncio.gather(a, b), 30)
+    assert [x.shape[0] for x in fake.batches] == [2]
     await s.stop()
 
 
@@ -274,7 +314,7 @@ async def test_full_queue_is_rejected_at_once() -> None:
     running = asyncio.create_task(submit(s, 0))
     await wait_started(fake)
     queued = [asyncio.create_task(submit(s, v)) for v in (1, 2)]
-    await asyncio.sleep(0.01)
+    await until(lambda: s.queue_size == 2)
     with pytest.raises(Unavailable, match=r"exceeds maximum queue size \(2 at priority level 1\)"):
         await asyncio.wait_for(submit(s, 3), 1)  # immediate, while the instance is still blocked
     fake.gate.set()
@@ -288,10 +328,9 @@ async def test_timeout_rejects_promptly_while_the_instance_is_busy() -> None:
     fake.gate.clear()
     running = asyncio.create_task(submit(s, 0))
     await wait_started(fake)
-    started = time.perf_counter()
     with pytest.raises(Unavailable, match="timed out after"):
-        await submit(s, 1)
-    assert time.perf_counter() - started < 1.0 and not fake.gate.is_set()  # not when a slot freed
+        await asyncio.wait_for(submit(s, 1), 30)  # a hang guard only
+    assert fake.batches == [] and not fake.gate.is_set()  # rejected while the instance is still busy
     fake.gate.set()
     await running
     assert len(fake.batches) == 1  # the timed-out request never ran
@@ -320,7 +359,6 @@ async def test_delay_action_moves_timed_out_requests_behind() -> None:
     running = asyncio.create_task(submit(s, 0))
     await wait_started(fake)
     late = asyncio.create_task(submit(s, 1))
-    await asyncio.sleep(0.15)  # its timeout passes: DELAY keeps it, behind newer requests
     await until(lambda: any(p.delayed for q in s._queues.values() for p in q))
     fresh = asyncio.create_task(submit(s, 2))
     await until(lambda: any(p.queued and not p.delayed for q in s._queues.values() for p in q))
@@ -340,9 +378,9 @@ async def test_priorities_are_ordered() -> None:
     running = asyncio.create_task(submit(s, 0))
     await wait_started(fake)
     low = [asyncio.create_task(submit(s, v)) for v in (1, 2)]
-    await asyncio.sleep(0.01)
+    await until(lambda: s.queue_size == 2)
     high = [asyncio.create_task(submit(s, v, priority=1)) for v in (3, 4)]
-    await asyncio.sleep(0.01)
+    await until(lambda: s.queue_size == 4)
     fake.gate.set()
     await asyncio.gather(running, *low, *high)
     assert [float(b[0, 0]) for b in fake.batches] == [0.0, 3.0, 4.0, 1.0, 2.0]
@@ -355,7 +393,7 @@ async def test_shape_incompatible_requests_are_not_mixed() -> None:
     running = asyncio.create_task(submit(s, 0))
     await wait_started(fake)
     tasks = [asyncio.create_task(submit(s, v, width=w)) for v, w in ((1, 3), (2, 4), (3, 3), (4, 4))]
-    await asyncio.sleep(0.02)
+    await until(lambda: s.queue_size == 4)
     fake.gate.set()
     results = await asyncio.gather(running, *tasks)
     assert sorted(b.shape for b in fake.batches[1:]) == [(2, 3), (2, 4)]
@@ -370,10 +408,9 @@ async def test_cancelled_requests_are_dropped_before_running() -> None:
     await wait_started(fake)
     doomed = asyncio.create_task(submit(s, 99))
     kept = asyncio.create_task(submit(s, 1))
-    await asyncio.sleep(0.01)
+    await until(lambda: s.queue_size == 2)
     doomed.cancel()
-    await asyncio.sleep(0.01)
-    assert s.queue_size == 1
+    await until(lambda: s.queue_size == 1)  # the cancelled one left the queue
     fake.gate.set()
     await asyncio.gather(running, kept)
     assert 99.0 not in np.concatenate([b.reshape(-1) for b in fake.batches])
@@ -387,7 +424,7 @@ async def test_one_bad_request_fails_alone() -> None:
     running = asyncio.create_task(submit(s, 0))
     await wait_started(fake)
     tasks = [asyncio.create_task(submit(s, v)) for v in (1.0, float("nan"), 3.0)]
-    await asyncio.sleep(0.02)
+    await until(lambda: s.queue_size == 3)
     fake.gate.set()
     results = await asyncio.gather(running, *tasks, return_exceptions=True)
     assert isinstance(results[2], FerryError) and "NaN in input" in results[2].message
@@ -417,7 +454,7 @@ async def test_stop_drains_queued_requests_then_refuses() -> None:
     tasks = [asyncio.create_task(submit(s, v)) for v in range(3)]
     await wait_started(fake)
     stopping = asyncio.create_task(s.stop(timeout=5))
-    await asyncio.sleep(0.01)
+    await asyncio.sleep(0)  # one turn of the loop: stop() has begun
     with pytest.raises(Unavailable, match="unloading"):
         await submit(s, 9)
     fake.gate.set()

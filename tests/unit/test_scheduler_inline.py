@@ -5,6 +5,7 @@ a fixed amount of its thread's CPU time, which a busy machine cannot shrink."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 
 from ferry.backends.base import InstanceSpec, ModelIO
+from ferry.errors import FerryError
 from ferry.scheduling import scheduler as scheduling
 from ferry.scheduling.policy import SchedulingPolicy
 from ferry.scheduling.scheduler import INLINE_AFTER_RUNS, Scheduler
@@ -27,10 +29,12 @@ class ThreadRecordingInstance:
         self.device = "cpu"
         self.inline_when_fast = inline_when_fast
         self.threads: list[int] = []
+        self.rows: list[int] = []  # the batch size of each execution
         self.burn_cpu_ns = 0  # CPU time the next execution spends
 
     def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
         self.threads.append(threading.get_ident())
+        self.rows.append(len(inputs["x"]))
         started = time.thread_time_ns()
         while time.thread_time_ns() - started < self.burn_cpu_ns:
             pass
@@ -83,16 +87,30 @@ async def test_fast_model_moves_to_the_loop_thread_and_back_when_slow(monkeypatc
 
 
 async def test_an_inline_failure_fails_only_its_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch of four runs inline and fails on one NaN request: that request alone fails, the
+    other three of the same batch are answered. The batcher waits for four (a preferred size with
+    a minute's delay), so every execution here is a batch of four, not whatever timing gathered."""
+    loop_thread = threading.get_ident()
     instance = ThreadRecordingInstance(inline_when_fast=True)
-    s = await _scheduler(instance)
+    s = Scheduler(
+        "m",
+        [instance],
+        ModelStats("m", "1"),
+        SchedulingPolicy(max_batch_size=8, dynamic=True, preferred_batch_sizes=(4,), max_queue_delay_ns=60 * 10**9),
+    )
+    s.start()
     try:
         monkeypatch.setattr(scheduling, "INLINE_BELOW_NS", 10**12)
         for _ in range(INLINE_AFTER_RUNS):
-            await _one(s)
-        assert s.runs_inline
-        with pytest.raises(Exception, match="NaN"):
-            await _one(s, float("nan"))
-        np.testing.assert_array_equal(await _one(s), np.full((1, 3), 2.0))
+            await asyncio.wait_for(asyncio.gather(*(_one(s) for _ in range(4))), 30)
+        assert s.runs_inline and instance.rows == [4] * INLINE_AFTER_RUNS
+        values = [1.0, float("nan"), 3.0, 4.0]
+        results = await asyncio.wait_for(asyncio.gather(*(_one(s, v) for v in values), return_exceptions=True), 30)
+        assert instance.rows[INLINE_AFTER_RUNS] == 4 and instance.threads[INLINE_AFTER_RUNS] == loop_thread
+        assert isinstance(results[1], FerryError) and "NaN in input" in results[1].message
+        for value, result in zip(values, results, strict=True):
+            if not np.isnan(value):
+                np.testing.assert_array_equal(result, np.full((1, 3), 2 * value))
     finally:
         await s.stop()
 
