@@ -69,9 +69,10 @@ class InferenceRequest:
     parameters: dict[str, Any] = field(default_factory=dict)
     shared_memory_inputs: dict[str, SharedMemoryInput] = field(default_factory=dict)
     client: str = ANONYMOUS  # who sent it: the shared memory regions it may use are this identity's
-    #: Its image input was made by the model's own pre-stage (here or in an intake process) from
-    #: encoded images, whose sizes the pipeline's ``max_pixels`` bounds; a client's own tensor is not.
-    preprocessed: bool = False
+    #: The inputs the server itself made: a model's pre-stage from encoded images (here or in an
+    #: intake process), an OCR page's steps. Bounded where they were made (``max_pixels``,
+    #: ``max_detector_pixels``), so the variable-size bound skips them; a client's tensor never is one.
+    preprocessed: frozenset[str] = frozenset()
     #: the admission the front door took for it (None for a request not admitted: a Python model's exec())
     ticket: Reserves | None = field(default=None, repr=False, compare=False)
 

@@ -114,6 +114,19 @@ def test_a_page_with_more_text_boxes_than_the_limit_is_refused(server) -> None:
     assert "max_text_boxes" in response.text and "more than the limit of 2" in response.text, response.text
 
 
+def test_a_wide_page_is_read_past_the_detectors_own_tensor_bound(server) -> None:
+    """The OCR model's steps are requests through the path, but the tensors it makes itself are
+    bounded by its own limits (max_detector_pixels), not by the step model's bound for clients'
+    tensors: a 736 x 2624 detector input (5.8 Mi elements, over text_detector's 4 Mi) is read."""
+    lines = ["Ferry serves OCR models", "Invoice 2024-117: 42.50 EUR"]
+    page = ocr.reference_module().rendered(lines, 28, ((255, 255, 255), (20, 20, 20)))
+    out = io.BytesIO()
+    Image.fromarray(page).save(out, format="PNG")
+    response = _post(server, "/v2/models/ocr/ocr", out.getvalue())
+    assert response.status_code == 200, response.text
+    assert len(response.json()["results"][0]["lines"]) == 2
+
+
 OUTPUTS = {"text_detector": "sigmoid_0.tmp_0", "text_recognizer": "softmax_11.tmp_0"}
 
 

@@ -68,6 +68,8 @@ class StepRequest:
     sink: ResponseSink | None = None
     parameters: Mapping[str, Any] | None = None
     ticket: Reserves | None = None  # the composite request's admission (a step's images count on it)
+    #: inputs the composite made itself, bounded there (an OCR page's detector input, crops, lines)
+    preprocessed: frozenset[str] = frozenset()
 
 
 class StepRunner(Protocol):

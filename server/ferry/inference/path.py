@@ -188,7 +188,10 @@ class FrontHalf(ABC):
             (
                 images,
                 dataclasses.replace(
-                    request, inputs={**request.inputs, name: tensor}, input_datatypes=datatypes, preprocessed=True
+                    request,
+                    inputs={**request.inputs, name: tensor},
+                    input_datatypes=datatypes,
+                    preprocessed=frozenset({name}),
                 ),
             )
             for images, tensor in pipeline.executions(prepared.batch)
@@ -245,6 +248,7 @@ class RequestPath(FrontHalf):
             inputs=step.inputs,
             parameters={key: value for key, value in parameters.items() if value is not None},
             ticket=step.ticket,
+            preprocessed=step.preprocessed,
         )
         if step.sink is not None or model.max_batch_size <= 0:
             return (await self._schedule(model, request, step.outputs, step.sink, timing=step.timing))[1]

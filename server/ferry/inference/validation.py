@@ -132,7 +132,7 @@ def validate_inputs(
             raise InvalidArgument(
                 f"input '{name}' of model '{model.name}': expected shape {list(spec.dims)}, got {list(shape)}"
             )
-        if not (request.preprocessed and model.pipeline is not None and model.pipeline.input_name == name):
+        if name not in request.preprocessed:
             _check_variable_size(model, name, shape[1:] if batched else shape, max_variable_elements)
         prepared[name] = engine_input(spec, array, batched)
     if batch_sizes:
@@ -149,8 +149,8 @@ def validate_inputs(
 def _check_variable_size(model: ModelVersion, name: str, item: tuple[int, ...], limit: int) -> None:
     """Refuse a batch item of an input with -1 dims past ``limit`` elements, before the model runs:
     what its run holds grows with it, beyond what the request sent (a 0.2 MB gzip body of a
-    [1, 3, 2048, 2048] page made PP-OCR's detector hold +700 MB). The caller exempts an input the
-    model's own pre-stage made (``InferenceRequest.preprocessed``): ``max_pixels`` bounds those."""
+    [1, 3, 2048, 2048] page made PP-OCR's detector hold +700 MB). The caller exempts the inputs the
+    server made itself (``InferenceRequest.preprocessed``), which are bounded where they were made."""
     spec = model.inputs[name]
     limit = model.max_variable_elements or limit
     if limit <= 0 or -1 not in spec.dims:

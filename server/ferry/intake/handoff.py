@@ -435,7 +435,7 @@ class HandoffClient:
             request.client,
             expect,
             streamed,
-            request.preprocessed,
+            sorted(request.preprocessed),
         )
         call = next(self._calls)
         future = asyncio.get_running_loop().create_future()
@@ -623,7 +623,7 @@ class HubConnection:
 
     def _request(self, header: tuple) -> InferenceRequest:
         model, version, request_id, where, descs, datatypes, outputs, parameters, shared, client, *_ = header
-        preprocessed = bool(header[12])
+        preprocessed = frozenset(header[12])
         assert self._requests is not None
         buffer, base = self._requests.buffer(where)
         return InferenceRequest(

@@ -183,15 +183,35 @@ async def _run_model(
     request per item."""
     [input_name] = model.inputs
     [output_name] = model.outputs
+    # the page's own tensors, bounded by max_detector_pixels and the page's crops
+    made = frozenset({input_name})
     if model.max_batch_size > 0:
         step = StepRequest(
-            model, "", {input_name: batch}, [output_name], priority, timeout_us, timing, None, parameters
+            model,
+            "",
+            {input_name: batch},
+            [output_name],
+            priority,
+            timeout_us,
+            timing,
+            None,
+            parameters,
+            preprocessed=made,
         )
         return (await run(step))[output_name]
     parts = [
         await run(
             StepRequest(
-                model, "", {input_name: batch[one]}, [output_name], priority, timeout_us, timing, None, parameters
+                model,
+                "",
+                {input_name: batch[one]},
+                [output_name],
+                priority,
+                timeout_us,
+                timing,
+                None,
+                parameters,
+                preprocessed=made,
             )
         )
         for one in execution_slices(len(batch), 0)
