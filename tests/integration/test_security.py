@@ -237,7 +237,7 @@ def test_grpc_stream_needs_a_token(mtls_server: RunningServer, pki: Pki) -> None
         replies = list(
             stub.ModelStreamInfer(iter([request]), timeout=10, metadata=[("authorization", f"Bearer {TOKEN}")])
         )
-        assert len(replies) == 1 and "expects 2 inputs" in replies[0].error_message
+        assert len(replies) == 1 and "expected 2 inputs but got 0 inputs" in replies[0].error_message
 
 
 def test_tritonclient_over_mtls_with_token(mtls_server: RunningServer, pki: Pki) -> None:
