@@ -143,8 +143,8 @@ async def _pair(tmp_path: Path, model_side: Admission) -> AsyncIterator[tuple[Do
 
 
 async def _infer_admitted(admission: Admission, client: HandoffClient, x: np.ndarray) -> InferenceResponse:
-    with admission.admit():  # the intake's front door: the ticket in the context
-        return await client.infer(InferenceRequest("m", inputs={"x": x}))
+    with admission.admit() as ticket:  # the intake's front door: the ticket on the request
+        return await client.infer(InferenceRequest("m", inputs={"x": x}, ticket=ticket))
 
 
 async def test_the_hand_off_counts_each_block_while_it_exists(tmp_path: Path) -> None:
@@ -170,5 +170,5 @@ async def test_a_request_whose_block_passes_the_cap_is_refused_before_it_is_copi
         with intake.admit() as ticket:
             ticket.reserve(MIB + 1)  # its body, say
             with pytest.raises(PayloadTooLarge, match="--max-inflight-bytes"):
-                await client.infer(InferenceRequest("m", inputs={"x": np.ones(MIB // 4, np.float32)}))
+                await client.infer(InferenceRequest("m", inputs={"x": np.ones(MIB // 4, np.float32)}, ticket=ticket))
         assert model.seen == 0 and client._requests.used_bytes == 0 and intake.bytes == 0

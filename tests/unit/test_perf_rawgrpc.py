@@ -272,7 +272,7 @@ def test_raw_engine_without_hpack_fails_before_any_request(capsys, monkeypatch) 
     assert code == 2
     assert capsys.readouterr().err.strip() == (
         "ferry-client perf: --grpc-engine raw needs hpack, which is not installed "
-        "(pip install './clients/python[perf]' in the Ferry checkout)"
+        "(pip install '.[perf]' in the Ferry checkout (or './clients/python[perf]' where only the client is installed))"
     )
 
 

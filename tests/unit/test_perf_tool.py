@@ -240,7 +240,7 @@ def test_plot_without_matplotlib_fails_before_any_request(capsys, monkeypatch, t
     assert code == 2
     assert err.strip() == (
         "ferry-client perf: --plot needs matplotlib, which is not installed "
-        "(pip install './clients/python[perf]' in the Ferry checkout)"
+        "(pip install '.[perf]' in the Ferry checkout (or './clients/python[perf]' where only the client is installed))"
     )
 
 
