@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
-from serving import FerryProcess, _process_jiffies
+from serving import FerryProcess, _process_jiffies, child_pids
 
 TICK = os.sysconf("SC_CLK_TCK")
 MODEL = "host_path"
@@ -107,24 +107,14 @@ def build_repository(directory: Path) -> list[str]:
 # --- measuring ----------------------------------------------------------------------------------
 
 
-def _children(pid: int) -> list[int]:
-    found = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            found += [int(child) for child in (task / "children").read_text().split()]
-        except OSError:
-            continue
-    return found
-
-
 def server_cpu(pid: int) -> tuple[float, float]:
     """CPU seconds so far of the model process and of its children (the intake processes)."""
     below = []
-    stack = _children(pid)
+    stack = child_pids(pid)
     while stack:
         child = stack.pop()
         below.append(child)
-        stack += _children(child)
+        stack += child_pids(child)
     return _process_jiffies(pid) / TICK, sum(_process_jiffies(p) for p in below) / TICK
 
 

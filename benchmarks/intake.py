@@ -36,7 +36,7 @@ from pathlib import Path
 
 import models
 from perf_tools import perf_analyzer
-from serving import ROOT, FerryProcess, _process_jiffies, make_session, raw_window
+from serving import ROOT, FerryProcess, _process_jiffies, child_pids, make_session, raw_window
 
 RESULTS = ROOT / "benchmarks" / "results"
 TICK = os.sysconf("SC_CLK_TCK")
@@ -44,19 +44,9 @@ RAW_BATCHES = (1, 8, 16)
 PROJECTED_CORES = 16
 
 
-def _children(pid: int) -> list[int]:
-    found = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            found += [int(child) for child in (task / "children").read_text().split()]
-        except OSError:
-            continue
-    return found
-
-
 def _descendants(pid: int) -> list[int]:
     out = []
-    for child in _children(pid):
+    for child in child_pids(pid):
         out += [child, *_descendants(child)]
     return out
 

@@ -372,6 +372,17 @@ def _busy_jiffies() -> int:
     return fields[0] + fields[1] + fields[2] + fields[5] + fields[6] + fields[7]
 
 
+def child_pids(pid: int) -> list[int]:
+    """The direct children of every thread of ``pid`` (intake processes, perf workers)."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found += [int(child) for child in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return found
+
+
 def _process_jiffies(pid: int) -> int:
     with contextlib.suppress(OSError, ValueError, IndexError):
         stat = Path(f"/proc/{pid}/stat").read_text()

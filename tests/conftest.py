@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 import pytest
@@ -109,6 +110,15 @@ class RunningServer:
                 self.process.kill()
                 self.process.wait()
         return self.process.returncode
+
+
+def start_quick_server(root: Path, *extra: str, **options: Any) -> RunningServer:
+    """``start_server`` on a repository of one tiny MLP, ``quick`` (width 16): the model of the tests
+    of the front doors' limits, where what the model computes does not matter."""
+    from tests.models import write_mlp_model
+
+    write_mlp_model(root / "models" / "quick", width=16, layers=1)
+    return start_server(root / "models", root / "server.log", *extra, **options)
 
 
 def start_server(

@@ -27,8 +27,7 @@ import pytest
 from ferry_client.protocol import grpc_service_pb2 as pb
 from ferry_client.protocol import grpc_service_pb2_grpc as pb_grpc
 
-from ..conftest import RunningServer, start_server
-from ..models import write_mlp_model
+from ..conftest import RunningServer, start_quick_server
 from ..raw_grpc_peer import DATA, END_STREAM, HEADERS, RawPeer
 from .test_hostile_grpc_calls import Attacker
 
@@ -42,11 +41,8 @@ IDLE_S = 2
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory) -> Iterator[RunningServer]:
-    repo = tmp_path_factory.mktemp("grpc_addresses") / "models"
-    write_mlp_model(repo / "quick", width=16, layers=1)
-    running = start_server(
-        repo,
-        repo.parent / "server.log",
+    running = start_quick_server(
+        tmp_path_factory.mktemp("grpc_addresses"),
         *("--grpc-reads-per-peer", str(TOTAL), "--grpc-reads-total", str(TOTAL)),
         *("--grpc-stream-reads-per-peer", "1", "--grpc-stream-reads-total", "1"),
         *("--grpc-idle-stream-secs", str(IDLE_S), "--grpc-request-timeout-secs", "60"),

@@ -24,7 +24,7 @@ from ferry_client.perf.rawgrpc import frame
 from ferry_client.protocol import grpc_service_pb2 as pb
 from ferry_client.protocol import grpc_service_pb2_grpc as pb_grpc
 
-from ..conftest import RunningServer, start_server
+from ..conftest import RunningServer, start_quick_server, start_server
 from ..models import write_mlp_model
 from ..raw_grpc_peer import ACK, END_HEADERS, HEADERS, PING, RST_STREAM, SETTINGS, call_headers
 
@@ -183,11 +183,8 @@ HOLDER = "127.0.0.4"
 @pytest.fixture(scope="module")
 def two_intakes(tmp_path_factory) -> Iterator[RunningServer]:
     """Two intakes whose per-peer cap, as configured, equals the server-wide one (issue 38 item 8)."""
-    repo = tmp_path_factory.mktemp("hostile_grpc_slots") / "models"
-    write_mlp_model(repo / "quick", width=16, layers=1)
-    running = start_server(
-        repo,
-        repo.parent / "server.log",
+    running = start_quick_server(
+        tmp_path_factory.mktemp("hostile_grpc_slots"),
         *("--grpc-max-concurrent-rpcs", str(SHARED_CAP), "--grpc-max-calls-per-peer", str(SHARED_CAP)),
         *("--grpc-request-timeout-secs", "120", "--intake-processes", "2"),
     )

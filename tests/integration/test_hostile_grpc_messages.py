@@ -26,7 +26,7 @@ import pytest
 from ferry_client.protocol import grpc_service_pb2 as pb
 from ferry_client.protocol import grpc_service_pb2_grpc as pb_grpc
 
-from ..conftest import RunningServer, start_server
+from ..conftest import RunningServer, start_quick_server, start_server
 from ..models import write_mlp_model
 from .test_hostile_grpc_calls import Attacker
 
@@ -38,11 +38,8 @@ TURNS = 2
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory) -> Iterator[RunningServer]:
-    repo = tmp_path_factory.mktemp("grpc_turns") / "models"
-    write_mlp_model(repo / "quick", width=16, layers=1)
-    running = start_server(
-        repo,
-        repo.parent / "server.log",
+    running = start_quick_server(
+        tmp_path_factory.mktemp("grpc_turns"),
         *("--grpc-request-timeout-secs", "60", "--grpc-reads-per-peer", str(TURNS)),
         *("--max-inflight-bytes", str(2**30)),  # room for every call: turns, not admission, are tested
     )

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -287,39 +287,32 @@ class RequestPath(FrontHalf):
         trace = self.tracing.start(model.name, request.id)
         timeline = trace.timeline if trace else None
         names = list(names)
+
+        def queue_on(version: ModelVersion) -> Awaitable[Outputs]:
+            return version.scheduler.submit(
+                inputs,
+                names,
+                batch_size,
+                priority,
+                timeout_us,
+                timeline,
+                timing,
+                sink=sink,
+                parameters=request.parameters,
+                ticket=request.ticket,
+            )
+
         try:
             try:
                 served = model
-                results = await model.scheduler.submit(
-                    inputs,
-                    names,
-                    batch_size,
-                    priority,
-                    timeout_us,
-                    timeline,
-                    timing,
-                    sink=sink,
-                    parameters=request.parameters,
-                    ticket=request.ticket,
-                )
+                results = await queue_on(model)
             except Unloading:
                 # a reload retired this version since it was looked up (while images decoded, say):
                 # queue on the version that replaced it, so reloads drop nothing
                 served = self.manager.get(model.name, request.model_version)  # raises when none did
                 if served is model:
                     raise
-                results = await served.scheduler.submit(
-                    inputs,
-                    names,
-                    batch_size,
-                    priority,
-                    timeout_us,
-                    timeline,
-                    timing,
-                    sink=sink,
-                    parameters=request.parameters,
-                    ticket=request.ticket,
-                )
+                results = await queue_on(served)
         except Exception as exc:
             if trace:
                 self.tracing.finish(trace, str(model.version), error=str(exc) or type(exc).__name__)

@@ -185,11 +185,12 @@ async def _run_model(
     [output_name] = model.outputs
     # the page's own tensors, bounded by max_detector_pixels and the page's crops
     made = frozenset({input_name})
-    if model.max_batch_size > 0:
-        step = StepRequest(
+
+    def step(inputs: np.ndarray) -> StepRequest:
+        return StepRequest(
             model,
             "",
-            {input_name: batch},
+            {input_name: inputs},
             [output_name],
             priority,
             timeout_us,
@@ -198,24 +199,10 @@ async def _run_model(
             parameters,
             preprocessed=made,
         )
-        return (await run(step))[output_name]
-    parts = [
-        await run(
-            StepRequest(
-                model,
-                "",
-                {input_name: batch[one]},
-                [output_name],
-                priority,
-                timeout_us,
-                timing,
-                None,
-                parameters,
-                preprocessed=made,
-            )
-        )
-        for one in execution_slices(len(batch), 0)
-    ]
+
+    if model.max_batch_size > 0:
+        return (await run(step(batch)))[output_name]
+    parts = [await run(step(batch[one])) for one in execution_slices(len(batch), 0)]
     return np.concatenate([part[output_name] for part in parts])
 
 
