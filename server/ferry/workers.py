@@ -36,6 +36,9 @@ class Workers:
         #: pool tasks one request's images may occupy at once (the rest of the pool serves others)
         self.image_share = max(1, size // 2)
         self.codec = ThreadPoolExecutor(max_workers=cores, thread_name_prefix=f"{prefix}-codec")
+        #: codec threads request bodies may occupy inflating at once (a burst of gzip bombs waits
+        #: its turn instead of taking every core from the event loop)
+        self.inflating = asyncio.Semaphore(max(1, cores // 2))
 
     def shutdown(self) -> None:
         """Stop the pools: work not started is dropped, a thread still running is not waited for
