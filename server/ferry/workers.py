@@ -5,7 +5,8 @@ settings, shut down when the process stops.
   images decoded and pre-processed, post-stages (top-k, box decoding and NMS, pooling, CTC),
   the OCR model's page steps (crops, turns, reading order), many images' headers read.
 - ``codec`` (threads ``ferry-codec``, one per usable core): protocol work too large for the loop:
-  messages parsed and answers encoded, bodies inflated, shared-memory regions copied.
+  messages parsed and answers encoded, bodies inflated (by half its threads at most),
+  shared-memory regions copied.
 - Each model's instances run on its scheduler's own pool (``ferry-model-<name>``, one thread per
   instance: ``scheduling.scheduler.Scheduler``), which the scheduler's ``stop`` shuts down.
 
