@@ -85,7 +85,7 @@ _message_ticket: contextvars.ContextVar[Ticket | None] = contextvars.ContextVar(
 
 class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
     """``ModelInfer`` and ``ModelStreamInfer`` over any inference plane (an intake process's too);
-    every other RPC answers UNIMPLEMENTED unless a subclass implements it."""
+    every other RPC answers UNIMPLEMENTED unless a subclass implements or relays it."""
 
     def __init__(self, plane: InferencePlane, max_response_bytes: int = 256 * 1024 * 1024) -> None:
         self.plane = plane
