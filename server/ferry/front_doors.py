@@ -14,7 +14,7 @@ import grpc
 import uvicorn
 from starlette.types import ASGIApp
 
-from .api.connection_limits import HttpConnectionLimits, OpenConnections, guarded_protocol
+from .api.connection_limits import ConnectionGuard, HttpConnectionLimits, OpenConnections
 from .api.drain_cutoff import DrainCutoff
 from .api.grpc import create_grpc_server
 from .api.grpc_limits import GrpcLimits
@@ -61,7 +61,7 @@ def _share(cap: int, processes: int) -> int:
 
 
 def connection_options(s: Settings, shared: OpenConnections | None = None) -> dict[str, Any]:
-    """uvicorn options of a REST-style listener: the guarded protocol and the keep-alive timeout.
+    """uvicorn options of a REST-style listener: its own guarded protocol and the keep-alive timeout.
 
     ``shared``: the intake processes' connection count, so the cap holds for the whole port."""
     limits = HttpConnectionLimits(
@@ -72,7 +72,7 @@ def connection_options(s: Settings, shared: OpenConnections | None = None) -> di
         s.http_body_grace_secs,
         shared,
     )
-    return {"http": guarded_protocol(limits), "timeout_keep_alive": s.http_keep_alive_timeout_secs}
+    return {"http": ConnectionGuard(limits).protocol(), "timeout_keep_alive": s.http_keep_alive_timeout_secs}
 
 
 def rest_config(app: ASGIApp, s: Settings, security: ServerSecurity, **listener: Any) -> uvicorn.Config:

@@ -70,7 +70,6 @@ class HeapTrimmer:
 
     def __init__(self, after_bytes: int = TRIM_AFTER_BYTES) -> None:
         self.after_bytes = after_bytes
-        self.trims = 0
         self._released = 0
         self._running = False
         self._trim = _glibc("malloc_trim")
@@ -94,5 +93,4 @@ class HeapTrimmer:
 
     def _done(self, _: object) -> None:
         self._running = False
-        self.trims += 1
         self.released(0)  # what was released during the trim, if enough, is not left for later traffic

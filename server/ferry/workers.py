@@ -5,7 +5,8 @@ settings, shut down when the process stops.
   images decoded and pre-processed, post-stages (top-k, box decoding and NMS, pooling, CTC),
   the OCR model's page steps (crops, turns, reading order), many images' headers read.
 - ``codec`` (threads ``ferry-codec``, one per usable core): protocol work too large for the loop:
-  messages parsed and answers encoded, bodies inflated, shared-memory regions copied.
+  messages parsed and answers encoded, bodies inflated (by half its threads at most),
+  shared-memory regions copied.
 - Each model's instances run on its scheduler's own pool (``ferry-model-<name>``, one thread per
   instance: ``scheduling.scheduler.Scheduler``), which the scheduler's ``stop`` shuts down.
 
@@ -36,6 +37,9 @@ class Workers:
         #: pool tasks one request's images may occupy at once (the rest of the pool serves others)
         self.image_share = max(1, size // 2)
         self.codec = ThreadPoolExecutor(max_workers=cores, thread_name_prefix=f"{prefix}-codec")
+        #: codec threads request bodies may occupy inflating at once (a burst of gzip bombs waits
+        #: its turn instead of taking every core from the event loop)
+        self.inflating = asyncio.Semaphore(max(1, cores // 2))
 
     def shutdown(self) -> None:
         """Stop the pools: work not started is dropped, a thread still running is not waited for

@@ -33,7 +33,7 @@ from google.protobuf.message_factory import GetMessageClass
 from starlette.types import ASGIApp, Receive, Scope, Send
 from tritonclient.utils import InferenceServerException
 
-from ferry.api.connection_limits import HttpConnectionLimits, guarded_protocol
+from ferry.api.connection_limits import ConnectionGuard, HttpConnectionLimits
 from ferry.api.dataplane import DataPlane
 from ferry.api.grpc import InferenceServicer, create_grpc_server
 from ferry.api.http import create_http_app
@@ -51,8 +51,6 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 MIB = 1024 * 1024
 WAIT = 30  # seconds: an upper bound on events the test itself causes, never a timing assertion
 GATED_MODEL = "gated"
-#: Both listeners run Ferry's connection-limiting protocol, as the server's REST listeners do.
-GUARDED = guarded_protocol(HttpConnectionLimits())
 BROKEN_MODEL = "broken"  # fails to load at start-up: the core answers UNAVAILABLE for it
 
 
@@ -169,6 +167,11 @@ class Stack:
         self.run(self._start())
         return self
 
+    @staticmethod
+    def _guarded() -> type[asyncio.Protocol]:
+        """Ferry's connection-limiting protocol with its defaults, as the server's REST listeners run."""
+        return ConnectionGuard(HttpConnectionLimits()).protocol()
+
     async def _serve(self, config: uvicorn.Config) -> None:
         server = uvicorn.Server(config)
         server.install_signal_handlers = lambda: None  # type: ignore[method-assign] - not the main thread
@@ -193,7 +196,9 @@ class Stack:
             mount_dashboard(app, self.plane, metrics.registry)
             self.hooks = CoreHooks(app)
             await self._serve(
-                uvicorn.Config(self.hooks, uds=self.rest_socket, lifespan="off", log_level="warning", http=GUARDED)
+                uvicorn.Config(
+                    self.hooks, uds=self.rest_socket, lifespan="off", log_level="warning", http=self._guarded()
+                )
             )
             self.core_servicer = GatedCore(self.plane)
             core_grpc = create_grpc_server(
@@ -208,7 +213,7 @@ class Stack:
             port=self.http_port,
             lifespan="off",
             log_level="warning",
-            http=GUARDED,
+            http=self._guarded(),
         )
         await self._serve(front_config)
         self.core_channel = grpc.aio.insecure_channel(f"unix:{self.grpc_socket}")

@@ -17,11 +17,20 @@ from sklearn.datasets import load_digits
 from ferry.cli import main
 from ferry.optimize.calibration import OptimizeError
 from ferry.optimize.cpu import CpuInt8Features, choose_int8_scheme, read_cpu_features
-from ferry.optimize.int8 import count_qdq_nodes
 from ferry.optimize.run import AccuracyRefused, OptimizeOptions, optimize
 from ferry.repository.config import read_config_file
 from ferry.repository.model import load_version
 from ferry_client.protocol import model_config_pb2 as mc
+
+
+def count_qdq_nodes(path: Path) -> dict[str, int]:
+    """How many QuantizeLinear / DequantizeLinear nodes a model has (zero for an unquantized one)."""
+    counts = {"QuantizeLinear": 0, "DequantizeLinear": 0}
+    for node in onnx.load(str(path), load_external_data=False).graph.node:
+        if node.op_type in counts:
+            counts[node.op_type] += 1
+    return counts
+
 
 REPO = Path(__file__).resolve().parents[2] / "model_repo"
 

@@ -126,11 +126,11 @@ def test_min_throughput_objective_picks_the_lowest_latency_that_keeps_up() -> No
 
 
 def test_noise_larger_than_the_gain_keeps_the_current_config() -> None:
-    current = Summary((point(100.0),), 100.0, 15.0, 4, 4)
-    slightly_better = Summary((point(120.0),), 120.0, 10.0, 4, 4)
+    current = Summary((point(100.0),), 100.0, 15.0)
+    slightly_better = Summary((point(120.0),), 120.0, 10.0)
     challenger = CURRENT.with_(dynamic=True)
     assert choose_winner([CURRENT, challenger], {CURRENT: current, challenger: slightly_better}) is None
-    clearly_better = Summary((point(200.0),), 200.0, 10.0, 4, 4)
+    clearly_better = Summary((point(200.0),), 200.0, 10.0)
     assert choose_winner([CURRENT, challenger], {CURRENT: current, challenger: clearly_better}) == challenger
 
 
@@ -192,7 +192,7 @@ def test_objective_scores_and_parses() -> None:
     assert objective.score((point(500.0, 5.0, failures=1),)) is None  # failures never count
     samples = [(point(100.0),), (point(140.0),), (point(110.0),)]
     summary = summarise(samples, Objective())
-    assert summary.score == 110.0 and summary.spread == 20.0 and summary.rounds == 3
+    assert summary.score == 110.0 and summary.spread == 20.0
 
 
 def test_candidates_make_the_config_they_describe() -> None:
@@ -229,9 +229,9 @@ def test_a_tie_goes_to_the_original_model_over_a_precision_variant() -> None:
     fp32 = CURRENT.with_(dynamic=True)
     int8 = fp32.with_(model="m_int8", precision="INT8")
     summaries = {
-        CURRENT: Summary((point(100.0),), 100.0, 5.0, 4, 4),
-        int8: Summary((point(300.0),), 300.0, 30.0, 4, 4),  # first and a little higher, but within the spread
-        fp32: Summary((point(290.0),), 290.0, 30.0, 4, 4),
+        CURRENT: Summary((point(100.0),), 100.0, 5.0),
+        int8: Summary((point(300.0),), 300.0, 30.0),  # first and a little higher, but within the spread
+        fp32: Summary((point(290.0),), 290.0, 30.0),
     }
     assert choose_winner([CURRENT, int8, fp32], summaries) == fp32
 

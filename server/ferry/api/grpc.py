@@ -29,7 +29,7 @@ from .dataplane import DataPlane
 from .drain_cutoff import DrainCutoff
 from .grpc_calls import CallGuard, WrappedRegistration, peer_host, release_after_write
 from .grpc_codec import decode_infer_request, encode_infer_response
-from .grpc_decode import decoding_handler, raw_handler, received_bytes, take_refusal
+from .grpc_decode import decoding_handler, received_bytes, take_refusal
 from .grpc_limits import GrpcLimits
 from .grpc_turns import current_stream
 from .inference_plane import InferencePlane
@@ -85,14 +85,16 @@ _message_ticket: contextvars.ContextVar[Ticket | None] = contextvars.ContextVar(
 
 class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
     """``ModelInfer`` and ``ModelStreamInfer`` over any inference plane (an intake process's too);
-    every other RPC answers UNIMPLEMENTED unless a subclass implements it."""
-
-    #: Methods served with their messages as bytes, unparsed (none here; an intake relays some).
-    raw_methods: frozenset[str] = frozenset()
+    every other RPC answers UNIMPLEMENTED unless a subclass implements or relays it."""
 
     def __init__(self, plane: InferencePlane, max_response_bytes: int = 256 * 1024 * 1024) -> None:
         self.plane = plane
         self.max_response_bytes = max_response_bytes
+
+    def relay_handler(self, method: str) -> grpc.RpcMethodHandler[bytes, bytes] | None:
+        """The handler that relays ``method`` (its name) elsewhere with its messages as bytes,
+        unparsed, instead of this servicer's own; None: served here (all of them; an intake relays most)."""
+        return None
 
     def count_message(self, size: int) -> Callable[[], None]:
         """Admit a request message (ModelInfer's, or a streamed one) from its bytes, before
@@ -545,11 +547,11 @@ def create_grpc_server(
         cutoff,
     )
     count_message = servicer.count_message
-    raw_methods = servicer.raw_methods
 
     def guarded(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
-        if method.rsplit("/", 1)[-1] in raw_methods:  # relayed as bytes (an intake's servicer)
-            return guard.wrap(raw_handler(handler))
+        relay = servicer.relay_handler(method.rsplit("/", 1)[-1])
+        if relay is not None:  # relayed as bytes (an intake's servicer)
+            return guard.wrap(relay)
         count = count_message if method.endswith(("/ModelInfer", "/ModelStreamInfer")) else None
         return guard.wrap(decoding_handler(handler, method, plane.workers.codec, count))
 

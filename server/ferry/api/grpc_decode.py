@@ -149,13 +149,3 @@ def decoding_handler(
 
         return grpc.stream_stream_rpc_method_handler(bidi, response_serializer=serializer)
     return handler  # the inference service has no other kinds of RPC
-
-
-def raw_handler(handler: grpc.RpcMethodHandler[Any, Any]) -> grpc.RpcMethodHandler[Any, Any]:
-    """The same behaviour, taking and answering messages as bytes, unparsed (a relay's; unary and
-    bidi-streaming RPCs, the service's only kinds, as in ``decoding_handler``)."""
-    if not handler.request_streaming and not handler.response_streaming and handler.unary_unary is not None:
-        return grpc.unary_unary_rpc_method_handler(handler.unary_unary)
-    if handler.request_streaming and handler.response_streaming and handler.stream_stream is not None:
-        return grpc.stream_stream_rpc_method_handler(handler.stream_stream)
-    return handler

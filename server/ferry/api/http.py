@@ -20,7 +20,6 @@ from starlette.responses import Response
 
 from ferry_client.codec import HEADER_LENGTH, dumps
 
-from ..cores import usable_cores
 from ..errors import FerryError, InvalidArgument, PayloadTooLarge
 from ..pipelines.detection import Detection
 from ..repository.config import config_to_dict
@@ -56,8 +55,6 @@ log = logging.getLogger(__name__)
 
 JSON = "application/json"
 T = TypeVar("T")
-#: Request bodies inflating at once (the rest wait their turn).
-_INFLATE_SLOTS = asyncio.Semaphore(max(1, usable_cores() // 2))
 
 
 def json_response(content: Any, status: int = 200) -> Response:
@@ -94,9 +91,9 @@ def _status_response(ok: bool, body: dict[str, Any]) -> Response:
     return json_response(body, 200 if ok else 503)
 
 
-async def _read_body(request: Request, limit: int, pool: Executor, ticket: Ticket | None = None) -> bytes:
+async def _read_body(request: Request, limit: int, workers: Workers, ticket: Ticket | None = None) -> bytes:
     """The (decompressed) body, counted against the admission ``ticket`` as it really arrives;
-    inflated on ``pool`` (the codec pool)."""
+    inflated on the codec pool, a few bodies at a time (``workers.inflating``)."""
     declared = _declared_length(request)
     if declared > limit:
         raise PayloadTooLarge(f"request body of {declared} bytes exceeds the limit of {limit} bytes")
@@ -119,9 +116,9 @@ async def _read_body(request: Request, limit: int, pool: Executor, ticket: Ticke
     # always on the pool (zlib releases the GIL): a small body may inflate to the limit; and
     # a few at a time, so a burst of bombs cannot take every core from the event loop; counted as
     # it grows, so what a bomb inflates to is refused once it would pass the in-flight cap
-    async with _INFLATE_SLOTS:
+    async with workers.inflating:
         while not pieces or not inflater.done:
-            pieces.append(await run_in(pool, inflater.step))
+            pieces.append(await run_in(workers.codec, inflater.step))
             if ticket is not None:
                 ticket.reserve(len(pieces[-1]))
     del body  # the inflater keeps only the unread rest of it, none once done
@@ -149,8 +146,8 @@ def _declared_length(request: Request) -> int:
     return int(declared) if declared.isdigit() else 0
 
 
-async def _json_body(request: Request, limit: int, pool: Executor) -> dict[str, Any]:
-    return parse_json_object(await _read_body(request, limit, pool))
+async def _json_body(request: Request, limit: int, workers: Workers) -> dict[str, Any]:
+    return parse_json_object(await _read_body(request, limit, workers))
 
 
 async def _off_loop_if_large(pool: Executor, size: int, function: Callable[..., T], *args: Any) -> T:
@@ -256,7 +253,7 @@ async def infer_response(
     ticket = plane.admission.admit()  # held until the answer is written (HeldResponse)
     codec = plane.workers.codec
     try:
-        body = await _read_body(request, max_body_bytes, codec, ticket)
+        body = await _read_body(request, max_body_bytes, plane.workers, ticket)
         infer_request = await _off_loop_if_large(
             codec,
             len(body),
@@ -322,9 +319,9 @@ IMAGE_ENDPOINTS: dict[str, tuple[tuple[QueryOption, ...], Callable[[Any], dict[s
 }
 
 
-async def _images(request: Request, ticket: Ticket, max_body_bytes: int, pool: Executor) -> list[bytes]:
+async def _images(request: Request, ticket: Ticket, max_body_bytes: int, workers: Workers) -> list[bytes]:
     content_type = request.headers.get("content-type", "")
-    body = await _read_body(request, max_body_bytes, pool, ticket)  # within the body limit, counted
+    body = await _read_body(request, max_body_bytes, workers, ticket)  # within the body limit, counted
     if content_type.startswith("multipart/form-data"):
         files = await multipart_files(request.headers, body, ticket)
         ticket.release(len(body))  # the files are copies; the body goes when this returns
@@ -348,7 +345,7 @@ async def image_endpoint(
     plane.admission.check_room(_declared_length(request))
     given = {key: value for key, value in parameters.items() if value is not None}
     with plane.admission.admit() as ticket:
-        images = await _images(request, ticket, max_body_bytes, plane.workers.codec)
+        images = await _images(request, ticket, max_body_bytes, plane.workers)
         done = await _unless_disconnected(
             request, plane.run_images(model, version, images, task, options, given, ticket)
         )
@@ -505,7 +502,7 @@ def create_http_app(
 
     @app.post("/v2/repository/index", openapi_extra=INDEX_BODY)
     async def repository_index(request: Request) -> Response:
-        body = await _json_body(request, max_body_bytes, plane.workers.codec)
+        body = await _json_body(request, max_body_bytes, plane.workers)
         ready = body.get("ready", False)
         if not isinstance(ready, bool):
             raise InvalidArgument("'ready' must be true or false")
@@ -513,7 +510,7 @@ def create_http_app(
 
     @app.post("/v2/repository/models/{model}/load", openapi_extra=LOAD_BODY)
     async def load_model(model: str, request: Request) -> Response:
-        body = await _json_body(request, max_body_bytes, plane.workers.codec)
+        body = await _json_body(request, max_body_bytes, plane.workers)
         parameters = body.get("parameters") or {}
         if not isinstance(parameters, dict):
             raise InvalidArgument("'parameters' must be a JSON object")
@@ -527,7 +524,7 @@ def create_http_app(
 
     @app.post("/v2/repository/models/{model}/unload", openapi_extra=UNLOAD_BODY)
     async def unload_model(model: str, request: Request) -> Response:
-        body = await _json_body(request, max_body_bytes, plane.workers.codec)
+        body = await _json_body(request, max_body_bytes, plane.workers)
         parameters = body.get("parameters") or {}
         if not isinstance(parameters, dict):
             raise InvalidArgument("'parameters' must be a JSON object")
@@ -541,8 +538,8 @@ def create_http_app(
         app,
         plane.shared_memory,
         plane.identify,
-        lambda request: _json_body(request, max_body_bytes, plane.workers.codec),
+        lambda request: _json_body(request, max_body_bytes, plane.workers),
         json_response,
     )
-    add_generate_routes(app, plane, lambda request: _read_body(request, max_body_bytes, plane.workers.codec))
+    add_generate_routes(app, plane, lambda request: _read_body(request, max_body_bytes, plane.workers))
     return app

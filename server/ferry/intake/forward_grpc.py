@@ -6,8 +6,9 @@ intake the message's bytes and grpc's copies of them, and the core as much again
 request to a decoupled model is relayed to the core as a stream of its own, whose responses come
 back into the client's stream as they come. Health, metadata, repository control, statistics,
 shared-memory registration, trace and log settings belong to the core process, which serves its
-normal gRPC server on a unix socket. The relaying methods are made from the service descriptor, so
-an RPC added to the proto is relayed without a code change. A relayed stream's answers count
+normal gRPC server on a unix socket. Every method not served here is relayed by one of two handlers
+(unary, bidi-streaming: ``relay_handler``), so an RPC added to the proto is relayed without a code
+change. A relayed stream's answers count
 against the in-flight bytes until they are written to the caller. The caller's metadata and
 deadline go to the core; the core's status code, details and metadata come back unchanged; a core
 that cannot be reached is UNAVAILABLE.
@@ -16,12 +17,12 @@ that cannot be reached is UNAVAILABLE.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 import grpc
-from google.protobuf.descriptor import MethodDescriptor
 
 from ferry_client.protocol import grpc_service_pb2 as pb
 
@@ -62,60 +63,54 @@ class ForwardingServicer(InferenceRpcs):
     def __init__(self, plane: InferencePlane, max_response_bytes: int, core_channel: grpc.aio.Channel) -> None:
         super().__init__(plane, max_response_bytes)
         self.core_channel = core_channel
-        relayed = [method for method in SERVICE.methods if method.name not in self.local_methods]
-        for method in relayed:
-            setattr(self, method.name, self._relay(method))
-        # their messages pass through as bytes (``create_grpc_server`` registers them so)
-        self.raw_methods = frozenset(method.name for method in relayed)
 
-    def _relay(self, method: MethodDescriptor) -> Callable[..., Any]:
-        """A handler of ``method``'s kind (unary or streaming either way) calling it on the core.
+    def relay_handler(self, method: str) -> grpc.RpcMethodHandler[bytes, bytes] | None:
+        """The handler calling ``method`` on the core, for every method not served here.
 
         Messages pass through as bytes both ways: the core parses (and refuses) them itself, so a
         relayed message is neither parsed nor re-encoded here (a streamed 47 MiB message cost two
-        copies more in the intake that way)."""
-        path = f"/{SERVICE.full_name}/{method.name}"
-        kind = (method.client_streaming, method.server_streaming)
-        if kind == (False, False):
-            return self._unary(self.core_channel.unary_unary(path))
-        if kind == (True, False):
-            return self._unary(self.core_channel.stream_unary(path))
-        factory = self.core_channel.unary_stream if kind == (False, True) else self.core_channel.stream_stream
-        return self._streaming(factory(path))
+        copies more in the intake that way). The service has unary and bidi-streaming methods."""
+        if method in self.local_methods:
+            return None
+        path = f"/{SERVICE.full_name}/{method}"
+        if SERVICE.methods_by_name[method].client_streaming:
+            return grpc.stream_stream_rpc_method_handler(functools.partial(self.relay_stream, path))
+        return grpc.unary_unary_rpc_method_handler(functools.partial(self.relay_unary, path))
 
-    def _unary(self, multicallable: Any) -> Callable[..., Any]:
-        async def relay(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            call = multicallable(request, metadata=relayed_metadata(context), timeout=context.time_remaining())
-            try:
-                response = await call
-                await _pass_initial_metadata(call, context)
-                await _pass_trailing_metadata(call, context)
-                return response
-            except grpc.aio.AioRpcError as exc:
-                await self._abort_as(exc, context)
-                raise AssertionError("unreachable: abort raises") from exc
+    async def relay_unary(self, path: str, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        """A unary call relayed to the core's ``path``, answered as the core answered it."""
+        relayed: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = self.core_channel.unary_unary(path)
+        call = relayed(request, metadata=relayed_metadata(context), timeout=context.time_remaining())
+        try:
+            response: bytes = await call
+            await _pass_initial_metadata(call, context)
+            await _pass_trailing_metadata(call, context)
+            return response
+        except grpc.aio.AioRpcError as exc:
+            await self._abort_as(exc, context)
+            raise AssertionError("unreachable: abort raises") from exc
 
-        return relay
-
-    def _streaming(self, multicallable: Any) -> Callable[..., Any]:
-        async def relay(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-            requests = _trimmed(request, self.plane.admission.heap)
-            call = multicallable(requests, metadata=relayed_metadata(context), timeout=context.time_remaining())
-            try:
-                await _pass_initial_metadata(call, context)
-                async for response in call:
-                    release = self.plane.admission.hold(len(response))  # until grpc wrote it
-                    try:
-                        yield response
-                    finally:
-                        release()
-                await _pass_trailing_metadata(call, context)
-            except grpc.aio.AioRpcError as exc:
-                await self._abort_as(exc, context)
-            finally:
-                call.cancel()  # the caller went away (or the call ended: then this does nothing)
-
-        return relay
+    async def relay_stream(
+        self, path: str, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[bytes]:
+        """A bidi-streaming call relayed to the core's ``path``; each answer is counted against the
+        in-flight bytes until grpc wrote it to the caller."""
+        relayed: grpc.aio.StreamStreamMultiCallable[bytes, bytes] = self.core_channel.stream_stream(path)
+        requests = _trimmed(requests, self.plane.admission.heap)
+        call = relayed(requests, metadata=relayed_metadata(context), timeout=context.time_remaining())
+        try:
+            await _pass_initial_metadata(call, context)
+            async for response in call:
+                release = self.plane.admission.hold(len(response))  # until grpc wrote it
+                try:
+                    yield response
+                finally:
+                    release()
+            await _pass_trailing_metadata(call, context)
+        except grpc.aio.AioRpcError as exc:
+            await self._abort_as(exc, context)
+        finally:
+            call.cancel()  # the caller went away (or the call ended: then this does nothing)
 
     async def _stream_decoupled(
         self,

@@ -115,12 +115,3 @@ def quantize_int8(
             },
         )
     return kept
-
-
-def count_qdq_nodes(path: Path) -> dict[str, int]:
-    """How many QuantizeLinear / DequantizeLinear nodes a model has (zero for an unquantized one)."""
-    counts = {"QuantizeLinear": 0, "DequantizeLinear": 0}
-    for node in onnx.load(str(path), load_external_data=False).graph.node:
-        if node.op_type in counts:
-            counts[node.op_type] += 1
-    return counts

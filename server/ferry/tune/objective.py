@@ -134,8 +134,6 @@ class Summary:
     points: tuple[Point, ...]
     score: float | None
     spread: float  # half the range of the rounds' values at the level that scores (0 with one round)
-    rounds: int
-    rounds_admissible: int
 
     def beats(self, other: Summary) -> bool:
         """Better than ``other`` by more than the two spreads together: not just noise."""
@@ -153,11 +151,10 @@ class Summary:
 def summarise(samples: Sequence[Sample], objective: Objective) -> Summary:
     loads = sorted({p.load for sample in samples for p in sample})
     medians = tuple(median_point([p for sample in samples for p in sample if p.load == load]) for load in loads)
-    per_round = [s for s in (objective.score(sample) for sample in samples) if s is not None]
     # the spread of the level the median scores at, as the table shows it for that level (each
     # round's own best level may differ, and would give another, smaller spread)
     scoring = objective.best(medians)
     at_level = [] if scoring is None else [p for sample in samples for p in sample if p.load == scoring.load]
     values = [s for s in (objective.score([p]) for p in at_level) if s is not None]
     spread = (max(values) - min(values)) / 2 if len(values) > 1 else 0.0
-    return Summary(medians, objective.score(medians), spread, len(samples), len(per_round))
+    return Summary(medians, objective.score(medians), spread)

@@ -25,7 +25,6 @@ SAMPLES = 128
 class Variant:
     name: str  # the model name it is served under in the private repository
     precision: str
-    accuracy: str  # the report's one-line verdict
 
 
 def build_variants(
@@ -70,6 +69,6 @@ def build_variants(
             notes.append(f"{precision.upper()}: agreement with FP32 {agreement:.4f} < {threshold}; not tried")
             continue
         verdict = f"agreement with FP32 {agreement:.4f}" if agreement is not None else "no agreement figure"
-        variants.append(Variant(name, precision.upper(), verdict))
+        variants.append(Variant(name, precision.upper()))
         notes.append(f"{precision.upper()}: built by ferry optimize, passed its accuracy gate ({verdict})")
     return variants, notes
