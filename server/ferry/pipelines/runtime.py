@@ -11,8 +11,9 @@ gets one image per execution (``ImagePipeline.executions``).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -23,7 +24,7 @@ from ..cli_errors import install_hint
 from ..errors import FerryError, InvalidArgument, ModelLoadError
 from ..types import TensorSpec
 from .classification import softmax, top_k
-from .decode import decode_image
+from .decode import ImageHeader, decode_image, read_header
 from .decoders import Decoder, InputSize
 from .detection import DEFAULT_MAX_DETECTIONS, Detection, decode_detections, load_decoder
 from .detection_tensors import detection_tensor_specs, detection_tensors
@@ -40,6 +41,22 @@ _ANY_SIZE_FORMATS = (_DET.DBNET, _DET.YOLOV8, _DET.END_TO_END, _DET.BOXES_SCORES
 _WHOLE_IMAGE_RESIZES = (mc.FerryPreprocess.EXACT, mc.FerryPreprocess.LIMIT_SIDE)
 
 DEFAULT_MAX_PIXELS = 40_000_000
+
+
+class BatchDecoder(Protocol):
+    """Decodes a request's JPEGs on the pre-processing device (``device_decode.DeviceJpegDecoder``)."""
+
+    def takes(self, header: ImageHeader | None, max_pixels: int) -> bool: ...
+
+    def decode(self, images: Sequence[bytes]) -> list[Any] | None: ...
+
+
+class BatchPreprocessor(Protocol):
+    """Resizes and normalises a decoded batch on a device (``device_preprocess.DevicePreprocessor``)."""
+
+    decoder: BatchDecoder | None
+
+    def __call__(self, images: Sequence[Any], placements: Sequence[Placement]) -> np.ndarray: ...
 
 
 @dataclass(frozen=True)
@@ -64,7 +81,7 @@ class ImagePipeline:
     labels: list[str] | None
     max_pixels: int
     #: Resizes and normalises a decoded batch on a device (device: GPU); None: per image on the CPU.
-    batch_preprocessor: Callable[[Sequence[np.ndarray], Sequence[Placement]], np.ndarray] | None = None
+    batch_preprocessor: BatchPreprocessor | None = None
     #: The image input's dims as the config declares them (batch dim excluded), e.g. [1, 3, H, W]
     #: for a model that takes exactly one image and cannot batch.
     input_dims: tuple[int, ...] = ()
@@ -245,18 +262,29 @@ class ImagePipeline:
         return Prepared(batch, transforms, decode_ns, preprocess_ns)
 
     def _prepare_on_device(
-        self, images: list[bytes], spec: PreprocessSpec, preprocessor: Callable[..., np.ndarray], first_index: int
+        self, images: list[bytes], spec: PreprocessSpec, preprocessor: BatchPreprocessor, first_index: int
     ) -> Prepared:
-        """Decode (and convert the colour mode) on the CPU, then resize and normalise the batch at once."""
-        pixels, placements = [], []
+        """Decode (and convert the colour mode) on the CPU, or with ``decode: GPU`` the JPEGs the device
+        takes on the device, then resize and normalise the batch at once. A batch the device decoder
+        refuses is decoded on the CPU, whose error names the image it refuses."""
         t0 = time.perf_counter_ns()
+        pixels: list[Any] = [None] * len(images)
+        decoder = preprocessor.decoder
+        if decoder is not None:
+            chosen = [i for i, data in enumerate(images) if decoder.takes(read_header(bytes(data)), self.max_pixels)]
+            decoded = decoder.decode([bytes(images[i]) for i in chosen]) if chosen else None
+            for index, tensor in zip(chosen, decoded or (), strict=False):
+                pixels[index] = tensor
+        placements = []
         for index, data in enumerate(images):
-            image = decode_image(
-                bytes(data), max_pixels=self.max_pixels, target_size=spec.draft_size, index=first_index + index
-            )
-            image = to_model_mode(image, spec)
-            placements.append(checked_placement(*image.size, spec, self.max_pixels, first_index + index))
-            pixels.append(pixels_of(image))
+            if pixels[index] is None:
+                image = decode_image(
+                    bytes(data), max_pixels=self.max_pixels, target_size=spec.draft_size, index=first_index + index
+                )
+                image = to_model_mode(image, spec)
+                pixels[index] = pixels_of(image)
+            height, width = pixels[index].shape[:2]
+            placements.append(checked_placement(width, height, spec, self.max_pixels, first_index + index))
         t1 = time.perf_counter_ns()
         batch = preprocessor(pixels, placements)
         return Prepared(batch, [where.transform for where in placements], t1 - t0, time.perf_counter_ns() - t1)
@@ -374,7 +402,7 @@ def _batched_shape(dims: Sequence[int], batched: bool) -> tuple[int, ...]:
     return (-1, *dims)
 
 
-def _gpu_preprocessor(spec: PreprocessSpec, gpu: int) -> Callable[..., np.ndarray]:
+def _gpu_preprocessor(spec: PreprocessSpec, gpu: int) -> BatchPreprocessor:
     """The torch batch pre-processor on ``cuda:<gpu>``; a load error where torch or CUDA is missing."""
     field = "ferry_image.preprocess.device"
     try:
@@ -389,6 +417,15 @@ def _gpu_preprocessor(spec: PreprocessSpec, gpu: int) -> Callable[..., np.ndarra
         )
     if gpu >= torch.cuda.device_count():
         raise ModelLoadError(f"{field}: GPU {gpu} does not exist (torch sees {torch.cuda.device_count()})")
+    if spec.decode == mc.FerryPreprocess.GPU:
+        from .device_decode import torchvision_problem
+
+        problem = torchvision_problem()
+        if problem:
+            raise ModelLoadError(
+                f"ferry_image.preprocess.decode: GPU needs torchvision built for this torch ({problem}); "
+                f"{install_hint('torch')}, or use decode: CPU (the default)"
+            )
     return DevicePreprocessor(spec, f"cuda:{gpu}")
 
 
