@@ -134,7 +134,7 @@ class SharedMemoryRegistry:
             fd = self._open(name, key, path, offset + byte_size)
             self._regions[(owner, name)] = Region(owner, name, key, offset, byte_size, fd)
 
-    def register_cuda(self, owner: str, name: str, raw_handle: bytes, device_id: int, byte_size: int) -> None:
+    def register_cuda(self, owner: str, name: str, raw_handle: object, device_id: int, byte_size: int) -> None:
         """Open a client's CUDA IPC handle on GPU ``device_id`` for ``owner`` (blocking: the first call
         imports torch; run it off the event loop). Refused as Triton built without GPUs refuses it
         where this server has none."""

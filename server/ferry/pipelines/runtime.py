@@ -54,7 +54,8 @@ class BatchDecoder(Protocol):
 class BatchPreprocessor(Protocol):
     """Resizes and normalises a decoded batch on a device (``device_preprocess.DevicePreprocessor``)."""
 
-    decoder: BatchDecoder | None
+    @property
+    def decoder(self) -> BatchDecoder | None: ...
 
     def __call__(self, images: Sequence[Any], placements: Sequence[Placement]) -> np.ndarray: ...
 
