@@ -22,10 +22,8 @@ from collections.abc import Sequence
 
 import torch
 
-from .decode import SUPPORTED_FORMATS, ImageHeader
+from .decode import ImageHeader, device_decodable
 
-#: Pillow modes of JPEGs the device decodes (CMYK and YCCK go to the CPU: Pillow inverts Adobe CMYK).
-_DEVICE_MODES = frozenset({"RGB", "L"})
 #: Pillow's RGB -> L weights (ITU-R 601-2 luma, 16-bit fixed point with rounding: ``Image.convert("L")``).
 _LUMA = (19595, 38470, 7471)
 
@@ -57,12 +55,7 @@ class DeviceJpegDecoder:
     @staticmethod
     def takes(header: ImageHeader | None, max_pixels: int) -> bool:
         """Whether the image whose header this is goes to the device (else the CPU decodes it)."""
-        return (
-            header is not None
-            and SUPPORTED_FORMATS.get(header.format) == "JPEG"
-            and header.mode in _DEVICE_MODES
-            and header.width * header.height <= max_pixels
-        )
+        return device_decodable(header, max_pixels)
 
     def decode(self, images: Sequence[bytes]) -> list[torch.Tensor] | None:
         """(H, W, C) uint8 tensors on the device, upright, RGB (or L for a grey model); None when the

@@ -10,6 +10,7 @@ gets one image per execution (``ImagePipeline.executions``).
 
 from __future__ import annotations
 
+import io
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from ..cli_errors import install_hint
 from ..errors import FerryError, InvalidArgument, ModelLoadError
 from ..types import TensorSpec
 from .classification import softmax, top_k
-from .decode import ImageHeader, decode_image, read_header
+from .decode import ImageHeader, decode_image, device_decodable, read_header
 from .decoders import Decoder, InputSize
 from .detection import DEFAULT_MAX_DETECTIONS, Detection, decode_detections, load_decoder
 from .detection_tensors import detection_tensor_specs, detection_tensors
@@ -109,10 +110,13 @@ class ImagePipeline:
         labels: dict[str, list[str]],
         max_pixels: int = DEFAULT_MAX_PIXELS,
         gpu: int = 0,
+        on_device: bool = True,
     ) -> ImagePipeline | None:
         """The pipeline a config asks for, or None when it has no ``ferry_image`` section.
 
-        ``gpu`` is the device that ``preprocess { device: GPU }`` runs on.
+        ``gpu`` is the device that ``preprocess { device: GPU }`` runs on; ``on_device`` False builds
+        such a pipeline without its device pre-processor (an intake process, which ``hand_over``s the
+        images to the model process that has it).
         """
         if not config.HasField("ferry_image"):
             return None
@@ -162,7 +166,9 @@ class ImagePipeline:
             if name not in outputs:
                 raise ModelLoadError(f"ferry_image: output '{name}' is not an output of the model")
         batch_preprocessor = (
-            _gpu_preprocessor(spec, gpu) if spec is not None and spec.device == mc.FerryPreprocess.GPU else None
+            _gpu_preprocessor(spec, gpu)
+            if on_device and spec is not None and spec.device == mc.FerryPreprocess.GPU
+            else None
         )
         decoder = None
         decoded_outputs: dict[str, TensorSpec] = {}
@@ -289,6 +295,33 @@ class ImagePipeline:
         t1 = time.perf_counter_ns()
         batch = preprocessor(pixels, placements)
         return Prepared(batch, [where.transform for where in placements], t1 - t0, time.perf_counter_ns() - t1)
+
+    def hand_over(self, images: list[bytes], first_index: int = 0) -> tuple[list[bytes], list[ImageTransform]]:
+        """For a model that pre-processes on its device, in an intake process (blocking; run in a
+        thread): each image as the model process takes it without decoding a JPEG, with the transform
+        it will apply. JPEGs its device decodes (``decode: GPU``) go as they are; the others are decoded
+        here, turned upright and into the model's colour mode, and go as uncompressed BMP, which the
+        model process reads back to the same pixels."""
+        spec = self.spec
+        assert spec is not None and spec.device == mc.FerryPreprocess.GPU
+        handed, transforms = [], []
+        for index, data in enumerate(images):
+            data = bytes(data)
+            header = read_header(data) if spec.decode == mc.FerryPreprocess.GPU else None
+            if header is not None and device_decodable(header, self.max_pixels):
+                width, height = (header.height, header.width) if header.may_swap else (header.width, header.height)
+                handed.append(data)
+            else:
+                image = decode_image(
+                    data, max_pixels=self.max_pixels, target_size=spec.draft_size, index=first_index + index
+                )
+                image = to_model_mode(image, spec)
+                width, height = image.size
+                buffer = io.BytesIO()
+                image.save(buffer, format="BMP")
+                handed.append(buffer.getvalue())
+            transforms.append(checked_placement(width, height, spec, self.max_pixels, first_index + index).transform)
+        return handed, transforms
 
     def executions(self, batch: np.ndarray | list[np.ndarray]) -> list[tuple[slice, np.ndarray]]:
         """Split a prepared batch into model executions: which images, and the input tensor as the
