@@ -11,6 +11,7 @@ import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pytest
 from PIL import Image
 
@@ -83,6 +84,16 @@ async def test_the_intake_decodes_for_a_model_that_preprocesses_on_its_device(
         assert handed == [bmp] * 4 + ([jpg] * 2 if decode == "GPU" else [bmp] * 2)
         if decoder is not None:  # the JPEGs the intake passed on were decoded on the model's device
             assert decoder.decoded - before == 2
+
+        def v2() -> InferenceRequest:  # V2 infer with the encoded images in the model's tensor input
+            tensor = np.empty(len(files), dtype=object)
+            tensor[:] = files
+            return InferenceRequest("digits", inputs={"input": tensor}, input_datatypes={"input": "BYTES"})
+
+        handed.clear()
+        answer = await images.infer(v2())
+        assert answer is not None and len(handed) == len(files)  # handed over, not relayed
+        np.testing.assert_array_equal(answer.outputs[0].data, (await plane.infer(v2())).outputs[0].data)
     finally:
         client.close()
         await hub.close()
