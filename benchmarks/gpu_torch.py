@@ -23,7 +23,8 @@ Steps, in order:
 2. for each instance count (``count`` KIND_GPU instances on GPU 0): a server in a subprocess with
    CUDA graphs and FP16; closed-loop batch-1 requests over gRPC and REST (binary) at each
    concurrency from several client processes; the image path (640x480 JPEG as a BYTES input over
-   gRPC, decoded on the CPU, resized and normalised on the GPU) at the top concurrency; then gRPC
+   gRPC, decoded on the GPU by torchvision's batched nvJPEG (``--decode CPU``: by Pillow on the CPU),
+   resized and normalised on the GPU) at the top concurrency; then gRPC
    paced at half of that instance count's best throughput, for latency at half load. NVML metrics
    (``nv_gpu_*``) are scraped from the server's /metrics during the top-concurrency gRPC step;
 2b. every further precision (FP32) served the same way with the fewest instances, top concurrency only;
@@ -381,6 +382,7 @@ def check(model_file: Path, args: argparse.Namespace, precisions: Sequence[str],
                 precision=precision,
                 graphs=kind == "KIND_GPU",
                 preprocess_device=device,
+                decode=args.decode or device,
             )
             for name in ("resnet50", "resnet50_images"):
                 config = read_config_file(repo / name)
@@ -398,6 +400,13 @@ def check(model_file: Path, args: argparse.Namespace, precisions: Sequence[str],
         print(f"resnet50 loaded by Ferry on {version.instances[0].device}: a batch of 2 answered {logits.shape}")
     finally:
         version.close()
+    from ferry.pipelines.device_decode import torchvision_problem
+
+    problem = torchvision_problem()
+    print(f"torchvision's JPEG decoder (decode: GPU): {problem or 'usable'}")
+    if gpu and (args.decode or "GPU") == "GPU" and problem:
+        print(f"check failed: the image path decodes on the GPU and needs torchvision ({problem})")
+        return 1
     print("check passed: the benchmark is ready to run")
     return 0
 
@@ -422,6 +431,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         nargs="+",
         choices=("fp16", "fp32"),
         help="precisions: the first served at every instance count, the rest with the fewest (GPU: fp16 fp32)",
+    )
+    parser.add_argument(
+        "--decode",
+        choices=["CPU", "GPU"],
+        help="where the image path decodes JPEGs with preprocess device: GPU (GPU: torchvision's nvJPEG; "
+        "default GPU on a GPU)",
     )
     parser.add_argument(
         "--intakes",
@@ -468,6 +483,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "graphs": gpu,
             "max_batch_size": args.max_batch_size,
             "kind": "KIND_GPU" if gpu else "KIND_CPU",
+            "decode": (args.decode or "GPU") if gpu else "CPU",
             "processes": args.processes,
             "warmup_s": args.warmup,
             "window_s": args.duration,
@@ -508,6 +524,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             precision=precision,
             graphs=gpu,
             preprocess_device="GPU" if gpu else "CPU",
+            decode=(args.decode or "GPU") if gpu else "CPU",
         )
         extra = ["--intake-processes", str(intakes)] if intakes > 1 else []
         server = serving.FerryProcess(repo, extra=extra)

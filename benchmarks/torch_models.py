@@ -95,9 +95,11 @@ optimization {{ cuda {{ graphs: {"true" if graphs else "false"} }} }}
 {image_pipeline}"""
 
 
-def image_pipeline(device: str) -> str:
+def image_pipeline(device: str, decode: str = "CPU") -> str:
     """ImageNet-style pre-processing of JPEGs: shorter side to 256, centre crop 224, mean/std. The
-    Pillow engine on both devices, so the CPU and GPU paths do the same work."""
+    Pillow engine on both devices, so the CPU and GPU paths do the same work; ``decode``: where the
+    JPEGs are decoded (GPU: torchvision's batched nvJPEG, with device GPU only)."""
+    device = f"{device} decode: {decode}" if device == "GPU" else device
     return f"""ferry_image {{
   preprocess {{ color_order: RGB layout: NCHW resize: SHORTER_SIDE_CENTER_CROP interpolation: BILINEAR
                resize_engine: PILLOW mean: [0.485, 0.456, 0.406] std: [0.229, 0.224, 0.225] device: {device} }}
@@ -116,9 +118,10 @@ def write_repository(
     precision: str,
     graphs: bool,
     preprocess_device: str,
+    decode: str = "CPU",
 ) -> Path:
     """``resnet50`` (tensors) and ``resnet50_images`` (JPEGs) sharing one TorchScript file."""
-    for name, pipeline in (("resnet50", ""), ("resnet50_images", image_pipeline(preprocess_device))):
+    for name, pipeline in (("resnet50", ""), ("resnet50_images", image_pipeline(preprocess_device, decode))):
         model_dir = repo / name
         (model_dir / "1").mkdir(parents=True, exist_ok=True)
         target = model_dir / "1" / "model.pt"

@@ -317,3 +317,57 @@ def test_perf_analyzer_with_system_shared_memory(server, protocol: str) -> None:
     after = connect("http", server).client.get_inference_statistics("simple")["model_stats"][0]
     assert after["inference_stats"]["success"]["count"] - before["inference_stats"]["success"]["count"] >= 150
     assert status_names(connect(protocol, server)) == {}  # perf_analyzer unregistered its regions
+
+
+def _cuda_shared_memory_utilities():
+    """tritonclient's CUDA shared memory helpers where a GPU and their bindings exist, else None."""
+    try:
+        import torch
+        import tritonclient.utils.cuda_shared_memory as cudashm
+    except Exception:
+        return None
+    return cudashm if torch.cuda.is_available() else None
+
+
+@pytest.mark.gpu
+@pytest.mark.torch
+@pytest.mark.skipif(_cuda_shared_memory_utilities() is None, reason="needs CUDA, torch and tritonclient[cuda]")
+def test_cuda_shared_memory_regions_carry_inputs_and_outputs(triton: Triton) -> None:
+    """As Triton's cuda shared memory example: inputs written to a device allocation, outputs read
+    back from another; the status lists both with their device; the names, identity and cap rules
+    are system shared memory's (a name taken by either kind is refused)."""
+    cudashm = _cuda_shared_memory_utilities()
+    client = triton.client
+    prefix = f"c{uuid.uuid4().hex[:8]}_{triton.protocol}"
+    inputs_handle = cudashm.create_shared_memory_region(f"{prefix}_in", 2 * SIZE, 0)
+    outputs_handle = cudashm.create_shared_memory_region(f"{prefix}_out", 2 * SIZE, 0)
+    try:
+        first, second = np.arange(16, dtype=np.int32)[None], np.full((1, 16), 3, dtype=np.int32)
+        cudashm.set_shared_memory_region(inputs_handle, [first, second])
+        client.register_cuda_shared_memory(f"{prefix}_in", cudashm.get_raw_handle(inputs_handle), 0, 2 * SIZE)
+        client.register_cuda_shared_memory(f"{prefix}_out", cudashm.get_raw_handle(outputs_handle), 0, 2 * SIZE)
+        status = client.get_cuda_shared_memory_status()
+        names = list(status.regions) if triton.protocol == "grpc" else [row["name"] for row in status]
+        assert sorted(names) == [f"{prefix}_in", f"{prefix}_out"]
+        expect(
+            triton,
+            EXISTS,
+            "already in manager",
+            client.register_cuda_shared_memory,
+            f"{prefix}_in",
+            cudashm.get_raw_handle(inputs_handle),
+            0,
+            2 * SIZE,
+        )
+        too_large = (f"{prefix}_big", cudashm.get_raw_handle(outputs_handle), 0, 64 << 20)
+        expect(triton, INVALID, "exceeds the", client.register_cuda_shared_memory, *too_large)
+        inputs, outputs = shm_request(triton, f"{prefix}_in", (0, SIZE), f"{prefix}_out", (0, SIZE))
+        client.infer("simple", inputs, outputs=outputs)
+        total = cudashm.get_contents_as_numpy(outputs_handle, np.int32, [1, 16])
+        np.testing.assert_array_equal(total, first + second)
+        client.unregister_cuda_shared_memory()
+        assert (list(client.get_cuda_shared_memory_status().regions) if triton.protocol == "grpc" else []) == []
+    finally:
+        client.unregister_cuda_shared_memory()
+        cudashm.destroy_shared_memory_region(inputs_handle)
+        cudashm.destroy_shared_memory_region(outputs_handle)

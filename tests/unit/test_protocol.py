@@ -286,6 +286,7 @@ def test_ferry_additions_are_in_reserved_range() -> None:
         "text_line_min_width": 25,
         "text_line_max_width": 26,
         "pad_to_batch": 27,
+        "decode": 28,
     }
     assert preprocess.fields_by_name["data_type"].enum_type.full_name == "inference.DataType"
     assert {f.name: f.number for f in model_config_pb2.FerryClassification.DESCRIPTOR.fields} == {

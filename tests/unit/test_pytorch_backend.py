@@ -434,3 +434,35 @@ def test_capture_tolerates_another_thread_loading_onto_the_gpu(
     x = digits_inputs(5)
     np.testing.assert_allclose(model.run({"input": x}, ["logits"])["logits"], onnx_logits(x), atol=GPU_FP32_TOLERANCE)
     model.close()
+
+
+def test_graph_buffer_sets_are_used_in_turn() -> None:
+    """Two successive batches never share a set of static inputs and outputs: the next batch's copy
+    may then run while the current one computes, and the current outputs outlive the next replay."""
+    from ferry.backends.cuda_graphs import Alternation
+
+    turns = Alternation(2)
+    assert [turns.take() for _ in range(5)] == [0, 1, 0, 1, 0]
+    assert [Alternation(1).take() for _ in range(2)] == [0, 0]
+    with pytest.raises(ValueError, match="at least one buffer set"):
+        Alternation(0)
+
+
+@pytest.mark.parametrize("marks", [pytest.param(None, marks=needs_cuda, id="cuda")])
+def test_graph_outputs_of_one_batch_survive_the_next_replay(tmp_path: Path, marks: None) -> None:
+    """With CUDA graphs, batch n's device outputs are in the other set than batch n+1's: replaying the
+    next batch leaves them as they were (double buffering)."""
+    model = instance(tmp_path, GRAPHS, kind="GPU")
+    graphs = model._graphs
+    assert graphs is not None and len(graphs.sets) == 2
+    x, y = digits_inputs(3, seed=1), digits_inputs(3, seed=2)
+    with torch.inference_mode(), torch.cuda.stream(model._stream):
+        first = graphs.run([torch.from_numpy(x).pin_memory()], 3)["logits"]
+        first_values = first.cpu().numpy().copy()
+        second = graphs.run([torch.from_numpy(y).pin_memory()], 3)["logits"]
+        torch.cuda.synchronize()
+        assert first.data_ptr() != second.data_ptr()
+        np.testing.assert_array_equal(first.cpu().numpy(), first_values)
+    np.testing.assert_allclose(first_values, onnx_logits(x), atol=GPU_FP32_TOLERANCE)
+    np.testing.assert_allclose(second.cpu().numpy(), onnx_logits(y), atol=GPU_FP32_TOLERANCE)
+    model.close()

@@ -24,7 +24,6 @@ from ..errors import DecoupledModel, FerryError, InvalidArgument, Unimplemented
 from ..types import InferenceRequest
 from ..workers import run_in
 from .admission import Ticket
-from .cuda_shared_memory import cuda_register_refused, cuda_status, cuda_unregister
 from .dataplane import DataPlane
 from .drain_cutoff import DrainCutoff
 from .grpc_calls import CallGuard, WrappedRegistration, peer_host, release_after_write
@@ -441,22 +440,34 @@ class InferenceServicer(InferenceRpcs):
     async def CudaSharedMemoryStatus(
         self, request: pb.CudaSharedMemoryStatusRequest, context: Context
     ) -> pb.CudaSharedMemoryStatusResponse:
-        cuda_status(request.name)  # raises for a named region: none is ever registered
-        return pb.CudaSharedMemoryStatusResponse()
+        owner = caller(self.plane.identify, context)
+        regions = self.plane.shared_memory.status(owner, request.name, cuda=True)
+        return pb.CudaSharedMemoryStatusResponse(
+            regions={
+                r["name"]: pb.CudaSharedMemoryStatusResponse.RegionStatus(
+                    name=r["name"], device_id=r["device_id"], byte_size=r["byte_size"]
+                )
+                for r in regions
+            }
+        )
 
     @_rpc
     async def CudaSharedMemoryRegister(
         self, request: pb.CudaSharedMemoryRegisterRequest, context: Context
     ) -> pb.CudaSharedMemoryRegisterResponse:
-        self.plane.shared_memory.check_enabled()
-        raise cuda_register_refused(request.name)
+        owner = caller(self.plane.identify, context)
+        registry = self.plane.shared_memory
+        registry.check_enabled()
+        register = registry.register_cuda
+        args = (owner, request.name, request.raw_handle, request.device_id, request.byte_size)
+        await asyncio.get_running_loop().run_in_executor(None, register, *args)  # opens a device handle
+        return pb.CudaSharedMemoryRegisterResponse()
 
     @_rpc
     async def CudaSharedMemoryUnregister(
         self, request: pb.CudaSharedMemoryUnregisterRequest, context: Context
     ) -> pb.CudaSharedMemoryUnregisterResponse:
-        self.plane.shared_memory.check_enabled()
-        cuda_unregister(request.name)
+        self.plane.shared_memory.unregister(caller(self.plane.identify, context), request.name, cuda=True)
         return pb.CudaSharedMemoryUnregisterResponse()
 
 

@@ -17,6 +17,12 @@ user's object or a file a link points to. Each region belongs to the identity th
 (``security/identity.py``): other identities neither see, use nor unregister it. Regions are capped
 per identity and in total, since each holds a descriptor. The whole extension is off unless the
 operator enables it (``--allow-shared-memory``).
+
+CUDA regions (Triton's ``cudasharedmemory``) live in the same registry, under the same names, owners
+and caps: a client's ``cudaIpcMemHandle_t`` opened on a GPU of this server (``gpu/cuda_ipc.py``, torch's
+CUDA runtime), its inputs copied out of device memory and its outputs into it. A server without a
+GPU (or without torch) refuses to register one, as a Triton built without GPUs does
+(``cuda_shared_memory.py``).
 """
 
 from __future__ import annotations
@@ -72,8 +78,12 @@ class Region:
     fd: int
     users: int = 0
     retired: bool = field(default=False)
+    #: A CUDA region's opened device memory (``gpu.cuda_ipc.CudaWindow``; ``fd`` is then -1).
+    window: Any = None
 
     def status(self) -> dict[str, Any]:
+        if self.window is not None:
+            return {"name": self.name, "device_id": self.window.device_id, "byte_size": self.byte_size}
         return {"name": self.name, "key": self.key, "offset": self.offset, "byte_size": self.byte_size}
 
 
@@ -100,6 +110,8 @@ class SharedMemoryRegistry:
         self._max_per_owner = max_regions_per_owner
         self._regions: dict[tuple[str, str], Region] = {}
         self._lock = threading.Lock()
+        self._cuda_ipc: Any = None  # gpu.cuda_ipc.CudaIpc, found on the first CUDA registration
+        self._cuda_checked = False
 
     def check_enabled(self) -> None:
         if not self.enabled:
@@ -118,14 +130,53 @@ class SharedMemoryRegistry:
             raise InvalidArgument(f"shared memory region '{name}': byte_size must be greater than 0")
         path = self._root / _object_name(name, key)
         with self._lock:
-            if (owner, name) in self._regions:
-                raise FerryError(
-                    f"shared memory region '{name}' already in manager; unregister it first",
-                    ErrorKind.ALREADY_EXISTS,
-                )
-            self._check_room(owner, name)
+            self._check_new(owner, name)
             fd = self._open(name, key, path, offset + byte_size)
             self._regions[(owner, name)] = Region(owner, name, key, offset, byte_size, fd)
+
+    def register_cuda(self, owner: str, name: str, raw_handle: object, device_id: int, byte_size: int) -> None:
+        """Open a client's CUDA IPC handle on GPU ``device_id`` for ``owner`` (blocking: the first call
+        imports torch; run it off the event loop). Refused as Triton built without GPUs refuses it
+        where this server has none."""
+        self.check_enabled()
+        ipc = self._cuda()
+        if ipc is None:
+            from .cuda_shared_memory import cuda_register_refused
+
+            raise cuda_register_refused(name)
+        check_region_name(name)
+        for label, value in (("device_id", device_id), ("byte_size", byte_size)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InvalidArgument(f"CUDA shared memory region '{name}': {label} must be a non-negative integer")
+        if byte_size == 0:
+            raise InvalidArgument(f"CUDA shared memory region '{name}': byte_size must be greater than 0")
+        if not isinstance(raw_handle, bytes):
+            raise InvalidArgument(f"CUDA shared memory region '{name}': raw_handle must be the handle's bytes")
+        with self._lock:
+            self._check_new(owner, name)
+            window = ipc.open(name, raw_handle, device_id, byte_size)
+            self._regions[(owner, name)] = Region(owner, name, "", 0, byte_size, -1, window=window)
+
+    def _cuda(self) -> Any:
+        """The CUDA IPC opener, or None where torch sees no GPU (looked up once)."""
+        if not self._cuda_checked:
+            try:
+                from ..gpu.cuda_ipc import open_cuda_ipc
+            except ImportError:
+                self._cuda_ipc = None
+            else:
+                self._cuda_ipc = open_cuda_ipc()
+            self._cuda_checked = True
+        return self._cuda_ipc
+
+    def _check_new(self, owner: str, name: str) -> None:
+        """A name is free for ``owner`` in both kinds (Triton: one manager), within the caps (the lock is held)."""
+        if (owner, name) in self._regions:
+            raise FerryError(
+                f"shared memory region '{name}' already in manager; unregister it first",
+                ErrorKind.ALREADY_EXISTS,
+            )
+        self._check_room(owner, name)
 
     def _check_room(self, owner: str, name: str) -> None:
         held = sum(1 for region_owner, _ in self._regions if region_owner == owner)
@@ -169,17 +220,18 @@ class SharedMemoryRegistry:
             raise
         return fd
 
-    def unregister(self, owner: str, name: str = "") -> None:
+    def unregister(self, owner: str, name: str = "", cuda: bool = False) -> None:
         """Forget one of ``owner``'s regions (or all of them, when ``name`` is empty). Unknown names are
         not an error, as in Triton; another owner's region is unknown to this one and stays registered.
         A region in use is forgotten when its last request ends (Triton's words: unregistered after
-        in-flight requests complete)."""
+        in-flight requests complete). ``cuda``: CUDA regions, else system ones; the other kind stays."""
         self.check_enabled()
         if name:
             check_region_name(name)
         with self._lock:
             keys = [k for k in self._regions if k[0] == owner] if not name else [(owner, name)]
-            for region in [self._regions[k] for k in keys if k in self._regions]:
+            found = [self._regions[k] for k in keys if k in self._regions]
+            for region in [r for r in found if (r.window is not None) == cuda]:
                 region.retired = True
                 if region.users == 0:
                     self._forget(region)
@@ -188,7 +240,7 @@ class SharedMemoryRegistry:
         """Drop a retired region nobody uses and close its descriptor (the lock is held)."""
         if self._regions.get((region.owner, region.name)) is region:
             del self._regions[(region.owner, region.name)]
-        os.close(region.fd)
+        _close(region)
 
     def hold(self, owner: str, names: Iterable[str]) -> Callable[[], None]:
         """Keep ``owner``'s regions ``names`` (those registered) for a request from its start to its
@@ -211,16 +263,19 @@ class SharedMemoryRegistry:
         if region.retired and region.users == 0:
             self._forget(region)
 
-    def status(self, owner: str, name: str = "") -> list[dict[str, Any]]:
-        """Every region of ``owner``, or one of them (NOT_FOUND when ``owner`` has none of that name)."""
+    def status(self, owner: str, name: str = "", cuda: bool = False) -> list[dict[str, Any]]:
+        """Every region of ``owner`` of one kind (``cuda``, else system), or one of them (NOT_FOUND when
+        ``owner`` has none of that name and kind)."""
         if name:
             check_region_name(name)
         with self._lock:
             if not name:
-                mine = (r for (o, _), r in self._regions.items() if o == owner)
+                mine = (r for (o, _), r in self._regions.items() if o == owner and (r.window is not None) == cuda)
                 return [r.status() for r in sorted(mine, key=lambda r: r.name)]
             region = self._regions.get((owner, name))
-        if region is None:
+        if region is None or (region.window is not None) != cuda:
+            if cuda:
+                raise NotFound(f"unable to find cuda shared memory region '{name}'")
             raise NotFound(f"Unable to find system shared memory region: '{name}'")
         return [region.status()]
 
@@ -234,6 +289,8 @@ class SharedMemoryRegistry:
         """A copy of an input tensor's bytes (checked against the region's bounds and the object's size)."""
         with self._lease(owner, ref, tensor) as region:
             start = region.offset + ref.offset
+            if region.window is not None:
+                return region.window.read(start, ref.byte_size)
             buffer = np.empty(ref.byte_size, np.uint8)  # numpy: aligned for any element type
             view = buffer.data
             done = 0
@@ -254,6 +311,9 @@ class SharedMemoryRegistry:
             )
         with self._lease(owner, ref, tensor) as region:
             start = region.offset + ref.offset
+            if region.window is not None:
+                region.window.write(start, source)
+                return size
             if os.fstat(region.fd).st_size < start + size:  # writing on would grow the client's object
                 raise _shrunk(region, tensor, start + size)
             done = 0
@@ -285,7 +345,15 @@ class SharedMemoryRegistry:
             for region in regions:
                 region.retired = True
                 if region.users == 0:
-                    os.close(region.fd)
+                    _close(region)
+
+
+def _close(region: Region) -> None:
+    """Give back what a region holds: its descriptor, or its opened CUDA memory."""
+    if region.window is not None:
+        region.window.close()
+    else:
+        os.close(region.fd)
 
 
 #: The largest size Triton's (size_t) arithmetic holds: an offset + byte size past it is refused.

@@ -6,10 +6,15 @@ go to the model process through the arena as a V2 infer request (validated, trac
 there, with its statistics), and its raw outputs come back for the post-stage (top-k and labels,
 detection decoding and NMS, pooling), which runs here too.
 
+A model that pre-processes on the GPU (``preprocess { device: GPU }``) has its images decoded here
+and handed over as uncompressed BMP in its colour mode (``ImagePipeline.hand_over``; with ``decode:
+GPU`` its JPEGs go as they are, to be decoded on the device): the model process reads them back,
+decoding no JPEG, and resizes and normalises them on its device.
+
 A model whose image path cannot be split this way (``model_directory.relay_reason``: OCR,
-ensembles, Python models that take encoded images, GPU pre-processing, decoupled models, the
-response cache) has its image requests relayed whole, as does any request when the model process
-reports an error for the model (it then answers exactly as one process would).
+ensembles, Python models that take encoded images, decoupled models, the response cache) has its
+image requests relayed whole, as does any request when the model process reports an error for the
+model (it then answers exactly as one process would).
 """
 
 from __future__ import annotations
@@ -20,25 +25,32 @@ from collections.abc import Sequence
 from concurrent.futures import Executor
 from typing import Any
 
+import numpy as np
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ferry_client.protocol import model_config_pb2 as mc
+
 from ..api.admission import Admission
 from ..api.http import error_to_response, image_endpoint
-from ..errors import FerryError, Unavailable
-from ..inference.path import FrontHalf, Outputs
+from ..batches import execution_slices
+from ..errors import FerryError, InvalidArgument, Unavailable
+from ..inference.path import FrontHalf, Outputs, record_invalid
 from ..inference.stages.tasks import check_image_request, image_task
+from ..inference.validation import check_before_decoding
+from ..pipelines.preprocess import ImageTransform
 from ..pipelines.slices import ImageWork
 from ..repository.model import ModelVersion
 from ..response_streams import ResponseSink
 from ..types import InferenceRequest, InferenceResponse, RequestedOutput, Reserves
-from ..workers import Workers
+from ..workers import Workers, run_in
 from .handoff import HandoffClient, StaleModel
 from .model_views import ModelViews
 
 #: The image endpoints an intake serves itself, as FastAPI routes them.
 IMAGE_PATH = re.compile(r"/v2/models/(?P<model>[^/]+)(?:/versions/(?P<version>[^/]+))?/(?P<task>classify|detect|embed)")
 
+GPU = mc.FerryPreprocess.GPU
 #: Times a request is pre-processed again when the model was reloaded while it was.
 STALE_RETRIES = 2
 
@@ -49,6 +61,32 @@ class HandoffPath(FrontHalf):
     def __init__(self, client: HandoffClient, pool: Executor, image_share: int, work: ImageWork | None = None) -> None:
         super().__init__(pool, image_share, work)
         self.client = client
+
+    async def pre_stages(
+        self, model: ModelVersion, request: InferenceRequest, split: bool
+    ) -> tuple[list[tuple[slice, InferenceRequest]], list[ImageTransform], bool]:
+        """As ``FrontHalf.pre_stages``; for a model that pre-processes on its device, the images
+        decoded here (``ImagePipeline.hand_over``) and sent as encoded images the model process
+        reads without decoding a JPEG, in executions of at most ``max_batch_size``."""
+        pipeline = model.pipeline
+        spec = pipeline.spec if pipeline is not None else None
+        if pipeline is None or spec is None or spec.device != GPU or not self.image_input.applies(model, request):
+            return await super().pre_stages(model, request, split)
+        try:
+            check_before_decoding(model, request)  # a refusal costs no decoding
+            images = self.image_input.images_of(model, request, whole=not split)
+            await self.image_input.reserve(pipeline, images, request)
+            handed, transforms = await run_in(self.pool, pipeline.hand_over, images)
+        except InvalidArgument:
+            record_invalid(model)
+            raise
+        name = pipeline.input_name
+        executions = []
+        for one in execution_slices(len(handed), model.max_batch_size):
+            tensor = np.empty(one.stop - one.start, dtype=object)
+            tensor[:] = handed[one]
+            executions.append((one, dataclasses.replace(request, inputs={**request.inputs, name: tensor})))
+        return executions, transforms, True
 
     async def _schedule(
         self, model: ModelVersion, request: InferenceRequest, names: Sequence[str], sink: ResponseSink | None = None

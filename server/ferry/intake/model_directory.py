@@ -30,8 +30,6 @@ def relay_reason(plane: DataPlane, model: ModelVersion) -> str:
         return "no image pipeline (ferry_image): the model process gives the error"
     if pipeline.spec is None:
         return "its image input takes encoded images (BYTES): the model decodes them itself"
-    if pipeline.batch_preprocessor is not None:
-        return "its pre-processing runs on the GPU of the model process"
     if pipeline.spec.variable_size or pipeline.text_recognition is not None:
         return "a text model (variable-size input or text-line recognition): not yet split across processes"
     if model.decoupled:

@@ -113,7 +113,7 @@ class ModelViews:
         source = f"model '{config.name}' as described by the model process"
         try:
             inputs, outputs = config_tensors(config, source)
-            pipeline = ImagePipeline.from_config(config, inputs, outputs, labels)
+            pipeline = ImagePipeline.from_config(config, inputs, outputs, labels, on_device=False)
         except Exception:  # it loaded there: relaying is always right
             log.exception("cannot build the image pipeline of %s here; relaying its image requests", source)
             return None

@@ -151,6 +151,21 @@ def read_header(data: bytes) -> ImageHeader | None:
         return None
 
 
+#: Pillow modes of JPEGs a device decodes (CMYK and YCCK stay on the CPU: Pillow inverts Adobe CMYK).
+_DEVICE_MODES = frozenset({"RGB", "L"})
+
+
+def device_decodable(header: ImageHeader | None, max_pixels: int) -> bool:
+    """Whether ``decode: GPU`` sends this image to the device decoder (a YCbCr or grey JPEG within the
+    pixel limit); everything else is decoded by Pillow."""
+    return (
+        header is not None
+        and SUPPORTED_FORMATS.get(header.format) == "JPEG"
+        and header.mode in _DEVICE_MODES
+        and header.width * header.height <= max_pixels
+    )
+
+
 def decoding_cost(header: ImageHeader) -> int:
     """Bytes decoding the image holds at its peak: the decoded pixels, the decoder's own buffers,
     the 16-bit reduction or the alpha flattening where they apply, the RGB image and the copy

@@ -1,8 +1,9 @@
 """Pre-processing a whole batch with torch on a device (``preprocess { device: GPU }``).
 
-Images are decoded on the CPU (Pillow). Their uint8 pixels are packed into one reused host buffer
-(pinned on CUDA) and uploaded in one copy; images of the same size are resized together in one
-call, placed into one batch tensor with the same geometry as the CPU path (``preprocess.place``),
+Images are decoded on the CPU (Pillow), or their JPEGs on the device itself (``decode: GPU``,
+``device_decode``: those are device tensors already). The uint8 pixels of the others are packed
+into one reused host buffer (pinned on CUDA) and uploaded in one copy; images of the same size are
+resized together in one call, placed into one batch tensor with the geometry of the CPU path (``preprocess.place``),
 and colour order, scaling, mean/std, layout and type are applied to the whole batch at once. The
 result comes back to host memory in one copy, through a reused pinned buffer, because the
 scheduler batches numpy arrays. Each call runs on a *lane*: a long-lived CUDA stream with its host
@@ -31,6 +32,7 @@ from ferry_client.protocol import model_config_pb2 as mc
 
 from ..gpu.host_buffers import HostBuffers
 from ..gpu.setup_lock import CUDA_SETUP_LOCK
+from .device_decode import DeviceJpegDecoder
 from .preprocess import Placement, PreprocessSpec
 
 _PRE = mc.FerryPreprocess
@@ -107,9 +109,13 @@ class DevicePreprocessor:
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)  # gain and bias were copied on the default stream
         self.lanes = Lanes(self.device)
+        #: JPEGs decoded on the device (``decode: GPU``); None: every image is decoded on the CPU.
+        gray = spec.color_order == _PRE.GRAY
+        self.decoder = DeviceJpegDecoder(self.device, gray) if spec.decode == _PRE.GPU else None
 
-    def __call__(self, images: Sequence[np.ndarray], placements: Sequence[Placement]) -> np.ndarray:
-        """``images``: (H, W, C) uint8 pixels in the spec's colour mode (RGB or L); one placement each."""
+    def __call__(self, images: Sequence[np.ndarray | torch.Tensor], placements: Sequence[Placement]) -> np.ndarray:
+        """``images``: (H, W, C) uint8 pixels in the spec's colour mode (RGB or L), host arrays or tensors
+        on this device already (``device_decode``); one placement each."""
         with self.lanes.take() as lane, torch.inference_mode(), lane.context():
             batch = self._normalise(self._assemble(self._upload(lane, images), placements))
             if lane.stream is None:
@@ -118,19 +124,27 @@ class DevicePreprocessor:
             lane.stream.synchronize()
             return host.numpy().copy()  # the lane's buffer serves its next call
 
-    def _upload(self, lane: Lane, images: Sequence[np.ndarray]) -> list[torch.Tensor]:
-        """Every image packed into the lane's upload buffer and sent to the device in one copy;
-        returns (H, W, C) device views of them."""
-        sizes = [int(pixels.nbytes) for pixels in images]
-        host = lane.buffers.take("upload", sum(sizes))
-        packed = host.numpy()
-        offset = 0
-        for pixels, size in zip(images, sizes, strict=True):
-            np.copyto(packed[offset : offset + size].reshape(pixels.shape), pixels, casting="no")
-            offset += size
-        device = host.to(self.device, non_blocking=True)
-        views, offset = [], 0
-        for pixels, size in zip(images, sizes, strict=True):
+    def _upload(self, lane: Lane, images: Sequence[np.ndarray | torch.Tensor]) -> list[torch.Tensor]:
+        """Every host image packed into the lane's upload buffer and sent to the device in one copy;
+        returns (H, W, C) device tensors of all of them (those decoded on the device as they are)."""
+        host_images = [pixels for pixels in images if isinstance(pixels, np.ndarray)]
+        sizes = [int(pixels.nbytes) for pixels in host_images]
+        device: torch.Tensor | None = None
+        if host_images:
+            host = lane.buffers.take("upload", sum(sizes))
+            packed = host.numpy()
+            offset = 0
+            for pixels, size in zip(host_images, sizes, strict=True):
+                np.copyto(packed[offset : offset + size].reshape(pixels.shape), pixels, casting="no")
+                offset += size
+            device = host.to(self.device, non_blocking=True)
+        views, offset, next_size = [], 0, iter(sizes)
+        for pixels in images:
+            if isinstance(pixels, torch.Tensor):
+                views.append(pixels)
+                continue
+            assert device is not None
+            size = next(next_size)
             views.append(device[offset : offset + size].view(pixels.shape))
             offset += size
         return views

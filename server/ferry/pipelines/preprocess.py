@@ -53,6 +53,7 @@ class PreprocessSpec:
     resize_shorter: int  # resolved: never zero for SHORTER_SIDE_CENTER_CROP
     max_pixels: int  # as configured; zero means the server-wide default
     device: int = _PRE.CPU  # FerryPreprocess.Device: where resizing and normalisation run
+    decode: int = _PRE.CPU  # FerryPreprocess.Device: where JPEGs are decoded (GPU only with device: GPU)
     engine: int = _PRE.OPENCV  # FerryPreprocess.ResizeEngine, resolved: OPENCV or PILLOW
     crop_rounding: int = _PRE.CROP_ROUND  # FerryPreprocess.CropRounding
     resize_shorter_rounding: int = _PRE.SIDE_INT  # FerryPreprocess.SideRounding
@@ -151,6 +152,7 @@ class PreprocessSpec:
             raise ModelLoadError(f"{_FIELD}.interpolation: unknown value {pre.interpolation}")
         if pre.device == _PRE.GPU:
             _check_device_options(pre)
+        _check_decode(pre)
         if pre.interpolation not in ENGINE_FILTERS[engine]:
             name, engine_name = _PRE.Interpolation.Name(pre.interpolation), _PRE.ResizeEngine.Name(engine)
             raise ModelLoadError(
@@ -184,6 +186,7 @@ class PreprocessSpec:
             resize_shorter=_resize_shorter(pre, width, height),
             max_pixels=int(pre.max_pixels),
             device=pre.device,
+            decode=pre.decode,
             engine=engine,
             crop_rounding=pre.crop_rounding,
             resize_shorter_rounding=pre.resize_shorter_rounding,
@@ -326,6 +329,17 @@ def _check_device_options(pre: mc.FerryPreprocess) -> None:
         raise ModelLoadError(f"{_FIELD}.pad_then_resize: not available with device: GPU; use device: CPU")
     if pre.resize_alignment == _PRE.CORNERS:
         raise ModelLoadError(f"{_FIELD}.resize_alignment: CORNERS is not available with device: GPU; use device: CPU")
+
+
+def _check_decode(pre: mc.FerryPreprocess) -> None:
+    """``decode: GPU`` hands the decoded pixels to the device path, which it needs; a draft (DCT-scaled)
+    decode is Pillow's alone."""
+    if pre.decode not in _PRE.Device.values():
+        raise ModelLoadError(f"{_FIELD}.decode: unknown value {pre.decode}")
+    if pre.decode == _PRE.GPU and pre.device != _PRE.GPU:
+        raise ModelLoadError(f"{_FIELD}.decode: GPU needs device: GPU (the decoded pixels stay on the device)")
+    if pre.decode == _PRE.GPU and pre.draft_decode:
+        raise ModelLoadError(f"{_FIELD}.draft_decode: not available with decode: GPU (Pillow's reduced decode)")
 
 
 def _check_geometry_options(pre: mc.FerryPreprocess) -> None:

@@ -10,9 +10,11 @@ gets one image per execution (``ImagePipeline.executions``).
 
 from __future__ import annotations
 
+import io
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -23,7 +25,7 @@ from ..cli_errors import install_hint
 from ..errors import FerryError, InvalidArgument, ModelLoadError
 from ..types import TensorSpec
 from .classification import softmax, top_k
-from .decode import decode_image
+from .decode import ImageHeader, decode_image, device_decodable, read_header
 from .decoders import Decoder, InputSize
 from .detection import DEFAULT_MAX_DETECTIONS, Detection, decode_detections, load_decoder
 from .detection_tensors import detection_tensor_specs, detection_tensors
@@ -40,6 +42,23 @@ _ANY_SIZE_FORMATS = (_DET.DBNET, _DET.YOLOV8, _DET.END_TO_END, _DET.BOXES_SCORES
 _WHOLE_IMAGE_RESIZES = (mc.FerryPreprocess.EXACT, mc.FerryPreprocess.LIMIT_SIDE)
 
 DEFAULT_MAX_PIXELS = 40_000_000
+
+
+class BatchDecoder(Protocol):
+    """Decodes a request's JPEGs on the pre-processing device (``device_decode.DeviceJpegDecoder``)."""
+
+    def takes(self, header: ImageHeader | None, max_pixels: int) -> bool: ...
+
+    def decode(self, images: Sequence[bytes]) -> list[Any] | None: ...
+
+
+class BatchPreprocessor(Protocol):
+    """Resizes and normalises a decoded batch on a device (``device_preprocess.DevicePreprocessor``)."""
+
+    @property
+    def decoder(self) -> BatchDecoder | None: ...
+
+    def __call__(self, images: Sequence[Any], placements: Sequence[Placement]) -> np.ndarray: ...
 
 
 @dataclass(frozen=True)
@@ -64,7 +83,7 @@ class ImagePipeline:
     labels: list[str] | None
     max_pixels: int
     #: Resizes and normalises a decoded batch on a device (device: GPU); None: per image on the CPU.
-    batch_preprocessor: Callable[[Sequence[np.ndarray], Sequence[Placement]], np.ndarray] | None = None
+    batch_preprocessor: BatchPreprocessor | None = None
     #: The image input's dims as the config declares them (batch dim excluded), e.g. [1, 3, H, W]
     #: for a model that takes exactly one image and cannot batch.
     input_dims: tuple[int, ...] = ()
@@ -91,10 +110,13 @@ class ImagePipeline:
         labels: dict[str, list[str]],
         max_pixels: int = DEFAULT_MAX_PIXELS,
         gpu: int = 0,
+        on_device: bool = True,
     ) -> ImagePipeline | None:
         """The pipeline a config asks for, or None when it has no ``ferry_image`` section.
 
-        ``gpu`` is the device that ``preprocess { device: GPU }`` runs on.
+        ``gpu`` is the device that ``preprocess { device: GPU }`` runs on; ``on_device`` False builds
+        such a pipeline without its device pre-processor (an intake process, which ``hand_over``s the
+        images to the model process that has it).
         """
         if not config.HasField("ferry_image"):
             return None
@@ -144,7 +166,9 @@ class ImagePipeline:
             if name not in outputs:
                 raise ModelLoadError(f"ferry_image: output '{name}' is not an output of the model")
         batch_preprocessor = (
-            _gpu_preprocessor(spec, gpu) if spec is not None and spec.device == mc.FerryPreprocess.GPU else None
+            _gpu_preprocessor(spec, gpu)
+            if on_device and spec is not None and spec.device == mc.FerryPreprocess.GPU
+            else None
         )
         decoder = None
         decoded_outputs: dict[str, TensorSpec] = {}
@@ -245,21 +269,59 @@ class ImagePipeline:
         return Prepared(batch, transforms, decode_ns, preprocess_ns)
 
     def _prepare_on_device(
-        self, images: list[bytes], spec: PreprocessSpec, preprocessor: Callable[..., np.ndarray], first_index: int
+        self, images: list[bytes], spec: PreprocessSpec, preprocessor: BatchPreprocessor, first_index: int
     ) -> Prepared:
-        """Decode (and convert the colour mode) on the CPU, then resize and normalise the batch at once."""
-        pixels, placements = [], []
+        """Decode (and convert the colour mode) on the CPU, or with ``decode: GPU`` the JPEGs the device
+        takes on the device, then resize and normalise the batch at once. A batch the device decoder
+        refuses is decoded on the CPU, whose error names the image it refuses."""
         t0 = time.perf_counter_ns()
+        pixels: list[Any] = [None] * len(images)
+        decoder = preprocessor.decoder
+        if decoder is not None:
+            chosen = [i for i, data in enumerate(images) if decoder.takes(read_header(bytes(data)), self.max_pixels)]
+            decoded = decoder.decode([bytes(images[i]) for i in chosen]) if chosen else None
+            for index, tensor in zip(chosen, decoded or (), strict=False):
+                pixels[index] = tensor
+        placements = []
         for index, data in enumerate(images):
-            image = decode_image(
-                bytes(data), max_pixels=self.max_pixels, target_size=spec.draft_size, index=first_index + index
-            )
-            image = to_model_mode(image, spec)
-            placements.append(checked_placement(*image.size, spec, self.max_pixels, first_index + index))
-            pixels.append(pixels_of(image))
+            if pixels[index] is None:
+                image = decode_image(
+                    bytes(data), max_pixels=self.max_pixels, target_size=spec.draft_size, index=first_index + index
+                )
+                image = to_model_mode(image, spec)
+                pixels[index] = pixels_of(image)
+            height, width = pixels[index].shape[:2]
+            placements.append(checked_placement(width, height, spec, self.max_pixels, first_index + index))
         t1 = time.perf_counter_ns()
         batch = preprocessor(pixels, placements)
         return Prepared(batch, [where.transform for where in placements], t1 - t0, time.perf_counter_ns() - t1)
+
+    def hand_over(self, images: list[bytes], first_index: int = 0) -> tuple[list[bytes], list[ImageTransform]]:
+        """For a model that pre-processes on its device, in an intake process (blocking; run in a
+        thread): each image as the model process takes it without decoding a JPEG, with the transform
+        it will apply. JPEGs its device decodes (``decode: GPU``) go as they are; the others are decoded
+        here, turned upright and into the model's colour mode, and go as uncompressed BMP, which the
+        model process reads back to the same pixels."""
+        spec = self.spec
+        assert spec is not None and spec.device == mc.FerryPreprocess.GPU
+        handed, transforms = [], []
+        for index, data in enumerate(images):
+            data = bytes(data)
+            header = read_header(data) if spec.decode == mc.FerryPreprocess.GPU else None
+            if header is not None and device_decodable(header, self.max_pixels):
+                width, height = (header.height, header.width) if header.may_swap else (header.width, header.height)
+                handed.append(data)
+            else:
+                image = decode_image(
+                    data, max_pixels=self.max_pixels, target_size=spec.draft_size, index=first_index + index
+                )
+                image = to_model_mode(image, spec)
+                width, height = image.size
+                buffer = io.BytesIO()
+                image.save(buffer, format="BMP")
+                handed.append(buffer.getvalue())
+            transforms.append(checked_placement(width, height, spec, self.max_pixels, first_index + index).transform)
+        return handed, transforms
 
     def executions(self, batch: np.ndarray | list[np.ndarray]) -> list[tuple[slice, np.ndarray]]:
         """Split a prepared batch into model executions: which images, and the input tensor as the
@@ -374,7 +436,7 @@ def _batched_shape(dims: Sequence[int], batched: bool) -> tuple[int, ...]:
     return (-1, *dims)
 
 
-def _gpu_preprocessor(spec: PreprocessSpec, gpu: int) -> Callable[..., np.ndarray]:
+def _gpu_preprocessor(spec: PreprocessSpec, gpu: int) -> BatchPreprocessor:
     """The torch batch pre-processor on ``cuda:<gpu>``; a load error where torch or CUDA is missing."""
     field = "ferry_image.preprocess.device"
     try:
@@ -389,6 +451,15 @@ def _gpu_preprocessor(spec: PreprocessSpec, gpu: int) -> Callable[..., np.ndarra
         )
     if gpu >= torch.cuda.device_count():
         raise ModelLoadError(f"{field}: GPU {gpu} does not exist (torch sees {torch.cuda.device_count()})")
+    if spec.decode == mc.FerryPreprocess.GPU:
+        from .device_decode import torchvision_problem
+
+        problem = torchvision_problem()
+        if problem:
+            raise ModelLoadError(
+                f"ferry_image.preprocess.decode: GPU needs torchvision built for this torch ({problem}); "
+                f"{install_hint('torch')}, or use decode: CPU (the default)"
+            )
     return DevicePreprocessor(spec, f"cuda:{gpu}")
 
 

@@ -692,7 +692,7 @@ class FerryTextRecognition(_message.Message):
     def __init__(self, output: _Optional[str] = ...) -> None: ...
 
 class FerryPreprocess(_message.Message):
-    __slots__ = ("color_order", "layout", "data_type", "resize", "interpolation", "scale", "mean", "std", "pad_value", "letterbox_corner", "resize_shorter", "max_pixels", "device", "resize_engine", "crop_rounding", "resize_shorter_rounding", "pad_then_resize", "draft_decode", "resize_alignment", "letterbox_rounding", "letterbox_mapping", "limit_side_len", "limit_type", "size_multiple", "text_line_min_width", "text_line_max_width", "pad_to_batch")
+    __slots__ = ("color_order", "layout", "data_type", "resize", "interpolation", "scale", "mean", "std", "pad_value", "letterbox_corner", "resize_shorter", "max_pixels", "device", "decode", "resize_engine", "crop_rounding", "resize_shorter_rounding", "pad_then_resize", "draft_decode", "resize_alignment", "letterbox_rounding", "letterbox_mapping", "limit_side_len", "limit_type", "size_multiple", "text_line_min_width", "text_line_max_width", "pad_to_batch")
     class ColorOrder(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         RGB: _ClassVar[FerryPreprocess.ColorOrder]
@@ -800,6 +800,7 @@ class FerryPreprocess(_message.Message):
     RESIZE_SHORTER_FIELD_NUMBER: _ClassVar[int]
     MAX_PIXELS_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
+    DECODE_FIELD_NUMBER: _ClassVar[int]
     RESIZE_ENGINE_FIELD_NUMBER: _ClassVar[int]
     CROP_ROUNDING_FIELD_NUMBER: _ClassVar[int]
     RESIZE_SHORTER_ROUNDING_FIELD_NUMBER: _ClassVar[int]
@@ -827,6 +828,7 @@ class FerryPreprocess(_message.Message):
     resize_shorter: int
     max_pixels: int
     device: FerryPreprocess.Device
+    decode: FerryPreprocess.Device
     resize_engine: FerryPreprocess.ResizeEngine
     crop_rounding: FerryPreprocess.CropRounding
     resize_shorter_rounding: FerryPreprocess.SideRounding
@@ -841,7 +843,7 @@ class FerryPreprocess(_message.Message):
     text_line_min_width: int
     text_line_max_width: int
     pad_to_batch: bool
-    def __init__(self, color_order: _Optional[_Union[FerryPreprocess.ColorOrder, str]] = ..., layout: _Optional[_Union[FerryPreprocess.Layout, str]] = ..., data_type: _Optional[_Union[DataType, str]] = ..., resize: _Optional[_Union[FerryPreprocess.ResizeMode, str]] = ..., interpolation: _Optional[_Union[FerryPreprocess.Interpolation, str]] = ..., scale: _Optional[float] = ..., mean: _Optional[_Iterable[float]] = ..., std: _Optional[_Iterable[float]] = ..., pad_value: _Optional[float] = ..., letterbox_corner: bool = ..., resize_shorter: _Optional[int] = ..., max_pixels: _Optional[int] = ..., device: _Optional[_Union[FerryPreprocess.Device, str]] = ..., resize_engine: _Optional[_Union[FerryPreprocess.ResizeEngine, str]] = ..., crop_rounding: _Optional[_Union[FerryPreprocess.CropRounding, str]] = ..., resize_shorter_rounding: _Optional[_Union[FerryPreprocess.SideRounding, str]] = ..., pad_then_resize: bool = ..., draft_decode: bool = ..., resize_alignment: _Optional[_Union[FerryPreprocess.ResizeAlignment, str]] = ..., letterbox_rounding: _Optional[_Union[FerryPreprocess.LetterboxRounding, str]] = ..., letterbox_mapping: _Optional[_Union[FerryPreprocess.LetterboxMapping, str]] = ..., limit_side_len: _Optional[int] = ..., limit_type: _Optional[_Union[FerryPreprocess.LimitType, str]] = ..., size_multiple: _Optional[int] = ..., text_line_min_width: _Optional[int] = ..., text_line_max_width: _Optional[int] = ..., pad_to_batch: bool = ...) -> None: ...
+    def __init__(self, color_order: _Optional[_Union[FerryPreprocess.ColorOrder, str]] = ..., layout: _Optional[_Union[FerryPreprocess.Layout, str]] = ..., data_type: _Optional[_Union[DataType, str]] = ..., resize: _Optional[_Union[FerryPreprocess.ResizeMode, str]] = ..., interpolation: _Optional[_Union[FerryPreprocess.Interpolation, str]] = ..., scale: _Optional[float] = ..., mean: _Optional[_Iterable[float]] = ..., std: _Optional[_Iterable[float]] = ..., pad_value: _Optional[float] = ..., letterbox_corner: bool = ..., resize_shorter: _Optional[int] = ..., max_pixels: _Optional[int] = ..., device: _Optional[_Union[FerryPreprocess.Device, str]] = ..., decode: _Optional[_Union[FerryPreprocess.Device, str]] = ..., resize_engine: _Optional[_Union[FerryPreprocess.ResizeEngine, str]] = ..., crop_rounding: _Optional[_Union[FerryPreprocess.CropRounding, str]] = ..., resize_shorter_rounding: _Optional[_Union[FerryPreprocess.SideRounding, str]] = ..., pad_then_resize: bool = ..., draft_decode: bool = ..., resize_alignment: _Optional[_Union[FerryPreprocess.ResizeAlignment, str]] = ..., letterbox_rounding: _Optional[_Union[FerryPreprocess.LetterboxRounding, str]] = ..., letterbox_mapping: _Optional[_Union[FerryPreprocess.LetterboxMapping, str]] = ..., limit_side_len: _Optional[int] = ..., limit_type: _Optional[_Union[FerryPreprocess.LimitType, str]] = ..., size_multiple: _Optional[int] = ..., text_line_min_width: _Optional[int] = ..., text_line_max_width: _Optional[int] = ..., pad_to_batch: bool = ...) -> None: ...
 
 class FerryEmbedding(_message.Message):
     __slots__ = ("output", "pooling", "l2_normalize")

@@ -41,6 +41,18 @@ class ImageInput:
         """
         pipeline = model.pipeline
         assert pipeline is not None
+        images = self.images_of(model, request, whole)
+        await self.reserve(pipeline, images, request)
+        prepared = await prepare_in_slices(self.pool, self.share, pipeline, images, self.work)
+        model.stats.record_images(len(images), prepared.decode_ns, prepared.preprocess_ns)
+        return prepared
+
+    @staticmethod
+    def images_of(model: ModelVersion, request: InferenceRequest, whole: bool) -> list[bytes]:
+        """The request's encoded images, refused (before any is decoded) when their tensor has the
+        wrong shape or, with ``whole``, they are more than one execution holds."""
+        pipeline = model.pipeline
+        assert pipeline is not None
         name = pipeline.input_name
         encoded = request.inputs[name]
         if encoded.ndim not in (1, 2) or (encoded.ndim == 2 and encoded.shape[1] != 1):
@@ -53,13 +65,13 @@ class ImageInput:
                 f"input '{name}': {count} images exceed the max_batch_size {model.max_batch_size} "
                 f"of model '{model.name}'"
             )
-        images: list[bytes] = list(np.asarray(encoded).reshape(-1))
+        return list(np.asarray(encoded).reshape(-1))
+
+    async def reserve(self, pipeline: ImagePipeline, images: list[bytes], request: InferenceRequest) -> None:
+        """Count decoding's peak on the request's ticket (refused past the caps) before any image is decoded."""
         peak = await self._peak_cost(pipeline, images)
         if request.ticket is not None:
             request.ticket.reserve(peak)
-        prepared = await prepare_in_slices(self.pool, self.share, pipeline, images, self.work)
-        model.stats.record_images(len(images), prepared.decode_ns, prepared.preprocess_ns)
-        return prepared
 
     async def _peak_cost(self, pipeline: ImagePipeline, images: list[bytes]) -> int:
         """What decoding and pre-processing the images holds at its peak, from their headers (an
