@@ -18,6 +18,7 @@ from ferry.backends.python_backend.runner import Failure, ModelLoadFailure, Mode
 from ferry.errors import FerryError, Unavailable
 from ferry.repository.config import config_to_dict, parse_config_text
 from ferry.scheduling import RequestBatchScheduler, SchedulingPolicy
+from ferry.scheduling.interface import Execution
 from ferry.statistics import ModelStats
 from ferry_client.protocol import model_config_pb2 as mc
 
@@ -125,11 +126,12 @@ async def test_scheduler_hands_request_batches_over_unconcatenated() -> None:
     stats = ModelStats("m", "1")
     scheduler = RequestBatchScheduler("m", [instance], stats, SchedulingPolicy(max_batch_size=8, dynamic=True))
     scheduler.start()
-    first = asyncio.create_task(scheduler.submit({"x": np.array([[0]])}, ["y"]))
+    first = asyncio.create_task(scheduler.submit(Execution({"x": np.array([[0]])}, ["y"])))
     await asyncio.to_thread(instance.entered.wait, 10)
     rows = [1, 2, 3, -1]
     queued = [
-        asyncio.create_task(scheduler.submit({"x": np.array([[v]] * v if v > 0 else [[v]])}, ["y"])) for v in rows
+        asyncio.create_task(scheduler.submit(Execution({"x": np.array([[v]] * v if v > 0 else [[v]])}, ["y"])))
+        for v in rows
     ]
     while scheduler.queue_size < len(rows):
         await asyncio.sleep(0.001)

@@ -13,6 +13,7 @@ from ferry.backends.base import InstanceSpec, ModelIO
 from ferry.errors import FerryError, InvalidArgument, Unavailable
 from ferry.scheduling import QueuePolicy, Scheduler, SchedulingPolicy, choose_batch
 from ferry.scheduling import scheduler as scheduling
+from ferry.scheduling.interface import Execution
 from ferry.scheduling.scheduler import Staging, StagingBudget
 from ferry.statistics import ModelStats
 
@@ -64,7 +65,7 @@ def request(value: float, rows: int = 1, width: int = 3) -> dict[str, np.ndarray
 
 
 async def submit(s: Scheduler, value: float, rows: int = 1, width: int = 3, **kwargs):
-    return await s.submit(request(value, rows, width), ["y"], rows, **kwargs)
+    return await s.submit(Execution(request(value, rows, width), ["y"], rows, **kwargs))
 
 
 async def until(condition, timeout: float = 10.0) -> None:

@@ -15,6 +15,7 @@ import pytest
 from ferry.backends.base import InstanceSpec, ModelIO
 from ferry.errors import FerryError
 from ferry.scheduling import scheduler as scheduling
+from ferry.scheduling.interface import Execution
 from ferry.scheduling.policy import SchedulingPolicy
 from ferry.scheduling.scheduler import INLINE_AFTER_RUNS, Scheduler
 from ferry.statistics import ModelStats
@@ -48,7 +49,7 @@ class ThreadRecordingInstance:
 
 
 async def _one(s: Scheduler, value: float = 1.0) -> np.ndarray:
-    outputs = await s.submit({"x": np.full((1, 3), value, np.float32)}, ["y"], 1)
+    outputs = await s.submit(Execution({"x": np.full((1, 3), value, np.float32)}, ["y"], 1))
     return outputs["y"]
 
 
@@ -141,7 +142,7 @@ async def test_a_much_larger_batch_than_measured_runs_on_the_pool(monkeypatch: p
         await _one(s)
         assert instance.threads[-1] == loop_thread
         big = np.ones((1, 3 * 1000), np.float32)  # 1000x the bytes of the measured executions
-        outputs = await s.submit({"x": big}, ["y"], 1)
+        outputs = await s.submit(Execution({"x": big}, ["y"], 1))
         np.testing.assert_array_equal(outputs["y"], big * 2)
         assert instance.threads[-1] != loop_thread
     finally:
@@ -170,11 +171,11 @@ async def test_a_lone_request_runs_inline_where_whole_batches_would_not(monkeypa
         monkeypatch.setattr(scheduling, "INLINE_BELOW_NS", 10_000_000)
         eight = np.ones((8, 3), np.float32)
         for _ in range(INLINE_AFTER_RUNS):
-            await s.submit({"x": eight}, ["y"], 8)
+            await s.submit(Execution({"x": eight}, ["y"], 8))
         assert loop_thread not in instance.threads
         np.testing.assert_array_equal(await _one(s), np.full((1, 3), 2.0))
         assert instance.threads[-1] == loop_thread
-        await s.submit({"x": eight}, ["y"], 8)
+        await s.submit(Execution({"x": eight}, ["y"], 8))
         assert instance.threads[-1] != loop_thread
     finally:
         await s.stop()

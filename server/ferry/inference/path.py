@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -42,7 +42,7 @@ from ..pipelines.slices import ImageWork
 from ..repository.manager import ModelManager
 from ..repository.model import ModelVersion
 from ..response_streams import ResponseSink
-from ..scheduling.interface import RequestTiming
+from ..scheduling.interface import Execution, RequestTiming
 from ..scheduling.scheduler import Unloading
 from ..scheduling.timeline import Timeline
 from ..types import InferenceRequest
@@ -241,13 +241,14 @@ class RequestPath(FrontHalf):
         config's dims, the executions' joined along the batch."""
         model = step.model
         assert isinstance(model, ModelVersion), "composite steps are versions the model manager resolved"
-        parameters = {**(step.parameters or {}), "priority": step.priority, "timeout": step.timeout_us}
+        composite = step.composite
+        parameters = {**(composite.parameters or {}), "priority": composite.priority, "timeout": composite.timeout_us}
         request = InferenceRequest(
             model.name,
             step.version,
             inputs=step.inputs,
             parameters={key: value for key, value in parameters.items() if value is not None},
-            ticket=step.ticket,
+            ticket=composite.ticket,
             preprocessed=step.preprocessed,
         )
         if step.sink is not None or model.max_batch_size <= 0:
@@ -286,33 +287,29 @@ class RequestPath(FrontHalf):
             raise
         trace = self.tracing.start(model.name, request.id)
         timeline = trace.timeline if trace else None
-        names = list(names)
-
-        def queue_on(version: ModelVersion) -> Awaitable[Outputs]:
-            return version.scheduler.submit(
-                inputs,
-                names,
-                batch_size,
-                priority,
-                timeout_us,
-                timeline,
-                timing,
-                sink=sink,
-                parameters=request.parameters,
-                ticket=request.ticket,
-            )
-
+        execution = Execution(
+            inputs,
+            list(names),
+            batch_size,
+            priority,
+            timeout_us,
+            timeline,
+            timing,
+            sink,
+            request.parameters,
+            request.ticket,
+        )
         try:
             try:
                 served = model
-                results = await queue_on(model)
+                results = await model.scheduler.submit(execution)
             except Unloading:
                 # a reload retired this version since it was looked up (while images decoded, say):
                 # queue on the version that replaced it, so reloads drop nothing
                 served = self.manager.get(model.name, request.model_version)  # raises when none did
                 if served is model:
                     raise
-                results = await queue_on(served)
+                results = await served.scheduler.submit(execution)
         except Exception as exc:
             if trace:
                 self.tracing.finish(trace, str(model.version), error=str(exc) or type(exc).__name__)

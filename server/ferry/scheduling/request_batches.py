@@ -38,9 +38,10 @@ class RequestBatchScheduler(Scheduler):
     def _run_batch(self, instance: Instance, batch: list[Pending], nbytes: int) -> list[Outputs | BaseException]:
         started = time.perf_counter_ns()
         runner = self._runners[instance.spec.name]
-        inputs, outputs = [p.inputs for p in batch], [p.outputs for p in batch]
-        sinks = [p.sink for p in batch]
-        parameters = [model_parameters(p.parameters or {}) for p in batch]
+        executions = [p.execution for p in batch]
+        inputs, outputs = [e.inputs for e in executions], [e.outputs for e in executions]
+        sinks = [e.sink for e in executions]
+        parameters = [model_parameters(e.parameters or {}) for e in executions]
         # a decoupled model's responses go to the sinks; other models' runners take no sinks
         answers = runner.run_requests(inputs, outputs, sinks if any(sinks) else None, parameters)
         results: list[Outputs | BaseException] = list(answers)

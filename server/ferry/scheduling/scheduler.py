@@ -16,21 +16,17 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from ..backends.base import Instance
 from ..errors import FerryError, Unavailable
-from ..response_streams import ResponseSink
 from ..statistics import ModelStats
-from ..types import Reserves
-from .interface import ModelScheduler, Outputs, RequestTiming
+from .interface import Execution, ModelScheduler, Outputs
 from .policy import SchedulingPolicy
-from .timeline import Timeline
 
 log = logging.getLogger(__name__)
 
@@ -70,12 +66,11 @@ class Unloading(Unavailable):
     """This version no longer takes requests; a version that replaced it may (see DataPlane.infer)."""
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Pending:
-    """One queued request."""
+    """One queued execution, with what the batcher keeps of it."""
 
-    inputs: dict[str, np.ndarray]
-    outputs: list[str]
+    execution: Execution = field(repr=False)
     batch_size: int
     signature: tuple
     level: int
@@ -87,9 +82,6 @@ class Pending:
     timer: asyncio.TimerHandle | None = field(default=None, repr=False)
     failure: str = "BACKEND"  # the failure reason reported if this request fails
     compute_ns: tuple[int, int, int] = (0, 0, 0)  # input, infer, output of the batch it ran in
-    timeline: Timeline | None = field(default=None, repr=False)  # filled only for traced requests
-    sink: ResponseSink | None = field(default=None, repr=False)  # a decoupled model's responses go here
-    parameters: Mapping[str, Any] | None = field(default=None, repr=False)  # what the model's code reads
 
 
 def batch_signature(inputs: dict[str, np.ndarray], batched: bool) -> tuple:
@@ -260,31 +252,19 @@ class Scheduler(ModelScheduler):
 
     # --- admission ------------------------------------------------------------------------------
 
-    async def submit(
-        self,
-        inputs: dict[str, np.ndarray],
-        outputs: list[str],
-        batch_size: int = 1,
-        priority: int | None = None,
-        timeout_us: int | None = None,
-        timeline: Timeline | None = None,
-        timing: RequestTiming | None = None,
-        sink: ResponseSink | None = None,
-        parameters: Mapping[str, Any] | None = None,
-        ticket: Reserves | None = None,
-    ) -> Outputs:
-        """Queue one request and wait for its outputs.
+    async def submit(self, execution: Execution) -> Outputs:
+        """Queue one execution and wait for its outputs.
 
-        A decoupled model's request passes a ``sink``: its responses go there as the model sends
+        A decoupled model's execution carries a ``sink``: its responses go there as the model sends
         them, and this returns (no outputs) once the model's ``execute`` has taken the request.
 
         Raises Unavailable at once when the queue of its priority level is full; a cancelled
-        caller removes the request from the queue. ``timing``, when given, receives the request's
-        queue and compute durations.
+        caller removes the request from the queue. Its ``timing``, when given, receives the
+        request's queue and compute durations.
         """
         if self._closing:
             raise Unloading(f"model '{self.name}' is unloading")
-        level = self.policy.level_for(priority)
+        level = self.policy.level_for(execution.priority)
         queue_policy = self.policy.policy_for(level)
         if queue_policy.max_queue_size and self._live[level] >= queue_policy.max_queue_size:
             self.stats.record_failure(0, "REJECTED")
@@ -295,19 +275,15 @@ class Scheduler(ModelScheduler):
             )
         loop = asyncio.get_running_loop()
         pending = Pending(
-            inputs,
-            outputs,
-            batch_size if self._batched else 1,
-            batch_signature(inputs, self._batched),
+            execution,
+            execution.batch_size if self._batched else 1,
+            batch_signature(execution.inputs, self._batched),
             level,
             loop.create_future(),
-            timeline=timeline,
-            sink=sink,
-            parameters=parameters,
         )
-        if timeline is not None:
-            timeline.queue_start = pending.enqueued_ns
-        timeout_ns = queue_policy.timeout_ns(timeout_us)
+        if execution.timeline is not None:
+            execution.timeline.queue_start = pending.enqueued_ns
+        timeout_ns = queue_policy.timeout_ns(execution.timeout_us)
         if timeout_ns:
             pending.timer = loop.call_later(timeout_ns / 1e9, self._expire, pending, queue_policy.delay_on_timeout)
         self._queues[level].append(pending)
@@ -328,6 +304,7 @@ class Scheduler(ModelScheduler):
             self.stats.record_failure(time.perf_counter_ns() - pending.enqueued_ns, pending.failure)
             raise
         else:  # its success was counted with its batch's (``_answer``)
+            timing = execution.timing
             if timing is not None:
                 timing.queue_ns += pending.started_ns - pending.enqueued_ns
                 timing.compute_input_ns += pending.compute_ns[0]
@@ -432,8 +409,8 @@ class Scheduler(ModelScheduler):
             started = time.perf_counter_ns()
             for pending in batch:
                 pending.started_ns = started
-                if pending.timeline is not None:
-                    pending.timeline.compute_start = started
+                if pending.execution.timeline is not None:
+                    pending.execution.timeline.compute_start = started
             try:
                 nbytes = _input_bytes(batch)
                 if self._inline(sum(p.batch_size for p in batch), nbytes):
@@ -502,16 +479,16 @@ class Scheduler(ModelScheduler):
         t0 = time.perf_counter_ns()
         staging = None
         if len(batch) == 1:
-            inputs = batch[0].inputs
-            names = batch[0].outputs
+            inputs = batch[0].execution.inputs
+            names = batch[0].execution.outputs
         else:
             staging = self._staging[id(instance)]
             provide = getattr(instance, "input_buffer", None)  # see backends.base.InputBuffers
             inputs = {
-                name: assemble([p.inputs[name] for p in batch], name, provide, staging.provide)
-                for name in batch[0].inputs
+                name: assemble([p.execution.inputs[name] for p in batch], name, provide, staging.provide)
+                for name in batch[0].execution.inputs
             }
-            names = list(dict.fromkeys(name for p in batch for name in p.outputs))
+            names = list(dict.fromkeys(name for p in batch for name in p.execution.outputs))
         t1 = time.perf_counter_ns()
         outputs = instance.run(inputs, names)
         if staging is not None:
@@ -525,7 +502,7 @@ class Scheduler(ModelScheduler):
             offset = 0
             for pending in batch:
                 end = offset + pending.batch_size
-                split.append({name: outputs[name][offset:end] for name in pending.outputs})
+                split.append({name: outputs[name][offset:end] for name in pending.execution.outputs})
                 offset = end
             for name, array in outputs.items():
                 if array.shape[:1] != (total,):
@@ -544,9 +521,10 @@ class Scheduler(ModelScheduler):
             pending.compute_ns = (t1 - t0, t2 - t1, t3 - t2)
         self.stats.record_execution(total, len(batch), t1 - t0, t2 - t1, t3 - t2)
         for pending in batch:
-            if pending.timeline is not None:
-                pending.timeline.compute_input_end, pending.timeline.compute_output_start = t1, t2
-                pending.timeline.compute_end = t3
+            timeline = pending.execution.timeline
+            if timeline is not None:
+                timeline.compute_input_end, timeline.compute_output_start = t1, t2
+                timeline.compute_end = t3
         return split
 
     # --- shutdown ---------------------------------------------------------------------------------
@@ -591,4 +569,4 @@ def _answered(future: asyncio.Future) -> bool:
 
 
 def _input_bytes(batch: list[Pending]) -> int:
-    return sum(array.nbytes for pending in batch for array in pending.inputs.values())
+    return sum(array.nbytes for pending in batch for array in pending.execution.inputs.values())
