@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ferry.backends.base import InstanceSpec, ModelIO
+from ferry.backends.base import InstanceSpec, ModelIO, RequestBatchInstance
 from ferry.backends.python_backend import PythonBackend
 from ferry.backends.python_backend import triton_python_backend_utils as pb_utils
 from ferry.backends.python_backend.host import HOST
@@ -96,7 +96,7 @@ def test_settings_read_the_allow_option_from_the_environment(monkeypatch: pytest
     assert Settings().allow_python_models is True
 
 
-class RequestsInstance:
+class RequestsInstance(RequestBatchInstance):
     """A fake instance that takes a batch as separate requests (as Python models do)."""
 
     def __init__(self) -> None:

@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from ferry.backends.base import InstanceSpec, ModelIO
+from ferry.backends.base import Instance, InstanceSpec, ModelIO
 from ferry.errors import FerryError, InvalidArgument, Unavailable
 from ferry.scheduling import QueuePolicy, Scheduler, SchedulingPolicy, choose_batch
 from ferry.scheduling import scheduler as scheduling
@@ -22,7 +22,7 @@ from ferry.statistics import ModelStats
 Decision = tuple[list[int], int | None]
 
 
-class GatedInstance:
+class GatedInstance(Instance):
     """Doubles its input; waits for ``gate`` before each run; records every batch it ran."""
 
     def __init__(self, name: str = "fake") -> None:
@@ -176,7 +176,7 @@ async def test_batches_form_under_concurrency_and_split_correctly() -> None:
 
 
 class BufferedInstance(GatedInstance):
-    """Offers its own memory for batch assembly (backends.base.InputBuffers), as a GPU instance does."""
+    """Offers its own memory for batch assembly (backends.base.Instance.input_buffer), as a GPU instance does."""
 
     def __init__(self) -> None:
         super().__init__()

@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pytest
 
-from ferry.backends.base import InstanceSpec, ModelIO
+from ferry.backends.base import Instance, InstanceSpec, ModelIO
 from ferry.errors import FerryError
 from ferry.scheduling import scheduler as scheduling
 from ferry.scheduling.interface import Execution
@@ -21,7 +21,7 @@ from ferry.scheduling.scheduler import INLINE_AFTER_RUNS, Scheduler
 from ferry.statistics import ModelStats
 
 
-class ThreadRecordingInstance:
+class ThreadRecordingInstance(Instance):
     """Doubles its input and records which thread ran each execution."""
 
     def __init__(self, inline_when_fast: bool) -> None:

@@ -24,7 +24,7 @@ from ..cli_errors import install_hint
 from ..cores import usable_cores
 from ..errors import InvalidArgument, ModelLoadError
 from ..paths import inside
-from .base import Backend, InstanceSpec, ModelIO, TensorInfo, config_parameter
+from .base import Backend, Instance, InstanceSpec, ModelIO, TensorInfo, config_parameter
 from .batch_profile import batch_profile, profile_option_strings
 
 #: ONNX Runtime's error for inputs its graph refuses (status INVALID_ARGUMENT).
@@ -310,7 +310,7 @@ def thread_count(config: mc.ModelConfig, name: str) -> int | None:
     return count or None
 
 
-class OnnxRuntimeInstance:
+class OnnxRuntimeInstance(Instance):
     """One ORT session. ``run`` releases the GIL inside ORT, so instances run in parallel threads."""
 
     inline_when_fast = True  # run waits on nothing but compute: see scheduling.scheduler.INLINE_BELOW_NS

@@ -27,7 +27,7 @@ from ..cores import usable_cores
 from ..errors import FerryError, InvalidArgument, ModelLoadError
 from ..gpu.host_buffers import HostBuffers
 from ..gpu.setup_lock import CUDA_SETUP_LOCK
-from .base import Backend, InstanceSpec, ModelIO
+from .base import Backend, Instance, InstanceSpec, ModelIO
 from .cuda_graphs import CudaGraphs
 from .torch_loading import LoadedModule, load_onnx, load_torchscript, to_numpy, to_tensor, torch_dtype
 from .torch_options import TorchOptions
@@ -57,7 +57,7 @@ def cap_torch_threads(cores: int) -> None:
         torch.set_num_threads(cores)
 
 
-class PyTorchInstance:
+class PyTorchInstance(Instance):
     """One module on one device. ``run`` is called from the scheduler's worker thread for this instance."""
 
     def __init__(self, model_file: Path, config: mc.ModelConfig, spec: InstanceSpec) -> None:
@@ -226,7 +226,7 @@ class PyTorchInstance:
         return buffer[: array.nbytes].view(dtype).view(array.shape)
 
     def input_buffer(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray | None:
-        """A view of this instance's pinned staging buffer for ``name`` (see backends.base.InputBuffers).
+        """A view of this instance's pinned staging buffer for ``name`` (see backends.base.Instance.input_buffer).
 
         One batch is in flight per instance and ``run`` synchronises before returning, so the
         buffer is free again by the time the scheduler assembles the next batch.

@@ -115,7 +115,7 @@ class EnsembleScheduler(ComposingScheduler):
         sink = execution.sink
         for wave in plan.waves:
             if sink is not None:
-                last = next((step for step in wave if getattr(models[step.index], "decoupled", False)), None)
+                last = next((step for step in wave if models[step.index].decoupled), None)
                 if last is not None:  # the loader made sure nothing comes after it
                     await self._stream_step(last, models[last.index], tensors, sink, execution, timing)
                     wave = tuple(step for step in wave if step is not last)

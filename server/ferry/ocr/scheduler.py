@@ -167,7 +167,7 @@ async def _run_model(
 def _characters(recognizer: StepModel) -> list[str]:
     """The recogniser's classes: its dictionary (``label_filename`` of its output) between the
     blank and the space PaddleOCR adds."""
-    labels = getattr(recognizer, "labels", {}) or {}
+    labels = recognizer.labels
     [output_name] = recognizer.outputs
     dictionary = labels.get(output_name)
     if not dictionary:

@@ -16,7 +16,7 @@ from ferry_client.codec import datatype_from_config, numpy_dtype
 from ferry_client.protocol import model_config_pb2 as mc
 
 from ..backends import InstanceSpec, backend_for
-from ..backends.base import Backend, Instance
+from ..backends.base import Backend, Instance, RequestBatchInstance
 from ..backends.registry import normalise_platform, platform_for_file
 from ..cores import engine_threads
 from ..errors import FerryError, ModelLoadError
@@ -24,7 +24,7 @@ from ..paths import inside
 from ..pipelines.runtime import ImagePipeline
 from ..scheduling.interface import ModelScheduler
 from ..scheduling.policy import SchedulingPolicy
-from ..scheduling.request_batches import RequestBatchInstance, RequestBatchScheduler
+from ..scheduling.request_batches import RequestBatchScheduler
 from ..scheduling.scheduler import Scheduler
 from ..statistics import ModelStats
 from .autocomplete import complete_config

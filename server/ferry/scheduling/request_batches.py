@@ -9,17 +9,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Protocol
 
-from ..backends.base import Instance, RequestBatches
+from ..backends.base import Instance, RequestBatchInstance
 from ..statistics import ModelStats
 from .policy import SchedulingPolicy
 from .request_parameters import model_parameters
 from .scheduler import Outputs, Pending, Scheduler
-
-
-class RequestBatchInstance(Instance, RequestBatches, Protocol):
-    """An instance that runs a batch as its separate requests (a Python model's)."""
 
 
 class RequestBatchScheduler(Scheduler):

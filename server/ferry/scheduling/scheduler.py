@@ -222,7 +222,7 @@ class Scheduler(ModelScheduler):
         )
         self._workers: list[asyncio.Task] = []
         self._staging = {id(instance): Staging() for instance in self.instances}
-        self._may_inline = all(getattr(i, "inline_when_fast", False) for i in self.instances)
+        self._may_inline = all(instance.inline_when_fast for instance in self.instances)
         self._runs = 0
         self._cpu_ns = 0.0  # moving average of an execution's CPU time per batch item
         self._input_bytes = 0.0  # moving average of an execution's input bytes per batch item
@@ -483,9 +483,8 @@ class Scheduler(ModelScheduler):
             names = batch[0].execution.outputs
         else:
             staging = self._staging[id(instance)]
-            provide = getattr(instance, "input_buffer", None)  # see backends.base.InputBuffers
             inputs = {
-                name: assemble([p.execution.inputs[name] for p in batch], name, provide, staging.provide)
+                name: assemble([p.execution.inputs[name] for p in batch], name, instance.input_buffer, staging.provide)
                 for name in batch[0].execution.inputs
             }
             names = list(dict.fromkeys(name for p in batch for name in p.execution.outputs))

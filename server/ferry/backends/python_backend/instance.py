@@ -10,11 +10,11 @@ import numpy as np
 
 from ...errors import ErrorKind, FerryError
 from ...response_streams import ResponseSink
-from ..base import InstanceSpec, ModelIO
+from ..base import InstanceSpec, ModelIO, RequestBatchInstance
 from .runner import Failure, Outputs
 
 
-class PythonInstance:
+class PythonInstance(RequestBatchInstance):
     """Base of the in-process and isolated instances; subclasses implement ``execute`` and ``close``."""
 
     def __init__(self, spec: InstanceSpec, io: ModelIO, device: str) -> None:

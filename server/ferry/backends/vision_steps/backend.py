@@ -8,7 +8,6 @@ kind checks the tensor names it needs at load.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, TypeVar
 
@@ -21,7 +20,7 @@ from ferry_client.protocol import model_config_pb2 as mc
 
 from ...config_ranges import check_message_ranges
 from ...errors import ModelLoadError
-from ..base import Backend, InstanceSpec, ModelIO, TensorInfo, config_parameter
+from ..base import Backend, Instance, InstanceSpec, ModelIO, TensorInfo, config_parameter
 from . import STEP_PARAMETER
 
 PLATFORM = "ferry_vision"
@@ -32,14 +31,17 @@ class StepRun(Protocol):
     def __call__(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]: ...
 
 
-@dataclass
-class StepInstance:
-    """One instance of a vision step (the Instance protocol of ``backends.base``)."""
+class StepInstance(Instance):
+    """One instance of a vision step: its ``run`` is the step's function."""
 
-    spec: InstanceSpec
-    io: ModelIO
-    run: StepRun
-    device: str = "cpu"
+    def __init__(self, spec: InstanceSpec, io: ModelIO, step: StepRun, device: str = "cpu") -> None:
+        self.spec = spec
+        self.io = io
+        self.device = device
+        self._step = step
+
+    def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+        return self._step(inputs, outputs)
 
     def close(self) -> None:
         """Nothing to free: a step holds no engine."""
