@@ -107,14 +107,14 @@ class RequestsInstance(RequestBatchInstance):
         self.entered = threading.Event()
         self.batches: list[int] = []
 
-    def run_requests(self, inputs, outputs, sinks=None, parameters=None):
+    def compute_requests(self, inputs, outputs, sinks=None, parameters=None):
         self.entered.set()
         self.gate.wait(10)
         self.batches.append(len(inputs))
         return [FerryError("bad") if r["x"][0, 0] < 0 else {"y": r["x"] + 1} for r in inputs]
 
-    def run(self, inputs, outputs):  # pragma: no cover - the scheduler must not call it
-        raise AssertionError("run() called on a request-batch instance")
+    def compute(self, inputs, outputs):  # pragma: no cover - the scheduler must not call it
+        raise AssertionError("compute() called on a request-batch instance")
 
     def close(self) -> None:
         pass

@@ -34,7 +34,7 @@ class GatedInstance(Instance):
         self.batches: list[np.ndarray] = []
         self.started = threading.Event()
 
-    def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+    def compute(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
         self.started.set()
         self.gate.wait(10)
         x = inputs["x"]
@@ -188,9 +188,9 @@ class BufferedInstance(GatedInstance):
         self.asked.append((name, shape, dtype))
         return self.memory[: int(np.prod(shape))].reshape(shape)
 
-    def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+    def compute(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
         self.assembled_in_place.append(np.shares_memory(inputs["x"], self.memory))
-        return super().run(inputs, outputs)
+        return super().compute(inputs, outputs)
 
 
 async def test_batches_are_assembled_in_the_instance_buffer() -> None:
@@ -220,7 +220,7 @@ class KeepingInstance(GatedInstance):
         super().__init__()
         self.given: list[np.ndarray] = []
 
-    def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+    def compute(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
         self.started.set()
         self.gate.wait(10)
         self.given.append(inputs["x"])

@@ -1,4 +1,4 @@
-"""The contract between the server and an engine: inspect a model, create instances, run batches."""
+"""The contract between the server and an engine: inspect a model, create instances, compute batches."""
 
 from __future__ import annotations
 
@@ -50,9 +50,10 @@ class InstanceSpec:
 
 
 class Instance(ABC):
-    """One loaded copy of a model on one device. ``run`` is called from a worker thread.
+    """One loaded copy of a model on one device. ``compute`` (one batch through the engine) is called
+    from a worker thread, or inline on the event loop (``inline_when_fast``).
 
-    What an instance may offer beyond ``run`` is declared here, with the default that asks for
+    What an instance may offer beyond ``compute`` is declared here, with the default that asks for
     nothing, so the scheduler reads it as an attribute and never probes: ``inline_when_fast`` and
     ``input_buffer``.
     """
@@ -60,12 +61,12 @@ class Instance(ABC):
     spec: InstanceSpec
     io: ModelIO
     device: str  # e.g. "cpu", "cuda:0", for reporting
-    #: ``run`` waits on nothing but compute (no sleep, no I/O), so the scheduler may run a batch it
-    #: expects to be fast on the event loop's thread (``scheduling.scheduler.INLINE_BELOW_NS``).
+    #: ``compute`` waits on nothing but the engine (no sleep, no I/O), so the scheduler may compute a
+    #: batch it expects to be fast on the event loop's thread (``scheduling.scheduler.INLINE_BELOW_NS``).
     inline_when_fast: bool = False
 
     @abstractmethod
-    def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]: ...
+    def compute(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]: ...
 
     @abstractmethod
     def close(self) -> None: ...
@@ -78,7 +79,7 @@ class Instance(ABC):
 
 
 class RequestBatchInstance(Instance):
-    """An instance that runs a batch as its separate requests instead of one tensor batch.
+    """An instance that computes a batch as its separate requests instead of one tensor batch.
 
     Python models answer each request of a batch on its own (Triton's ``execute(requests)``), so the
     scheduler (``scheduling.request_batches``) hands them the requests unconcatenated and gets one
@@ -86,7 +87,7 @@ class RequestBatchInstance(Instance):
     """
 
     @abstractmethod
-    def run_requests(
+    def compute_requests(
         self,
         inputs: list[dict[str, np.ndarray]],
         outputs: list[list[str]],
@@ -103,7 +104,7 @@ class Backend(Protocol):
     platform: str
     name: str  # Triton's backend name, e.g. "onnxruntime"
     default_filename: str
-    #: The instances run a batch as its separate requests (``RequestBatchInstance``: Python models), so
+    #: The instances compute a batch as its separate requests (``RequestBatchInstance``: Python models), so
     #: the version gets the Python-model runner instead of the tensor-concatenating batcher.
     request_batches: bool = False
 

@@ -23,7 +23,7 @@ Forward = Callable[[list[torch.Tensor]], dict[str, torch.Tensor]]
 
 
 class CudaGraphs:
-    """Captured graphs keyed by bucket; ``run`` copies a host batch in, replays, returns device outputs."""
+    """Captured graphs keyed by bucket; ``compute`` copies a host batch in, replays, returns device outputs."""
 
     def __init__(
         self,
@@ -72,7 +72,7 @@ class CudaGraphs:
             for host, static in zip(host_inputs, self.static_inputs, strict=True)
         )
 
-    def run(self, host_inputs: Sequence[torch.Tensor], batch: int) -> dict[str, torch.Tensor]:
+    def compute(self, host_inputs: Sequence[torch.Tensor], batch: int) -> dict[str, torch.Tensor]:
         """Replay the bucket for ``batch`` on the current stream; returns views of the first ``batch`` rows.
 
         Rows past ``batch`` hold whatever an earlier batch left there; their results are discarded.

@@ -186,11 +186,11 @@ class TensorRTInstance(Instance):
             raise FerryError(f"TensorRT refused optimization profile {index}")
         self._profile = index
 
-    def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+    def compute(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
         with self._lock:
-            return self._run(inputs, outputs)
+            return self._compute(inputs, outputs)
 
-    def _run(self, inputs: Mapping[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+    def _compute(self, inputs: Mapping[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
         if self.profiles:
             index = choose_profile(self.profiles, {name: a.shape for name, a in inputs.items()})
             if index != self._profile:

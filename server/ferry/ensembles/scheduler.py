@@ -1,7 +1,7 @@
 """Runs ensemble requests: each step as a request of its own through the request path, tensors in memory.
 
 Steps run in waves (see ``plan``): the steps of one wave are independent and run at once. The
-composing models are resolved once per request; each step's request goes to the ``StepRunner``
+composing models are resolved once per request; each step's request goes to the ``StepPath``
 (the request path: validated, traced, split to the step model's batch size, queued like any client
 request, retried once on a replaced version), so the same step of many concurrent ensemble requests
 shares that model's batches. Arrays go from one step to the next as they are (numpy views, no
@@ -92,14 +92,14 @@ class EnsembleScheduler(ComposingScheduler):
         queue and compute times are in the composing models' statistics)."""
         started = time.perf_counter_ns()
         spent = RequestTiming()
-        tensors = await self.counted(self._resolved_run(execution, spent), started)
+        tensors = await self.counted(self._serve(execution, spent), started)
         self.record_success(started, spent, execution.batch_size, execution.timeline, execution.timing)
         # a step may leave out an output (a Python model can): the caller decides if it was needed
         return {name: tensors[name] for name in execution.outputs if name in tensors}
 
-    async def _resolved_run(self, execution: Execution, spent: RequestTiming) -> dict[str, np.ndarray]:
+    async def _serve(self, execution: Execution, spent: RequestTiming) -> dict[str, np.ndarray]:
         models = self.resolve_steps()
-        return await self._run(models, self._plan_for(execution.outputs), execution, spent)
+        return await self._serve_waves(models, self._plan_for(execution.outputs), execution, spent)
 
     def _plan_for(self, outputs: list[str]) -> PrunedPlan:
         key = frozenset(outputs)
@@ -108,7 +108,7 @@ class EnsembleScheduler(ComposingScheduler):
             pruned = self._pruned[key] = self.plan.pruned(key)
         return pruned
 
-    async def _run(
+    async def _serve_waves(
         self, models: dict[int, StepModel], plan: PrunedPlan, execution: Execution, timing: RequestTiming
     ) -> Outputs:
         tensors = dict(execution.inputs)
@@ -146,7 +146,7 @@ class EnsembleScheduler(ComposingScheduler):
         renamed = RenamedStream(sink, step.output_map)
         request = StepRequest(model, step.version, args, list(step.output_map), execution, timing, renamed)
         try:
-            await self._models.step_runner(request)
+            await self._models.step_path(request)
         except FerryError as exc:
             raise FerryError(f"ensemble '{self.plan.name}' {step.label}: {exc.message}", exc.kind) from None
 
@@ -168,9 +168,9 @@ class EnsembleScheduler(ComposingScheduler):
                     f"'{tensor}', which {writer.label if writer else 'no step'} did not produce"
                 )
             args[model_input] = tensors[tensor]
-        return await self._run_step(step, models[step.index], args, names, execution, timing)
+        return await self._serve_step(step, models[step.index], args, names, execution, timing)
 
-    async def _run_step(
+    async def _serve_step(
         self,
         step: Step,
         model: StepModel,
@@ -183,7 +183,7 @@ class EnsembleScheduler(ComposingScheduler):
         try:
             if model.max_batch_size > 0 and args and all(a.ndim and not len(a) for a in args.values()):
                 return {name: _empty(model.outputs[name]) for name in names}
-            return await self._models.step_runner(StepRequest(model, step.version, args, names, execution, timing))
+            return await self._models.step_path(StepRequest(model, step.version, args, names, execution, timing))
         except FerryError as exc:
             message = f"ensemble '{self.plan.name}' {step.label}: {exc.message}"
             if isinstance(exc, Unavailable):

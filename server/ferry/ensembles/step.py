@@ -5,7 +5,7 @@ offers these attributes; ``repository.model.ModelVersion`` does. Keep this small
 contract other model kinds implement.
 
 A composite model (an ensemble, the OCR model) resolves its steps once per request and hands each
-step's request to a ``StepRunner``: the request path's (``inference.path.RequestPath.run_step``),
+step's request to a ``StepPath``: the request path's (``inference.path.RequestPath.serve_step``),
 so a step is validated, traced, split to the step model's batch size and retried once on a
 version being replaced, as any request is (Triton's ensemble scheduler sends each step through
 the server's normal entry too). The runner reaches the composite through ``ComposingModels``.
@@ -75,16 +75,16 @@ class StepRequest:
     preprocessed: frozenset[str] = frozenset()
 
 
-class StepRunner(Protocol):
-    """Runs one step's request through the request path and returns its outputs (config dims)."""
+class StepPath(Protocol):
+    """Serves one step's request through the request path and returns its outputs (config dims)."""
 
     async def __call__(self, step: StepRequest) -> Outputs: ...
 
 
 class ComposingModels(Protocol):
-    """Where a composite model finds its steps and the runner that runs them (the model manager)."""
+    """Where a composite model finds its steps and the path that serves them (the model manager)."""
 
     def get(self, name: str, version: str = "") -> StepModel: ...
 
     @property
-    def step_runner(self) -> StepRunner: ...
+    def step_path(self) -> StepPath: ...

@@ -1,6 +1,6 @@
 """The OCR model's scheduler: each page through the detector, the angle classifier and the
 recogniser, each resolved once per page and run as a request of its own through the request path
-(the ``StepRunner``: validated, traced, split to the model's batch size, retried once on a
+(the ``StepPath``: validated, traced, split to the model's batch size, retried once on a
 replaced version), with the CPU steps on the image pool.
 
 Pages of concurrent requests meet in the composing models' batchers: the angle batches (all
@@ -19,7 +19,7 @@ from concurrent.futures import Executor
 import numpy as np
 
 from ..batches import execution_slices
-from ..ensembles.step import ComposingModels, StepModel, StepRequest, StepRunner
+from ..ensembles.step import ComposingModels, StepModel, StepPath, StepRequest
 from ..errors import FerryError, InvalidArgument, Unavailable
 from ..pipelines.text.ctc import ctc_characters, ctc_greedy
 from ..scheduling.interface import ComposingScheduler, Execution, RequestTiming
@@ -75,11 +75,11 @@ class OcrScheduler(ComposingScheduler):
             raise InvalidArgument(f"model '{self.name}': input '{INPUT}' must hold an encoded image (BYTES)")
         started = time.perf_counter_ns()
         spent = RequestTiming()
-        result = await self.counted(self._run(bytes(data), execution, spent), started)
+        result = await self.counted(self._serve_page(bytes(data), execution, spent), started)
         self.record_success(started, spent, 1, execution.timeline, execution.timing)
         return {name: result[name] for name in execution.outputs}
 
-    async def _run(self, data: bytes, execution: Execution, timing: RequestTiming) -> Outputs:
+    async def _serve_page(self, data: bytes, execution: Execution, timing: RequestTiming) -> Outputs:
         """The page's stages; what each will hold is counted in the request's admission before it
         is paid: decoding and the detector from the page's header, then the crops, the angle
         batch and the recognition window from the boxes found."""
@@ -91,7 +91,7 @@ class OcrScheduler(ComposingScheduler):
             work = await run_in(self.pool, steps.start_page, data, settings, self.max_pixels)
             if work.detector_input is None:
                 return steps.result(np.zeros((0, 4, 2)), [], [])
-            found = await _run_model(self._models.step_runner, detector, work.detector_input, execution, timing)
+            found = await _serve_on(self._models.step_path, detector, work.detector_input, execution, timing)
             work.detector_input = None
             text_cost = await run_in(self.pool, steps.find_text, work, found, settings, len(characters))
             del found
@@ -112,14 +112,14 @@ class OcrScheduler(ComposingScheduler):
         angle_batch = await run_in(self.pool, steps.cut_crops, work, settings)
         if angle_batch is None:
             return steps.result(np.zeros((0, 4, 2)), [], [])
-        angles = await _run_model(self._models.step_runner, angle, angle_batch, execution, timing)
+        angles = await _serve_on(self._models.step_path, angle, angle_batch, execution, timing)
         batches = await run_in(self.pool, steps.turn_crops, work, angles, settings)
         window = asyncio.Semaphore(steps.RECOGNITION_WINDOW)
 
         async def read(members: list[int], width: int) -> tuple[list[int], list[tuple[str, float]]]:
             async with window:
                 tensor = await run_in(self.pool, steps.recognition_tensor, work, members, width, settings)
-                probabilities = await _run_model(self._models.step_runner, recognizer, tensor, execution, timing)
+                probabilities = await _serve_on(self._models.step_path, recognizer, tensor, execution, timing)
                 return members, await run_in(self.pool, ctc_greedy, probabilities, characters)
 
         read_lines = await asyncio.gather(*(read(members, width) for members, width in batches))
@@ -140,8 +140,8 @@ def _counted(ticket: Reserves | None, nbytes: int) -> Iterator[None]:
         release()
 
 
-async def _run_model(
-    run: StepRunner,
+async def _serve_on(
+    path: StepPath,
     model: StepModel,
     batch: np.ndarray,
     execution: Execution,
@@ -159,8 +159,8 @@ async def _run_model(
         return StepRequest(model, "", {input_name: inputs}, [output_name], execution, timing, preprocessed=made)
 
     if model.max_batch_size > 0:
-        return (await run(step(batch)))[output_name]
-    parts = [await run(step(batch[one])) for one in execution_slices(len(batch), 0)]
+        return (await path(step(batch)))[output_name]
+    parts = [await path(step(batch[one])) for one in execution_slices(len(batch), 0)]
     return np.concatenate([part[output_name] for part in parts])
 
 

@@ -296,7 +296,7 @@ def warm_up(config: mc.ModelConfig, instances: list[Instance], outputs: list[str
         for instance in instances:
             for _ in range(max(1, sample.count)):
                 try:
-                    instance.run(inputs, outputs)
+                    instance.compute(inputs, outputs)
                 except FerryError:
                     raise
                 except Exception as exc:

@@ -30,7 +30,7 @@ class RequestBatchScheduler(Scheduler):
         super().__init__(name, instances, stats, policy)
         self._runners = {instance.spec.name: instance for instance in instances}
 
-    def _run_batch(self, instance: Instance, batch: list[Pending], nbytes: int) -> list[Outputs | BaseException]:
+    def _compute_batch(self, instance: Instance, batch: list[Pending], nbytes: int) -> list[Outputs | BaseException]:
         started = time.perf_counter_ns()
         runner = self._runners[instance.spec.name]
         executions = [p.execution for p in batch]
@@ -38,7 +38,7 @@ class RequestBatchScheduler(Scheduler):
         sinks = [e.sink for e in executions]
         parameters = [model_parameters(e.parameters or {}) for e in executions]
         # a decoupled model's responses go to the sinks; other models' runners take no sinks
-        answers = runner.run_requests(inputs, outputs, sinks if any(sinks) else None, parameters)
+        answers = runner.compute_requests(inputs, outputs, sinks if any(sinks) else None, parameters)
         results: list[Outputs | BaseException] = list(answers)
         infer_ns = time.perf_counter_ns() - started
         for pending in batch:

@@ -40,8 +40,8 @@ SCAN_LIMIT = 1024
 #: executions (a moving average over about the last ``INLINE_AFTER_RUNS``; waiting for the GIL behind
 #: a busy event loop does not count, unlike wall time), so a large batch of a model whose lone
 #: requests run inline still goes to the pool. Only instances that declare ``inline_when_fast``
-#: (their ``run`` waits on nothing but compute) qualify, so a backend that sleeps or does I/O in
-#: ``run`` never blocks the loop.
+#: (their ``compute`` waits on nothing but the engine) qualify, so a backend that sleeps or does I/O
+#: in ``compute`` never blocks the loop.
 INLINE_BELOW_NS = 200_000  # the tiny model: ~40 us idle on 2 cores (ORT run + split), ~2x under load
 #: Executions measured (on the pool) before a model may run inline; also the span of the average.
 INLINE_AFTER_RUNS = 8
@@ -223,7 +223,7 @@ class Scheduler(ModelScheduler):
         self._workers: list[asyncio.Task] = []
         self._staging = {id(instance): Staging() for instance in self.instances}
         self._may_inline = all(instance.inline_when_fast for instance in self.instances)
-        self._runs = 0
+        self._computed = 0
         self._cpu_ns = 0.0  # moving average of an execution's CPU time per batch item
         self._input_bytes = 0.0  # moving average of an execution's input bytes per batch item
         self._form_lock = asyncio.Lock()
@@ -414,9 +414,9 @@ class Scheduler(ModelScheduler):
             try:
                 nbytes = _input_bytes(batch)
                 if self._inline(sum(p.batch_size for p in batch), nbytes):
-                    results = self._run_batch(instance, batch, nbytes)
+                    results = self._compute_batch(instance, batch, nbytes)
                 else:
-                    results = await loop.run_in_executor(self._executor, self._run_batch, instance, batch, nbytes)
+                    results = await loop.run_in_executor(self._executor, self._compute_batch, instance, batch, nbytes)
             except Exception as exc:  # the whole batch failed: find out which request caused it
                 results = await self._isolate(loop, instance, batch, exc)
             self._answer(batch, results)
@@ -440,15 +440,15 @@ class Scheduler(ModelScheduler):
         self.stats.record_successes(succeeded)
 
     @property
-    def runs_inline(self) -> bool:
+    def computes_inline(self) -> bool:
         """Whether a lone request of one item runs on the event loop's thread (see INLINE_BELOW_NS)."""
-        return self._may_inline and self._runs >= INLINE_AFTER_RUNS and self._cpu_ns < INLINE_BELOW_NS
+        return self._may_inline and self._computed >= INLINE_AFTER_RUNS and self._cpu_ns < INLINE_BELOW_NS
 
     def _inline(self, items: int, nbytes: int) -> bool:
         """Whether a batch of ``items`` holding ``nbytes`` runs on the event loop's thread."""
         items = max(items, 1)
         return (
-            self.runs_inline
+            self.computes_inline
             and self._cpu_ns * items < INLINE_BELOW_NS
             and nbytes <= INLINE_MAX_BYTES_FACTOR * self._input_bytes * items
         )
@@ -464,17 +464,17 @@ class Scheduler(ModelScheduler):
             try:
                 results.extend(
                     await loop.run_in_executor(
-                        self._executor, self._run_batch, instance, [pending], _input_bytes([pending])
+                        self._executor, self._compute_batch, instance, [pending], _input_bytes([pending])
                     )
                 )
             except Exception as single:
                 results.append(_as_request_error(self.name, single))
         return results
 
-    def _run_batch(self, instance: Instance, batch: list[Pending], nbytes: int) -> list[Outputs | BaseException]:
+    def _compute_batch(self, instance: Instance, batch: list[Pending], nbytes: int) -> list[Outputs | BaseException]:
         """Concatenate, execute and split one batch (in a worker thread, or inline when fast);
         ``nbytes``: the batch's input bytes, as the caller counted them."""
-        sample = self._runs < INLINE_AFTER_RUNS or self._runs % CPU_SAMPLE_EVERY == 0
+        sample = self._computed < INLINE_AFTER_RUNS or self._computed % CPU_SAMPLE_EVERY == 0
         cpu0 = time.thread_time_ns() if sample else 0
         t0 = time.perf_counter_ns()
         staging = None
@@ -489,7 +489,7 @@ class Scheduler(ModelScheduler):
             }
             names = list(dict.fromkeys(name for p in batch for name in p.execution.outputs))
         t1 = time.perf_counter_ns()
-        outputs = instance.run(inputs, names)
+        outputs = instance.compute(inputs, names)
         if staging is not None:
             outputs = staging.detach(outputs)
         t2 = time.perf_counter_ns()
@@ -510,8 +510,8 @@ class Scheduler(ModelScheduler):
                         f"start with the batch size {total}"
                     )
         t3 = time.perf_counter_ns()
-        self._runs += 1
-        span = min(self._runs, INLINE_AFTER_RUNS)
+        self._computed += 1
+        span = min(self._computed, INLINE_AFTER_RUNS)
         items = max(total, 1)
         if sample:
             self._cpu_ns += ((time.thread_time_ns() - cpu0) / items - self._cpu_ns) / span

@@ -27,20 +27,20 @@ PLATFORM = "ferry_vision"
 M = TypeVar("M", bound=Message)
 
 
-class StepRun(Protocol):
+class StepCompute(Protocol):
     def __call__(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]: ...
 
 
 class StepInstance(Instance):
-    """One instance of a vision step: its ``run`` is the step's function."""
+    """One instance of a vision step: its ``compute`` is the step's function."""
 
-    def __init__(self, spec: InstanceSpec, io: ModelIO, step: StepRun, device: str = "cpu") -> None:
+    def __init__(self, spec: InstanceSpec, io: ModelIO, step: StepCompute, device: str = "cpu") -> None:
         self.spec = spec
         self.io = io
         self.device = device
         self._step = step
 
-    def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+    def compute(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
         return self._step(inputs, outputs)
 
     def close(self) -> None:
@@ -106,11 +106,11 @@ class VisionStepBackend(Backend):
         from .registry import step_factory
 
         kind = config_parameter(config, STEP_PARAMETER)
-        make: Callable[[mc.ModelConfig], StepRun] = step_factory(kind)
+        make: Callable[[mc.ModelConfig], StepCompute] = step_factory(kind)
         if not config.input or not config.output:
             raise ModelLoadError(f"vision step '{kind}': declare its inputs and outputs in config.pbtxt")
         try:
-            run = make(config)
+            compute = make(config)
         except ModelLoadError as exc:
             raise ModelLoadError(f"vision step '{kind}': {exc.message}") from None
-        return StepInstance(spec, _io(config), run)
+        return StepInstance(spec, _io(config), compute)
