@@ -471,3 +471,12 @@ async def test_stop_runs_requests_held_for_a_preferred_size_at_once() -> None:
     await asyncio.wait_for(s.stop(), timeout=60)  # far below the ten-minute delay
     assert [x.shape[0] for x in fake.batches] == [3]
     assert [t.result()["y"][0, 0] for t in tasks] == [0, 2, 4]
+
+
+async def test_an_execution_and_its_queued_request_are_slotted() -> None:
+    """The hot path's per-request objects carry no ``__dict__``, and the batcher keeps the
+    submitted ``Execution`` itself on its queued request instead of copying its fields."""
+    execution = Execution(request(1.0), ["y"], 1)
+    pending = scheduling.Pending(execution, 1, (), 0, asyncio.get_running_loop().create_future())
+    assert not hasattr(execution, "__dict__") and not hasattr(pending, "__dict__")
+    assert pending.execution is execution
