@@ -92,7 +92,7 @@ class ModelScheduler(ABC):
 
     @abstractmethod
     async def submit(self, execution: Execution) -> Outputs:
-        """Run one execution and return the outputs it asks for (see ``Execution``)."""
+        """Answer one execution with the outputs it asks for (see ``Execution``)."""
 
     @abstractmethod
     def start(self) -> None:
