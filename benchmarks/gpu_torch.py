@@ -395,7 +395,7 @@ def check(model_file: Path, args: argparse.Namespace, precisions: Sequence[str],
     version = load_version(repo / "resnet50", 1, config, "check")
     try:
         batch = models.sample_image(batch=2)
-        logits = version.instances[0].run({"input": batch}, ["logits"])["logits"]
+        logits = version.instances[0].compute({"input": batch}, ["logits"])["logits"]
         assert logits.shape == (2, torch_models.NUM_CLASSES) and np.isfinite(logits).all(), logits.shape
         print(f"resnet50 loaded by Ferry on {version.instances[0].device}: a batch of 2 answered {logits.shape}")
     finally:

@@ -58,13 +58,13 @@ def _hold(model: ModelVersion) -> threading.Event:
     gate = threading.Event()
     _GATES.append(gate)
     instance = model.instances[0]
-    run = instance.run
+    compute = instance.compute
 
     def held(inputs, outputs):
         gate.wait()
-        return run(inputs, outputs)
+        return compute(inputs, outputs)
 
-    instance.run = held  # type: ignore[method-assign]
+    instance.compute = held  # type: ignore[method-assign]
     return gate
 
 

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.torch
 
 
 def test_outputs_are_copied_through_one_reused_buffer_per_output() -> None:
-    """The code path of a GPU instance's results (``_run_cuda``), with a plain buffer where pinning is
+    """The code path of a GPU instance's results (``_compute_cuda``), with a plain buffer where pinning is
     unavailable: every batch lands in the same buffer (grown once for a larger batch), and each
     answer, copied out, is not overwritten by the next batch."""
     outputs = HostBuffers(pinned=False)

@@ -152,8 +152,8 @@ def test_fixed_binding_runner_reuses_its_buffers() -> None:
     runner = FixedBindingRunner(session, "cpu", 0)
     for seed in range(3):
         x = np.random.default_rng(seed).random((2, 3), dtype=np.float32)
-        out = runner.run({"x": x}, ["y", "total"])
+        out = runner.compute({"x": x}, ["y", "total"])
         np.testing.assert_allclose(out["y"], x * x, rtol=1e-6)
         np.testing.assert_allclose(out["total"], [x.sum()], rtol=1e-5)
     with pytest.raises(InvalidArgument, match="static shape"):
-        runner.run({"x": np.zeros((3, 3), dtype=np.float32)}, ["y"])
+        runner.compute({"x": np.zeros((3, 3), dtype=np.float32)}, ["y"])

@@ -98,7 +98,7 @@ def test_a_request_that_meets_a_retired_version_runs_on_its_replacement(tmp_path
             assert manager.get("simple") is not looked_up
             inputs = {"INPUT0": np.ones((1, 16), np.int32), "INPUT1": np.ones((1, 16), np.int32)}
             request = InferenceRequest("simple", inputs=inputs, input_datatypes=dict.fromkeys(inputs, "INT32"))
-            executed = await plane.path.run(looked_up, request, ["OUTPUT0"])
+            executed = await plane.path.serve(looked_up, request, ["OUTPUT0"])
             assert executed.model is manager.get("simple")
             assert executed.tensors()[0]["OUTPUT0"].tolist() == [[2] * 16]
         finally:

@@ -81,7 +81,7 @@ async def wait_for(path: Path) -> None:
 
 @pytest.mark.asyncio
 async def test_classify_runs_a_python_model_that_takes_encoded_images(plane: DataPlane) -> None:
-    model, results = await plane.run_images("image_means", "", [png((250, 10, 5)), png((0, 0, 255))], "classify", {})
+    model, results = await plane.serve_images("image_means", "", [png((250, 10, 5)), png((0, 0, 255))], "classify", {})
     assert model.name == "image_means"
     assert [classes[0]["label"] for classes in results] == ["red", "blue"]
     assert results[1][0]["score"] == pytest.approx(1.0)
@@ -91,7 +91,7 @@ async def test_classify_runs_a_python_model_that_takes_encoded_images(plane: Dat
 @pytest.mark.asyncio
 async def test_classify_splits_more_images_than_max_batch_size_on_a_python_model(plane: DataPlane) -> None:
     images = [png((0, 255, 0))] * 11  # max_batch_size 8: two executions
-    _, results = await plane.run_images("image_means", "", images, "classify", {"top_k": 1})
+    _, results = await plane.serve_images("image_means", "", images, "classify", {"top_k": 1})
     assert [classes[0]["label"] for classes in results] == ["green"] * 11
 
 
@@ -100,10 +100,10 @@ async def test_classify_honours_the_timeout_parameter(plane: DataPlane, tmp_path
     """The instance is held busy, so a second request waits in the queue past its 1 ms timeout."""
     gate = tmp_path / "gate"
     (gate / "hold").write_text("1")
-    first = asyncio.create_task(plane.run_images("image_means", "", [png((255, 0, 0))], "classify", {}))
+    first = asyncio.create_task(plane.serve_images("image_means", "", [png((255, 0, 0))], "classify", {}))
     await wait_for(gate / "entered")
     with pytest.raises(Unavailable, match="timed out"):
-        await plane.run_images("image_means", "", [png((255, 0, 0))], "classify", {}, {"timeout": 1000})
+        await plane.serve_images("image_means", "", [png((255, 0, 0))], "classify", {}, {"timeout": 1000})
     (gate / "release").write_text("1")
     _, results = await first
     assert results[0][0]["label"] == "red"
@@ -114,7 +114,7 @@ async def test_classify_honours_the_timeout_parameter(plane: DataPlane, tmp_path
 @pytest.mark.asyncio
 async def test_classify_validates_the_priority_parameter(plane: DataPlane) -> None:
     with pytest.raises(InvalidArgument, match="'priority' must be an integer between 0 and"):
-        await plane.run_images("image_means", "", [png((255, 0, 0))], "classify", {}, {"priority": -1})
+        await plane.serve_images("image_means", "", [png((255, 0, 0))], "classify", {}, {"priority": -1})
     assert plane.statistics("image_means")[0]["inference_stats"]["fail"]["count"] == 1
 
 
@@ -137,7 +137,7 @@ async def test_detect_appears_in_traces(repo: Path, python_models_allowed: None)
     await manager.start()
     try:
         plane = DataPlane(manager, tracing=tracing)
-        await plane.run_images("digit_detector", "", [png((255, 255, 255), (96, 64))], "detect", {})
+        await plane.serve_images("digit_detector", "", [png((255, 255, 255), (96, 64))], "detect", {})
     finally:
         await manager.stop()
     roots = [span for span in exporter.get_finished_spans() if span.name == "InferRequest"]
@@ -158,7 +158,7 @@ async def test_detection_post_processing_runs_in_the_worker_pool(
 
     monkeypatch.setattr(ImagePipeline, "detect", recording)
     images = [png((255, 255, 255), (96, 64))] * 3
-    _, results = await plane.run_images("digit_detector", "", images, "detect", {"score_threshold": 0.01})
+    _, results = await plane.serve_images("digit_detector", "", images, "detect", {"score_threshold": 0.01})
     assert len(results) == 3
     loop_thread = threading.current_thread().name
     assert len(calls) == 1 and calls[0][1] == 3
@@ -169,7 +169,7 @@ async def test_detection_post_processing_runs_in_the_worker_pool(
 async def test_detect_refuses_bad_thresholds_before_decoding(plane: DataPlane) -> None:
     before = plane.image_work.decoded
     with pytest.raises(InvalidArgument, match="iou_threshold"):
-        await plane.run_images("digit_detector", "", [png((0, 0, 0))], "detect", {"iou_threshold": 2.0})
+        await plane.serve_images("digit_detector", "", [png((0, 0, 0))], "detect", {"iou_threshold": 2.0})
     assert plane.image_work.decoded == before
 
 
@@ -201,10 +201,10 @@ async def test_ocr_pages_take_the_request_path(tmp_path: Path) -> None:
     try:
         plane = DataPlane(manager, tracing=tracing)
         blank = png((255, 255, 255), (64, 48))
-        served, results = await plane.run_images("ocr", "", [blank, blank], "ocr", {}, {"priority": 1})
+        served, results = await plane.serve_images("ocr", "", [blank, blank], "ocr", {}, {"priority": 1})
         assert served.name == "ocr" and results == [[], []]
         with pytest.raises(InvalidArgument, match="'priority' must be an integer between 0 and"):
-            await plane.run_images("ocr", "", [blank], "ocr", {}, {"priority": -1})
+            await plane.serve_images("ocr", "", [blank], "ocr", {}, {"priority": -1})
         assert plane.statistics("ocr")[0]["inference_stats"]["fail"]["count"] == 1
     finally:
         await manager.stop()

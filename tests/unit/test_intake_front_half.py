@@ -36,15 +36,15 @@ async def test_a_reload_after_the_look_up_is_preprocessed_again_for_the_new_load
         images = IntakeImages(plane.admission, views, HandoffPath(client, pool, 1), plane.workers)
         first = await views.resolve("digits", "")
         assert first is not None and first.pipeline is not None
-        _, before = await plane.run_images("digits", "", files, "classify", {})
+        _, before = await plane.serve_images("digits", "", files, "classify", {})
 
         config = repo / "digits" / "config.pbtxt"
         config.write_text(config.read_text().replace("scale: 0.0039215686", "scale: 0.0019607843"))
         await manager.load("digits")  # a new load with another pipeline, after the intake's look-up
-        _, expected = await plane.run_images("digits", "", files, "classify", {})
+        _, expected = await plane.serve_images("digits", "", files, "classify", {})
         assert expected != before
 
-        served, results = await images.run_images("digits", "", files, "classify", {})
+        served, results = await images.serve_images("digits", "", files, "classify", {})
         now = views.current("digits", "")
         assert now is not None and now.identity != first.identity  # looked up again after "stale"
         assert now.identity == manager.get("digits").identity

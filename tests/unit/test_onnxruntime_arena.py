@@ -27,10 +27,10 @@ def _grown_after_one_large_run(threshold: int, monkeypatch: pytest.MonkeyPatch) 
         REPO / "dynamic_shape" / "1" / "model.onnx", config, InstanceSpec("c", "CPU", threads=1)
     )
     small = np.ones((1, 16), np.float32)
-    instance.run({"x": small}, ["y"])  # the arena's first chunk, before measuring
+    instance.compute({"x": small}, ["y"])  # the arena's first chunk, before measuring
     process = psutil.Process()
     before = process.memory_info().rss
-    out = instance.run({"x": np.ones((1, LARGE), np.float32)}, ["y"])
+    out = instance.compute({"x": np.ones((1, LARGE), np.float32)}, ["y"])
     assert out["y"][0, 0] == 3.0
     del out  # the answer is the caller's; what is left is the arena's
     return process.memory_info().rss - before

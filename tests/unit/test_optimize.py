@@ -84,7 +84,7 @@ def test_int8_writes_a_qdq_model_that_serves_and_agrees(digits_repo) -> None:
         png = io.BytesIO()
         Image.fromarray(np.round(load_digits().images[7] * 255 / 16).astype(np.uint8), mode="L").save(png, "PNG")
         batch = model.pipeline.prepare([png.getvalue()]).batch
-        logits = model.instances[0].run({"input": batch}, ["logits"])["logits"]
+        logits = model.instances[0].compute({"input": batch}, ["logits"])["logits"]
         assert int(logits.argmax()) == int(load_digits().target[7])
     finally:
         model.close()
@@ -372,7 +372,7 @@ def test_int8_of_a_model_without_batch_dimension(tmp_path: Path) -> None:
     try:
         prepared = model.pipeline.prepare([reference.photos()["astronaut"]])
         [(_, tensor)] = model.pipeline.executions(prepared.batch)
-        outputs = model.instances[0].run({model.pipeline.input_name: tensor}, list(model.outputs))
+        outputs = model.instances[0].compute({model.pipeline.input_name: tensor}, list(model.outputs))
         assert outputs["regressors"].shape == (1, 896, 16)
     finally:
         model.close()

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ferry.backends.base import InstanceSpec, ModelIO
+from ferry.backends.base import InstanceSpec, ModelIO, RequestBatchInstance
 from ferry.backends.python_backend import PythonBackend
 from ferry.backends.python_backend import triton_python_backend_utils as pb_utils
 from ferry.backends.python_backend.host import HOST
@@ -18,6 +18,7 @@ from ferry.backends.python_backend.runner import Failure, ModelLoadFailure, Mode
 from ferry.errors import FerryError, Unavailable
 from ferry.repository.config import config_to_dict, parse_config_text
 from ferry.scheduling import RequestBatchScheduler, SchedulingPolicy
+from ferry.scheduling.interface import Execution
 from ferry.statistics import ModelStats
 from ferry_client.protocol import model_config_pb2 as mc
 
@@ -95,7 +96,7 @@ def test_settings_read_the_allow_option_from_the_environment(monkeypatch: pytest
     assert Settings().allow_python_models is True
 
 
-class RequestsInstance:
+class RequestsInstance(RequestBatchInstance):
     """A fake instance that takes a batch as separate requests (as Python models do)."""
 
     def __init__(self) -> None:
@@ -106,14 +107,14 @@ class RequestsInstance:
         self.entered = threading.Event()
         self.batches: list[int] = []
 
-    def run_requests(self, inputs, outputs, sinks=None, parameters=None):
+    def compute_requests(self, inputs, outputs, sinks=None, parameters=None):
         self.entered.set()
         self.gate.wait(10)
         self.batches.append(len(inputs))
         return [FerryError("bad") if r["x"][0, 0] < 0 else {"y": r["x"] + 1} for r in inputs]
 
-    def run(self, inputs, outputs):  # pragma: no cover - the scheduler must not call it
-        raise AssertionError("run() called on a request-batch instance")
+    def compute(self, inputs, outputs):  # pragma: no cover - the scheduler must not call it
+        raise AssertionError("compute() called on a request-batch instance")
 
     def close(self) -> None:
         pass
@@ -125,11 +126,12 @@ async def test_scheduler_hands_request_batches_over_unconcatenated() -> None:
     stats = ModelStats("m", "1")
     scheduler = RequestBatchScheduler("m", [instance], stats, SchedulingPolicy(max_batch_size=8, dynamic=True))
     scheduler.start()
-    first = asyncio.create_task(scheduler.submit({"x": np.array([[0]])}, ["y"]))
+    first = asyncio.create_task(scheduler.submit(Execution({"x": np.array([[0]])}, ["y"])))
     await asyncio.to_thread(instance.entered.wait, 10)
     rows = [1, 2, 3, -1]
     queued = [
-        asyncio.create_task(scheduler.submit({"x": np.array([[v]] * v if v > 0 else [[v]])}, ["y"])) for v in rows
+        asyncio.create_task(scheduler.submit(Execution({"x": np.array([[v]] * v if v > 0 else [[v]])}, ["y"])))
+        for v in rows
     ]
     while scheduler.queue_size < len(rows):
         await asyncio.sleep(0.001)

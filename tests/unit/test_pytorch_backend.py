@@ -84,7 +84,7 @@ def test_bundled_model_loads_on_the_cpu_and_matches_onnxruntime(tmp_path: Path) 
         assert only.device == ("cuda:0" if CUDA else "cpu")
         for batch in (1, 7, 64):
             x = digits_inputs(batch, seed=batch)
-            got = only.run({"input": x}, ["logits"])["logits"]
+            got = only.compute({"input": x}, ["logits"])["logits"]
             assert got.dtype == np.float32 and got.shape == (batch, 10)
             np.testing.assert_allclose(got, onnx_logits(x), atol=GPU_FP32_TOLERANCE if CUDA else 1e-4)
         assert version.pipeline is not None  # ferry_image is served as for the ONNX digits model
@@ -97,7 +97,7 @@ def test_read_only_request_memory_is_not_aliased(tmp_path: Path) -> None:
     x = digits_inputs(3)
     frozen = x.copy()
     frozen.setflags(write=False)
-    np.testing.assert_allclose(model.run({"input": frozen}, ["logits"])["logits"], onnx_logits(x), atol=1e-4)
+    np.testing.assert_allclose(model.compute({"input": frozen}, ["logits"])["logits"], onnx_logits(x), atol=1e-4)
     assert model.input_buffer("input", (3, 1, 28, 28), np.dtype(np.float32)) is None  # CPU: no staging
 
 
@@ -109,7 +109,7 @@ def test_fp16_modes_on_the_cpu(tmp_path: Path, mode: str) -> None:
     build = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(build)
     x = build.load_test_set(REPO / "digits" / "test_split.npz")[0][:128]  # held-out digits (CPU FP16 is slow)
-    got = np.concatenate([model.run({"input": x[i : i + 64]}, ["logits"])["logits"] for i in range(0, len(x), 64)])
+    got = np.concatenate([model.compute({"input": x[i : i + 64]}, ["logits"])["logits"] for i in range(0, len(x), 64)])
     expected = onnx_logits(x)
     assert got.dtype == np.float32
     # float16 keeps ~3 significant digits; logits here reach |26| (measured: max difference 0.013).
@@ -160,7 +160,7 @@ def test_inputs_and_tuple_outputs_bind_by_name_or_index(
     difference, code = (
         (outputs[0][0], outputs[1][0]) if outputs[0][1] == "TYPE_FP32" else (outputs[1][0], outputs[0][0])
     )
-    result = model.run({name: names[name] for name in inputs}, [difference, code])
+    result = model.compute({name: names[name] for name in inputs}, [difference, code])
     np.testing.assert_array_equal(result[difference], first - second)
     np.testing.assert_array_equal(result[code], np.array([[51, 72]], np.int32))
     assert result[code].dtype == np.int32
@@ -172,7 +172,7 @@ def test_dict_outputs_bind_by_key(tmp_path: Path) -> None:
     )
     model = PyTorchInstance(model_file, config, InstanceSpec("i", "CPU"))
     a, b = np.ones((2, 2), np.float32), np.full((2, 2), 3.0, np.float32)
-    result = model.run({"first": a, "second": b}, ["sum", "difference"])
+    result = model.compute({"first": a, "second": b}, ["sum", "difference"])
     np.testing.assert_array_equal(result["sum"], a + b)
     np.testing.assert_array_equal(result["difference"], a - b)
 
@@ -183,7 +183,7 @@ def test_output_type_mismatch_is_a_clear_error(tmp_path: Path) -> None:
     )
     model = PyTorchInstance(model_file, config, InstanceSpec("i", "CPU"))
     with pytest.raises(FerryError, match="output 'code' is torch.int32 but the config declares torch.int64"):
-        model.run({"first": np.ones((1, 2), np.float32), "second": np.ones((1, 2), np.float32)}, ["code"])
+        model.compute({"first": np.ones((1, 2), np.float32), "second": np.ones((1, 2), np.float32)}, ["code"])
 
 
 # --- load errors ------------------------------------------------------------------------------
@@ -281,7 +281,7 @@ def test_conversion_path_with_a_stand_in_converter(tmp_path: Path, monkeypatch: 
         assert [t.name for t in version.config.output] == ["logits"]
         x = digits_inputs(5)
         np.testing.assert_allclose(
-            version.instances[0].run({"input": x}, ["logits"])["logits"],
+            version.instances[0].compute({"input": x}, ["logits"])["logits"],
             onnx_logits(x),
             atol=GPU_FP32_TOLERANCE if CUDA else 1e-4,
         )
@@ -310,7 +310,7 @@ def test_conversion_with_onnx2torch(tmp_path: Path) -> None:
     version = load_version(model_dir, 1, config, "digits_converted")
     try:
         x = digits_inputs(9)
-        got = version.instances[0].run({"input": x}, ["logits"])["logits"]
+        got = version.instances[0].compute({"input": x}, ["logits"])["logits"]
         assert got.dtype == np.float32
         np.testing.assert_allclose(got, onnx_logits(x), atol=0.05)
     finally:
@@ -334,7 +334,7 @@ def test_gpu_instance_matches_onnxruntime(tmp_path: Path, mode: str, graphs: boo
     tolerance = GPU_FP32_TOLERANCE if mode == "fp32" else 0.05
     for batch in (1, 3, 5, 33, 64):  # 3, 5 and 33 are padded to buckets 4, 8 and 40
         x = digits_inputs(batch, seed=batch)
-        np.testing.assert_allclose(model.run({"input": x}, ["logits"])["logits"], onnx_logits(x), atol=tolerance)
+        np.testing.assert_allclose(model.compute({"input": x}, ["logits"])["logits"], onnx_logits(x), atol=tolerance)
     model.close()
 
 
@@ -347,7 +347,7 @@ def test_batches_assembled_in_pinned_staging_are_used_in_place(tmp_path: Path, m
     np.copyto(view, x)
     staging = model._staging["input"]
     assert staging.is_pinned() and view.__array_interface__["data"][0] == staging.data_ptr()
-    got = model.run({"input": view}, ["logits"])["logits"]
+    got = model.compute({"input": view}, ["logits"])["logits"]
     np.testing.assert_allclose(got, onnx_logits(x), atol=GPU_FP32_TOLERANCE)
     model.close()
 
@@ -356,10 +356,10 @@ def test_batches_assembled_in_pinned_staging_are_used_in_place(tmp_path: Path, m
 def test_gpu_results_come_back_through_one_pinned_buffer(tmp_path: Path, marks: None) -> None:
     model = instance(tmp_path, kind="GPU")
     x = digits_inputs(5)
-    first = model.run({"input": x}, ["logits"])["logits"]
+    first = model.compute({"input": x}, ["logits"])["logits"]
     buffer = model._host_outputs.buffer("logits")
     assert buffer is not None and buffer.is_pinned()
-    second = model.run({"input": x[:3]}, ["logits"])["logits"]
+    second = model.compute({"input": x[:3]}, ["logits"])["logits"]
     assert model._host_outputs.buffer("logits") is buffer
     np.testing.assert_allclose(first, onnx_logits(x), atol=GPU_FP32_TOLERANCE)
     np.testing.assert_allclose(second, onnx_logits(x[:3]), atol=GPU_FP32_TOLERANCE)
@@ -372,7 +372,8 @@ def test_pinned_memory_can_be_disabled(tmp_path: Path, marks: None) -> None:
     model = instance(tmp_path, extra, kind="GPU")
     assert model.input_buffer("input", (2, 1, 28, 28), np.dtype(np.float32)) is None
     x = digits_inputs(2)
-    np.testing.assert_allclose(model.run({"input": x}, ["logits"])["logits"], onnx_logits(x), atol=GPU_FP32_TOLERANCE)
+    got = model.compute({"input": x}, ["logits"])["logits"]
+    np.testing.assert_allclose(got, onnx_logits(x), atol=GPU_FP32_TOLERANCE)
     model.close()
 
 
@@ -388,7 +389,7 @@ def test_instances_per_gpu_each_have_a_stream(tmp_path: Path, marks: None) -> No
         x = digits_inputs(4)
         for model in version.instances:
             np.testing.assert_allclose(
-                model.run({"input": x}, ["logits"])["logits"], onnx_logits(x), atol=GPU_FP32_TOLERANCE
+                model.compute({"input": x}, ["logits"])["logits"], onnx_logits(x), atol=GPU_FP32_TOLERANCE
             )
     finally:
         version.close()
@@ -432,7 +433,8 @@ def test_capture_tolerates_another_thread_loading_onto_the_gpu(
     assert neighbour_errors == []
     assert model._graphs is not None and len(captures) == len(model._graphs.buckets)
     x = digits_inputs(5)
-    np.testing.assert_allclose(model.run({"input": x}, ["logits"])["logits"], onnx_logits(x), atol=GPU_FP32_TOLERANCE)
+    got = model.compute({"input": x}, ["logits"])["logits"]
+    np.testing.assert_allclose(got, onnx_logits(x), atol=GPU_FP32_TOLERANCE)
     model.close()
 
 
@@ -457,9 +459,9 @@ def test_graph_outputs_of_one_batch_survive_the_next_replay(tmp_path: Path, mark
     assert graphs is not None and len(graphs.sets) == 2
     x, y = digits_inputs(3, seed=1), digits_inputs(3, seed=2)
     with torch.inference_mode(), torch.cuda.stream(model._stream):
-        first = graphs.run([torch.from_numpy(x).pin_memory()], 3)["logits"]
+        first = graphs.compute([torch.from_numpy(x).pin_memory()], 3)["logits"]
         first_values = first.cpu().numpy().copy()
-        second = graphs.run([torch.from_numpy(y).pin_memory()], 3)["logits"]
+        second = graphs.compute([torch.from_numpy(y).pin_memory()], 3)["logits"]
         torch.cuda.synchronize()
         assert first.data_ptr() != second.data_ptr()
         np.testing.assert_array_equal(first.cpu().numpy(), first_values)

@@ -9,10 +9,11 @@ import time
 import numpy as np
 import pytest
 
-from ferry.backends.base import InstanceSpec, ModelIO
+from ferry.backends.base import Instance, InstanceSpec, ModelIO
 from ferry.errors import FerryError, InvalidArgument, Unavailable
 from ferry.scheduling import QueuePolicy, Scheduler, SchedulingPolicy, choose_batch
 from ferry.scheduling import scheduler as scheduling
+from ferry.scheduling.interface import Execution
 from ferry.scheduling.scheduler import Staging, StagingBudget
 from ferry.statistics import ModelStats
 
@@ -21,7 +22,7 @@ from ferry.statistics import ModelStats
 Decision = tuple[list[int], int | None]
 
 
-class GatedInstance:
+class GatedInstance(Instance):
     """Doubles its input; waits for ``gate`` before each run; records every batch it ran."""
 
     def __init__(self, name: str = "fake") -> None:
@@ -33,7 +34,7 @@ class GatedInstance:
         self.batches: list[np.ndarray] = []
         self.started = threading.Event()
 
-    def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+    def compute(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
         self.started.set()
         self.gate.wait(10)
         x = inputs["x"]
@@ -64,7 +65,7 @@ def request(value: float, rows: int = 1, width: int = 3) -> dict[str, np.ndarray
 
 
 async def submit(s: Scheduler, value: float, rows: int = 1, width: int = 3, **kwargs):
-    return await s.submit(request(value, rows, width), ["y"], rows, **kwargs)
+    return await s.submit(Execution(request(value, rows, width), ["y"], rows, **kwargs))
 
 
 async def until(condition, timeout: float = 10.0) -> None:
@@ -175,7 +176,7 @@ async def test_batches_form_under_concurrency_and_split_correctly() -> None:
 
 
 class BufferedInstance(GatedInstance):
-    """Offers its own memory for batch assembly (backends.base.InputBuffers), as a GPU instance does."""
+    """Offers its own memory for batch assembly (backends.base.Instance.input_buffer), as a GPU instance does."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -187,9 +188,9 @@ class BufferedInstance(GatedInstance):
         self.asked.append((name, shape, dtype))
         return self.memory[: int(np.prod(shape))].reshape(shape)
 
-    def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+    def compute(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
         self.assembled_in_place.append(np.shares_memory(inputs["x"], self.memory))
-        return super().run(inputs, outputs)
+        return super().compute(inputs, outputs)
 
 
 async def test_batches_are_assembled_in_the_instance_buffer() -> None:
@@ -219,7 +220,7 @@ class KeepingInstance(GatedInstance):
         super().__init__()
         self.given: list[np.ndarray] = []
 
-    def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+    def compute(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
         self.started.set()
         self.gate.wait(10)
         self.given.append(inputs["x"])
@@ -470,3 +471,12 @@ async def test_stop_runs_requests_held_for_a_preferred_size_at_once() -> None:
     await asyncio.wait_for(s.stop(), timeout=60)  # far below the ten-minute delay
     assert [x.shape[0] for x in fake.batches] == [3]
     assert [t.result()["y"][0, 0] for t in tasks] == [0, 2, 4]
+
+
+async def test_an_execution_and_its_queued_request_are_slotted() -> None:
+    """The hot path's per-request objects carry no ``__dict__``, and the batcher keeps the
+    submitted ``Execution`` itself on its queued request instead of copying its fields."""
+    execution = Execution(request(1.0), ["y"], 1)
+    pending = scheduling.Pending(execution, 1, (), 0, asyncio.get_running_loop().create_future())
+    assert not hasattr(execution, "__dict__") and not hasattr(pending, "__dict__")
+    assert pending.execution is execution

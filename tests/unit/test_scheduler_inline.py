@@ -12,15 +12,16 @@ import time
 import numpy as np
 import pytest
 
-from ferry.backends.base import InstanceSpec, ModelIO
+from ferry.backends.base import Instance, InstanceSpec, ModelIO
 from ferry.errors import FerryError
 from ferry.scheduling import scheduler as scheduling
+from ferry.scheduling.interface import Execution
 from ferry.scheduling.policy import SchedulingPolicy
 from ferry.scheduling.scheduler import INLINE_AFTER_RUNS, Scheduler
 from ferry.statistics import ModelStats
 
 
-class ThreadRecordingInstance:
+class ThreadRecordingInstance(Instance):
     """Doubles its input and records which thread ran each execution."""
 
     def __init__(self, inline_when_fast: bool) -> None:
@@ -32,7 +33,7 @@ class ThreadRecordingInstance:
         self.rows: list[int] = []  # the batch size of each execution
         self.burn_cpu_ns = 0  # CPU time the next execution spends
 
-    def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+    def compute(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
         self.threads.append(threading.get_ident())
         self.rows.append(len(inputs["x"]))
         started = time.thread_time_ns()
@@ -48,7 +49,7 @@ class ThreadRecordingInstance:
 
 
 async def _one(s: Scheduler, value: float = 1.0) -> np.ndarray:
-    outputs = await s.submit({"x": np.full((1, 3), value, np.float32)}, ["y"], 1)
+    outputs = await s.submit(Execution({"x": np.full((1, 3), value, np.float32)}, ["y"], 1))
     return outputs["y"]
 
 
@@ -65,10 +66,10 @@ async def test_fast_model_moves_to_the_loop_thread_and_back_when_slow(monkeypatc
     try:
         monkeypatch.setattr(scheduling, "INLINE_BELOW_NS", 10**12)  # every execution counts as fast
         for _ in range(INLINE_AFTER_RUNS):
-            assert not s.runs_inline
+            assert not s.computes_inline
             np.testing.assert_array_equal(await _one(s), np.full((1, 3), 2.0))
         assert loop_thread not in instance.threads  # measured on the pool first
-        assert s.runs_inline
+        assert s.computes_inline
         np.testing.assert_array_equal(await _one(s), np.full((1, 3), 2.0))
         assert instance.threads[-1] == loop_thread
 
@@ -77,9 +78,9 @@ async def test_fast_model_moves_to_the_loop_thread_and_back_when_slow(monkeypatc
             instance.burn_cpu_ns = 100_000_000  # one measured execution of 100 ms lifts the average above 10 ms
             await _one(s)
             assert instance.threads[-1] == loop_thread
-            if not s.runs_inline:
+            if not s.computes_inline:
                 break
-        assert not s.runs_inline
+        assert not s.computes_inline
         await _one(s)
         assert instance.threads[-1] != loop_thread  # back on the pool
     finally:
@@ -103,7 +104,7 @@ async def test_an_inline_failure_fails_only_its_request(monkeypatch: pytest.Monk
         monkeypatch.setattr(scheduling, "INLINE_BELOW_NS", 10**12)
         for _ in range(INLINE_AFTER_RUNS):
             await asyncio.wait_for(asyncio.gather(*(_one(s) for _ in range(4))), 30)
-        assert s.runs_inline and instance.rows == [4] * INLINE_AFTER_RUNS
+        assert s.computes_inline and instance.rows == [4] * INLINE_AFTER_RUNS
         values = [1.0, float("nan"), 3.0, 4.0]
         results = await asyncio.wait_for(asyncio.gather(*(_one(s, v) for v in values), return_exceptions=True), 30)
         assert instance.rows[INLINE_AFTER_RUNS] == 4 and instance.threads[INLINE_AFTER_RUNS] == loop_thread
@@ -115,7 +116,7 @@ async def test_an_inline_failure_fails_only_its_request(monkeypatch: pytest.Monk
         await s.stop()
 
 
-async def test_an_instance_that_does_not_declare_it_never_runs_inline(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_an_instance_that_does_not_declare_it_never_computes_inline(monkeypatch: pytest.MonkeyPatch) -> None:
     loop_thread = threading.get_ident()
     instance = ThreadRecordingInstance(inline_when_fast=False)
     s = await _scheduler(instance)
@@ -123,7 +124,7 @@ async def test_an_instance_that_does_not_declare_it_never_runs_inline(monkeypatc
         monkeypatch.setattr(scheduling, "INLINE_BELOW_NS", 10**12)
         for _ in range(INLINE_AFTER_RUNS + 2):
             await _one(s)
-        assert not s.runs_inline and loop_thread not in instance.threads
+        assert not s.computes_inline and loop_thread not in instance.threads
     finally:
         await s.stop()
 
@@ -137,11 +138,11 @@ async def test_a_much_larger_batch_than_measured_runs_on_the_pool(monkeypatch: p
         monkeypatch.setattr(scheduling, "INLINE_BELOW_NS", 10**12)
         for _ in range(INLINE_AFTER_RUNS):
             await _one(s)
-        assert s.runs_inline
+        assert s.computes_inline
         await _one(s)
         assert instance.threads[-1] == loop_thread
         big = np.ones((1, 3 * 1000), np.float32)  # 1000x the bytes of the measured executions
-        outputs = await s.submit({"x": big}, ["y"], 1)
+        outputs = await s.submit(Execution({"x": big}, ["y"], 1))
         np.testing.assert_array_equal(outputs["y"], big * 2)
         assert instance.threads[-1] != loop_thread
     finally:
@@ -155,12 +156,12 @@ class RowBurningInstance(ThreadRecordingInstance):
         super().__init__(inline_when_fast=True)
         self.per_row_ns = per_row_ns
 
-    def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+    def compute(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
         self.burn_cpu_ns = self.per_row_ns * len(inputs["x"])
-        return super().run(inputs, outputs)
+        return super().compute(inputs, outputs)
 
 
-async def test_a_lone_request_runs_inline_where_whole_batches_would_not(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_lone_request_computes_inline_where_whole_batches_would_not(monkeypatch: pytest.MonkeyPatch) -> None:
     """The expected CPU time is per item: after batches of 8 items at 4 ms each (32 ms an execution),
     a lone item (4 ms) runs on the loop's thread, while another 8 items still go to the pool."""
     loop_thread = threading.get_ident()
@@ -170,11 +171,11 @@ async def test_a_lone_request_runs_inline_where_whole_batches_would_not(monkeypa
         monkeypatch.setattr(scheduling, "INLINE_BELOW_NS", 10_000_000)
         eight = np.ones((8, 3), np.float32)
         for _ in range(INLINE_AFTER_RUNS):
-            await s.submit({"x": eight}, ["y"], 8)
+            await s.submit(Execution({"x": eight}, ["y"], 8))
         assert loop_thread not in instance.threads
         np.testing.assert_array_equal(await _one(s), np.full((1, 3), 2.0))
         assert instance.threads[-1] == loop_thread
-        await s.submit({"x": eight}, ["y"], 8)
+        await s.submit(Execution({"x": eight}, ["y"], 8))
         assert instance.threads[-1] != loop_thread
     finally:
         await s.stop()

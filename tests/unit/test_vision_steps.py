@@ -50,11 +50,11 @@ def test_classification_step_returns_top_k_of_the_softmax() -> None:
         '{ key: "classification" value { string_value: "softmax: true" } } ]'
     )
     logits = np.array([[0.0, 2.0, 1.0, -1.0], [5.0, 5.0, 0.0, 0.0]], np.float32)
-    out = step.run({"LOGITS": logits}, ["CLASS_IDS", "SCORES"])
+    out = step.compute({"LOGITS": logits}, ["CLASS_IDS", "SCORES"])
     assert out["CLASS_IDS"].tolist() == [[1, 2], [0, 1]]
     exp = np.exp(logits - logits.max(axis=1, keepdims=True))
     np.testing.assert_allclose(out["SCORES"], np.sort(exp / exp.sum(axis=1, keepdims=True), axis=1)[:, ::-1][:, :2])
-    empty = step.run({"LOGITS": np.zeros((0, 4), np.float32)}, ["CLASS_IDS", "SCORES"])
+    empty = step.compute({"LOGITS": np.zeros((0, 4), np.float32)}, ["CLASS_IDS", "SCORES"])
     assert empty["CLASS_IDS"].shape == (0, 2)
 
 

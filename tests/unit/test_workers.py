@@ -62,7 +62,7 @@ async def test_ocr_page_steps_run_on_the_image_pool(tmp_path: Path, monkeypatch:
     await manager.start()
     try:
         plane = DataPlane(manager)
-        await plane.run_images("ocr", "", [_page()], "ocr", {})
+        await plane.serve_images("ocr", "", [_page()], "ocr", {})
     finally:
         await manager.stop()
         workers.shutdown()

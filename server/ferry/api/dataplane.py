@@ -227,7 +227,7 @@ class DataPlane:
         try:
             if request.shared_memory_inputs:
                 await self._read_shared_memory(request)
-            _, batch_size = (await self.path.run(model, request, names, sink=stream)).tensors()
+            _, batch_size = (await self.path.serve(model, request, names, sink=stream)).tensors()
             async for item in stream:
                 final = item.final
                 answer: InferenceResponse | FerryError
@@ -333,7 +333,7 @@ class DataPlane:
         pipeline = model.pipeline
         decoded = [name for name in names if name in pipeline.decoded_outputs] if pipeline is not None else []
         if not decoded:
-            executed = await self.path.run(model, request, names)
+            executed = await self.path.serve(model, request, names)
             return executed.tensors()
         assert pipeline is not None
         post: PostStage
@@ -351,7 +351,7 @@ class DataPlane:
             post = DetectionTensors(pipeline)
         raw = list(dict.fromkeys([n for n in names if n not in decoded] + pipeline.output_names))
         request = dataclasses.replace(request, outputs=[o for o in request.outputs or () if o.name not in decoded])
-        executed = await self.path.run(model, request, raw, post=post)
+        executed = await self.path.serve(model, request, raw, post=post)
         results, batch_size = executed.tensors([n for n in names if n not in decoded])
         results.update(executed.post_tensors())
         return {name: results[name] for name in names}, batch_size
@@ -412,7 +412,7 @@ class DataPlane:
                 raise InvalidArgument(f"{exc} (from shared memory region '{shared.ref.region}')") from None
             request.input_datatypes[name] = shared.datatype
 
-    async def run_images(
+    async def serve_images(
         self,
         name: str,
         version: str,
@@ -440,7 +440,7 @@ class DataPlane:
             stage = image_task(model, task, options)
             request = stage.request(model, images, parameters or {})
             request.ticket = ticket
-            compute = functools.partial(self.path.run_image_task, model, stage, request)
+            compute = functools.partial(self.path.serve_image_task, model, stage, request)
             if cache is not None:  # not part of the key, but a hit must not accept bad values
                 for parameter in ("priority", "timeout"):
                     int_parameter(request, parameter)

@@ -297,7 +297,7 @@ class ImagePlane(Protocol):
     admission: Admission
     workers: Workers
 
-    async def run_images(
+    async def serve_images(
         self,
         name: str,
         version: str,
@@ -347,7 +347,7 @@ async def image_endpoint(
     with plane.admission.admit() as ticket:
         images = await _images(request, ticket, max_body_bytes, plane.workers)
         done = await _unless_disconnected(
-            request, plane.run_images(model, version, images, task, options, given, ticket)
+            request, plane.serve_images(model, version, images, task, options, given, ticket)
         )
     if done is None:
         return Response(status_code=499)  # the caller is gone: decoding stopped; nobody reads this

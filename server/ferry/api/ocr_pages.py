@@ -47,7 +47,7 @@ async def _page(
     request = InferenceRequest(
         model.name, str(model.version), inputs={INPUT: page}, input_datatypes={INPUT: "BYTES"}, parameters=parameters
     )
-    found, _ = (await path.run(model, request, list(OUTPUTS))).tensors()
+    found, _ = (await path.serve(model, request, list(OUTPUTS))).tensors()
     return [
         {"box": [[float(x), float(y)] for x, y in box], "text": text.decode("utf-8"), "score": float(score)}
         for box, text, score in zip(found["boxes"].tolist(), found["text"], found["scores"], strict=True)

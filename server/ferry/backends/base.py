@@ -1,7 +1,8 @@
-"""The contract between the server and an engine: inspect a model, create instances, run batches."""
+"""The contract between the server and an engine: inspect a model, create instances, compute batches."""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,37 +49,45 @@ class InstanceSpec:
     extra: dict[str, str] = field(default_factory=dict)
 
 
-class Instance(Protocol):
-    """One loaded copy of a model on one device. ``run`` is called from a worker thread."""
+class Instance(ABC):
+    """One loaded copy of a model on one device. ``compute`` (one batch through the engine) is called
+    from a worker thread, or inline on the event loop (``inline_when_fast``).
+
+    What an instance may offer beyond ``compute`` is declared here, with the default that asks for
+    nothing, so the scheduler reads it as an attribute and never probes: ``inline_when_fast`` and
+    ``input_buffer``.
+    """
 
     spec: InstanceSpec
     io: ModelIO
     device: str  # e.g. "cpu", "cuda:0", for reporting
+    #: ``compute`` waits on nothing but the engine (no sleep, no I/O), so the scheduler may compute a
+    #: batch it expects to be fast on the event loop's thread (``scheduling.scheduler.INLINE_BELOW_NS``).
+    inline_when_fast: bool = False
 
-    def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]: ...
+    @abstractmethod
+    def compute(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]: ...
 
+    @abstractmethod
     def close(self) -> None: ...
 
-
-class InputBuffers(Protocol):
-    """Optional for an instance: hands the scheduler the memory a batch input is assembled in.
-
-    A GPU instance returns a view of its page-locked host buffer, so requests are concatenated
-    straight into memory the device can copy from asynchronously; ``None`` means "allocate as usual".
-    """
-
-    def input_buffer(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray | None: ...
+    def input_buffer(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray | None:
+        """The memory a batch input ``name`` is assembled in, or ``None``: the scheduler's own
+        staging memory. A GPU instance returns a view of its page-locked host buffer, so requests
+        are concatenated straight into memory the device can copy from asynchronously."""
+        return None
 
 
-class RequestBatches(Protocol):
-    """Optional for an instance: runs a batch as its separate requests instead of one tensor batch.
+class RequestBatchInstance(Instance):
+    """An instance that computes a batch as its separate requests instead of one tensor batch.
 
     Python models answer each request of a batch on its own (Triton's ``execute(requests)``), so the
-    scheduler hands them the requests unconcatenated and gets one result per request back: outputs,
-    or the error that fails that request alone.
+    scheduler (``scheduling.request_batches``) hands them the requests unconcatenated and gets one
+    result per request back: outputs, or the error that fails that request alone.
     """
 
-    def run_requests(
+    @abstractmethod
+    def compute_requests(
         self,
         inputs: list[dict[str, np.ndarray]],
         outputs: list[list[str]],
@@ -87,7 +96,6 @@ class RequestBatches(Protocol):
     ) -> Sequence[dict[str, np.ndarray] | Exception]:
         """``sinks`` (one ``response_streams.ResponseStream`` per request) only for a decoupled model;
         ``parameters``: each request's parameters, which the model reads (``request.parameters()``)."""
-        ...
 
 
 class Backend(Protocol):
@@ -96,7 +104,7 @@ class Backend(Protocol):
     platform: str
     name: str  # Triton's backend name, e.g. "onnxruntime"
     default_filename: str
-    #: The instances run a batch as its separate requests (``RequestBatches``: Python models), so
+    #: The instances compute a batch as its separate requests (``RequestBatchInstance``: Python models), so
     #: the version gets the Python-model runner instead of the tensor-concatenating batcher.
     request_batches: bool = False
 

@@ -58,8 +58,8 @@ class GraphSet:
 
 
 class CudaGraphs:
-    """Captured graphs keyed by bucket, in ``sets`` sets; ``run`` copies a host batch in, replays, returns
-    device outputs."""
+    """Captured graphs keyed by bucket, in ``sets`` sets; ``compute`` copies a host batch in, replays,
+    returns device outputs."""
 
     def __init__(
         self,
@@ -117,7 +117,7 @@ class CudaGraphs:
             for host, static in zip(host_inputs, self.sets[0].inputs, strict=True)
         )
 
-    def run(self, host_inputs: Sequence[torch.Tensor], batch: int) -> dict[str, torch.Tensor]:
+    def compute(self, host_inputs: Sequence[torch.Tensor], batch: int) -> dict[str, torch.Tensor]:
         """Replay the bucket for ``batch`` on the current stream, in the next set; returns views of the
         first ``batch`` rows of that set's outputs.
 

@@ -24,7 +24,7 @@ from ..cli_errors import install_hint
 from ..cores import usable_cores
 from ..errors import InvalidArgument, ModelLoadError
 from ..paths import inside
-from .base import Backend, InstanceSpec, ModelIO, TensorInfo, config_parameter
+from .base import Backend, Instance, InstanceSpec, ModelIO, TensorInfo, config_parameter
 from .batch_profile import batch_profile, profile_option_strings
 
 #: ONNX Runtime's error for inputs its graph refuses (status INVALID_ARGUMENT).
@@ -266,7 +266,7 @@ class FixedBindingRunner:
             self._outputs[node.name] = value
             self._binding.bind_ortvalue_output(node.name, value)
 
-    def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+    def compute(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
         for name, array in inputs.items():
             target = self._inputs[name]
             if tuple(array.shape) != tuple(target.shape()):
@@ -310,10 +310,10 @@ def thread_count(config: mc.ModelConfig, name: str) -> int | None:
     return count or None
 
 
-class OnnxRuntimeInstance:
-    """One ORT session. ``run`` releases the GIL inside ORT, so instances run in parallel threads."""
+class OnnxRuntimeInstance(Instance):
+    """One ORT session. ``compute`` releases the GIL inside ORT, so instances run in parallel threads."""
 
-    inline_when_fast = True  # run waits on nothing but compute: see scheduling.scheduler.INLINE_BELOW_NS
+    inline_when_fast = True  # compute waits on nothing but ORT: see scheduling.scheduler.INLINE_BELOW_NS
 
     def __init__(self, model_file: Path, config: mc.ModelConfig, spec: InstanceSpec) -> None:
         self.spec = spec
@@ -353,14 +353,14 @@ class OnnxRuntimeInstance:
         if used and used[0] == "CUDAExecutionProvider" and str(cuda.get("enable_cuda_graph", "0")) == "1":
             self._fixed = FixedBindingRunner(self.session, "cuda", spec.device_id)  # CUDA graphs need it
 
-    def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+    def compute(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
         """Run one (batched) request; BYTES tensors are converted to and from ORT's str tensors."""
         if self._fixed is not None:
-            return self._fixed.run(inputs, outputs)
+            return self._fixed.compute(inputs, outputs)
         feeds = {name: self._to_ort(name, array) for name, array in inputs.items()}
         try:
             if self._bf16:
-                return self._run_ort_values(feeds, outputs)
+                return self._compute_ort_values(feeds, outputs)
             large = sum(array.nbytes for array in inputs.values()) >= SHRINK_ARENA_AFTER_BYTES
             results = self.session.run(outputs, feeds, self._shrinking if large else None)
         except ORT_INVALID_ARGUMENT as exc:
@@ -391,7 +391,7 @@ class OnnxRuntimeInstance:
             )
         return array
 
-    def _run_ort_values(self, feeds: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+    def _compute_ort_values(self, feeds: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
         """bfloat16 has no numpy type: pass its bit patterns as typed OrtValues."""
         bf16_inputs = {t.name for t in self.io.inputs if t.datatype == "BF16"}
         values = {

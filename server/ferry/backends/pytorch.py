@@ -27,7 +27,7 @@ from ..cores import usable_cores
 from ..errors import FerryError, InvalidArgument, ModelLoadError
 from ..gpu.host_buffers import HostBuffers
 from ..gpu.setup_lock import CUDA_SETUP_LOCK
-from .base import Backend, InstanceSpec, ModelIO
+from .base import Backend, Instance, InstanceSpec, ModelIO
 from .cuda_graphs import CudaGraphs
 from .torch_loading import LoadedModule, load_onnx, load_torchscript, to_numpy, to_tensor, torch_dtype
 from .torch_options import TorchOptions
@@ -57,8 +57,8 @@ def cap_torch_threads(cores: int) -> None:
         torch.set_num_threads(cores)
 
 
-class PyTorchInstance:
-    """One module on one device. ``run`` is called from the scheduler's worker thread for this instance."""
+class PyTorchInstance(Instance):
+    """One module on one device. ``compute`` is called from the scheduler's worker thread for this instance."""
 
     def __init__(self, model_file: Path, config: mc.ModelConfig, spec: InstanceSpec) -> None:
         self.spec = spec
@@ -183,24 +183,24 @@ class PyTorchInstance:
             out[name] = tensor
         return out
 
-    def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+    def compute(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
         missing = [name for name, _ in self._inputs if name not in inputs]
         if missing:
             raise InvalidArgument(f"input '{missing[0]}' is required by this model")
         with self._grad_mode():
             if self._cuda:
-                return self._run_cuda(inputs, outputs)
+                return self._compute_cuda(inputs, outputs)
             tensors = [to_tensor(_writable(inputs[name]), dtype) for name, dtype in self._inputs]
             results = self._forward(tensors)
             return {name: to_numpy(results[name].contiguous()) for name in outputs}
 
-    def _run_cuda(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+    def _compute_cuda(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
         assert self._stream is not None
         with self._device_context(), torch.cuda.stream(self._stream):
             host = [self._stage(name, inputs[name], dtype) for name, dtype in self._inputs]
             batch = host[0].shape[0] if self._batched and host else 0
             if self._graphs is not None and self._graphs.accepts(host, batch):
-                device_outputs = self._graphs.run(host, batch)
+                device_outputs = self._graphs.compute(host, batch)
             else:
                 device_outputs = self._forward([t.to(self._device, non_blocking=True) for t in host])
             copies = {name: self._host_outputs.stage(name, device_outputs[name]) for name in outputs}
@@ -226,9 +226,9 @@ class PyTorchInstance:
         return buffer[: array.nbytes].view(dtype).view(array.shape)
 
     def input_buffer(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray | None:
-        """A view of this instance's pinned staging buffer for ``name`` (see backends.base.InputBuffers).
+        """A view of this instance's pinned staging buffer for ``name`` (see backends.base.Instance.input_buffer).
 
-        One batch is in flight per instance and ``run`` synchronises before returning, so the
+        One batch is in flight per instance and ``compute`` synchronises before returning, so the
         buffer is free again by the time the scheduler assembles the next batch.
         """
         if not (self._cuda and self.options.pinned_input) or dtype.hasobject:

@@ -21,7 +21,7 @@ import numpy as np
 from ferry_client.protocol import model_config_pb2 as mc
 
 from ..errors import FerryError, InvalidArgument, ModelLoadError
-from .base import Backend, InstanceSpec, ModelIO, TensorInfo
+from .base import Backend, Instance, InstanceSpec, ModelIO, TensorInfo
 from .batch_profile import ShapeRange, check_config_against_profiles, choose_profile
 from .cuda_runtime import INSTALL_HINT, DeviceBuffer, check, compute_capability, device_count, import_cudart
 
@@ -109,7 +109,7 @@ def read_profiles(engine: Any, inputs: list[str]) -> list[dict[str, ShapeRange]]
     return profiles
 
 
-class TensorRTInstance:
+class TensorRTInstance(Instance):
     """One execution context of a deserialized engine on one GPU."""
 
     def __init__(self, model_file: Path, config: mc.ModelConfig, spec: InstanceSpec) -> None:
@@ -186,11 +186,11 @@ class TensorRTInstance:
             raise FerryError(f"TensorRT refused optimization profile {index}")
         self._profile = index
 
-    def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+    def compute(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
         with self._lock:
-            return self._run(inputs, outputs)
+            return self._compute(inputs, outputs)
 
-    def _run(self, inputs: Mapping[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+    def _compute(self, inputs: Mapping[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
         if self.profiles:
             index = choose_profile(self.profiles, {name: a.shape for name, a in inputs.items()})
             if index != self._profile:

@@ -1,7 +1,7 @@
 """Runs ensemble requests: each step as a request of its own through the request path, tensors in memory.
 
 Steps run in waves (see ``plan``): the steps of one wave are independent and run at once. The
-composing models are resolved once per request; each step's request goes to the ``StepRunner``
+composing models are resolved once per request; each step's request goes to the ``StepPath``
 (the request path: validated, traced, split to the step model's batch size, queued like any client
 request, retried once on a replaced version), so the same step of many concurrent ensemble requests
 shares that model's batches. Arrays go from one step to the next as they are (numpy views, no
@@ -13,8 +13,6 @@ from __future__ import annotations
 import asyncio
 import time
 import weakref
-from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
 
@@ -22,10 +20,9 @@ from ferry_client.codec import numpy_dtype
 
 from ..errors import FerryError, ModelLoadError, Unavailable
 from ..response_streams import ResponseSink, StreamedResponse
-from ..scheduling.interface import ComposingScheduler, RequestTiming
-from ..scheduling.timeline import Timeline
+from ..scheduling.interface import ComposingScheduler, Execution, RequestTiming
 from ..statistics import ModelStats
-from ..types import Reserves, TensorSpec
+from ..types import TensorSpec
 from .compose import check_composition
 from .plan import EnsemblePlan, PrunedPlan, Step
 from .step import ComposingModels, StepModel, StepRequest
@@ -84,20 +81,9 @@ class EnsembleScheduler(ComposingScheduler):
 
     # --- requests ---------------------------------------------------------------------------------
 
-    async def submit(
-        self,
-        inputs: Outputs,
-        outputs: list[str],
-        batch_size: int = 1,
-        priority: int | None = None,
-        timeout_us: int | None = None,
-        timeline: Timeline | None = None,
-        timing: RequestTiming | None = None,
-        sink: ResponseSink | None = None,
-        parameters: Mapping[str, Any] | None = None,
-        ticket: Reserves | None = None,
-    ) -> Outputs:
-        """Run one request through every step and return the asked ensemble outputs.
+    async def submit(self, execution: Execution) -> Outputs:
+        """Run one execution through every step and return the asked ensemble outputs. Each step
+        takes the execution's priority, timeout, parameters and admission ticket.
 
         An ensemble whose last step is decoupled gets a ``sink``: the steps before run as usual,
         then each response of the last step goes to the sink under the ensemble's output names.
@@ -106,25 +92,14 @@ class EnsembleScheduler(ComposingScheduler):
         queue and compute times are in the composing models' statistics)."""
         started = time.perf_counter_ns()
         spent = RequestTiming()
-        tensors = await self.counted(
-            self._resolved_run(outputs, inputs, priority, timeout_us, parameters, spent, sink), started
-        )
-        self.record_success(started, spent, batch_size, timeline, timing)
+        tensors = await self.counted(self._serve(execution, spent), started)
+        self.record_success(started, spent, execution.batch_size, execution.timeline, execution.timing)
         # a step may leave out an output (a Python model can): the caller decides if it was needed
-        return {name: tensors[name] for name in outputs if name in tensors}
+        return {name: tensors[name] for name in execution.outputs if name in tensors}
 
-    async def _resolved_run(
-        self,
-        outputs: list[str],
-        inputs: Outputs,
-        priority: int | None,
-        timeout_us: int | None,
-        parameters: Mapping[str, Any] | None,
-        spent: RequestTiming,
-        sink: ResponseSink | None,
-    ) -> dict[str, np.ndarray]:
+    async def _serve(self, execution: Execution, spent: RequestTiming) -> dict[str, np.ndarray]:
         models = self.resolve_steps()
-        return await self._run(models, self._plan_for(outputs), inputs, priority, timeout_us, parameters, spent, sink)
+        return await self._serve_waves(models, self._plan_for(execution.outputs), execution, spent)
 
     def _plan_for(self, outputs: list[str]) -> PrunedPlan:
         key = frozenset(outputs)
@@ -133,33 +108,21 @@ class EnsembleScheduler(ComposingScheduler):
             pruned = self._pruned[key] = self.plan.pruned(key)
         return pruned
 
-    async def _run(
-        self,
-        models: dict[int, StepModel],
-        plan: PrunedPlan,
-        inputs: Outputs,
-        priority: int | None,
-        timeout_us: int | None,
-        parameters: Mapping[str, Any] | None,
-        timing: RequestTiming,
-        sink: ResponseSink | None = None,
+    async def _serve_waves(
+        self, models: dict[int, StepModel], plan: PrunedPlan, execution: Execution, timing: RequestTiming
     ) -> Outputs:
-        tensors = dict(inputs)
+        tensors = dict(execution.inputs)
+        sink = execution.sink
         for wave in plan.waves:
             if sink is not None:
-                last = next((step for step in wave if getattr(models[step.index], "decoupled", False)), None)
+                last = next((step for step in wave if models[step.index].decoupled), None)
                 if last is not None:  # the loader made sure nothing comes after it
-                    await self._stream_step(
-                        last, models[last.index], tensors, sink, priority, timeout_us, parameters, timing
-                    )
+                    await self._stream_step(last, models[last.index], tensors, sink, execution, timing)
                     wave = tuple(step for step in wave if step is not last)
                     if not wave:
                         continue
             calls = [
-                self._step(
-                    step, plan.step_outputs[step.index], models, tensors, priority, timeout_us, parameters, timing
-                )
-                for step in wave
+                self._step(step, plan.step_outputs[step.index], models, tensors, execution, timing) for step in wave
             ]
             # a chain needs no task per step (the common case)
             results = [await calls[0]] if len(calls) == 1 else await asyncio.gather(*calls)
@@ -175,19 +138,15 @@ class EnsembleScheduler(ComposingScheduler):
         model: StepModel,
         tensors: Outputs,
         sink: ResponseSink,
-        priority: int | None,
-        timeout_us: int | None,
-        parameters: Mapping[str, Any] | None,
+        execution: Execution,
         timing: RequestTiming,
     ) -> None:
         """The decoupled last step: its responses go straight to the ensemble's sink, renamed."""
         args = {model_input: tensors[tensor] for model_input, tensor in step.input_map.items()}
         renamed = RenamedStream(sink, step.output_map)
-        request = StepRequest(
-            model, step.version, args, list(step.output_map), priority, timeout_us, timing, renamed, parameters
-        )
+        request = StepRequest(model, step.version, args, list(step.output_map), execution, timing, renamed)
         try:
-            await self._models.step_runner(request)
+            await self._models.step_path(request)
         except FerryError as exc:
             raise FerryError(f"ensemble '{self.plan.name}' {step.label}: {exc.message}", exc.kind) from None
 
@@ -197,9 +156,7 @@ class EnsembleScheduler(ComposingScheduler):
         names: list[str],
         models: dict[int, StepModel],
         tensors: Outputs,
-        priority: int | None,
-        timeout_us: int | None,
-        parameters: Mapping[str, Any] | None,
+        execution: Execution,
         timing: RequestTiming,
     ) -> Outputs:
         args = {}
@@ -211,28 +168,22 @@ class EnsembleScheduler(ComposingScheduler):
                     f"'{tensor}', which {writer.label if writer else 'no step'} did not produce"
                 )
             args[model_input] = tensors[tensor]
-        return await self._run_step(
-            step, models[step.index], args, names, priority, timeout_us, parameters, timing=timing
-        )
+        return await self._serve_step(step, models[step.index], args, names, execution, timing)
 
-    async def _run_step(
+    async def _serve_step(
         self,
         step: Step,
         model: StepModel,
         args: Outputs,
         names: list[str],
-        priority: int | None,
-        timeout_us: int | None,
-        parameters: Mapping[str, Any] | None,
+        execution: Execution,
         timing: RequestTiming,
     ) -> Outputs:
         """One step's request through the request path (which splits it to the model's batch size)."""
         try:
             if model.max_batch_size > 0 and args and all(a.ndim and not len(a) for a in args.values()):
                 return {name: _empty(model.outputs[name]) for name in names}
-            return await self._models.step_runner(
-                StepRequest(model, step.version, args, names, priority, timeout_us, timing, None, parameters)
-            )
+            return await self._models.step_path(StepRequest(model, step.version, args, names, execution, timing))
         except FerryError as exc:
             message = f"ensemble '{self.plan.name}' {step.label}: {exc.message}"
             if isinstance(exc, Unavailable):

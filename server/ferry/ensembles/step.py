@@ -5,7 +5,7 @@ offers these attributes; ``repository.model.ModelVersion`` does. Keep this small
 contract other model kinds implement.
 
 A composite model (an ensemble, the OCR model) resolves its steps once per request and hands each
-step's request to a ``StepRunner``: the request path's (``inference.path.RequestPath.run_step``),
+step's request to a ``StepPath``: the request path's (``inference.path.RequestPath.serve_step``),
 so a step is validated, traced, split to the step model's batch size and retried once on a
 version being replaced, as any request is (Triton's ensemble scheduler sends each step through
 the server's normal entry too). The runner reaches the composite through ``ComposingModels``.
@@ -13,14 +13,13 @@ the server's normal entry too). The runner reaches the composite through ``Compo
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from ..scheduling.interface import ModelScheduler, RequestTiming
-from ..types import Reserves, TensorSpec
+from ..scheduling.interface import Execution, ModelScheduler, RequestTiming
+from ..types import TensorSpec
 
 if TYPE_CHECKING:
     from ..response_streams import ResponseSink
@@ -47,6 +46,12 @@ class StepModel(Protocol):
     def max_batch_size(self) -> int: ...
 
     @property
+    def labels(self) -> dict[str, list[str]]: ...
+
+    @property
+    def decoupled(self) -> bool: ...
+
+    @property
     def scheduler(self) -> ModelScheduler: ...
 
 
@@ -54,34 +59,32 @@ class StepModel(Protocol):
 class StepRequest:
     """One step's request: the model the composite resolved for it, the version the step asks for
     ("" the latest; where a reload retry looks), its inputs (batch first when the model batches)
-    and the outputs it wants. ``timing`` sums the composite's time spent in its steps;
-    ``parameters`` are the composite request's (a Python step reads them); ``sink`` takes a
+    and the outputs it wants. ``composite`` is the composite model's execution, whose priority,
+    timeout, parameters (a Python step reads them) and admission ticket (a step's images count on
+    it) each step takes; ``timing`` sums the composite's time spent in its steps; ``sink`` takes a
     decoupled last step's responses."""
 
     model: StepModel
     version: str
     inputs: Outputs
     outputs: list[str]
-    priority: int | None = None
-    timeout_us: int | None = None
-    timing: RequestTiming = field(default_factory=RequestTiming)
+    composite: Execution
+    timing: RequestTiming
     sink: ResponseSink | None = None
-    parameters: Mapping[str, Any] | None = None
-    ticket: Reserves | None = None  # the composite request's admission (a step's images count on it)
     #: inputs the composite made itself, bounded there (an OCR page's detector input, crops, lines)
     preprocessed: frozenset[str] = frozenset()
 
 
-class StepRunner(Protocol):
-    """Runs one step's request through the request path and returns its outputs (config dims)."""
+class StepPath(Protocol):
+    """Serves one step's request through the request path and returns its outputs (config dims)."""
 
     async def __call__(self, step: StepRequest) -> Outputs: ...
 
 
 class ComposingModels(Protocol):
-    """Where a composite model finds its steps and the runner that runs them (the model manager)."""
+    """Where a composite model finds its steps and the path that serves them (the model manager)."""
 
     def get(self, name: str, version: str = "") -> StepModel: ...
 
     @property
-    def step_runner(self) -> StepRunner: ...
+    def step_path(self) -> StepPath: ...

@@ -2,7 +2,7 @@
 
 Every door comes through here: V2 infer (tensors or encoded images, REST or gRPC), ``/classify``,
 ``/detect`` and ``/embed``, a Python model's ``InferenceRequest.exec()`` (which is a V2 infer), and
-every step of an ensemble or OCR model (``run_step``, the ``StepRunner`` those schedulers are
+every step of an ensemble or OCR model (``serve_step``, the ``StepPath`` those schedulers are
 handed). So validation, tracing, the ``priority`` and ``timeout`` parameters, the statistics and the
 reload retry hold on every path. The data plane adds what is protocol-level
 around it (shared memory, the response cache, response encoding).
@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -42,7 +42,7 @@ from ..pipelines.slices import ImageWork
 from ..repository.manager import ModelManager
 from ..repository.model import ModelVersion
 from ..response_streams import ResponseSink
-from ..scheduling.interface import RequestTiming
+from ..scheduling.interface import Execution, RequestTiming
 from ..scheduling.scheduler import Unloading
 from ..scheduling.timeline import Timeline
 from ..types import InferenceRequest
@@ -124,7 +124,7 @@ class FrontHalf(ABC):
         self.image_work = work or ImageWork()  # what the pool holds and did, for the metrics
         self.image_input = ImageInput(pool, image_share, self.image_work)
 
-    async def run(
+    async def serve(
         self,
         model: ModelVersion,
         request: InferenceRequest,
@@ -133,7 +133,7 @@ class FrontHalf(ABC):
         split: bool = False,
         sink: ResponseSink | None = None,
     ) -> Executed:
-        """Run ``request`` on ``model`` for outputs ``names``, then ``post`` on each execution.
+        """Serve ``request`` on ``model`` for outputs ``names``, then ``post`` on each execution.
 
         ``split``: images beyond ``max_batch_size`` become several executions (the image
         endpoints); otherwise that is the caller's error (V2 infer). ``sink``: a decoupled model's
@@ -159,10 +159,10 @@ class FrontHalf(ABC):
             parts.append(part)
         return Executed(model, parts)
 
-    async def run_image_task(self, model: ModelVersion, stage: ImageTask, request: InferenceRequest) -> list[Any]:
+    async def serve_image_task(self, model: ModelVersion, stage: ImageTask, request: InferenceRequest) -> list[Any]:
         """``/classify``, ``/detect``, ``/embed``: the images in ``request`` (``stage.request``) through
         the pre-stages, as many executions as the model's batch size needs, and ``stage`` on each."""
-        executed = await self.run(model, request, stage.outputs, post=stage, split=True)
+        executed = await self.serve(model, request, stage.outputs, post=stage, split=True)
         return executed.results()
 
     # --- pre-stages -------------------------------------------------------------------------------
@@ -228,12 +228,12 @@ class RequestPath(FrontHalf):
         self.manager = manager
         self.tracing = tracing
         self.max_variable_elements = max_variable_elements  # per item of a -1 input (0: none)
-        manager.step_runner = self.run_step  # composite models' steps come back through here
+        manager.step_path = self.serve_step  # composite models' steps come back through here
 
     def resolve(self, name: str, version: str = "") -> ModelVersion:
         return self.manager.get(name, version)
 
-    async def run_step(self, step: StepRequest) -> Outputs:
+    async def serve_step(self, step: StepRequest) -> Outputs:
         """One step of an ensemble or OCR model, as a request of its own to the model the composite
         resolved: split into executions of the step model's ``max_batch_size`` (one chunking for
         every path), each validated, traced, queued and retried once on a replaced version. The
@@ -241,13 +241,14 @@ class RequestPath(FrontHalf):
         config's dims, the executions' joined along the batch."""
         model = step.model
         assert isinstance(model, ModelVersion), "composite steps are versions the model manager resolved"
-        parameters = {**(step.parameters or {}), "priority": step.priority, "timeout": step.timeout_us}
+        composite = step.composite
+        parameters = {**(composite.parameters or {}), "priority": composite.priority, "timeout": composite.timeout_us}
         request = InferenceRequest(
             model.name,
             step.version,
             inputs=step.inputs,
             parameters={key: value for key, value in parameters.items() if value is not None},
-            ticket=step.ticket,
+            ticket=composite.ticket,
             preprocessed=step.preprocessed,
         )
         if step.sink is not None or model.max_batch_size <= 0:
@@ -286,33 +287,29 @@ class RequestPath(FrontHalf):
             raise
         trace = self.tracing.start(model.name, request.id)
         timeline = trace.timeline if trace else None
-        names = list(names)
-
-        def queue_on(version: ModelVersion) -> Awaitable[Outputs]:
-            return version.scheduler.submit(
-                inputs,
-                names,
-                batch_size,
-                priority,
-                timeout_us,
-                timeline,
-                timing,
-                sink=sink,
-                parameters=request.parameters,
-                ticket=request.ticket,
-            )
-
+        execution = Execution(
+            inputs,
+            list(names),
+            batch_size,
+            priority,
+            timeout_us,
+            timeline,
+            timing,
+            sink,
+            request.parameters,
+            request.ticket,
+        )
         try:
             try:
                 served = model
-                results = await queue_on(model)
+                results = await model.scheduler.submit(execution)
             except Unloading:
                 # a reload retired this version since it was looked up (while images decoded, say):
                 # queue on the version that replaced it, so reloads drop nothing
                 served = self.manager.get(model.name, request.model_version)  # raises when none did
                 if served is model:
                     raise
-                results = await queue_on(served)
+                results = await served.scheduler.submit(execution)
         except Exception as exc:
             if trace:
                 self.tracing.finish(trace, str(model.version), error=str(exc) or type(exc).__name__)

@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from ..errors import InvalidArgument
-from ..repository.model import ModelVersion
+from ..repository.model import ModelSpec
 from ..types import InferenceRequest, TensorSpec
 
 #: ``priority`` and ``timeout`` are uint64 in Triton's API; a larger number could not even be handed
@@ -25,7 +25,7 @@ def int_parameter(request: InferenceRequest, key: str) -> int | None:
     return value
 
 
-def check_requested_outputs(model: ModelVersion, request: InferenceRequest) -> None:
+def check_requested_outputs(model: ModelSpec, request: InferenceRequest) -> None:
     """Every output the request names is one the model produces."""
     for output in request.outputs or ():
         if output.name not in model.outputs:
@@ -59,7 +59,7 @@ def _dims_match(shape: tuple[int, ...], dims: tuple[int, ...]) -> bool:
     return len(shape) == len(dims) and all(d == -1 or d == s for s, d in zip(shape, dims, strict=False))
 
 
-def _missing_inputs(model: ModelVersion, request: InferenceRequest, missing: list[str]) -> str:
+def _missing_inputs(model: ModelSpec, request: InferenceRequest, missing: list[str]) -> str:
     """Triton's words for required inputs a request left out."""
     required = sum(not spec.optional for spec in model.inputs.values())
     expected = (
@@ -75,7 +75,7 @@ def _missing_inputs(model: ModelVersion, request: InferenceRequest, missing: lis
     )
 
 
-def check_input_names(model: ModelVersion, request: InferenceRequest) -> None:
+def check_input_names(model: ModelSpec, request: InferenceRequest) -> None:
     """Every input the request names is one the model takes, and none it requires is missing."""
     for name in request.inputs:
         if name not in model.inputs:
@@ -87,7 +87,7 @@ def check_input_names(model: ModelVersion, request: InferenceRequest) -> None:
         raise InvalidArgument(_missing_inputs(model, request, missing))
 
 
-def check_before_decoding(model: ModelVersion, request: InferenceRequest) -> None:
+def check_before_decoding(model: ModelSpec, request: InferenceRequest) -> None:
     """What can be refused before a single image is decoded: the input names, the requested
     outputs, ``priority`` and ``timeout`` (the image input's count against ``max_batch_size`` is
     ``ImageInput``'s, which knows whether the path splits)."""
@@ -98,7 +98,7 @@ def check_before_decoding(model: ModelVersion, request: InferenceRequest) -> Non
 
 
 def validate_inputs(
-    model: ModelVersion, request: InferenceRequest, max_variable_elements: int = 0
+    model: ModelSpec, request: InferenceRequest, max_variable_elements: int = 0
 ) -> tuple[dict[str, np.ndarray], int]:
     """Check request inputs against the config; returns the engine's inputs and the batch size.
 
@@ -146,7 +146,7 @@ def validate_inputs(
     return prepared, batch_size
 
 
-def _check_variable_size(model: ModelVersion, name: str, item: tuple[int, ...], limit: int) -> None:
+def _check_variable_size(model: ModelSpec, name: str, item: tuple[int, ...], limit: int) -> None:
     """Refuse a batch item of an input with -1 dims past ``limit`` elements, before the model runs:
     what its run holds grows with it, beyond what the request sent (a 0.2 MB gzip body of a
     [1, 3, 2048, 2048] page made PP-OCR's detector hold +700 MB). The caller exempts the inputs the

@@ -108,7 +108,7 @@ class IntakeImages:
         self.views = views
         self.path = path
 
-    async def run_images(
+    async def serve_images(
         self,
         name: str,
         version: str,
@@ -118,7 +118,7 @@ class IntakeImages:
         parameters: dict[str, Any] | None = None,
         ticket: Reserves | None = None,
     ) -> tuple[ModelVersion, list[Any]]:
-        """As ``DataPlane.run_images`` on the load ``ImageRoutes`` resolved; pre-processed again
+        """As ``DataPlane.serve_images`` on the load ``ImageRoutes`` resolved; pre-processed again
         (at most ``STALE_RETRIES`` times) for a load that replaced it meanwhile."""
         model = self.views.current(name, version)
         for attempt in range(STALE_RETRIES + 1):
@@ -129,7 +129,7 @@ class IntakeImages:
             request = stage.request(model, images, parameters or {})
             request.ticket = ticket
             try:
-                return model, await self.path.run_image_task(model, stage, request)
+                return model, await self.path.serve_image_task(model, stage, request)
             except StaleModel:
                 if attempt == STALE_RETRIES:
                     raise

@@ -15,7 +15,6 @@ from __future__ import annotations
 import base64
 import logging
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +22,8 @@ from ferry_client.protocol import model_config_pb2 as mc
 
 from ..pipelines.runtime import ImagePipeline
 from ..repository.model import ModelVersion, config_tensors, new_version
-from ..scheduling.interface import ModelScheduler, Outputs, RequestTiming
-from ..scheduling.timeline import Timeline
+from ..scheduling.interface import Execution, ModelScheduler, Outputs
 from ..statistics import ModelStats
-from ..types import Reserves
 from .handoff import HandoffClient
 
 log = logging.getLogger("ferry.intake")
@@ -35,19 +32,7 @@ log = logging.getLogger("ferry.intake")
 class ElsewhereScheduler(ModelScheduler):
     """The scheduler of a model that runs in the model process: nothing is queued here."""
 
-    async def submit(
-        self,
-        inputs: Outputs,
-        outputs: list[str],
-        batch_size: int = 1,
-        priority: int | None = None,
-        timeout_us: int | None = None,
-        timeline: Timeline | None = None,
-        timing: RequestTiming | None = None,
-        sink: Any = None,
-        parameters: Mapping[str, Any] | None = None,
-        ticket: Reserves | None = None,
-    ) -> Outputs:
+    async def submit(self, execution: Execution) -> Outputs:
         raise RuntimeError("an intake process hands executions to the model process (HandoffPath)")
 
     def start(self) -> None:

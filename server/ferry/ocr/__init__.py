@@ -4,7 +4,7 @@ classification and recognition, three composing models with built-in steps betwe
 
 ``settings`` reads the config, ``steps`` holds the CPU work of one page (run in a worker
 thread), ``scheduler`` sends each model's share as a request of its own through the request path
-(``ensembles.step.StepRunner``), so the recognition batches of concurrent pages meet in the
+(``ensembles.step.StepPath``), so the recognition batches of concurrent pages meet in the
 recogniser's dynamic batcher;
 ``repository/ocr_loader.py`` builds the model version and ``api/ocr_pages.py`` answers ``/ocr``.
 """

@@ -1,6 +1,6 @@
 """The OCR model's scheduler: each page through the detector, the angle classifier and the
 recogniser, each resolved once per page and run as a request of its own through the request path
-(the ``StepRunner``: validated, traced, split to the model's batch size, retried once on a
+(the ``StepPath``: validated, traced, split to the model's batch size, retried once on a
 replaced version), with the CPU steps on the image pool.
 
 Pages of concurrent requests meet in the composing models' batchers: the angle batches (all
@@ -13,19 +13,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from concurrent.futures import Executor
-from typing import Any
 
 import numpy as np
 
 from ..batches import execution_slices
-from ..ensembles.step import ComposingModels, StepModel, StepRequest, StepRunner
+from ..ensembles.step import ComposingModels, StepModel, StepPath, StepRequest
 from ..errors import FerryError, InvalidArgument, Unavailable
 from ..pipelines.text.ctc import ctc_characters, ctc_greedy
-from ..response_streams import ResponseSink
-from ..scheduling.interface import ComposingScheduler, RequestTiming
-from ..scheduling.timeline import Timeline
+from ..scheduling.interface import ComposingScheduler, Execution, RequestTiming
 from ..statistics import ModelStats
 from ..types import Reserves
 from ..workers import run_in
@@ -67,21 +64,10 @@ class OcrScheduler(ComposingScheduler):
     def check_ready(self) -> None:
         self.models()
 
-    async def submit(
-        self,
-        inputs: Outputs,
-        outputs: list[str],
-        batch_size: int = 1,
-        priority: int | None = None,
-        timeout_us: int | None = None,
-        timeline: Timeline | None = None,
-        timing: RequestTiming | None = None,
-        sink: ResponseSink | None = None,
-        parameters: Mapping[str, Any] | None = None,
-        ticket: Reserves | None = None,
-    ) -> Outputs:
-        """OCR of the one page in ``inputs['IMAGE']``: its lines' boxes, text and scores."""
-        pages = np.asarray(inputs[INPUT]).reshape(-1)
+    async def submit(self, execution: Execution) -> Outputs:
+        """OCR of the one page in the execution's ``IMAGE``: its lines' boxes, text and scores. Each
+        step takes the execution's priority, timeout, parameters and admission ticket."""
+        pages = np.asarray(execution.inputs[INPUT]).reshape(-1)
         if pages.size != 1:
             raise InvalidArgument(f"model '{self.name}' reads one page per request, got {pages.size}")
         data = pages[0]
@@ -89,37 +75,28 @@ class OcrScheduler(ComposingScheduler):
             raise InvalidArgument(f"model '{self.name}': input '{INPUT}' must hold an encoded image (BYTES)")
         started = time.perf_counter_ns()
         spent = RequestTiming()
-        result = await self.counted(self._run(bytes(data), priority, timeout_us, parameters, ticket, spent), started)
-        self.record_success(started, spent, 1, timeline, timing)
-        return {name: result[name] for name in outputs}
+        result = await self.counted(self._serve_page(bytes(data), execution, spent), started)
+        self.record_success(started, spent, 1, execution.timeline, execution.timing)
+        return {name: result[name] for name in execution.outputs}
 
-    async def _run(
-        self,
-        data: bytes,
-        priority: int | None,
-        timeout_us: int | None,
-        parameters: Mapping[str, Any] | None,
-        ticket: Reserves | None,
-        timing: RequestTiming,
-    ) -> Outputs:
+    async def _serve_page(self, data: bytes, execution: Execution, timing: RequestTiming) -> Outputs:
         """The page's stages; what each will hold is counted in the request's admission before it
         is paid: decoding and the detector from the page's header, then the crops, the angle
         batch and the recognition window from the boxes found."""
         detector, angle, recognizer = self.models()
         settings = self.settings
         characters = _characters(recognizer)
+        ticket = execution.ticket
         with _counted(ticket, await run_in(self.pool, steps.page_cost, data, settings, self.max_pixels)):
             work = await run_in(self.pool, steps.start_page, data, settings, self.max_pixels)
             if work.detector_input is None:
                 return steps.result(np.zeros((0, 4, 2)), [], [])
-            found = await _run_model(
-                self._models.step_runner, detector, work.detector_input, priority, timeout_us, parameters, timing
-            )
+            found = await _serve_on(self._models.step_path, detector, work.detector_input, execution, timing)
             work.detector_input = None
             text_cost = await run_in(self.pool, steps.find_text, work, found, settings, len(characters))
             del found
         with _counted(ticket, text_cost):
-            return await self._read_text(work, angle, recognizer, characters, priority, timeout_us, parameters, timing)
+            return await self._read_text(work, angle, recognizer, characters, execution, timing)
 
     async def _read_text(
         self,
@@ -127,9 +104,7 @@ class OcrScheduler(ComposingScheduler):
         angle: StepModel,
         recognizer: StepModel,
         characters: list[str],
-        priority: int | None,
-        timeout_us: int | None,
-        parameters: Mapping[str, Any] | None,
+        execution: Execution,
         timing: RequestTiming,
     ) -> Outputs:
         """The crops of the boxes found, turned upright and recognised, a few batches at a time."""
@@ -137,18 +112,14 @@ class OcrScheduler(ComposingScheduler):
         angle_batch = await run_in(self.pool, steps.cut_crops, work, settings)
         if angle_batch is None:
             return steps.result(np.zeros((0, 4, 2)), [], [])
-        angles = await _run_model(
-            self._models.step_runner, angle, angle_batch, priority, timeout_us, parameters, timing
-        )
+        angles = await _serve_on(self._models.step_path, angle, angle_batch, execution, timing)
         batches = await run_in(self.pool, steps.turn_crops, work, angles, settings)
         window = asyncio.Semaphore(steps.RECOGNITION_WINDOW)
 
         async def read(members: list[int], width: int) -> tuple[list[int], list[tuple[str, float]]]:
             async with window:
                 tensor = await run_in(self.pool, steps.recognition_tensor, work, members, width, settings)
-                probabilities = await _run_model(
-                    self._models.step_runner, recognizer, tensor, priority, timeout_us, parameters, timing
-                )
+                probabilities = await _serve_on(self._models.step_path, recognizer, tensor, execution, timing)
                 return members, await run_in(self.pool, ctc_greedy, probabilities, characters)
 
         read_lines = await asyncio.gather(*(read(members, width) for members, width in batches))
@@ -169,13 +140,11 @@ def _counted(ticket: Reserves | None, nbytes: int) -> Iterator[None]:
         release()
 
 
-async def _run_model(
-    run: StepRunner,
+async def _serve_on(
+    path: StepPath,
     model: StepModel,
     batch: np.ndarray,
-    priority: int | None,
-    timeout_us: int | None,
-    parameters: Mapping[str, Any] | None,
+    execution: Execution,
     timing: RequestTiming,
 ) -> np.ndarray:
     """The model's one output for ``batch`` (first axis: items), through the request path: in
@@ -187,29 +156,18 @@ async def _run_model(
     made = frozenset({input_name})
 
     def step(inputs: np.ndarray) -> StepRequest:
-        return StepRequest(
-            model,
-            "",
-            {input_name: inputs},
-            [output_name],
-            priority,
-            timeout_us,
-            timing,
-            None,
-            parameters,
-            preprocessed=made,
-        )
+        return StepRequest(model, "", {input_name: inputs}, [output_name], execution, timing, preprocessed=made)
 
     if model.max_batch_size > 0:
-        return (await run(step(batch)))[output_name]
-    parts = [await run(step(batch[one])) for one in execution_slices(len(batch), 0)]
+        return (await path(step(batch)))[output_name]
+    parts = [await path(step(batch[one])) for one in execution_slices(len(batch), 0)]
     return np.concatenate([part[output_name] for part in parts])
 
 
 def _characters(recognizer: StepModel) -> list[str]:
     """The recogniser's classes: its dictionary (``label_filename`` of its output) between the
     blank and the space PaddleOCR adds."""
-    labels = getattr(recognizer, "labels", {}) or {}
+    labels = recognizer.labels
     [output_name] = recognizer.outputs
     dictionary = labels.get(output_name)
     if not dictionary:

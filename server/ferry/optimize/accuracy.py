@@ -116,11 +116,11 @@ def _run(model: ModelVersion, inputs: dict[str, np.ndarray]) -> dict[str, np.nda
     runs one image per execution, as the server runs it."""
     instance = model.instances[0]
     if model.max_batch_size > 0:
-        return instance.run(inputs, list(model.outputs))
+        return instance.compute(inputs, list(model.outputs))
     [(name, images)] = inputs.items()
     spec = model.inputs[name]
     runs = [
-        instance.run({name: engine_input(spec, image.reshape(spec.dims), False)}, list(model.outputs))
+        instance.compute({name: engine_input(spec, image.reshape(spec.dims), False)}, list(model.outputs))
         for image in images
     ]
     return {

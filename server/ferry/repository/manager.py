@@ -18,7 +18,7 @@ from pathlib import Path
 from ferry_client.protocol import model_config_pb2 as mc
 
 from ..ensembles.plan import is_ensemble
-from ..ensembles.step import Outputs, StepRequest, StepRunner
+from ..ensembles.step import Outputs, StepPath, StepRequest
 from ..errors import FerryError, InvalidArgument, ModelLoadError, NotFound, Unavailable
 from ..ocr import is_ocr
 from ..paths import check_model_name, model_directory
@@ -51,9 +51,9 @@ class LoadChain:
         return self.manager.get(name, version)
 
     @property
-    def step_runner(self) -> StepRunner:
-        """The request path's, read when a step runs (the path is set after the manager is made)."""
-        return self.manager.step_runner
+    def step_path(self) -> StepPath:
+        """The request path's, read when a step is served (the path is set after the manager is made)."""
+        return self.manager.step_path
 
 
 class ModelState(str, enum.Enum):
@@ -123,9 +123,9 @@ class ModelManager:
         #: Which model's load waits for which other model's load (ensembles loading their steps):
         #: two start-up loads that wait for each other would otherwise hold each other's lock forever.
         self._waits_for: dict[str, str] = {}
-        #: How an ensemble's or OCR model's steps run: the request path plugs its own entry in here
+        #: How an ensemble's or OCR model's steps are served: the request path plugs its own entry in here
         #: (``inference.path.RequestPath``), so every step is an ordinary request of this process.
-        self.step_runner: StepRunner = _no_request_path
+        self.step_path: StepPath = _no_request_path
 
     # --- start and stop ---------------------------------------------------------------------
 
@@ -525,5 +525,5 @@ class ModelManager:
 
 
 async def _no_request_path(step: StepRequest) -> Outputs:
-    """The step runner of a manager no request path serves (nothing runs composite requests then)."""
+    """The step path of a manager no request path serves (nothing serves composite requests then)."""
     raise Unavailable(f"model '{step.model.name}': no request path serves this model manager")

@@ -1,4 +1,5 @@
-"""A loaded model version: its completed config, tensor specs, labels, instances and scheduler."""
+"""A loaded model version: its spec (completed config, tensor specs, labels, pipeline) and its
+executor (instances and scheduler)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from ferry_client.codec import datatype_from_config, numpy_dtype
 from ferry_client.protocol import model_config_pb2 as mc
 
 from ..backends import InstanceSpec, backend_for
-from ..backends.base import Backend, Instance
+from ..backends.base import Backend, Instance, RequestBatchInstance
 from ..backends.registry import normalise_platform, platform_for_file
 from ..cores import engine_threads
 from ..errors import FerryError, ModelLoadError
@@ -24,7 +25,7 @@ from ..paths import inside
 from ..pipelines.runtime import ImagePipeline
 from ..scheduling.interface import ModelScheduler
 from ..scheduling.policy import SchedulingPolicy
-from ..scheduling.request_batches import RequestBatchInstance, RequestBatchScheduler
+from ..scheduling.request_batches import RequestBatchScheduler
 from ..scheduling.scheduler import Scheduler
 from ..statistics import ModelStats
 from .autocomplete import complete_config
@@ -38,8 +39,10 @@ _load_generations = itertools.count(1)
 
 
 @dataclass(frozen=True)
-class ModelVersion:
-    """Everything needed to serve one version; immutable (built by ``new_version`` when loaded)."""
+class ModelSpec:
+    """What a loaded model is, as validation and the stages read it: its identity, completed
+    config, tensor specs, labels and image pipeline, nothing that executes. A ``ModelVersion`` is
+    one with its executor (scheduler, instances, statistics)."""
 
     name: str
     version: int
@@ -47,11 +50,6 @@ class ModelVersion:
     inputs: dict[str, TensorSpec]
     outputs: dict[str, TensorSpec]
     labels: dict[str, list[str]]
-    instances: list[Instance]
-    load_seconds: float
-    model_dir: Path
-    scheduler: ModelScheduler = field(repr=False)
-    stats: ModelStats = field(repr=False)
     pipeline: ImagePipeline | None = field(default=None, repr=False)
     # Ensembles: the models the version runs.
     composing_models: tuple[str, ...] = ()
@@ -74,15 +72,28 @@ class ModelVersion:
     def platform(self) -> str:
         return self.config.platform
 
-    def unready_reason(self) -> str:
-        """Why the loaded version cannot serve now ("" when it can: an ensemble needs its steps)."""
-        return self.scheduler.unready_reason()
-
     @property
     def decoupled(self) -> bool:
         """Whether requests get any number of responses (``model_transaction_policy { decoupled }``;
         an ensemble is decoupled when one of its steps is)."""
         return self.config.model_transaction_policy.decoupled
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelVersion(ModelSpec):
+    """Everything needed to serve one version: its spec and its executor (the scheduler, the port
+    executions are submitted to, with the instances it feeds and the statistics); immutable (built
+    by ``new_version`` when loaded)."""
+
+    instances: list[Instance]
+    load_seconds: float
+    model_dir: Path
+    scheduler: ModelScheduler = field(repr=False)
+    stats: ModelStats = field(repr=False)
+
+    def unready_reason(self) -> str:
+        """Why the loaded version cannot serve now ("" when it can: an ensemble needs its steps)."""
+        return self.scheduler.unready_reason()
 
     def close(self) -> None:
         for instance in self.instances:
@@ -296,7 +307,7 @@ def warm_up(config: mc.ModelConfig, instances: list[Instance], outputs: list[str
         for instance in instances:
             for _ in range(max(1, sample.count)):
                 try:
-                    instance.run(inputs, outputs)
+                    instance.compute(inputs, outputs)
                 except FerryError:
                     raise
                 except Exception as exc:

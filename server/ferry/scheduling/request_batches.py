@@ -9,17 +9,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Protocol
 
-from ..backends.base import Instance, RequestBatches
+from ..backends.base import Instance, RequestBatchInstance
 from ..statistics import ModelStats
 from .policy import SchedulingPolicy
 from .request_parameters import model_parameters
 from .scheduler import Outputs, Pending, Scheduler
-
-
-class RequestBatchInstance(Instance, RequestBatches, Protocol):
-    """An instance that runs a batch as its separate requests (a Python model's)."""
 
 
 class RequestBatchScheduler(Scheduler):
@@ -35,14 +30,15 @@ class RequestBatchScheduler(Scheduler):
         super().__init__(name, instances, stats, policy)
         self._runners = {instance.spec.name: instance for instance in instances}
 
-    def _run_batch(self, instance: Instance, batch: list[Pending], nbytes: int) -> list[Outputs | BaseException]:
+    def _compute_batch(self, instance: Instance, batch: list[Pending], nbytes: int) -> list[Outputs | BaseException]:
         started = time.perf_counter_ns()
         runner = self._runners[instance.spec.name]
-        inputs, outputs = [p.inputs for p in batch], [p.outputs for p in batch]
-        sinks = [p.sink for p in batch]
-        parameters = [model_parameters(p.parameters or {}) for p in batch]
+        executions = [p.execution for p in batch]
+        inputs, outputs = [e.inputs for e in executions], [e.outputs for e in executions]
+        sinks = [e.sink for e in executions]
+        parameters = [model_parameters(e.parameters or {}) for e in executions]
         # a decoupled model's responses go to the sinks; other models' runners take no sinks
-        answers = runner.run_requests(inputs, outputs, sinks if any(sinks) else None, parameters)
+        answers = runner.compute_requests(inputs, outputs, sinks if any(sinks) else None, parameters)
         results: list[Outputs | BaseException] = list(answers)
         infer_ns = time.perf_counter_ns() - started
         for pending in batch:

@@ -16,21 +16,17 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from ..backends.base import Instance
 from ..errors import FerryError, Unavailable
-from ..response_streams import ResponseSink
 from ..statistics import ModelStats
-from ..types import Reserves
-from .interface import ModelScheduler, Outputs, RequestTiming
+from .interface import Execution, ModelScheduler, Outputs
 from .policy import SchedulingPolicy
-from .timeline import Timeline
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +40,8 @@ SCAN_LIMIT = 1024
 #: executions (a moving average over about the last ``INLINE_AFTER_RUNS``; waiting for the GIL behind
 #: a busy event loop does not count, unlike wall time), so a large batch of a model whose lone
 #: requests run inline still goes to the pool. Only instances that declare ``inline_when_fast``
-#: (their ``run`` waits on nothing but compute) qualify, so a backend that sleeps or does I/O in
-#: ``run`` never blocks the loop.
+#: (their ``compute`` waits on nothing but the engine) qualify, so a backend that sleeps or does I/O
+#: in ``compute`` never blocks the loop.
 INLINE_BELOW_NS = 200_000  # the tiny model: ~40 us idle on 2 cores (ORT run + split), ~2x under load
 #: Executions measured (on the pool) before a model may run inline; also the span of the average.
 INLINE_AFTER_RUNS = 8
@@ -70,12 +66,11 @@ class Unloading(Unavailable):
     """This version no longer takes requests; a version that replaced it may (see DataPlane.infer)."""
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Pending:
-    """One queued request."""
+    """One queued execution, with what the batcher keeps of it."""
 
-    inputs: dict[str, np.ndarray]
-    outputs: list[str]
+    execution: Execution = field(repr=False)
     batch_size: int
     signature: tuple
     level: int
@@ -87,9 +82,6 @@ class Pending:
     timer: asyncio.TimerHandle | None = field(default=None, repr=False)
     failure: str = "BACKEND"  # the failure reason reported if this request fails
     compute_ns: tuple[int, int, int] = (0, 0, 0)  # input, infer, output of the batch it ran in
-    timeline: Timeline | None = field(default=None, repr=False)  # filled only for traced requests
-    sink: ResponseSink | None = field(default=None, repr=False)  # a decoupled model's responses go here
-    parameters: Mapping[str, Any] | None = field(default=None, repr=False)  # what the model's code reads
 
 
 def batch_signature(inputs: dict[str, np.ndarray], batched: bool) -> tuple:
@@ -230,8 +222,8 @@ class Scheduler(ModelScheduler):
         )
         self._workers: list[asyncio.Task] = []
         self._staging = {id(instance): Staging() for instance in self.instances}
-        self._may_inline = all(getattr(i, "inline_when_fast", False) for i in self.instances)
-        self._runs = 0
+        self._may_inline = all(instance.inline_when_fast for instance in self.instances)
+        self._computed = 0
         self._cpu_ns = 0.0  # moving average of an execution's CPU time per batch item
         self._input_bytes = 0.0  # moving average of an execution's input bytes per batch item
         self._form_lock = asyncio.Lock()
@@ -260,31 +252,19 @@ class Scheduler(ModelScheduler):
 
     # --- admission ------------------------------------------------------------------------------
 
-    async def submit(
-        self,
-        inputs: dict[str, np.ndarray],
-        outputs: list[str],
-        batch_size: int = 1,
-        priority: int | None = None,
-        timeout_us: int | None = None,
-        timeline: Timeline | None = None,
-        timing: RequestTiming | None = None,
-        sink: ResponseSink | None = None,
-        parameters: Mapping[str, Any] | None = None,
-        ticket: Reserves | None = None,
-    ) -> Outputs:
-        """Queue one request and wait for its outputs.
+    async def submit(self, execution: Execution) -> Outputs:
+        """Queue one execution and wait for its outputs.
 
-        A decoupled model's request passes a ``sink``: its responses go there as the model sends
+        A decoupled model's execution carries a ``sink``: its responses go there as the model sends
         them, and this returns (no outputs) once the model's ``execute`` has taken the request.
 
         Raises Unavailable at once when the queue of its priority level is full; a cancelled
-        caller removes the request from the queue. ``timing``, when given, receives the request's
-        queue and compute durations.
+        caller removes the request from the queue. Its ``timing``, when given, receives the
+        request's queue and compute durations.
         """
         if self._closing:
             raise Unloading(f"model '{self.name}' is unloading")
-        level = self.policy.level_for(priority)
+        level = self.policy.level_for(execution.priority)
         queue_policy = self.policy.policy_for(level)
         if queue_policy.max_queue_size and self._live[level] >= queue_policy.max_queue_size:
             self.stats.record_failure(0, "REJECTED")
@@ -295,19 +275,15 @@ class Scheduler(ModelScheduler):
             )
         loop = asyncio.get_running_loop()
         pending = Pending(
-            inputs,
-            outputs,
-            batch_size if self._batched else 1,
-            batch_signature(inputs, self._batched),
+            execution,
+            execution.batch_size if self._batched else 1,
+            batch_signature(execution.inputs, self._batched),
             level,
             loop.create_future(),
-            timeline=timeline,
-            sink=sink,
-            parameters=parameters,
         )
-        if timeline is not None:
-            timeline.queue_start = pending.enqueued_ns
-        timeout_ns = queue_policy.timeout_ns(timeout_us)
+        if execution.timeline is not None:
+            execution.timeline.queue_start = pending.enqueued_ns
+        timeout_ns = queue_policy.timeout_ns(execution.timeout_us)
         if timeout_ns:
             pending.timer = loop.call_later(timeout_ns / 1e9, self._expire, pending, queue_policy.delay_on_timeout)
         self._queues[level].append(pending)
@@ -328,6 +304,7 @@ class Scheduler(ModelScheduler):
             self.stats.record_failure(time.perf_counter_ns() - pending.enqueued_ns, pending.failure)
             raise
         else:  # its success was counted with its batch's (``_answer``)
+            timing = execution.timing
             if timing is not None:
                 timing.queue_ns += pending.started_ns - pending.enqueued_ns
                 timing.compute_input_ns += pending.compute_ns[0]
@@ -432,14 +409,14 @@ class Scheduler(ModelScheduler):
             started = time.perf_counter_ns()
             for pending in batch:
                 pending.started_ns = started
-                if pending.timeline is not None:
-                    pending.timeline.compute_start = started
+                if pending.execution.timeline is not None:
+                    pending.execution.timeline.compute_start = started
             try:
                 nbytes = _input_bytes(batch)
                 if self._inline(sum(p.batch_size for p in batch), nbytes):
-                    results = self._run_batch(instance, batch, nbytes)
+                    results = self._compute_batch(instance, batch, nbytes)
                 else:
-                    results = await loop.run_in_executor(self._executor, self._run_batch, instance, batch, nbytes)
+                    results = await loop.run_in_executor(self._executor, self._compute_batch, instance, batch, nbytes)
             except Exception as exc:  # the whole batch failed: find out which request caused it
                 results = await self._isolate(loop, instance, batch, exc)
             self._answer(batch, results)
@@ -463,15 +440,15 @@ class Scheduler(ModelScheduler):
         self.stats.record_successes(succeeded)
 
     @property
-    def runs_inline(self) -> bool:
+    def computes_inline(self) -> bool:
         """Whether a lone request of one item runs on the event loop's thread (see INLINE_BELOW_NS)."""
-        return self._may_inline and self._runs >= INLINE_AFTER_RUNS and self._cpu_ns < INLINE_BELOW_NS
+        return self._may_inline and self._computed >= INLINE_AFTER_RUNS and self._cpu_ns < INLINE_BELOW_NS
 
     def _inline(self, items: int, nbytes: int) -> bool:
         """Whether a batch of ``items`` holding ``nbytes`` runs on the event loop's thread."""
         items = max(items, 1)
         return (
-            self.runs_inline
+            self.computes_inline
             and self._cpu_ns * items < INLINE_BELOW_NS
             and nbytes <= INLINE_MAX_BYTES_FACTOR * self._input_bytes * items
         )
@@ -487,33 +464,32 @@ class Scheduler(ModelScheduler):
             try:
                 results.extend(
                     await loop.run_in_executor(
-                        self._executor, self._run_batch, instance, [pending], _input_bytes([pending])
+                        self._executor, self._compute_batch, instance, [pending], _input_bytes([pending])
                     )
                 )
             except Exception as single:
                 results.append(_as_request_error(self.name, single))
         return results
 
-    def _run_batch(self, instance: Instance, batch: list[Pending], nbytes: int) -> list[Outputs | BaseException]:
+    def _compute_batch(self, instance: Instance, batch: list[Pending], nbytes: int) -> list[Outputs | BaseException]:
         """Concatenate, execute and split one batch (in a worker thread, or inline when fast);
         ``nbytes``: the batch's input bytes, as the caller counted them."""
-        sample = self._runs < INLINE_AFTER_RUNS or self._runs % CPU_SAMPLE_EVERY == 0
+        sample = self._computed < INLINE_AFTER_RUNS or self._computed % CPU_SAMPLE_EVERY == 0
         cpu0 = time.thread_time_ns() if sample else 0
         t0 = time.perf_counter_ns()
         staging = None
         if len(batch) == 1:
-            inputs = batch[0].inputs
-            names = batch[0].outputs
+            inputs = batch[0].execution.inputs
+            names = batch[0].execution.outputs
         else:
             staging = self._staging[id(instance)]
-            provide = getattr(instance, "input_buffer", None)  # see backends.base.InputBuffers
             inputs = {
-                name: assemble([p.inputs[name] for p in batch], name, provide, staging.provide)
-                for name in batch[0].inputs
+                name: assemble([p.execution.inputs[name] for p in batch], name, instance.input_buffer, staging.provide)
+                for name in batch[0].execution.inputs
             }
-            names = list(dict.fromkeys(name for p in batch for name in p.outputs))
+            names = list(dict.fromkeys(name for p in batch for name in p.execution.outputs))
         t1 = time.perf_counter_ns()
-        outputs = instance.run(inputs, names)
+        outputs = instance.compute(inputs, names)
         if staging is not None:
             outputs = staging.detach(outputs)
         t2 = time.perf_counter_ns()
@@ -525,7 +501,7 @@ class Scheduler(ModelScheduler):
             offset = 0
             for pending in batch:
                 end = offset + pending.batch_size
-                split.append({name: outputs[name][offset:end] for name in pending.outputs})
+                split.append({name: outputs[name][offset:end] for name in pending.execution.outputs})
                 offset = end
             for name, array in outputs.items():
                 if array.shape[:1] != (total,):
@@ -534,8 +510,8 @@ class Scheduler(ModelScheduler):
                         f"start with the batch size {total}"
                     )
         t3 = time.perf_counter_ns()
-        self._runs += 1
-        span = min(self._runs, INLINE_AFTER_RUNS)
+        self._computed += 1
+        span = min(self._computed, INLINE_AFTER_RUNS)
         items = max(total, 1)
         if sample:
             self._cpu_ns += ((time.thread_time_ns() - cpu0) / items - self._cpu_ns) / span
@@ -544,9 +520,10 @@ class Scheduler(ModelScheduler):
             pending.compute_ns = (t1 - t0, t2 - t1, t3 - t2)
         self.stats.record_execution(total, len(batch), t1 - t0, t2 - t1, t3 - t2)
         for pending in batch:
-            if pending.timeline is not None:
-                pending.timeline.compute_input_end, pending.timeline.compute_output_start = t1, t2
-                pending.timeline.compute_end = t3
+            timeline = pending.execution.timeline
+            if timeline is not None:
+                timeline.compute_input_end, timeline.compute_output_start = t1, t2
+                timeline.compute_end = t3
         return split
 
     # --- shutdown ---------------------------------------------------------------------------------
@@ -591,4 +568,4 @@ def _answered(future: asyncio.Future) -> bool:
 
 
 def _input_bytes(batch: list[Pending]) -> int:
-    return sum(array.nbytes for pending in batch for array in pending.inputs.values())
+    return sum(array.nbytes for pending in batch for array in pending.execution.inputs.values())

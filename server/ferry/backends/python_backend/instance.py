@@ -1,6 +1,6 @@
 """What every Python-model instance shares: the scheduler hands it the requests of a batch one by one
-(``run_requests``), because ``execute`` answers each request separately, and failures come back per
-request as Ferry errors. ``run`` (one request) serves warm-up and direct callers."""
+(``compute_requests``), because ``execute`` answers each request separately, and failures come back per
+request as Ferry errors. ``compute`` (one request) serves warm-up and direct callers."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import numpy as np
 
 from ...errors import ErrorKind, FerryError
 from ...response_streams import ResponseSink
-from ..base import InstanceSpec, ModelIO
+from ..base import InstanceSpec, ModelIO, RequestBatchInstance
 from .runner import Failure, Outputs
 
 
-class PythonInstance:
+class PythonInstance(RequestBatchInstance):
     """Base of the in-process and isolated instances; subclasses implement ``execute`` and ``close``."""
 
     def __init__(self, spec: InstanceSpec, io: ModelIO, device: str) -> None:
@@ -33,7 +33,7 @@ class PythonInstance:
     def close(self) -> None:
         raise NotImplementedError
 
-    def run_requests(
+    def compute_requests(
         self,
         inputs: list[dict[str, np.ndarray]],
         outputs: list[list[str]],
@@ -59,8 +59,8 @@ class PythonInstance:
     ) -> list[Outputs | Failure]:
         return [Failure("decoupled responses need a python model in the server's process")] * len(inputs)
 
-    def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
-        (result,) = self.run_requests([inputs], [outputs])
+    def compute(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+        (result,) = self.compute_requests([inputs], [outputs])
         if isinstance(result, FerryError):
             raise result
         return result

@@ -8,7 +8,6 @@ kind checks the tensor names it needs at load.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, TypeVar
 
@@ -21,25 +20,28 @@ from ferry_client.protocol import model_config_pb2 as mc
 
 from ...config_ranges import check_message_ranges
 from ...errors import ModelLoadError
-from ..base import Backend, InstanceSpec, ModelIO, TensorInfo, config_parameter
+from ..base import Backend, Instance, InstanceSpec, ModelIO, TensorInfo, config_parameter
 from . import STEP_PARAMETER
 
 PLATFORM = "ferry_vision"
 M = TypeVar("M", bound=Message)
 
 
-class StepRun(Protocol):
+class StepCompute(Protocol):
     def __call__(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]: ...
 
 
-@dataclass
-class StepInstance:
-    """One instance of a vision step (the Instance protocol of ``backends.base``)."""
+class StepInstance(Instance):
+    """One instance of a vision step: its ``compute`` is the step's function."""
 
-    spec: InstanceSpec
-    io: ModelIO
-    run: StepRun
-    device: str = "cpu"
+    def __init__(self, spec: InstanceSpec, io: ModelIO, step: StepCompute, device: str = "cpu") -> None:
+        self.spec = spec
+        self.io = io
+        self.device = device
+        self._step = step
+
+    def compute(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+        return self._step(inputs, outputs)
 
     def close(self) -> None:
         """Nothing to free: a step holds no engine."""
@@ -104,11 +106,11 @@ class VisionStepBackend(Backend):
         from .registry import step_factory
 
         kind = config_parameter(config, STEP_PARAMETER)
-        make: Callable[[mc.ModelConfig], StepRun] = step_factory(kind)
+        make: Callable[[mc.ModelConfig], StepCompute] = step_factory(kind)
         if not config.input or not config.output:
             raise ModelLoadError(f"vision step '{kind}': declare its inputs and outputs in config.pbtxt")
         try:
-            run = make(config)
+            compute = make(config)
         except ModelLoadError as exc:
             raise ModelLoadError(f"vision step '{kind}': {exc.message}") from None
-        return StepInstance(spec, _io(config), run)
+        return StepInstance(spec, _io(config), compute)

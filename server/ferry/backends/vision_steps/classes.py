@@ -10,11 +10,11 @@ from ferry_client.protocol import model_config_pb2 as mc
 
 from ...errors import ModelLoadError
 from ...pipelines.classification import softmax, top_k
-from .backend import StepRun, settings, tensor_dims
+from .backend import StepCompute, settings, tensor_dims
 from .images import require
 
 
-def classification_step(config: mc.ModelConfig) -> StepRun:
+def classification_step(config: mc.ModelConfig) -> StepCompute:
     """Reads ``LOGITS``; writes ``CLASS_IDS`` (INT32 [k]) and ``SCORES`` (FP32 [k]); k from their dims."""
     options = settings(config, "classification", mc.FerryClassification)
     tensor_dims(config, "input", "LOGITS")
@@ -29,11 +29,11 @@ def classification_step(config: mc.ModelConfig) -> StepRun:
     require(config, "output", "CLASS_IDS", "INT32", (k,) if batched else (-1, k))
     require(config, "output", "SCORES", "FP32", (k,) if batched else (-1, k))
 
-    def run(inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+    def compute(inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
         logits = inputs["LOGITS"]
         rows = logits.reshape(logits.shape[0], math.prod(logits.shape[1:])).astype(np.float32, copy=False)
         scores = softmax(rows) if options.softmax else rows
         indices, values = top_k(scores, min(k, scores.shape[1]))
         return {"CLASS_IDS": indices.astype(np.int32), "SCORES": values.astype(np.float32)}
 
-    return run
+    return compute

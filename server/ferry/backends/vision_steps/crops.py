@@ -19,7 +19,7 @@ from ...errors import InvalidArgument, ModelLoadError
 from ...pipelines.decode import decode_image
 from ...pipelines.preprocess import PreprocessSpec, preprocess
 from ...pipelines.runtime import DEFAULT_MAX_PIXELS
-from .backend import StepRun, settings, tensor_datatype, tensor_dims
+from .backend import StepCompute, settings, tensor_datatype, tensor_dims
 from .images import require
 
 
@@ -33,7 +33,7 @@ def cut(image: Image.Image, box: np.ndarray) -> Image.Image:
     return image.crop((x1, y1, x2, y2))
 
 
-def crop_step(config: mc.ModelConfig) -> StepRun:
+def crop_step(config: mc.ModelConfig) -> StepCompute:
     if config.max_batch_size != 0:
         raise ModelLoadError("the crop step returns a row per detection, not per image: set max_batch_size: 0")
     require(config, "input", "IMAGE", "BYTES", (-1, 1))
@@ -48,7 +48,7 @@ def crop_step(config: mc.ModelConfig) -> StepRun:
     spec = PreprocessSpec.from_config(pre, dims[1:], tensor_datatype(config, "output", "CROPS"), variable_sizes=False)
     max_pixels = spec.max_pixels or DEFAULT_MAX_PIXELS
 
-    def run(inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+    def compute(inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
         images = inputs["IMAGE"].reshape(-1)
         boxes = inputs["detection_boxes"].reshape(len(images), -1, 4)
         counts = inputs["num_detections"].reshape(-1)
@@ -68,4 +68,4 @@ def crop_step(config: mc.ModelConfig) -> StepRun:
         batch = np.stack(crops) if crops else np.empty((0, *spec.tensor_shape), spec.dtype)
         return {"CROPS": batch, "CROP_IMAGE_INDEX": np.array(index, np.int32).reshape(-1, 1)}
 
-    return run
+    return compute

@@ -16,12 +16,12 @@ from ferry_client.protocol import model_config_pb2 as mc
 from ...errors import ModelLoadError
 from ...pipelines.detection import decode_detections
 from ...pipelines.detection_tensors import KEYPOINTS, detection_tensors
-from .backend import StepRun, settings, tensor_dims
+from .backend import StepCompute, settings, tensor_dims
 from .images import require
 from .transforms import TRANSFORM_WIDTH, unpack
 
 
-def detection_step(config: mc.ModelConfig) -> StepRun:
+def detection_step(config: mc.ModelConfig) -> StepCompute:
     spec = settings(config, "detection", mc.FerryDetection)
     if spec.format == mc.FerryDetection.DBNET:
         raise ModelLoadError(
@@ -45,12 +45,12 @@ def detection_step(config: mc.ModelConfig) -> StepRun:
             f"detection.max_detections {spec.max_detections} exceeds the {limit} rows of detection_boxes"
         )
 
-    def run(inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+    def compute(inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
         transforms = unpack(inputs["TRANSFORM"])
         found = decode_detections(inputs, spec, raw, transforms, None, max_detections=spec.max_detections or limit)
         return detection_tensors(found, limit, keypoints)
 
-    return run
+    return compute
 
 
 def _keypoints(config: mc.ModelConfig, spec: mc.FerryDetection, limit: int) -> int:

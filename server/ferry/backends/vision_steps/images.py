@@ -9,7 +9,7 @@ from ferry_client.protocol import model_config_pb2 as mc
 from ...errors import ModelLoadError
 from ...pipelines.preprocess import PreprocessSpec
 from ...pipelines.runtime import DEFAULT_MAX_PIXELS, ImagePipeline
-from .backend import StepRun, settings, tensor_datatype, tensor_dims
+from .backend import StepCompute, settings, tensor_datatype, tensor_dims
 from .transforms import TRANSFORM_WIDTH, pack
 
 
@@ -22,7 +22,7 @@ def require(config: mc.ModelConfig, kind: str, name: str, datatype: str, dims: t
         raise ModelLoadError(f"{kind} '{name}' must be {want}, got {declared} with dims {list(found)}")
 
 
-def decode_preprocess_step(config: mc.ModelConfig) -> StepRun:
+def decode_preprocess_step(config: mc.ModelConfig) -> StepCompute:
     """Reads ``IMAGE`` (BYTES), writes ``TENSOR`` (shaped by its dims) and, if declared, ``TRANSFORM``."""
     require(config, "input", "IMAGE", "BYTES")
     dims = tensor_dims(config, "output", "TENSOR")
@@ -36,7 +36,7 @@ def decode_preprocess_step(config: mc.ModelConfig) -> StepRun:
         require(config, "output", "TRANSFORM", "FP64", (TRANSFORM_WIDTH,))
     pipeline = ImagePipeline("IMAGE", spec, None, None, [], None, spec.max_pixels or DEFAULT_MAX_PIXELS)
 
-    def run(inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+    def compute(inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
         prepared = pipeline.prepare(list(inputs["IMAGE"].reshape(-1)))
         assert isinstance(prepared.batch, np.ndarray)  # variable sizes are refused at load
         result = {"TENSOR": prepared.batch}
@@ -44,4 +44,4 @@ def decode_preprocess_step(config: mc.ModelConfig) -> StepRun:
             result["TRANSFORM"] = pack(prepared.transforms)
         return result
 
-    return run
+    return compute

@@ -8,13 +8,13 @@ from ferry_client.protocol import model_config_pb2 as mc
 
 from ...errors import ModelLoadError
 from . import STEP_PARAMETER
-from .backend import StepRun
+from .backend import StepCompute
 from .classes import classification_step
 from .crops import crop_step
 from .detections import detection_step
 from .images import decode_preprocess_step
 
-STEPS: dict[str, Callable[[mc.ModelConfig], StepRun]] = {
+STEPS: dict[str, Callable[[mc.ModelConfig], StepCompute]] = {
     "decode_preprocess": decode_preprocess_step,
     "detection": detection_step,
     "crop": crop_step,
@@ -22,7 +22,7 @@ STEPS: dict[str, Callable[[mc.ModelConfig], StepRun]] = {
 }
 
 
-def step_factory(kind: str | None) -> Callable[[mc.ModelConfig], StepRun]:
+def step_factory(kind: str | None) -> Callable[[mc.ModelConfig], StepCompute]:
     if kind is None:
         raise ModelLoadError(
             f'a ferry_vision model needs parameters {{ key: "{STEP_PARAMETER}" }} (one of: {", ".join(STEPS)})'

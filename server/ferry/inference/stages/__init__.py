@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ...pipelines.preprocess import ImageTransform
-from ...repository.model import ModelVersion
+from ...repository.model import ModelSpec
 from ...types import InferenceRequest
 
 
@@ -38,6 +38,6 @@ class ImageTask(PostStage, Protocol):
 
     outputs: list[str]
 
-    def request(self, model: ModelVersion, images: list[bytes], parameters: dict[str, Any]) -> InferenceRequest: ...
+    def request(self, model: ModelSpec, images: list[bytes], parameters: dict[str, Any]) -> InferenceRequest: ...
 
     def __call__(self, outputs: dict[str, np.ndarray], transforms: Sequence[ImageTransform]) -> list[Any]: ...

@@ -8,12 +8,12 @@ from typing import Any
 import numpy as np
 
 from ...errors import InvalidArgument
-from ...repository.model import ModelVersion
+from ...repository.model import ModelSpec
 from ...types import InferenceRequest, TensorSpec
 
 
 def encoded_images_request(
-    model: ModelVersion, spec: TensorSpec, images: list[bytes], parameters: dict[str, Any]
+    model: ModelSpec, spec: TensorSpec, images: list[bytes], parameters: dict[str, Any]
 ) -> InferenceRequest:
     """A request carrying ``images`` in input ``spec``: one element per image, batch first when the
     model batches (dims ``[1]``), else along the input's one variable dim (dims ``[-1]``)."""
@@ -37,7 +37,7 @@ def encoded_images_request(
 
 
 def image_bytes_request(
-    model: ModelVersion, input_name: str, images: list[bytes], parameters: dict[str, Any]
+    model: ModelSpec, input_name: str, images: list[bytes], parameters: dict[str, Any]
 ) -> InferenceRequest:
     """A request with ``images`` as a ``[N]`` BYTES tensor in ``input_name``: the image-input
     pre-stage decodes it into the model's tensor (or, when the input itself is BYTES, it is shaped

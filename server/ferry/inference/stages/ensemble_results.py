@@ -25,7 +25,7 @@ from ...errors import InvalidArgument
 from ...pipelines.detection import Detection
 from ...pipelines.detection_tensors import KEYPOINTS
 from ...pipelines.preprocess import ImageTransform
-from ...repository.model import ModelVersion
+from ...repository.model import ModelSpec
 from ...types import InferenceRequest
 from .encoded_images import encoded_images_request
 
@@ -48,7 +48,7 @@ class EnsembleImages:
 
     cheap = True  # the steps did the work: this only reads their output rows
 
-    def __init__(self, model: ModelVersion, task: str, options: dict[str, Any]) -> None:
+    def __init__(self, model: ModelSpec, task: str, options: dict[str, Any]) -> None:
         needed = DETECTION_OUTPUTS if task == "detect" else CLASS_OUTPUTS
         missing = [name for name in needed if name not in model.outputs]
         if missing:
@@ -71,7 +71,7 @@ class EnsembleImages:
         self.outputs = list(model.outputs)
         self.extras = _extra_outputs(model) if task == "detect" else ([], [])
 
-    def request(self, model: ModelVersion, images: list[bytes], parameters: dict[str, Any]) -> InferenceRequest:
+    def request(self, model: ModelSpec, images: list[bytes], parameters: dict[str, Any]) -> InferenceRequest:
         return encoded_images_request(model, self.input, images, parameters)
 
     def __call__(self, outputs: dict[str, np.ndarray], transforms: Sequence[ImageTransform]) -> list[Any]:
@@ -80,7 +80,7 @@ class EnsembleImages:
         return _classes(self.model, outputs["CLASS_IDS"], outputs["SCORES"], "CLASS_IDS")
 
 
-def _classes(model: ModelVersion, ids: np.ndarray, scores: np.ndarray, output: str) -> list[list[dict[str, Any]]]:
+def _classes(model: ModelSpec, ids: np.ndarray, scores: np.ndarray, output: str) -> list[list[dict[str, Any]]]:
     labels = model.labels.get(output)
     return [
         [
@@ -91,7 +91,7 @@ def _classes(model: ModelVersion, ids: np.ndarray, scores: np.ndarray, output: s
     ]
 
 
-def _extra_outputs(model: ModelVersion) -> tuple[list[str], list[str]]:
+def _extra_outputs(model: ModelSpec) -> tuple[list[str], list[str]]:
     """The ensemble's other outputs per detection: those declared with the detection rows' dims
     first, and (in a cascade) the rest, one row per crop."""
     known = {*DETECTION_OUTPUTS, KEYPOINTS, CROP_INDEX}
@@ -104,7 +104,7 @@ def _extra_outputs(model: ModelVersion) -> tuple[list[str], list[str]]:
 
 
 def _detections(
-    model: ModelVersion, outputs: dict[str, np.ndarray], per_row: list[str], per_crop: list[str]
+    model: ModelSpec, outputs: dict[str, np.ndarray], per_row: list[str], per_crop: list[str]
 ) -> list[list[CascadeDetection]]:
     counts = outputs["num_detections"].reshape(-1)
     labels = model.labels.get("detection_classes")

@@ -11,7 +11,7 @@ from ...errors import InvalidArgument
 from ...pipelines.resize_bounds import image_cost
 from ...pipelines.runtime import ImagePipeline, Prepared
 from ...pipelines.slices import ImageWork, prepare_in_slices
-from ...repository.model import ModelVersion
+from ...repository.model import ModelSpec, ModelVersion
 from ...types import InferenceRequest
 from ...workers import run_in
 
@@ -25,7 +25,7 @@ class ImageInput:
         self.work = work
 
     @staticmethod
-    def applies(model: ModelVersion, request: InferenceRequest) -> bool:
+    def applies(model: ModelSpec, request: InferenceRequest) -> bool:
         """Whether the request sends encoded images where the model's pipeline expects a tensor."""
         pipeline = model.pipeline
         if pipeline is None or pipeline.spec is None:

@@ -10,7 +10,7 @@ import numpy as np
 
 from ...pipelines.preprocess import ImageTransform
 from ...pipelines.runtime import ImagePipeline
-from ...repository.model import ModelVersion
+from ...repository.model import ModelSpec
 from ...types import InferenceRequest
 from ..validation import as_batch_of_one
 from .encoded_images import image_bytes_request
@@ -24,7 +24,7 @@ class PipelineTask:
         self.pipeline = pipeline
         self.outputs = pipeline.output_names
 
-    def request(self, model: ModelVersion, images: list[bytes], parameters: dict[str, Any]) -> InferenceRequest:
+    def request(self, model: ModelSpec, images: list[bytes], parameters: dict[str, Any]) -> InferenceRequest:
         return image_bytes_request(model, self.pipeline.input_name, images, parameters)
 
 

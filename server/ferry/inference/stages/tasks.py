@@ -7,7 +7,7 @@ from typing import Any
 
 from ...errors import InvalidArgument
 from ...ocr import is_ocr
-from ...repository.model import ModelVersion
+from ...repository.model import ModelSpec
 from . import ImageTask
 from .classify import Classify
 from .detect import Detect
@@ -16,7 +16,7 @@ from .ensemble_results import EnsembleImages
 from .recognize import Recognize
 
 
-def image_task(model: ModelVersion, task: str, options: dict[str, Any]) -> ImageTask:
+def image_task(model: ModelSpec, task: str, options: dict[str, Any]) -> ImageTask:
     """The stage for ``task`` on ``model``: its ``ferry_image`` section's (any model kind), or an
     ensemble's image outputs. ``InvalidArgument`` when the model declares no such task or an
     option is out of range (checked before any image is decoded)."""
@@ -53,7 +53,7 @@ def image_task(model: ModelVersion, task: str, options: dict[str, Any]) -> Image
     raise InvalidArgument(f"model '{model.name}' has no image pipeline (ferry_image in its config)")
 
 
-def check_image_request(model: ModelVersion, images: list[bytes], task: str) -> None:
+def check_image_request(model: ModelSpec, images: list[bytes], task: str) -> None:
     """What every image endpoint checks before its stage is chosen: images sent, and OCR models
     only through ``/ocr`` (and ``/ocr`` only on them)."""
     if not images:
