@@ -228,6 +228,12 @@ class Settings(BaseSettings):
     grpc_request_timeout_secs: Annotated[float, LIMIT] = Field(
         60.0, gt=0, description="a unary gRPC call's request message must arrive within this (DEADLINE_EXCEEDED)"
     )
+    grpc_stream_first_message_secs: Annotated[float, LIMIT] = Field(
+        60.0,
+        gt=0,
+        description="a stream (ModelStreamInfer) whose first request message has not arrived within this of its "
+        "start (waiting for a message turn included) is ended (DEADLINE_EXCEEDED), freeing its call slot",
+    )
     grpc_write_timeout_secs: Annotated[float, LIMIT] = Field(
         30.0,
         gt=0,

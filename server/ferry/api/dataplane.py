@@ -33,6 +33,7 @@ from ..inference.validation import engine_output, int_parameter
 from ..pipelines.postprocess import classification_strings
 from ..repository.manager import ModelManager
 from ..repository.model import ModelVersion
+from ..response_pacing import ResponsePacer
 from ..response_streams import ResponseStream
 from ..security.identity import Identify, anonymous
 from ..types import InferenceRequest, InferenceResponse, OutputTensor, Reserves, TensorSpec
@@ -93,6 +94,7 @@ class DataPlane:
         self.started = False
         self.draining = False
         self.open_streams: set[ResponseStream] = set()  # decoupled requests not yet final
+        self.response_pacer = ResponsePacer()  # their responses' turns of the loop: others go first
         self._streams_closed = asyncio.Event()
         self.workers = manager.workers  # the process's pools (``ferry.workers``)
         self.path = RequestPath(
@@ -220,7 +222,7 @@ class DataPlane:
         requested = request.outputs if request.outputs else None
         names = [o.name for o in requested] if requested is not None else list(model.outputs)
         release = self.shared_memory.hold(request.client, shared_regions(request))
-        stream = ResponseStream(asyncio.get_running_loop())
+        stream = ResponseStream(asyncio.get_running_loop(), pacer=self.response_pacer)
         self.open_streams.add(stream)
         sent, last = 0, time.perf_counter_ns()
         final = False

@@ -543,6 +543,7 @@ def create_grpc_server(
         limits.reads_total,
         limits.stream_reads_total,
         cutoff,
+        limits.stream_first_message_secs,
     )
     count_message = servicer.count_message
     raw_methods = servicer.raw_methods
