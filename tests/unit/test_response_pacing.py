@@ -57,7 +57,7 @@ async def test_the_allowance_halves_on_long_turns_and_grows_on_short_ones() -> N
     waiting = [asyncio.create_task(pacer.turn()) for _ in range(1000)]
     await asyncio.sleep(0)
     allowances = []
-    for step in range(10):  # long turns (other requests' work): down to one response per turn
+    for _ in range(10):  # long turns (other requests' work): down to one response per turn
         clock.now += 0.010
         await asyncio.sleep(0)
         allowances.append(pacer.allowance)
