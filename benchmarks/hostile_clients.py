@@ -411,13 +411,19 @@ def _other_client(grpc_url: str, http_url: str, done: Any, results: Any) -> None
     """Another client, in a process of its own (the attack's 2,250 streams share one event loop in
     the benchmark's process, which delayed a client timed there by seconds) and from another address
     (127.0.0.2: the attack's gRPC streams hold 127.0.0.1's share of the calls): a gRPC infer on a new
-    connection, then a REST infer on a new connection, one after another until ``done``; puts both
-    lists of latencies and the errors."""
+    connection, one on a connection kept open, then a REST infer on a new connection, one after
+    another until ``done``; puts the lists of latencies and the errors."""
     import http.client
+
+    from ferry_client.protocol import grpc_service_pb2 as pb
 
     host, port = grpc_url.rsplit(":", 1)
     relay = _relay_from(OTHER_ADDRESS, host, int(port))
-    timed: dict[str, list[float]] = {"gRPC": [], "REST": []}
+    kept = pb_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(relay))
+    request = pb.ModelInferRequest(model_name="quick")
+    request.inputs.add(name="x", datatype="FP32", shape=[1, WIDTH])
+    request.raw_input_contents.append(np.ones((1, WIDTH), np.float32).tobytes())
+    timed: dict[str, list[float]] = {"gRPC": [], "gRPC kept": [], "REST": []}
     errors: list[str] = []
     body = json.dumps({"inputs": [{"name": "x", "shape": [1, WIDTH], "datatype": "FP32", "data": [1.0] * WIDTH}]})
     rest_host, rest_port = http_url.rsplit(":", 1)
@@ -426,6 +432,12 @@ def _other_client(grpc_url: str, http_url: str, done: Any, results: Any) -> None
             timed["gRPC"].append(asyncio.run(_grpc_latency_ms_at(relay)))
         except Exception as exc:  # reported with the results
             errors.append(f"gRPC: {exc}"[:160])
+        started = time.monotonic()
+        try:
+            kept.ModelInfer(request, timeout=60)
+            timed["gRPC kept"].append((time.monotonic() - started) * 1000)
+        except grpc.RpcError as exc:
+            errors.append(f"gRPC kept: {exc.code().name}")
         started = time.monotonic()
         connection = http.client.HTTPConnection(
             rest_host, int(rest_port), timeout=60, source_address=(OTHER_ADDRESS, 0)
@@ -560,7 +572,8 @@ async def _many_streams(server: RunningServer, grpc_streams: int, sse_streams: i
         f"{grpc_streams} gRPC + {sse_streams} SSE streams of 200 responses each (SSE from 64 addresses)",
         f"{counts}; {took:.0f} s",
         usage,
-        f"gRPC {_percentiles(timed['gRPC'])}; REST infer {_percentiles(timed['REST'])}"
+        f"gRPC {_percentiles(timed['gRPC'])}; gRPC, connection kept {_percentiles(timed['gRPC kept'])}; "
+        f"REST infer {_percentiles(timed['REST'])}"
         + (f"; {len(errors)} errors: {sorted(set(errors))[:3]}" if errors else ""),
     ]
 
