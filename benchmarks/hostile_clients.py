@@ -4,6 +4,7 @@ Run (a few minutes; it opens a few thousand loopback sockets)::
 
     python benchmarks/hostile_clients.py [--half-open 3000] [--header-mb 8] [--grpc-streams 20000]
     python benchmarks/hostile_clients.py --only-streams [--stream-grpc 1500] [--stream-sse 750]
+    python benchmarks/hostile_clients.py --only-many-streams [-- --max-streamed-requests 128]
 
 The rows of issue 38 run against a second server that allows Python models (the decoupled test
 models ``repeat`` and ``never_final``).
@@ -18,11 +19,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import multiprocessing
 import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import grpc
 import numpy as np
@@ -45,10 +50,7 @@ def _usage(server: RunningServer) -> str:
 
 
 async def _grpc_latency_ms(server: RunningServer) -> float:
-    started = time.monotonic()
-    async with AsyncGrpcClient(server.grpc_url) as client:
-        await client.infer("quick", {"x": np.ones((1, WIDTH), np.float32)})
-    return (time.monotonic() - started) * 1000
+    return await _grpc_latency_ms_at(server.grpc_url)
 
 
 async def half_open(server: RunningServer, count: int) -> list[str]:
@@ -308,8 +310,11 @@ def _event_stream(server: RunningServer, model: str, body: bytes, source: str = 
     return sock, received
 
 
-def streams(tmp: str, grpc_streams: int, sse_streams: int) -> list[list[str]]:
-    """Issue 38's stream attacks against decoupled test models (Python models allowed)."""
+def streams(
+    tmp: str, grpc_streams: int, sse_streams: int, many_only: bool = False, extra: Sequence[str] = ()
+) -> list[list[str]]:
+    """Issue 38's stream attacks against decoupled test models (Python models allowed); ``many_only``:
+    only the row of many streams; ``extra``: more server flags."""
     import socket
     import threading
 
@@ -319,9 +324,12 @@ def streams(tmp: str, grpc_streams: int, sse_streams: int) -> list[list[str]]:
     for name in ("repeat", "never_final"):
         shutil.copytree(DECOUPLED / name, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
     write_mlp_model(repo / "quick", width=WIDTH, layers=1, extra_config="dynamic_batching { }\n")
-    server = start_server(repo, Path(tmp) / "decoupled.log", "--allow-python-models")
+    server = start_server(repo, Path(tmp) / "decoupled.log", "--allow-python-models", *extra)
     rows = []
     try:
+        if many_only:
+            rows.append(asyncio.run(_many_streams(server, grpc_streams, sse_streams)))
+            return rows
         flood = b'{"IN": [' + b",".join([b"0.123456789"] * 65536) + b'], "COUNT": 100000}'
 
         def leave_and_wait() -> float:
@@ -399,10 +407,104 @@ def streams(tmp: str, grpc_streams: int, sse_streams: int) -> list[list[str]]:
     return rows
 
 
+def _other_client(grpc_url: str, http_url: str, done: Any, results: Any) -> None:
+    """Another client, in a process of its own (the attack's 2,250 streams share one event loop in
+    the benchmark's process, which delayed a client timed there by seconds) and from another address
+    (127.0.0.2: the attack's gRPC streams hold 127.0.0.1's share of the calls): a gRPC infer on a new
+    connection, one on a connection kept open, then a REST infer on a new connection, one after
+    another until ``done``; puts the lists of latencies and the errors."""
+    import http.client
+
+    from ferry_client.protocol import grpc_service_pb2 as pb
+
+    host, port = grpc_url.rsplit(":", 1)
+    relay = _relay_from(OTHER_ADDRESS, host, int(port))
+    kept = pb_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(relay))
+    request = pb.ModelInferRequest(model_name="quick")
+    request.inputs.add(name="x", datatype="FP32", shape=[1, WIDTH])
+    request.raw_input_contents.append(np.ones((1, WIDTH), np.float32).tobytes())
+    timed: dict[str, list[float]] = {"gRPC": [], "gRPC kept": [], "REST": []}
+    errors: list[str] = []
+    body = json.dumps({"inputs": [{"name": "x", "shape": [1, WIDTH], "datatype": "FP32", "data": [1.0] * WIDTH}]})
+    rest_host, rest_port = http_url.rsplit(":", 1)
+    while not done.is_set():
+        try:
+            timed["gRPC"].append(asyncio.run(_grpc_latency_ms_at(relay)))
+        except Exception as exc:  # reported with the results
+            errors.append(f"gRPC: {exc}"[:160])
+        started = time.monotonic()
+        try:
+            kept.ModelInfer(request, timeout=60)
+            timed["gRPC kept"].append((time.monotonic() - started) * 1000)
+        except grpc.RpcError as exc:
+            errors.append(f"gRPC kept: {exc.code().name}")
+        started = time.monotonic()
+        connection = http.client.HTTPConnection(
+            rest_host, int(rest_port), timeout=60, source_address=(OTHER_ADDRESS, 0)
+        )
+        connection.request("POST", "/v2/models/quick/infer", body, {"Content-Type": "application/json"})
+        answer = connection.getresponse()
+        answer.read()
+        connection.close()
+        if answer.status == 200:
+            timed["REST"].append((time.monotonic() - started) * 1000)
+        else:
+            errors.append(f"REST {answer.status}")
+        time.sleep(0.05)
+    results.put((timed, errors))
+
+
+#: The other client's address (the attack's gRPC streams come from 127.0.0.1).
+OTHER_ADDRESS = "127.0.0.2"
+
+
+def _relay_from(source: str, host: str, port: int) -> str:
+    """A local TCP relay whose connections reach ``host:port`` from ``source`` (grpc's client
+    cannot choose its source address); its address."""
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def pump(a: socket.socket, b: socket.socket) -> None:
+        try:
+            while chunk := a.recv(65536):
+                b.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            b.close()
+            a.close()
+
+    def accept() -> None:
+        while True:
+            client, _ = listener.accept()
+            upstream = socket.create_connection((host, port), source_address=(source, 0))
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=pump, args=(a, b), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    return f"127.0.0.1:{listener.getsockname()[1]}"
+
+
+async def _grpc_latency_ms_at(url: str) -> float:
+    started = time.monotonic()
+    async with AsyncGrpcClient(url) as client:
+        await client.infer("quick", {"x": np.ones((1, WIDTH), np.float32)})
+    return (time.monotonic() - started) * 1000
+
+
+def _percentiles(latencies: list[float]) -> str:
+    if not latencies:
+        return "none answered"
+    p50, p99 = np.percentile(latencies, [50, 99])
+    return f"p50 {p50:.0f} / p99 {p99:.0f} / worst {max(latencies):.0f} ms ({len(latencies)})"
+
+
 async def _many_streams(server: RunningServer, grpc_streams: int, sse_streams: int) -> list[str]:
     """``grpc_streams`` gRPC streams (127.0.0.1) and ``sse_streams`` event streams (from 64
     addresses), each one request to repeat for 200 small responses read as they come, while
-    another client's gRPC infers are timed."""
+    another client (a process of its own) times gRPC and REST infers."""
     from ferry_client.protocol import grpc_service_pb2 as pb
 
     request = pb.ModelInferRequest(model_name="repeat")
@@ -445,24 +547,34 @@ async def _many_streams(server: RunningServer, grpc_streams: int, sse_streams: i
         writer.close()
         return "OK" if b" 200 " in status else "refused"
 
-    latencies: list[float] = []
-    attack = asyncio.gather(
-        *(one_grpc(i) for i in range(grpc_streams)), *(one_sse(i) for i in range(sse_streams)), return_exceptions=True
-    )
-    while not attack.done():
-        latencies.append(await _grpc_latency_ms(server))
-        await asyncio.sleep(0.05)
-    outcomes = [o if isinstance(o, str) else type(o).__name__ for o in attack.result()]
+    spawn = multiprocessing.get_context("spawn")
+    done, results = spawn.Event(), spawn.Queue()
+    other = spawn.Process(target=_other_client, args=(server.grpc_url, server.http_url, done, results))
+    other.start()
+    started = time.monotonic()
+    outcomes = [
+        o if isinstance(o, str) else type(o).__name__
+        for o in await asyncio.gather(
+            *(one_grpc(i) for i in range(grpc_streams)),
+            *(one_sse(i) for i in range(sse_streams)),
+            return_exceptions=True,
+        )
+    ]
+    took = time.monotonic() - started
+    usage = _usage(server)
+    done.set()
+    timed, errors = results.get()
+    other.join()
     for channel in channels:
         await channel.close()
-    latencies.sort()
-    p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] if latencies else 0.0
     counts = ", ".join(f"{outcomes.count(o)} {o}" for o in sorted(set(outcomes)))
     return [
         f"{grpc_streams} gRPC + {sse_streams} SSE streams of 200 responses each (SSE from 64 addresses)",
-        counts,
-        _usage(server),
-        f"p99 {p99:.0f} ms, worst {latencies[-1] if latencies else 0:.0f} ms ({len(latencies)} infers)",
+        f"{counts}; {took:.0f} s",
+        usage,
+        f"gRPC {_percentiles(timed['gRPC'])}; gRPC, connection kept {_percentiles(timed['gRPC kept'])}; "
+        f"REST infer {_percentiles(timed['REST'])}"
+        + (f"; {len(errors)} errors: {sorted(set(errors))[:3]}" if errors else ""),
     ]
 
 
@@ -475,11 +587,13 @@ def main() -> None:
     parser.add_argument("--stream-grpc", type=int, default=1500, help="decoupled gRPC streams at once (issue 38)")
     parser.add_argument("--stream-sse", type=int, default=750, help="decoupled generate_stream clients at once")
     parser.add_argument("--only-streams", action="store_true", help="only the rows of issue 38 (decoupled streams)")
+    parser.add_argument("--only-many-streams", action="store_true", help="only the row of many decoupled streams")
+    parser.add_argument("server_flags", nargs="*", help="after --: more flags for the streams' server")
     args = parser.parse_args()
-    if args.only_streams:
+    if args.only_streams or args.only_many_streams:
         with tempfile.TemporaryDirectory() as tmp:
             rows = [["attack", "answer", "server while it holds", "another client's request (worst)"]]
-            rows.extend(streams(tmp, args.stream_grpc, args.stream_sse))
+            rows.extend(streams(tmp, args.stream_grpc, args.stream_sse, args.only_many_streams, args.server_flags))
         _print(rows)
         return
     with tempfile.TemporaryDirectory() as tmp:

@@ -115,6 +115,7 @@ def grpc_limits(s: Settings, processes: int = 1) -> GrpcLimits:
         s.grpc_idle_stream_secs,
         reads_total,
         stream_reads_total,
+        s.grpc_stream_first_message_secs,
     )
 
 

@@ -106,9 +106,12 @@ class FerryServer:
             strict_readiness=settings.strict_readiness,
             stream_limits=stream_limits(settings),
             max_streamed_requests=settings.max_streamed_requests,
+            streamed_responses_per_turn=settings.streamed_responses_per_turn,
         )
         self.metrics.registry.register(AdmissionCollector(self.plane.admission))
-        self.metrics.registry.register(StreamsCollector(self.plane.stream_limits, lambda: len(self.plane.open_streams)))
+        self.metrics.registry.register(
+            StreamsCollector(self.plane.stream_limits, lambda: len(self.plane.open_streams), self.plane.response_pacer)
+        )
         work = self.plane.image_work
         self.metrics.registry.register(
             ImageWorkCollector(work if self.intakes is None else ServerImageWork(work, self.intakes.table))

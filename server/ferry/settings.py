@@ -88,6 +88,12 @@ class Settings(BaseSettings):
         "last response): kept below --max-inflight-requests so streams leave room for other requests; more get "
         "429/RESOURCE_EXHAUSTED (0 = no cap)",
     )
+    streamed_responses_per_turn: Annotated[int, LIMIT] = Field(
+        64,
+        gt=0,
+        description="most responses of decoupled models handed on per turn of the event loop (fewer while turns "
+        "take over 4 ms, down to one): other requests never wait behind more than this much stream work",
+    )
     max_streamed_requests_per_peer: Annotated[int, LIMIT] = Field(
         256,
         gt=0,
@@ -227,6 +233,12 @@ class Settings(BaseSettings):
     )
     grpc_request_timeout_secs: Annotated[float, LIMIT] = Field(
         60.0, gt=0, description="a unary gRPC call's request message must arrive within this (DEADLINE_EXCEEDED)"
+    )
+    grpc_stream_first_message_secs: Annotated[float, LIMIT] = Field(
+        60.0,
+        gt=0,
+        description="a stream (ModelStreamInfer) whose first request message has not arrived within this of its "
+        "start (waiting for a message turn included) is ended (DEADLINE_EXCEEDED), freeing its call slot",
     )
     grpc_write_timeout_secs: Annotated[float, LIMIT] = Field(
         30.0,

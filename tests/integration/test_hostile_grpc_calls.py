@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import grpc
 import hpack
@@ -211,3 +211,65 @@ async def test_never_finished_calls_of_one_address_leave_each_intake_room(two_in
     for attacker in attackers:
         assert attacker.transport is not None
         attacker.transport.close()
+
+
+FIRST_MESSAGE_S = 2
+SILENT = "127.0.0.5"
+
+
+@pytest.fixture(scope="module", params=["one process", "2 intake processes"])
+def first_message_server(request, tmp_path_factory) -> Iterator[RunningServer]:
+    extra = ["--intake-processes", "2"] if request.param == "2 intake processes" else []
+    running = start_quick_server(
+        tmp_path_factory.mktemp("hostile_grpc_first_message"),
+        *("--grpc-stream-first-message-secs", str(FIRST_MESSAGE_S), "--grpc-max-calls-per-peer", str(PER_PEER)),
+        *("--grpc-stream-reads-per-peer", "2"),  # fewer than the attacker's streams: some wait for a turn
+        *extra,
+    )
+    yield running
+    running.stop()
+
+
+async def test_a_stream_whose_first_message_never_comes_is_ended(first_message_server: RunningServer) -> None:
+    """Streams opened that never send a request held their call slots for as long as their
+    connection lived (issue 38, item 8). Now each is ended with DEADLINE_EXCEEDED once
+    ``--grpc-stream-first-message-secs`` has passed (those waiting for one of their address's
+    stream turns too), which gives the slots back; a stream that sent its first message in time
+    is not ended, however long it then stays idle."""
+    server = first_message_server
+    options = [("grpc.use_local_subchannel_pool", 1)]
+    async with grpc.aio.insecure_channel(server.grpc_url, options=options) as channel:
+        sent: asyncio.Queue[pb.ModelInferRequest | None] = asyncio.Queue()
+
+        async def requests() -> AsyncIterator[pb.ModelInferRequest]:
+            while (message := await sent.get()) is not None:
+                yield message
+
+        request = pb.ModelInferRequest(model_name="quick")
+        request.inputs.add(name="x", datatype="FP32", shape=[1, 16])
+        request.raw_input_contents.append(np.ones((1, 16), np.float32).tobytes())
+        kept = pb_grpc.GRPCInferenceServiceStub(channel).ModelStreamInfer(requests())
+        sent.put_nowait(request)
+        assert not (await kept.read()).error_message  # its first message came in time: answered
+        # the attack: the address's full share of calls (8), streams that never send a message
+        attackers = await _attack(server.grpc_port, "ModelStreamInfer", 2, PER_PEER // 2, SILENT)
+        await _wait(lambda: len(_statuses(attackers)) == PER_PEER, timeout=FIRST_MESSAGE_S + 30)
+        ended = {str(grpc.StatusCode.DEADLINE_EXCEEDED.value[0])}
+        messages = {m for a in attackers for m in a.messages.values()}
+        assert set(_statuses(attackers)) == ended, messages
+        assert messages == {
+            f"the stream's first request message did not arrive within {FIRST_MESSAGE_S} s "
+            "(--grpc-stream-first-message-secs)"
+        }
+        # the slots came back: the address opens its full share again, ended the same way, not refused
+        again = await _attack(server.grpc_port, "ModelStreamInfer", 1, PER_PEER, SILENT)
+        await _wait(lambda: len(_statuses(again)) == PER_PEER, timeout=FIRST_MESSAGE_S + 30)
+        assert set(_statuses(again)) == ended, {m for a in again for m in a.messages.values()}
+        # the stream that sent in time is still open and served, idle all that while
+        sent.put_nowait(request)
+        assert not (await kept.read()).error_message
+        sent.put_nowait(None)
+        assert await kept.code() == grpc.StatusCode.OK
+        for attacker in attackers + again:
+            assert attacker.transport is not None
+            attacker.transport.close()

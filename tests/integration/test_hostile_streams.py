@@ -63,6 +63,7 @@ def capped(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
         request.param,
         *("--grpc-max-stream-requests", str(STREAM_CAP), "--max-streamed-requests-per-peer", str(PEER_CAP)),
         *("--max-streamed-requests", str(TOTAL_CAP)),
+        *("--streamed-responses-per-turn", "1"),  # the streams' pace, whatever this machine's speed
     )
     yield running
     running.stop()
@@ -244,12 +245,13 @@ def test_one_client_address_cannot_hold_more_streamed_requests_than_its_cap(capp
     _wait_for(lambda: _metric(capped, "ferry_inflight_requests") == 0, "the closed streams still hold requests")
 
 
-def _sse_stream(server: RunningServer, source: str, headers: bytes = b"") -> tuple[socket.socket, bytes]:
-    """A never_final generate_stream from ``source``: its socket and what arrived (event or error)."""
+def _sse_stream(
+    server: RunningServer, source: str, headers: bytes = b"", model: str = "never_final", body: bytes = b'{"IN": 7}'
+) -> tuple[socket.socket, bytes]:
+    """A generate_stream from ``source``: its socket and what arrived (event or error)."""
     sock = socket.create_connection(("127.0.0.1", server.http_port), timeout=30, source_address=(source, 0))
-    body = b'{"IN": 7}'
     sock.sendall(
-        b"POST /v2/models/never_final/generate_stream HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"POST /v2/models/{model}/generate_stream HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n".encode()
         + headers
         + f"Content-Length: {len(body)}\r\n\r\n".encode()
         + body
@@ -328,9 +330,10 @@ def test_streams_cancelled_mid_answer_log_no_error(mode: str, tmp_path: Path) ->
                 start = _metric(server, SENT)
                 call = stub.ModelStreamInfer(requests())
                 assert not next(call).error_message
-                # one answer read, 32 in the two 16-answer buffers: the rest were handed to grpc,
-                # which writes them as the client's window allows (one process stalls at 39)
-                _wait_for(lambda s=start: _metric(server, SENT) - s >= 36, "the model does not fill the buffers")
+                # one answer read, 16 in the stream's buffer, one in its reader's hands and at least 9
+                # in the response buffer (its producer is woken once it is down to half): the rest
+                # were handed to grpc, which writes them as the client's window allows
+                _wait_for(lambda s=start: _metric(server, SENT) - s >= 30, "the model does not fill the buffers")
                 call.cancel()
                 release.set()
             for index in range(2):  # and streams cancelled while they wait for the model's next answer
@@ -343,3 +346,77 @@ def test_streams_cancelled_mid_answer_log_no_error(mode: str, tmp_path: Path) ->
         server.stop()
     log = server.log()
     assert "ExecuteBatchError" not in log and "Task was destroyed" not in log, log[-3000:]
+
+
+def _repeat_request() -> pb.ModelInferRequest:
+    request = pb.ModelInferRequest(model_name="repeat")
+    request.inputs.add(name="IN", datatype="FP32", shape=[16])
+    request.inputs.add(name="COUNT", datatype="INT32", shape=[1])
+    request.raw_input_contents.extend([np.ones(16, np.float32).tobytes(), np.array([100000], np.int32).tobytes()])
+    return request
+
+
+def test_many_producing_streams_take_turns_and_others_go_first(capped: RunningServer) -> None:
+    """Issue 38 item 3 in CI size: gRPC streams of one address and event streams of another, each
+    asking repeat for 100,000 responses and reading them as fast as they come, fill the server-wide
+    cap of streamed requests. Each turn of the model process's loop used to run every ready
+    stream's next response before anything else (with 2,250 streams others' p99 took 3-4.5 s); now
+    at most ``--streamed-responses-per-turn`` (1 here) go on per turn: the others wait for their
+    turn, still all moving, while readiness, REST and gRPC infers and metrics of another client are
+    answered and the cap refuses the streams past it."""
+    paced = _metric(capped, "ferry_streamed_responses_paced_total")
+    stop = threading.Event()
+    received: list[int] = []
+    channel = grpc.insecure_channel(capped.grpc_url)
+    stub = pb_grpc.GRPCInferenceServiceStub(channel)
+
+    def read_grpc(index: int) -> None:
+        call = stub.ModelStreamInfer(iter([_repeat_request()]))
+        try:
+            for _ in call:
+                received[index] += 1
+                if stop.is_set():
+                    call.cancel()
+        except grpc.RpcError:
+            pass
+
+    def read_events(index: int, sock: socket.socket) -> None:
+        with sock:
+            while not stop.is_set() and sock.recv(65536):
+                received[index] += 1
+
+    readers = []
+    try:
+        for index in range(PEER_CAP):  # gRPC streams of 127.0.0.1, up to its cap
+            received.append(0)
+            readers.append(threading.Thread(target=read_grpc, args=(index,), daemon=True))
+            readers[-1].start()
+        _wait_for(lambda: _metric(capped, "ferry_streamed_requests") == PEER_CAP, "the gRPC streams are not open")
+        body = b'{"IN": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16], "COUNT": 100000}'
+        refused = []
+        for _ in range(TOTAL_CAP - PEER_CAP + 2):  # event streams of 127.0.0.2, two past the server's cap
+            sock, first = _sse_stream(capped, "127.0.0.2", model="repeat", body=body)
+            if first.startswith(b"HTTP/1.1 429"):
+                refused.append(first)
+                sock.close()
+                continue
+            assert b"data: " in first, first
+            received.append(0)
+            readers.append(threading.Thread(target=read_events, args=(len(received) - 1, sock), daemon=True))
+            readers[-1].start()
+        assert len(refused) == 2 and all(b"--max-streamed-requests)" in r for r in refused), refused
+        assert _metric(capped, "ferry_streamed_requests") == TOTAL_CAP  # the attack holds
+        # responses wait for their turn of the loop while the streams produce
+        _wait_for(lambda: _metric(capped, "ferry_streamed_responses_waiting") > 1, "no response waits for its turn")
+        moved = list(received)
+        _others_served(capped)  # answered while every stream is held and producing
+        assert _metric(capped, "ferry_streamed_requests") == TOTAL_CAP
+        assert _metric(capped, "ferry_inflight_requests") == TOTAL_CAP  # the others' requests are over
+        _wait_for(lambda: all(r > m for r, m in zip(received, moved, strict=True)), "a stream stopped moving")
+        assert _metric(capped, "ferry_streamed_responses_paced_total") > paced
+    finally:
+        stop.set()
+        channel.close()
+        for reader in readers:
+            reader.join(timeout=30)
+    _wait_for(lambda: _metric(capped, "ferry_inflight_requests") == 0, "the closed streams still hold requests")

@@ -33,6 +33,7 @@ from ..inference.validation import engine_output, int_parameter
 from ..pipelines.postprocess import classification_strings
 from ..repository.manager import ModelManager
 from ..repository.model import ModelVersion
+from ..response_pacing import MOST_PER_TURN, ResponsePacer
 from ..response_streams import ResponseStream
 from ..security.identity import Identify, anonymous
 from ..types import InferenceRequest, InferenceResponse, OutputTensor, Reserves, TensorSpec
@@ -78,6 +79,7 @@ class DataPlane:
         strict_readiness: bool = False,
         stream_limits: StreamLimits | None = None,
         max_streamed_requests: int = 0,
+        streamed_responses_per_turn: int = MOST_PER_TURN,
     ) -> None:
         self.manager = manager
         self.stream_limits = stream_limits or StreamLimits()  # per gRPC stream and client address
@@ -93,6 +95,8 @@ class DataPlane:
         self.started = False
         self.draining = False
         self.open_streams: set[ResponseStream] = set()  # decoupled requests not yet final
+        # their responses' turns of the event loop: other requests go first
+        self.response_pacer = ResponsePacer(most=streamed_responses_per_turn)
         self._streams_closed = asyncio.Event()
         self.workers = manager.workers  # the process's pools (``ferry.workers``)
         self.path = RequestPath(
@@ -220,7 +224,7 @@ class DataPlane:
         requested = request.outputs if request.outputs else None
         names = [o.name for o in requested] if requested is not None else list(model.outputs)
         release = self.shared_memory.hold(request.client, shared_regions(request))
-        stream = ResponseStream(asyncio.get_running_loop())
+        stream = ResponseStream(asyncio.get_running_loop(), pacer=self.response_pacer)
         self.open_streams.add(stream)
         sent, last = 0, time.perf_counter_ns()
         final = False

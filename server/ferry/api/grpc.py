@@ -556,6 +556,7 @@ def create_grpc_server(
         limits.reads_total,
         limits.stream_reads_total,
         cutoff,
+        limits.stream_first_message_secs,
     )
     count_message = servicer.count_message
 

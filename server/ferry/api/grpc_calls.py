@@ -9,7 +9,9 @@ its request message), and adds
   process's share of the server-wide cap: ``front_doors.grpc_limits``): past it that peer's new
   calls get RESOURCE_EXHAUSTED at once, other peers keep their share of the server-wide cap;
 - a deadline for a unary call's request message (``request_timeout``): a call whose message never
-  completes (headers sent, data withheld) is ended with DEADLINE_EXCEEDED and frees its slot.
+  completes (headers sent, data withheld) is ended with DEADLINE_EXCEEDED and frees its slot; and
+  one for a stream's first message (``stream_first_message_timeout``, ``FirstMessageDeadlines``):
+  a stream opened that never sends a request held its slot for as long as its connection lived.
 - turns for receiving request messages (``grpc_turns.py``): grpc reads a message whole, and parses
   it, before admission can see its size, so one client sending many large calls at once had them
   all in memory, uncounted (16 x 64 MiB: +1 GB). A unary call asks for its message only in its
@@ -201,6 +203,58 @@ class MessageDeadlines:
             self._sweep = asyncio.get_running_loop().call_later(self.period, self._expire_late)
 
 
+class FirstMessageDeadlines:
+    """Ends streams whose first request message has not arrived ``timeout`` seconds after they
+    began (waiting for a message turn included, as for a unary call's message): one sweep for all.
+
+    After its first message a stream may rightly stay idle (``grpc_turns`` ends one idle on a turn
+    others wait for); before it, it is a call slot held for nothing. Like an idle stream, one
+    ended here is ended alone in grpc core (``grpc_cancel.end_call``), with DEADLINE_EXCEEDED."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self.period = min(1.0, timeout / SWEEPS_PER_TIMEOUT)
+        self._waiting: dict[object, tuple[float, grpc.aio.ServicerContext, str]] = {}
+        self._sweep: asyncio.TimerHandle | None = None
+
+    async def messages(
+        self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext, token: object, peer: str
+    ) -> AsyncIterator[Any]:
+        """``requests``, with the stream timed until the first arrives (``token``: grpc's task for
+        the call, as ``ExpectedFailures`` knows it). Keeps no message between two."""
+        self._waiting[token] = (time.monotonic() + self.timeout, context, peer)
+        if self._sweep is None:
+            self._sweep = asyncio.get_running_loop().call_later(self.period, self._end_late)
+        try:
+            async for message in requests:
+                self._waiting.pop(token, None)
+                held = [message]
+                del message
+                yield held.pop()
+        finally:
+            self._waiting.pop(token, None)
+
+    def _end_late(self) -> None:
+        now = time.monotonic()
+        for token, (deadline, context, peer) in list(self._waiting.items()):
+            if deadline > now:
+                continue
+            del self._waiting[token]
+            details = (
+                f"the stream's first request message did not arrive within {self.timeout:g} s "
+                "(--grpc-stream-first-message-secs)"
+            )
+            _expected.add(token)  # its failed writes, if any, are expected (the bidi guard forgets it)
+            if grpc_cancel.end_call(context, grpc.StatusCode.DEADLINE_EXCEEDED, details):
+                log.warning("ended a gRPC stream of %s: %s", peer, details)
+            else:
+                _expected.discard(token)
+                log.error("could not end a gRPC stream of %s: this grpcio offers no way to end one call", peer)
+        self._sweep = None
+        if self._waiting:
+            self._sweep = asyncio.get_running_loop().call_later(self.period, self._end_late)
+
+
 class WriteDeadlines:
     """Ends the call of a client that does not take a response message in time: one sweep for
     every message being written (``ports``: the listening ports whose connections the fallback may
@@ -321,6 +375,7 @@ class CallGuard:
         reads_total: int = 0,
         stream_reads_total: int = 0,
         cutoff: DrainCutoff | None = None,
+        stream_first_message_timeout: float = 60.0,
     ) -> None:
         self.max_calls_per_peer = max_calls_per_peer
         self.cutoff = cutoff or DrainCutoff()  # unary calls still running when the drain ends
@@ -331,6 +386,7 @@ class CallGuard:
             else None
         )
         self.deadlines = MessageDeadlines(request_timeout)
+        self.first_messages = FirstMessageDeadlines(stream_first_message_timeout)
         self.writes = WriteDeadlines(write_timeout)
         self.calls: dict[str, int] = {}
 
@@ -402,6 +458,7 @@ class CallGuard:
         writes = self.writes
 
         stream_turns = self.stream_turns
+        first_messages = self.first_messages
 
         async def bidi(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             peer = await self._enter(context)
@@ -412,6 +469,8 @@ class CallGuard:
                 stream = StreamActivity(context, task)
                 requests = stream_turns.messages(peer, stream)
                 current_stream.set(stream)  # a context variable: grpc calls the servicer with (message, context) only
+            if peer:  # this server's own intakes (no peer) send their first message at once
+                requests = first_messages.messages(requests, context, task, peer)
             # a stream's write fails only when its client is gone (cancelled, reset, disconnected):
             # grpc's ERROR with a traceback for that is dropped
             _streams.add(task)
@@ -430,6 +489,7 @@ class CallGuard:
                 if stream is not None and stream_turns is not None:
                     stream_turns.closed(stream)
                 _streams.discard(task)
+                _expected.discard(task)  # ended for a late first message: over now
 
         return grpc.stream_stream_rpc_method_handler(
             bidi, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer

@@ -4,7 +4,8 @@ gRPC core bounds what it is told to: without these, one client can open thousand
 connection (each holding buffers until it finishes), ping without limit and keep idle connections
 forever. ``max_concurrent_rpcs`` bounds unfinished calls server-wide, so memory held by streams is
 bounded however many connections a client opens; calls past it get RESOURCE_EXHAUSTED at once.
-``max_calls_per_peer`` and ``request_timeout_secs`` keep one client from holding all of them, and
+``max_calls_per_peer``, ``request_timeout_secs`` and ``stream_first_message_secs`` keep one client
+from holding all of them, and
 ``write_timeout_secs`` ends a call whose client does not take its answer (``grpc_calls.py``).
 """
 
@@ -31,6 +32,7 @@ class GrpcLimits:
     idle_stream_secs: float = 60.0
     reads_total: int = 4
     stream_reads_total: int = 8
+    stream_first_message_secs: float = 60.0
 
     def channel_options(self) -> list[tuple[str, int]]:
         return [

@@ -33,6 +33,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from ..errors import ErrorKind, FerryError
+from ..response_pacing import ResponsePacer
 
 #: The header an intake process names its client's address in, for the model process.
 PEER_HEADER = "x-ferry-peer"
@@ -98,12 +99,14 @@ def not_counted() -> None:
 
 class StreamsCollector(Collector):
     """Exports the model process's open requests to decoupled models (``open_count``: all of them,
-    whichever process took them in) and the requests its bounds refused (an intake's refusals of
-    its own clients are not among them)."""
+    whichever process took them in), the requests its bounds refused (an intake's refusals of
+    its own clients are not among them), and its ``pacer``'s responses: let on, and waiting for
+    their turn of the loop (``response_pacing.py``)."""
 
-    def __init__(self, limits: StreamLimits, open_count: Callable[[], int]) -> None:
+    def __init__(self, limits: StreamLimits, open_count: Callable[[], int], pacer: ResponsePacer) -> None:
         self._limits = limits
         self._open_count = open_count
+        self._pacer = pacer
 
     def collect(self) -> Iterable[Metric]:
         yield GaugeMetricFamily(
@@ -113,4 +116,14 @@ class StreamsCollector(Collector):
             "ferry_streamed_rejected",
             "Requests to decoupled models refused by the stream bounds in the model process (429/RESOURCE_EXHAUSTED)",
             value=self._limits.rejected,
+        )
+        yield CounterMetricFamily(
+            "ferry_streamed_responses_paced",
+            "Responses of decoupled models let on by the pacer (at most a bounded number per turn of the event loop)",
+            value=self._pacer.granted,
+        )
+        yield GaugeMetricFamily(
+            "ferry_streamed_responses_waiting",
+            "Responses of decoupled models waiting for their turn of the event loop (other requests go first)",
+            value=self._pacer.waiting,
         )
