@@ -57,6 +57,7 @@ from .validation import (
     int_parameter,
     validate_inputs,
 )
+from .working_memory import working_memory_counted
 
 Outputs = dict[str, np.ndarray]
 
@@ -303,16 +304,17 @@ class RequestPath(FrontHalf):
             )
 
         try:
-            try:
-                served = model
-                results = await queue_on(model)
-            except Unloading:
-                # a reload retired this version since it was looked up (while images decoded, say):
-                # queue on the version that replaced it, so reloads drop nothing
-                served = self.manager.get(model.name, request.model_version)  # raises when none did
-                if served is model:
-                    raise
-                results = await queue_on(served)
+            with working_memory_counted(model, inputs, request.ticket):
+                try:
+                    served = model
+                    results = await queue_on(model)
+                except Unloading:
+                    # a reload retired this version since it was looked up (while images decoded, say):
+                    # queue on the version that replaced it, so reloads drop nothing
+                    served = self.manager.get(model.name, request.model_version)  # raises when none did
+                    if served is model:
+                        raise
+                    results = await queue_on(served)
         except Exception as exc:
             if trace:
                 self.tracing.finish(trace, str(model.version), error=str(exc) or type(exc).__name__)

@@ -112,14 +112,17 @@ class OcrScheduler(ComposingScheduler):
             work = await run_in(self.pool, steps.start_page, data, settings, self.max_pixels)
             if work.detector_input is None:
                 return steps.result(np.zeros((0, 4, 2)), [], [])
+            run = self._models.step_runner
             found = await _run_model(
-                self._models.step_runner, detector, work.detector_input, priority, timeout_us, parameters, timing
+                run, detector, work.detector_input, priority, timeout_us, parameters, timing, ticket
             )
             work.detector_input = None
             text_cost = await run_in(self.pool, steps.find_text, work, found, settings, len(characters))
             del found
         with _counted(ticket, text_cost):
-            return await self._read_text(work, angle, recognizer, characters, priority, timeout_us, parameters, timing)
+            return await self._read_text(
+                work, angle, recognizer, characters, priority, timeout_us, parameters, timing, ticket
+            )
 
     async def _read_text(
         self,
@@ -131,6 +134,7 @@ class OcrScheduler(ComposingScheduler):
         timeout_us: int | None,
         parameters: Mapping[str, Any] | None,
         timing: RequestTiming,
+        ticket: Reserves | None,
     ) -> Outputs:
         """The crops of the boxes found, turned upright and recognised, a few batches at a time."""
         settings = self.settings
@@ -138,7 +142,7 @@ class OcrScheduler(ComposingScheduler):
         if angle_batch is None:
             return steps.result(np.zeros((0, 4, 2)), [], [])
         angles = await _run_model(
-            self._models.step_runner, angle, angle_batch, priority, timeout_us, parameters, timing
+            self._models.step_runner, angle, angle_batch, priority, timeout_us, parameters, timing, ticket
         )
         batches = await run_in(self.pool, steps.turn_crops, work, angles, settings)
         window = asyncio.Semaphore(steps.RECOGNITION_WINDOW)
@@ -147,7 +151,7 @@ class OcrScheduler(ComposingScheduler):
             async with window:
                 tensor = await run_in(self.pool, steps.recognition_tensor, work, members, width, settings)
                 probabilities = await _run_model(
-                    self._models.step_runner, recognizer, tensor, priority, timeout_us, parameters, timing
+                    self._models.step_runner, recognizer, tensor, priority, timeout_us, parameters, timing, ticket
                 )
                 return members, await run_in(self.pool, ctc_greedy, probabilities, characters)
 
@@ -177,10 +181,12 @@ async def _run_model(
     timeout_us: int | None,
     parameters: Mapping[str, Any] | None,
     timing: RequestTiming,
+    ticket: Reserves | None,
 ) -> np.ndarray:
     """The model's one output for ``batch`` (first axis: items), through the request path: in
     one request when the model batches (the path splits it to ``max_batch_size``), else one
-    request per item."""
+    request per item. The page's ticket goes with each: the path counts the step model's working
+    memory on it while the step runs."""
     [input_name] = model.inputs
     [output_name] = model.outputs
     # the page's own tensors, bounded by max_detector_pixels and the page's crops
@@ -197,6 +203,7 @@ async def _run_model(
             timing,
             None,
             parameters,
+            ticket,
             preprocessed=made,
         )
 
