@@ -16,11 +16,14 @@ are chosen for: no attack raises the peak by more than 500 MB. Prints a table.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import collections
 import contextlib
+import gzip
 import io
 import json
 import multiprocessing
+import queue
 import shutil
 import sys
 import tempfile
@@ -37,7 +40,7 @@ from typing import Any
 import grpc
 import numpy as np
 import psutil
-from PIL import Image
+from PIL import Image, ImageDraw, ImageFont
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -133,6 +136,7 @@ def _post(url: str, body: bytes, headers: dict[str, str]) -> str:
             response.read()
             return str(response.status)
     except urllib.error.HTTPError as error:
+        print(f"  {error.code}: {error.read()[:300].decode(errors='replace')}", file=sys.stderr, flush=True)
         return str(error.code)
     except OSError as error:
         return type(error).__name__
@@ -192,15 +196,19 @@ def _grpc_client(url: str, streamed: bool, mib: int, barrier: Any, answers: Any)
             answers.put(exc.code().name)
 
 
-def _grpc_burst(server: RunningServer, count: int, mib: int, streamed: bool) -> Callable[[], list[str]]:
-    """Starts ``count`` client processes (one connection each) and returns the burst: releasing
-    them at once. Processes, not threads: threads serialise their sends under one interpreter, so
-    the messages arrived one after another and the burst measured half of what it can reach."""
+def _grpc_burst(
+    server: RunningServer, count: int, mib: int, streamed: bool, urls: list[str] | None = None
+) -> Callable[[], list[str]]:
+    """Starts ``count`` client processes (one connection each, to ``urls`` in turn: the server's
+    own by default) and returns the burst: releasing them at once. Processes, not threads: threads
+    serialise their sends under one interpreter, so the messages arrived one after another and the
+    burst measured half of what it can reach."""
     spawn = multiprocessing.get_context("spawn")
     barrier, answers = spawn.Barrier(count + 1), spawn.Queue()
+    urls = urls or [server.grpc_url]
     clients = [
-        spawn.Process(target=_grpc_client, args=(server.grpc_url, streamed, mib, barrier, answers))
-        for _ in range(count)
+        spawn.Process(target=_grpc_client, args=(urls[index % len(urls)], streamed, mib, barrier, answers))
+        for index in range(count)
     ]
     for client in clients:
         client.start()
@@ -226,6 +234,50 @@ def grpc_streams(server: RunningServer, count: int = 16, mib: int = 47) -> Calla
     contents: each open stream that asks for its message may receive it whole before admission
     sees it (streams take turns: see docs/reliability.md)."""
     return _grpc_burst(server, count, mib, streamed=True)
+
+
+#: 16 loopback addresses besides 127.0.0.1 (any local user has 127.0.0.0/8).
+ADDRESSES = [f"127.0.0.{10 + index}" for index in range(16)]
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Bytes one way, at the pace the far side takes them (so the server's flow control holds)."""
+    with contextlib.suppress(ConnectionError):
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+    writer.close()
+
+
+def _relays(port: int, sources: list[str]) -> list[str]:
+    """Local addresses whose connections reach ``port`` from each of ``sources``: grpcio cannot
+    choose its source address, so a relay per address (in this process, whose memory is not the
+    server's) connects from it."""
+    ready: queue.Queue[list[str]] = queue.Queue()
+
+    async def serve() -> None:
+        urls = []
+        for source in sources:
+
+            async def relay(reader: Any, writer: Any, source: str = source) -> None:
+                upstream_reader, upstream_writer = await asyncio.open_connection(
+                    "127.0.0.1", port, local_addr=(source, 0)
+                )
+                await asyncio.gather(_pipe(reader, upstream_writer), _pipe(upstream_reader, writer))
+
+            listener = await asyncio.start_server(relay, "127.0.0.1", 0)
+            urls.append(f"127.0.0.1:{listener.sockets[0].getsockname()[1]}")
+        ready.put(urls)
+        await asyncio.Event().wait()  # relays until the benchmark exits
+
+    threading.Thread(target=asyncio.run, args=(serve(),), daemon=True).start()
+    return ready.get(timeout=30)
+
+
+def grpc_addresses(server: RunningServer, per_address: int = 2, mib: int = 47) -> Callable[[], list[str]]:
+    """``per_address`` gRPC calls of ``mib`` MiB from each of 16 loopback addresses at once."""
+    urls = _relays(server.grpc_port, ADDRESSES)
+    return _grpc_burst(server, per_address * len(urls), mib, streamed=False, urls=urls)
 
 
 def big_tensors(server: RunningServer, count: int = 24, mib: int = 64) -> list[str]:
@@ -304,8 +356,81 @@ def multipart(server: RunningServer, count: int = 4, files: int = 64, side: int 
     return _at_once(count, lambda: _post(url, body, headers))
 
 
+def _encoded(image: Image.Image, format: str, **options: Any) -> bytes:
+    out = io.BytesIO()
+    image.save(out, format=format, **options)
+    return out.getvalue()
+
+
+def _one(server: RunningServer, path: str, body: bytes, count: int = 1) -> list[str]:
+    """``count`` POSTs of ``body`` to ``path`` at once (one: the issue's single small requests)."""
+    return _at_once(count, lambda: _post(f"http://{server.http_url}{path}", body, {"Content-Type": "image/png"}))
+
+
+def ocr_noise(server: RunningServer) -> list[str]:
+    """A 39.7-MP page of grey noise (7700 x 5160, PNG) to /ocr."""
+    noise = np.random.default_rng(0).integers(0, 256, (5160, 7700), np.uint8)
+    return _one(server, "/v2/models/ocr/ocr", _encoded(Image.fromarray(noise), "PNG", compress_level=1))
+
+
+def ocr_words(server: RunningServer) -> list[str]:
+    """A 2000 x 2000 page of 1,540 words (35 lines of 44) to /ocr."""
+    page = Image.new("RGB", (2000, 2000), "white")
+    draw = ImageDraw.Draw(page)
+    font = ImageFont.load_default(size=16)
+    for line in range(35):
+        draw.text((10, 20 + 56 * line), " ".join(f"w{line}x{word}" for word in range(44)), fill="black", font=font)
+    return _one(server, "/v2/models/ocr/ocr", _encoded(page, "PNG"))
+
+
+def ocr_8mp(server: RunningServer) -> list[str]:
+    """A 500 x 6000 page: shrunk to 160 x 1984, then enlarged to a 736 x 9120 detector input
+    (6.7 MP, within max_detector_pixels: ONNX Runtime holds ~1.1 GB running it)."""
+    page = Image.new("RGB", (500, 6000), "white")
+    return _one(server, "/v2/models/ocr/ocr", _encoded(page, "PNG"))
+
+
+def ocr_thin(server: RunningServer) -> list[str]:
+    """An 8 x 2000 white PNG to /ocr."""
+    return _one(server, "/v2/models/ocr/ocr", _encoded(Image.new("RGB", (8, 2000), "white"), "PNG"))
+
+
+def thin_classify(server: RunningServer) -> list[str]:
+    """A 1 x 4000 PNG (93 bytes) to /classify on document_orientation (shorter side to 256)."""
+    thin = _encoded(Image.new("RGB", (1, 4000), (90, 90, 90)), "PNG")
+    return _one(server, "/v2/models/document_orientation/classify", thin)
+
+
+def thin_embed(server: RunningServer) -> list[str]:
+    """A 1 x 30000 PNG to /embed on document_orientation's embedding twin."""
+    thin = _encoded(Image.new("RGB", (1, 30000), (90, 90, 90)), "PNG")
+    return _one(server, "/v2/models/orientation_embed/embed", thin)
+
+
+def webp(server: RunningServer) -> list[str]:
+    """A 39-MP lossless WebP of one colour (7650 x 5100, a few kB) to /classify."""
+    image = _encoded(Image.new("RGB", (7650, 5100), (10, 200, 30)), "WEBP", lossless=True)
+    return _one(server, "/v2/models/document_orientation/classify", image)
+
+
+def _gzip_tensor(server: RunningServer, model: str, output: str, shape: list[int]) -> list[str]:
+    """A V2 infer of zeros of ``shape`` (FP32, binary), gzipped: a fraction of a MB on the wire."""
+    data = np.zeros(shape, dtype=np.float32).tobytes()
+    head = json.dumps(
+        {
+            "inputs": [
+                {"name": "x", "shape": shape, "datatype": "FP32", "parameters": {"binary_data_size": len(data)}}
+            ],
+            "outputs": [{"name": output, "parameters": {"binary_data": True}}],
+        }
+    ).encode()
+    body = gzip.compress(head + data, compresslevel=6)
+    headers = {"Content-Type": "application/octet-stream", "Content-Encoding": "gzip", HEADER_LENGTH: str(len(head))}
+    return [_post(f"http://{server.http_url}/v2/models/{model}/infer", body, headers)]
+
+
 #: Attacks that return their burst, clients ready (made ready before the measurement starts).
-PREPARED = frozenset({"grpc_raw", "grpc_streams"})
+PREPARED = frozenset({"grpc_raw", "grpc_streams", "grpc_addresses"})
 
 ATTACKS: dict[str, tuple[str, Callable[[RunningServer], Any]]] = {
     "typed": ("4 x gRPC fp32_contents of 30 MiB", typed),
@@ -317,6 +442,27 @@ ATTACKS: dict[str, tuple[str, Callable[[RunningServer], Any]]] = {
     "images": ("6 x 36-MP RGB PNG to /classify", images),
     "images16": ("6 x 36-MP 16-bit grey PNG to /classify", lambda s: images(s, mode="I;16")),
     "multipart": ("4 x multipart of 64 noisy 1-MP PNGs", multipart),
+    # issue 38
+    "grpc_addresses": ("16 addresses x 2 gRPC calls of 47 MiB (32 client processes)", grpc_addresses),
+    "ocr_noise": ("39.7-MP noise page (PNG) to /ocr", ocr_noise),
+    "ocr_words": ("2000 x 2000 page of 1,540 words to /ocr", ocr_words),
+    "ocr_8mp": ("500 x 6000 page to /ocr (6.7-MP detector input)", ocr_8mp),
+    "detector_gzip": (
+        "text_detector [1,3,2048,2048] from a gzip body",
+        lambda s: _gzip_tensor(s, "text_detector", "sigmoid_0.tmp_0", [1, 3, 2048, 2048]),
+    ),
+    "detector_1184": (
+        "text_detector [1,3,1152,1152] from a gzip body (within max_variable_elements)",
+        lambda s: _gzip_tensor(s, "text_detector", "sigmoid_0.tmp_0", [1, 3, 1152, 1152]),
+    ),
+    "recognizer_wide": (
+        "text_recognizer [1,3,48,40000] from a gzip body",
+        lambda s: _gzip_tensor(s, "text_recognizer", "softmax_11.tmp_0", [1, 3, 48, 40000]),
+    ),
+    "thin_classify": ("1 x 4000 PNG to /classify", thin_classify),
+    "thin_embed": ("1 x 30000 PNG to /embed", thin_embed),
+    "ocr_thin": ("8 x 2000 white PNG to /ocr", ocr_thin),
+    "webp": ("39-MP lossless WebP to /classify", webp),
 }
 
 
@@ -332,6 +478,13 @@ def main() -> None:
         config = repo / "wide" / "config.pbtxt"
         config.write_text(config.read_text().replace('name: "dynamic_shape"', 'name: "wide"'))
         shutil.copytree(ROOT / "model_repo" / "digits", repo / "digits")
+        for model in ("document_orientation", "text_detector", "text_angle", "text_recognizer", "ocr"):
+            shutil.copytree(ROOT / "model_repo" / model, repo / model)
+        embed = repo / "orientation_embed"  # document_orientation's preprocessing, its outputs as vectors
+        shutil.copytree(ROOT / "model_repo" / "document_orientation", embed)
+        text = (embed / "config.pbtxt").read_text().replace('name: "document_orientation"', 'name: "orientation_embed"')
+        text = text[: text.index("  classification {")] + "  embedding { }\n}\n"
+        (embed / "config.pbtxt").write_text(text)
         flags = ["--intake-processes", str(args.intake_processes), *args.flags]
         rows = []
         for key in args.only.split(","):

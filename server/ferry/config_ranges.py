@@ -56,6 +56,9 @@ _MICROSECONDS = Range(0, 3_600_000_000)
 MAX_INSTANCES = 256
 #: Elements of one warm-up input (its dims times its batch): what the load allocates per sample.
 MAX_WARMUP_ELEMENTS = 2**28
+#: A model's ``working_memory_factor`` parameter: bytes its engine holds while it runs, per byte of
+#: input (ONNX Runtime's PP-OCR models hold 10-25; a factor past this range is a typo).
+WORKING_MEMORY_RANGE = Range(0, 1000)
 
 RANGES: dict[str, Range] = {
     "version_policy.latest.num_versions": Range(1, 1000),

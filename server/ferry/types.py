@@ -45,6 +45,11 @@ class Reserves(Protocol):
 
     def hold(self, nbytes: int) -> Callable[[], None]: ...
 
+    @property
+    def own(self) -> int:
+        """The bytes counted for this request so far (an intake hands them on with the request)."""
+        ...
+
 
 @dataclass
 class RequestedOutput:

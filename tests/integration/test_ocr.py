@@ -82,7 +82,9 @@ def ocr_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServ
     (repo / "ocr_numpy_warp" / "config.pbtxt").write_text(
         pipeline + 'parameters { key: "crop_warp" value { string_value: "opencv_4_10" } }\n'
     )
-    running = start_server(repo, repo.parent / "server.log")
+    # the reference's pages need ~1 GB for ONNX Runtime's detector run (736 x 7072: 62 MB x 14, its
+    # working_memory_factor), past the default --max-inflight-bytes: this module checks what is read
+    running = start_server(repo, repo.parent / "server.log", "--max-inflight-bytes", str(2 * 2**30))
     yield running
     running.stop()
 

@@ -10,6 +10,7 @@ bundled repositories' real configs.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ from ferry.config_ranges import NUMBER_TYPES, RANGES
 from ferry.errors import ModelLoadError
 from ferry.ocr.settings import RANGES as OCR_RANGES
 from ferry.ocr.settings import ocr_settings
-from ferry.repository import validation
+from ferry.repository import model, validation
 from ferry.repository.config import parse_config_json, read_config_file
 from ferry.repository.validation import validate_model_config
 from ferry_client.protocol import model_config_pb2 as mc
@@ -171,3 +172,21 @@ def test_a_vision_steps_pipeline_parameters_get_the_same_ranges() -> None:
     assert failure.value.message == (
         "parameters 'preprocess': 'ferry_image.preprocess.limit_side_len' must be within 0..16384, got 1073741824"
     )
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("nan", "parameters 'working_memory_factor' must be within 0..1000, got nan"),
+        ("1e9", "parameters 'working_memory_factor' must be within 0..1000, got 1000000000.0"),
+        ("-1", "parameters 'working_memory_factor' must be within 0..1000, got -1.0"),
+        ("lots", "parameters 'working_memory_factor' must be a number of bytes per input byte, got 'lots'"),
+    ],
+)
+def test_a_working_memory_factor_out_of_range_fails_the_load(value: str, message: str) -> None:
+    config = mc.ModelConfig(name="m")
+    config.parameters["working_memory_factor"].string_value = value
+    with pytest.raises(ModelLoadError, match=re.escape(message)):
+        model._working_memory_factor(config, "model 'm'")
+    config.parameters["working_memory_factor"].string_value = "14"
+    assert model._working_memory_factor(config, "model 'm'") == 14.0

@@ -52,13 +52,20 @@ class Ticket:
     A plain object, not a generator-based context manager: one is made per request, and a request
     often hands its ``close`` on (to be called once its answer is written)."""
 
-    __slots__ = ("_admission", "nbytes", "held", "closed")
+    __slots__ = ("_admission", "nbytes", "held", "closed", "slot", "elsewhere")
 
-    def __init__(self, admission: Admission, nbytes: int) -> None:
+    def __init__(self, admission: Admission, nbytes: int, slot: bool = True, elsewhere: int = 0) -> None:
         self._admission = admission
         self.nbytes = nbytes
         self.held = 0  # bytes of ``hold``s not yet released
         self.closed = False
+        self.slot = slot  # whether it holds a request slot (not a handed-off request's: its intake's does)
+        self.elsewhere = elsewhere  # bytes its intake's ticket counts for the same request
+
+    @property
+    def own(self) -> int:
+        """Bytes this request holds, in this process and in the intake that handed it off."""
+        return self.nbytes + self.held + self.elsewhere
 
     def __enter__(self) -> Ticket:
         return self
@@ -72,7 +79,8 @@ class Ticket:
             return
         self.closed = True
         admission = self._admission
-        admission.counts.add(REQUESTS, -1)
+        if self.slot:
+            admission.counts.add(REQUESTS, -1)
         admission.uncount(self.nbytes)
 
     def reserve(self, nbytes: int) -> None:
@@ -107,7 +115,7 @@ class Ticket:
     def _check(self, nbytes: int) -> None:
         """Raise if ``nbytes`` more would pass the cap (see ``reserve``)."""
         a = self._admission
-        own = self.nbytes + self.held
+        own = self.own
         if a.max_bytes and own + nbytes > a.max_bytes:
             a.count_rejection()
             raise PayloadTooLarge(
@@ -209,6 +217,13 @@ class Admission:
         self.counts.add(REQUESTS, 1)
         self.counts.add(BYTES, nbytes)
         return ticket
+
+    def handed_off(self, elsewhere: int) -> Ticket:
+        """The model process's ticket for a request an intake process admitted and handed off (its
+        slot and the ``elsewhere`` bytes its ticket counts stay there): what the model process then
+        holds for it (images it decodes, an engine's working memory) is counted and refused here
+        as the intake's ticket would, a request that alone cannot fit with 413."""
+        return Ticket(self, 0, slot=False, elsewhere=elsewhere)
 
 
 class AdmissionCollector(Collector):

@@ -439,7 +439,7 @@ class DataPlane:
         cache = self._cache_for(model)
         compute: Callable[[], Awaitable[list[Any]]]
         if task == "ocr":
-            compute = functools.partial(read_pages, self.path, model, images, parameters or {})
+            compute = functools.partial(read_pages, self.path, model, images, parameters or {}, ticket)
         else:
             stage = image_task(model, task, options)
             request = stage.request(model, images, parameters or {})

@@ -17,7 +17,7 @@ from ..inference.path import RequestPath
 from ..ocr import is_ocr
 from ..ocr.settings import INPUT, OUTPUTS
 from ..repository.model import ModelVersion
-from ..types import InferenceRequest
+from ..types import InferenceRequest, Reserves
 
 #: Pages of one call read at once: each holds its stages' buffers (counted in the call's admission
 #: while they are held), so a call of many pages holds a few pages' worth, not all of them.
@@ -25,27 +25,36 @@ PAGES_AT_ONCE = 2
 
 
 async def read_pages(
-    path: RequestPath, model: ModelVersion, images: list[bytes], parameters: dict[str, Any]
+    path: RequestPath,
+    model: ModelVersion,
+    images: list[bytes],
+    parameters: dict[str, Any],
+    ticket: Reserves | None = None,
 ) -> list[list[dict[str, Any]]]:
-    """The lines of every page, in reading order."""
+    """The lines of every page, in reading order; each page's stages count on the call's ``ticket``."""
     if not is_ocr(model.config):
         raise InvalidArgument(f"model '{model.name}' is not an OCR model (platform ferry_ocr); /ocr needs one")
     at_once = asyncio.Semaphore(PAGES_AT_ONCE)
 
     async def page(image: bytes) -> list[dict[str, Any]]:
         async with at_once:
-            return await _page(path, model, image, parameters)
+            return await _page(path, model, image, parameters, ticket)
 
     return list(await asyncio.gather(*(page(image) for image in images)))
 
 
 async def _page(
-    path: RequestPath, model: ModelVersion, image: bytes, parameters: dict[str, Any]
+    path: RequestPath, model: ModelVersion, image: bytes, parameters: dict[str, Any], ticket: Reserves | None
 ) -> list[dict[str, Any]]:
     page = np.empty(1, dtype=object)
     page[0] = image
     request = InferenceRequest(
-        model.name, str(model.version), inputs={INPUT: page}, input_datatypes={INPUT: "BYTES"}, parameters=parameters
+        model.name,
+        str(model.version),
+        inputs={INPUT: page},
+        input_datatypes={INPUT: "BYTES"},
+        parameters=parameters,
+        ticket=ticket,
     )
     found, _ = (await path.serve(model, request, list(OUTPUTS))).tensors()
     return [

@@ -57,6 +57,7 @@ from .validation import (
     int_parameter,
     validate_inputs,
 )
+from .working_memory import working_memory_counted
 
 Outputs = dict[str, np.ndarray]
 
@@ -300,16 +301,17 @@ class RequestPath(FrontHalf):
             request.ticket,
         )
         try:
-            try:
-                served = model
-                results = await model.scheduler.submit(execution)
-            except Unloading:
-                # a reload retired this version since it was looked up (while images decoded, say):
-                # queue on the version that replaced it, so reloads drop nothing
-                served = self.manager.get(model.name, request.model_version)  # raises when none did
-                if served is model:
-                    raise
-                results = await served.scheduler.submit(execution)
+            with working_memory_counted(model, inputs, request.ticket):
+                try:
+                    served = model
+                    results = await model.scheduler.submit(execution)
+                except Unloading:
+                    # a reload retired this version since it was looked up (while images decoded, say):
+                    # queue on the version that replaced it, so reloads drop nothing
+                    served = self.manager.get(model.name, request.model_version)  # raises when none did
+                    if served is model:
+                        raise
+                    results = await served.scheduler.submit(execution)
         except Exception as exc:
             if trace:
                 self.tracing.finish(trace, str(model.version), error=str(exc) or type(exc).__name__)

@@ -436,6 +436,7 @@ class HandoffClient:
             expect,
             streamed,
             sorted(request.preprocessed),
+            0 if request.ticket is None else request.ticket.own,  # what this request holds here
         )
         call = next(self._calls)
         future = asyncio.get_running_loop().create_future()
@@ -595,7 +596,7 @@ class HubConnection:
                 reply = ("decoupled", call)
             else:
                 request = self._request(header)
-                response = await self._hub.infer(request)
+                response = await self._served(request, header[13])
                 del request  # the views of the request block go before the answer frees it
                 reply = ("result", call, self._pack_response(response))
         except asyncio.CancelledError:
@@ -607,6 +608,17 @@ class HubConnection:
         finally:
             self._calls.pop(call, None)
         self.channel.send(reply)
+
+    async def _served(self, request: InferenceRequest, elsewhere: int) -> InferenceResponse:
+        """``request`` run by the data plane with a ticket of this process's admission (the
+        intake's holds its slot and its ``elsewhere`` bytes), so what the model process holds for
+        it is counted here: images it decodes, an engine's working memory."""
+        admission = self._hub.admission
+        if admission is None:
+            return await self._hub.infer(request)
+        with admission.handed_off(elsewhere) as ticket:
+            request.ticket = ticket
+            return await self._hub.infer(request)
 
     def _stale(self, header: tuple) -> bool:
         """Whether the request was pre-processed for a load of its model that no longer serves

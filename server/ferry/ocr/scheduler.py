@@ -149,7 +149,8 @@ async def _serve_on(
 ) -> np.ndarray:
     """The model's one output for ``batch`` (first axis: items), through the request path: in
     one request when the model batches (the path splits it to ``max_batch_size``), else one
-    request per item."""
+    request per item. The page's ticket goes with each (the execution's): the path counts the step model's working
+    memory on it while the step runs."""
     [input_name] = model.inputs
     [output_name] = model.outputs
     # the page's own tensors, bounded by max_detector_pixels and the page's crops

@@ -25,8 +25,8 @@ ANGLE_HEIGHT, ANGLE_WIDTH = 48, 192
 
 #: Bytes the detector stage holds per pixel of its input: the resized page (3), the tensor (12)
 #: and its copy in the detector's batch (12), the probability map (4) and the decoder's bitmaps
-#: (3). ONNX Runtime's own working memory for the run is not counted (about 10 bytes a byte of
-#: input for PP-OCRv4's detector).
+#: (3). ONNX Runtime's own working memory for the run is counted by the path while the detector
+#: step runs (the detector's ``working_memory_factor``, ``inference/working_memory.py``).
 DETECTOR_BYTES_PER_PIXEL = 34
 #: Recognition batches in flight at once for one page; each is CTC-decoded as soon as it returns,
 #: so a page's probabilities (~1 MB a line) are held for this many batches, not for every line.

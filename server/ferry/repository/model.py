@@ -19,6 +19,7 @@ from ferry_client.protocol import model_config_pb2 as mc
 from ..backends import InstanceSpec, backend_for
 from ..backends.base import Backend, Instance, RequestBatchInstance
 from ..backends.registry import normalise_platform, platform_for_file
+from ..config_ranges import WORKING_MEMORY_RANGE
 from ..cores import engine_threads
 from ..errors import FerryError, ModelLoadError
 from ..paths import inside
@@ -56,6 +57,9 @@ class ModelSpec:
     #: The config's ``max_variable_elements`` parameter: elements per batch item of an input with
     #: -1 dims (0: the server's ``--max-variable-input-elements``).
     max_variable_elements: int = 0
+    #: The config's ``working_memory_factor`` parameter: bytes its engine holds while it runs, per
+    #: byte of an execution's inputs, counted on the request's ticket before it runs (0: not counted).
+    working_memory_factor: float = 0.0
     #: Which load this is: a file replaced under the same version and reloaded is a new generation.
     load_generation: int = field(default_factory=lambda: next(_load_generations))
 
@@ -134,6 +138,7 @@ def new_version(
         version=version,
         config=config,
         max_variable_elements=_variable_elements(config, source),
+        working_memory_factor=_working_memory_factor(config, source),
         inputs=inputs,
         outputs=outputs,
         labels=labels,
@@ -329,3 +334,23 @@ def _variable_elements(config: mc.ModelConfig, source: str) -> int:
             f"{source}: parameters '{VARIABLE_ELEMENTS}' must be a positive whole number of elements, got {text!r}"
         )
     return int(text)
+
+
+#: The config parameter saying what the engine holds while it runs (see ``inference.working_memory``).
+WORKING_MEMORY_FACTOR = "working_memory_factor"
+
+
+def _working_memory_factor(config: mc.ModelConfig, source: str) -> float:
+    """The ``working_memory_factor`` parameter (0 when absent); a value that is not a number in
+    ``config_ranges.WORKING_MEMORY_RANGE`` fails the load, naming the range."""
+    if WORKING_MEMORY_FACTOR not in config.parameters:
+        return 0.0
+    text = config.parameters[WORKING_MEMORY_FACTOR].string_value.strip()
+    try:
+        factor = float(text)
+    except ValueError:
+        raise ModelLoadError(
+            f"{source}: parameters '{WORKING_MEMORY_FACTOR}' must be a number of bytes per input byte, got {text!r}"
+        ) from None
+    WORKING_MEMORY_RANGE.check(factor, f"parameters '{WORKING_MEMORY_FACTOR}'", source)
+    return factor
