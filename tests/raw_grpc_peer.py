@@ -19,18 +19,18 @@ DATA, HEADERS, RST_STREAM, SETTINGS, PING, WINDOW_UPDATE = 0, 1, 3, 4, 6, 8
 END_STREAM, END_HEADERS, ACK = 1, 4, 1
 
 
-def call_headers(encoder: hpack.Encoder, method: str) -> bytes:
-    """The header block that opens a call of ``/inference.GRPCInferenceService/{method}``."""
-    return encoder.encode(
-        [
-            (":method", "POST"),
-            (":scheme", "http"),
-            (":path", f"/inference.GRPCInferenceService/{method}"),
-            (":authority", "localhost"),
-            ("content-type", "application/grpc"),
-            ("te", "trailers"),
-        ]
-    )
+def call_headers(encoder: hpack.Encoder, method: str, timeout: str | None = None) -> bytes:
+    """The header block that opens a call of ``/inference.GRPCInferenceService/{method}``; ``timeout``:
+    the client's own deadline, as gRPC writes it ("1S")."""
+    headers = [
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":path", f"/inference.GRPCInferenceService/{method}"),
+        (":authority", "localhost"),
+        ("content-type", "application/grpc"),
+        ("te", "trailers"),
+    ]
+    return encoder.encode(headers + ([("grpc-timeout", timeout)] if timeout else []))
 
 
 class RawPeer(asyncio.Protocol):
