@@ -126,9 +126,7 @@ async def _attack(
     loop = asyncio.get_running_loop()
     attackers = []
     for _ in range(connections):
-        _, attacker = await loop.create_connection(
-            lambda: Attacker(endings), "127.0.0.1", port, local_addr=(source, 0)
-        )
+        _, attacker = await loop.create_connection(lambda: Attacker(endings), "127.0.0.1", port, local_addr=(source, 0))
         for index in range(streams):
             attacker.open(1 + 2 * index, method, timeout)
         attackers.append(attacker)
