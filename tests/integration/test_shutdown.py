@@ -72,7 +72,7 @@ def test_sigterm_finishes_every_accepted_request(tmp_path, protocol) -> None:
             while server.process.poll() is None:
                 assert time.monotonic() < deadline, f"still running 60 s after SIGTERM: {seen[-5:]}"
                 seen.append(_ready_status(server))
-                time.sleep(0.01)
+                time.sleep(0.02)
             results = [f.result(timeout=120) for f in futures]
         for index, y in enumerate(results):
             np.testing.assert_allclose(y, x + index, rtol=1e-5)  # every accepted request answered, correctly
