@@ -19,18 +19,18 @@ DATA, HEADERS, RST_STREAM, SETTINGS, PING, WINDOW_UPDATE = 0, 1, 3, 4, 6, 8
 END_STREAM, END_HEADERS, ACK = 1, 4, 1
 
 
-def call_headers(encoder: hpack.Encoder, method: str) -> bytes:
-    """The header block that opens a call of ``/inference.GRPCInferenceService/{method}``."""
-    return encoder.encode(
-        [
-            (":method", "POST"),
-            (":scheme", "http"),
-            (":path", f"/inference.GRPCInferenceService/{method}"),
-            (":authority", "localhost"),
-            ("content-type", "application/grpc"),
-            ("te", "trailers"),
-        ]
-    )
+def call_headers(encoder: hpack.Encoder, method: str, timeout: str | None = None) -> bytes:
+    """The header block that opens a call of ``/inference.GRPCInferenceService/{method}``; ``timeout``:
+    the client's own deadline, as gRPC writes it ("1S")."""
+    headers = [
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":path", f"/inference.GRPCInferenceService/{method}"),
+        (":authority", "localhost"),
+        ("content-type", "application/grpc"),
+        ("te", "trailers"),
+    ]
+    return encoder.encode(headers + ([("grpc-timeout", timeout)] if timeout else []))
 
 
 class RawPeer(asyncio.Protocol):
@@ -38,10 +38,18 @@ class RawPeer(asyncio.Protocol):
     its ``stalled`` streams; with ``reads_others``, it reads every other stream's answers as they
     come (granting their window, and the connection's for all data), as a client reading one call
     while another stalls. It answers pings and settings like any live client, so only the server's
-    write deadline can end a stalled call."""
+    write deadline can end a stalled call. ``endings``: where each stream's end (trailers or reset)
+    is recorded as (peer, stream), in the order they came, shared by several peers."""
 
-    def __init__(self, message: bytes, stalled: Collection[int] = (), reads_others: bool = False) -> None:
+    def __init__(
+        self,
+        message: bytes,
+        stalled: Collection[int] = (),
+        reads_others: bool = False,
+        endings: list[tuple[RawPeer, int]] | None = None,
+    ) -> None:
         self.message = message  # every request sends this message
+        self.endings = endings if endings is not None else []
         self.stalled = set(stalled)
         self.reads_others = reads_others
         self.encoder, self.decoder = hpack.Encoder(), hpack.Decoder()
@@ -94,17 +102,26 @@ class RawPeer(asyncio.Protocol):
                     self.transport.write(frame(WINDOW_UPDATE, 0, stream, length.to_bytes(4, "big")))
         elif kind == HEADERS and flags & END_STREAM:  # trailers (every header block fits one frame here)
             self.trailers[stream] = {k: v for k, v in self.decoder.decode(payload) if k.startswith("grpc-")}
+            self._ended(stream)
         elif kind == HEADERS:
             self.decoder.decode(payload)  # keeps the decoder's table in step
         elif kind == RST_STREAM:
             self.resets[stream] = int.from_bytes(payload, "big")
+            self._ended(stream)
         self.changed.set()
 
-    def call(self, stream: int, method: str, requests: int, end: bool | None = None) -> None:
-        """Open ``stream`` to ``/inference.GRPCInferenceService/{method}`` and send ``requests``
-        messages, then the end of the stream when ``end`` (by default: for ``ModelInfer``)."""
+    def _ended(self, stream: int) -> None:
+        if (self, stream) not in self.endings:
+            self.endings.append((self, stream))
+
+    def call(
+        self, stream: int, method: str, requests: int, end: bool | None = None, timeout: str | None = None
+    ) -> None:
+        """Open ``stream`` to ``/inference.GRPCInferenceService/{method}`` (with the client's deadline
+        ``timeout``) and send ``requests`` messages, then the end of the stream when ``end`` (by
+        default: for ``ModelInfer``)."""
         assert self.transport is not None
-        self.transport.write(frame(HEADERS, END_HEADERS, stream, call_headers(self.encoder, method)))
+        self.transport.write(frame(HEADERS, END_HEADERS, stream, call_headers(self.encoder, method, timeout)))
         self.send(stream, requests, method == "ModelInfer" if end is None else end)
 
     def send(self, stream: int, requests: int, end: bool = False) -> None:

@@ -5,7 +5,8 @@ another peer than the well-behaved client (127.0.0.1): it opens streams, sends t
 never a request message or the end of the stream. The test establishes the attack (the server's
 answers to the attacker's streams are read: refused ones carry RESOURCE_EXHAUSTED naming the peer
 cap), shows that the other peer is served while it holds, and that unary calls whose message never
-arrives end with DEADLINE_EXCEEDED after ``--grpc-request-timeout-secs`` and give their slots back.
+arrives end with DEADLINE_EXCEEDED after ``--grpc-request-timeout-secs`` and give their slots back:
+not before a call opened after them whose client gave it a shorter deadline of its own has ended.
 No assertion times a call: the other peer is served or refused, never merely slow. Both modes.
 """
 
@@ -39,6 +40,8 @@ ATTACKER = "127.0.0.2"
 #: server when it sees the connection close, which may be after the next test has begun, and the
 #: per-peer cap counts by address.
 LATE_SENDER = "127.0.0.3"
+#: Opens a call with a deadline of its own, shorter than the server's request timeout.
+REFERENCE = "127.0.0.4"
 
 
 @pytest.fixture(scope="module", params=["one process", "2 intake processes"])
@@ -65,7 +68,8 @@ def grpc_server(request, tmp_path_factory) -> Iterator[tuple[RunningServer, int]
 class Attacker(asyncio.Protocol):
     """One HTTP/2 connection that opens streams and never finishes them; records each stream's end."""
 
-    def __init__(self) -> None:
+    def __init__(self, endings: list[Attacker] | None = None) -> None:
+        self.endings = endings if endings is not None else []  # each stream's end, in the order they came
         self.encoder, self.decoder = hpack.Encoder(), hpack.Decoder()
         self.buffer = b""
         self.ended: dict[int, str] = {}  # stream -> grpc-status (or "RST")
@@ -93,23 +97,38 @@ class Attacker(asyncio.Protocol):
             elif kind == HEADERS:
                 headers = dict(self.decoder.decode(payload))
                 if "grpc-status" in headers:
-                    self.ended[stream] = headers["grpc-status"]
+                    self._end(stream, headers["grpc-status"])
                     self.messages[stream] = headers.get("grpc-message", "")
             elif kind == RST_STREAM:  # after trailers it only closes our half (we never finish)
-                self.ended.setdefault(stream, "RST")
+                self._end(stream, "RST")
 
-    def open(self, stream: int, method: str) -> None:
+    def _end(self, stream: int, status: str) -> None:
+        if stream not in self.ended:
+            self.ended[stream] = status
+            self.endings.append(self)
+
+    def open(self, stream: int, method: str, timeout: str | None = None) -> None:
         assert self.transport is not None
-        self.transport.write(frame(HEADERS, END_HEADERS, stream, call_headers(self.encoder, method)))
+        self.transport.write(frame(HEADERS, END_HEADERS, stream, call_headers(self.encoder, method, timeout)))
 
 
-async def _attack(port: int, method: str, connections: int, streams: int, source: str = ATTACKER) -> list[Attacker]:
+async def _attack(
+    port: int,
+    method: str,
+    connections: int,
+    streams: int,
+    source: str = ATTACKER,
+    endings: list[Attacker] | None = None,
+    timeout: str | None = None,
+) -> list[Attacker]:
+    """``connections`` from ``source``, each opening ``streams`` calls of ``method`` (with the client's
+    deadline ``timeout``); ``endings``: where every stream's end is recorded, in order."""
     loop = asyncio.get_running_loop()
     attackers = []
     for _ in range(connections):
-        _, attacker = await loop.create_connection(Attacker, "127.0.0.1", port, local_addr=(source, 0))
+        _, attacker = await loop.create_connection(lambda: Attacker(endings), "127.0.0.1", port, local_addr=(source, 0))
         for index in range(streams):
-            attacker.open(1 + 2 * index, method)
+            attacker.open(1 + 2 * index, method, timeout)
         attackers.append(attacker)
     return attackers
 
@@ -156,12 +175,13 @@ async def test_one_peer_cannot_hold_every_call_slot(grpc_server) -> None:
 
 async def test_a_request_message_that_never_arrives_times_out(grpc_server) -> None:
     server, processes = grpc_server
-    opened = time.monotonic()  # before the calls are sent: every deadline starts after this
-    attackers = await _attack(server.grpc_port, "ModelInfer", 2, PER_PEER // 2, LATE_SENDER)
-    await _wait(lambda: len(_statuses(attackers)) == PER_PEER, timeout=REQUEST_TIMEOUT_S + 20)
-    # not ended before their deadline: a bound that follows from the order of events (the server's
-    # deadline clock is this machine's monotonic clock, started after ``opened``), not a guess at speed
-    assert time.monotonic() - opened >= REQUEST_TIMEOUT_S
+    endings: list[Attacker] = []
+    attackers = await _attack(server.grpc_port, "ModelInfer", 2, PER_PEER // 2, LATE_SENDER, endings)
+    # opened after them, from another address, with its client's own deadline of 1 s (grpc ends it)
+    (reference,) = await _attack(server.grpc_port, "ModelInfer", 1, 1, REFERENCE, endings, timeout="1S")
+    await _wait(lambda: len(endings) == PER_PEER + 1, timeout=REQUEST_TIMEOUT_S + 20)
+    # not ended before their deadline: the call opened after them with a shorter one ended first
+    assert endings[0] is reference, [a is reference for a in endings]
     assert set(_statuses(attackers)) == {str(grpc.StatusCode.DEADLINE_EXCEEDED.value[0])}
     messages = {m for a in attackers for m in a.messages.values()}
     assert any("did not arrive within 3 s" in m for m in messages), messages
@@ -171,7 +191,7 @@ async def test_a_request_message_that_never_arrives_times_out(grpc_server) -> No
     await _wait(lambda: len(_statuses(again)) == PER_PEER, timeout=REQUEST_TIMEOUT_S + 20)
     assert set(_statuses(again)) == {str(grpc.StatusCode.DEADLINE_EXCEEDED.value[0])}
     await _infer(server)
-    for attacker in attackers + again:
+    for attacker in [*attackers, reference, *again]:
         assert attacker.transport is not None
         attacker.transport.close()
 

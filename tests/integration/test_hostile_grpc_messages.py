@@ -8,7 +8,8 @@ holds only grpc's initial window.
 The test causes the waiting: a raw HTTP/2 connection from the same address (127.0.0.1) opens
 ModelInfer calls and never sends their messages, so they hold the peer's turns (a tiny call from
 that address timing out proves it). Large calls sent meanwhile stay unread, and the server's memory with
-them; once the holder hangs up, every one of them is received and answered. One process: turns are
+them, once the server has said (its debug log) that each waits for its turn; once the holder hangs up,
+every one of them is received and answered. One process: turns are
 per process, and with intake processes the holder and the callers may reach different intakes.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Iterator
 
 import grpc
@@ -34,6 +36,7 @@ pytestmark = pytest.mark.timeout(180)
 
 CALLS, MIB_EACH = 8, 32
 TURNS = 2
+WAITS = "waits for its turn to be received"  # the server's debug line for a message left unread
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +45,7 @@ def server(tmp_path_factory) -> Iterator[RunningServer]:
         tmp_path_factory.mktemp("grpc_turns"),
         *("--grpc-request-timeout-secs", "60", "--grpc-reads-per-peer", str(TURNS)),
         *("--max-inflight-bytes", str(2**30)),  # room for every call: turns, not admission, are tested
+        *("--log-level", "debug"),  # says when a message waits for its turn
     )
     yield running
     running.stop()
@@ -86,6 +90,7 @@ async def test_large_messages_of_one_client_are_received_in_turns(server: Runnin
     process = psutil.Process(server.process.pid)
     holder = await _hold_the_turn(server)
     before = process.memory_info().rss
+    log_before = len(server.log())
     statuses: list[grpc.StatusCode] = []
     big = _request(MIB_EACH * 2**20 // 4)
     threads = [
@@ -93,7 +98,10 @@ async def test_large_messages_of_one_client_are_received_in_turns(server: Runnin
     ]
     for thread in threads:
         thread.start()
-    await asyncio.sleep(2.0)  # long enough for grpc to have read 256 MiB had it asked for it
+    deadline = time.monotonic() + 60  # a hang guard only
+    while (waiting := server.log()[log_before:].count(WAITS)) < CALLS:
+        assert time.monotonic() < deadline, f"{waiting} of {CALLS} calls said they wait for a turn"
+        await asyncio.sleep(0.05)
     waiting_growth = process.memory_info().rss - before
     assert statuses == []  # all of them wait for the turn
     # unread, the messages stay with the client: without turns this was the whole 256 MiB and more

@@ -14,7 +14,6 @@ on. Both process modes.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator
 
 import grpc
@@ -73,10 +72,12 @@ async def connect(readers) -> AsyncIterator[Connect]:
     server, _ = readers
     opened: list[RawPeer] = []
 
-    async def open_one(stalled: Collection[int] = (1,), reads_others: bool = False) -> RawPeer:
+    async def open_one(
+        stalled: Collection[int] = (1,), reads_others: bool = False, endings: list[tuple[RawPeer, int]] | None = None
+    ) -> RawPeer:
         loop = asyncio.get_running_loop()
         _, peer = await loop.create_connection(
-            lambda: RawPeer(_request().SerializeToString(), stalled, reads_others),
+            lambda: RawPeer(_request().SerializeToString(), stalled, reads_others, endings),
             "127.0.0.1",
             server.grpc_port,
             local_addr=(ATTACKER, 0),
@@ -108,18 +109,21 @@ def _ended_late(peer: RawPeer, stream: int) -> bool:
     return trailers is not None and stream in peer.resets and trailers["grpc-status"] == DEADLINE_EXCEEDED
 
 
-async def _held_then_cut(server: RunningServer, peers: list[RawPeer], at_least: int, sent: float) -> None:
+async def _held_then_cut(
+    server: RunningServer, connect: Connect, peers: list[RawPeer], at_least: int, endings: list[tuple[RawPeer, int]]
+) -> None:
     """The attack state (``at_least`` bytes held, others served), then each stalled call ended
-    alone (its connection stays open) and 0 held. ``sent``: the time before the calls were sent."""
+    alone (its connection stays open) and 0 held. Not before its deadline: a call opened after them
+    (its message never sent), whose client gave it 1 s of its own (grpc ends it then), ends first."""
     log_before = len(server.log())
+    reference = await connect(endings=endings)
+    reference.call(1, "ModelInfer", 0, end=False, timeout="1S")
     await wait_for_metric(server, "ferry_inflight_bytes", at_least, timeout=30)
     assert all(peer.received.get(1, 0) < ANSWER for peer in peers)  # none of the answers was taken
     await asyncio.to_thread(_others_are_served, server)
     assert metric(scrape(server), "ferry_inflight_bytes") >= at_least  # still held meanwhile
     await asyncio.gather(*(peer.until(lambda peer=peer: _ended_late(peer, 1)) for peer in peers))
-    # cut by the deadline, not before: a bound that follows from the order of events (each write
-    # deadline starts on this machine's monotonic clock after its call was sent), not a guess at speed
-    assert time.monotonic() - sent >= WRITE_TIMEOUT_S
+    assert endings[0] == (reference, 1), [(peer is reference, stream) for peer, stream in endings]
     await wait_for_metric(server, "ferry_inflight_bytes", 0, timeout=30, at_most=True)
     assert not any(peer.closed.done() for peer in peers)  # the call was ended, not the connection
     log = server.log()[log_before:]
@@ -130,20 +134,20 @@ async def _held_then_cut(server: RunningServer, peers: list[RawPeer], at_least: 
 
 async def test_unread_unary_answers_are_counted_then_cut(readers, connect: Connect) -> None:
     server, _ = readers
-    peers = [await connect() for _ in range(3)]
-    sent = time.monotonic()
+    endings: list[tuple[RawPeer, int]] = []
+    peers = [await connect(endings=endings) for _ in range(3)]
     for peer in peers:
         peer.call(1, "ModelInfer", 1)
-    await _held_then_cut(server, peers, at_least=3 * ANSWER, sent=sent)
+    await _held_then_cut(server, connect, peers, 3 * ANSWER, endings)
 
 
 async def test_unread_stream_answers_are_counted_then_cut(readers, connect: Connect) -> None:
     server, _ = readers
-    peer = await connect()
-    sent = time.monotonic()
+    endings: list[tuple[RawPeer, int]] = []
+    peer = await connect(endings=endings)
     peer.call(1, "ModelStreamInfer", 4)
     # all four answers wait: in the stream's buffer or being written
-    await _held_then_cut(server, [peer], at_least=4 * ANSWER, sent=sent)
+    await _held_then_cut(server, connect, [peer], 4 * ANSWER, endings)
 
 
 async def test_only_the_stalled_calls_of_a_connection_are_cut(readers, connect: Connect) -> None:

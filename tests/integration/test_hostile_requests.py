@@ -1,6 +1,7 @@
 """Hostile requests (issue 15): work that costs far more than it looks. Each test checks the clean
 error the caller gets, that the cost was counted or refused before it was paid, and (where the
-attack runs concurrently) that another client is still served within LATENCY_BOUND_S."""
+attack runs concurrently) that another client is still served meanwhile. No assertion times anything:
+that a body inflates off the event loop is shown with a held pool in tests/unit/test_http_inflate.py."""
 
 from __future__ import annotations
 
@@ -30,7 +31,6 @@ from ..conftest import MODEL_REPO, ROOT, RunningServer, start_server
 from ..models import write_mlp_model
 from ..server_metrics import metric, scrape, wait_for_metric
 
-LATENCY_BOUND_S = 2.0  # generous: the same request takes milliseconds on an idle server
 MAX_RESPONSE = 8 * 2**20
 MAX_BODY = 64 * 2**20
 GATED_WIDTH = 1024
@@ -73,11 +73,9 @@ def _post(server: RunningServer, path: str, body: bytes, headers: dict[str, str]
         return error.code, error.read().decode()
 
 
-def _timed_live(server: RunningServer) -> float:
-    started = time.monotonic()
-    with urllib.request.urlopen(f"http://{server.http_url}/v2/health/live", timeout=30) as response:
-        assert response.status == 200
-    return time.monotonic() - started
+def _live(server: RunningServer) -> int:
+    with urllib.request.urlopen(f"http://{server.http_url}/v2/health/live", timeout=60) as response:
+        return response.status
 
 
 def _png(size: tuple[int, int] = (1, 1)) -> bytes:
@@ -125,27 +123,30 @@ def test_small_gzip_body_asking_for_a_huge_json_response_is_refused(server) -> N
 
 def test_concurrent_gzip_bombs_are_refused_and_others_are_served(server) -> None:
     """Six bodies of 256 KB that inflate to 256 MiB, at once: 413 each (inflating stops at the body
-    limit, on worker threads), while a health check keeps answering."""
+    limit), while health checks sent with them are answered; then nothing is held, and the next
+    request is served."""
     compressor = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
     chunk = bytes(2**20)
     bomb = b"".join(compressor.compress(chunk) for _ in range(256)) + compressor.flush()
     assert len(bomb) < 300_000
     headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
 
-    async def run() -> tuple[list[tuple[int, str]], list[float]]:
+    async def run() -> tuple[list[tuple[int, str]], list[int]]:
         bombs = [asyncio.to_thread(_post, server, "/v2/models/simple/infer", bomb, headers) for _ in range(6)]
-        pending = asyncio.ensure_future(asyncio.gather(*bombs))
-        latencies = []
-        while not pending.done():
-            latencies.append(await asyncio.to_thread(_timed_live, server))
-        return await pending, latencies
+        lives = [asyncio.to_thread(_live, server) for _ in range(12)]
+        results = await asyncio.gather(*bombs, *lives)
+        await wait_for_metric(server, "ferry_inflight_bytes", 0, at_most=True)
+        return results[:6], results[6:]
 
-    results, latencies = asyncio.run(run())
+    results, lives = asyncio.run(run())
     for status, text in results:
         assert status == 413, (status, text[:200])
         assert f"decompressed request body exceeds the limit of {MAX_BODY} bytes" in text
-    assert max(latencies) < LATENCY_BOUND_S, latencies
-    print(f"health checks during 6 gzip bombs: {len(latencies)}, worst {max(latencies) * 1000:.0f} ms")
+    assert lives == [200] * 12
+    with HttpClient(server.http_url) as client:
+        ones = np.ones((1, 16), np.int32)
+        answer = client.infer("simple", {"INPUT0": ones, "INPUT1": ones})
+    assert answer["OUTPUT0"].tolist() == (2 * ones).tolist()
 
 
 def test_typed_grpc_contents_are_counted_by_admission(server) -> None:

@@ -82,9 +82,14 @@ def _start(tmp_path, *extra: str) -> RunningServer:
     )
 
 
+#: The shared server's hand-off arena: the tests' requests (a row of 64 floats) fit in it; a larger
+#: tensor goes around it (``test_tensors_larger_than_the_shared_arena_still_go_through``).
+ARENA_BYTES = 65536
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory) -> Iterator[RunningServer]:
-    running = _start(tmp_path_factory.mktemp("intake"))
+    running = _start(tmp_path_factory.mktemp("intake"), "--intake-arena-bytes", str(ARENA_BYTES))
     yield running
     running.stop()
 
@@ -217,16 +222,13 @@ async def test_a_dead_intake_process_is_replaced(server: RunningServer) -> None:
             assert {status for status, _, _ in results} == {200}
 
 
-def test_tensors_larger_than_the_shared_arena_still_go_through(tmp_path) -> None:
-    running = _start(tmp_path, "--intake-arena-bytes", "65536")
-    try:
-        client = triton_http.InferenceServerClient(running.http_url)
-        x = np.random.default_rng(1).random((1024, WIDTH), dtype=np.float32)  # 256 KiB: 4x the arena
-        inputs = [triton_http.InferInput("x", list(x.shape), "FP32")]
-        inputs[0].set_data_from_numpy(x)
-        np.testing.assert_array_equal(client.infer(GATED, inputs, timeout=None).as_numpy("y"), x)
-    finally:
-        assert running.stop() == 0
+def test_tensors_larger_than_the_shared_arena_still_go_through(server: RunningServer) -> None:
+    client = triton_http.InferenceServerClient(server.http_url)
+    x = np.random.default_rng(1).random((1024, WIDTH), dtype=np.float32)  # 256 KiB: 4x the arena
+    assert x.nbytes == 4 * ARENA_BYTES
+    inputs = [triton_http.InferInput("x", list(x.shape), "FP32")]
+    inputs[0].set_data_from_numpy(x)
+    np.testing.assert_array_equal(client.infer(GATED, inputs, timeout=None).as_numpy("y"), x)
 
 
 async def test_sigterm_drains_requests_held_in_every_process(tmp_path) -> None:

@@ -1,16 +1,17 @@
-"""Model control modes and broken models, each against its own real server."""
+"""Model control modes and broken models, against real servers (one shared by the tests that only read it)."""
 
 from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 import tritonclient.http as thttp
 
-from ..conftest import MODEL_REPO, start_server
+from ..conftest import MODEL_REPO, RunningServer, start_server
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -49,7 +50,13 @@ def repo(tmp_path: Path) -> Path:
     return root
 
 
-def test_broken_models_do_not_take_down_the_others(repo: Path, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def mixed_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    """One server (the default mode: every model loaded at start) for the tests that only read it:
+    ``simple``, three broken models, and ``bare``, a model without config.pbtxt. It must still stop
+    cleanly (exit 0) at the end of the module."""
+    repo = tmp_path_factory.mktemp("mixed") / "models"
+    shutil.copytree(MODEL_REPO / "simple", repo / "simple")
     corrupt = repo / "corrupt_onnx"
     shutil.copytree(MODEL_REPO / "simple", corrupt)
     (corrupt / "config.pbtxt").write_text((corrupt / "config.pbtxt").read_text().replace('"simple"', '"corrupt_onnx"'))
@@ -61,48 +68,46 @@ def test_broken_models_do_not_take_down_the_others(repo: Path, tmp_path: Path) -
     shutil.copytree(MODEL_REPO / "simple", mismatch)
     text = (mismatch / "config.pbtxt").read_text().replace('"simple"', '"wrong_dims"')
     (mismatch / "config.pbtxt").write_text(text.replace("dims: [ 16 ]", "dims: [ 4, 4 ]", 1))
-    server = start_server(repo, tmp_path / "server.log")
-    try:
-        client = thttp.InferenceServerClient(server.http_url)
-        rows = index_by_name(client)
-        assert rows["simple"][0]["state"] == "READY"
-        assert rows["corrupt_onnx"][0]["state"] == "UNAVAILABLE"
-        assert "onnxruntime cannot load" in rows["corrupt_onnx"][0]["reason"]
-        assert "model.onnx" in rows["corrupt_onnx"][0]["reason"]
-        reason = rows["typo_config"][0]["reason"]
-        assert rows["typo_config"][0]["state"] == "UNAVAILABLE"
-        assert "typo_config/config.pbtxt:3:1" in reason and 'no field named "max_batch_szie"' in reason
-        assert str(repo) not in reason  # repository-relative: no server path
-        reason = rows["wrong_dims"][0]["reason"]
-        assert "input 'INPUT0' has dims [4, 4] in the config" in reason and "[?, 16]" in reason
-        result = simple_request(client)
-        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), np.arange(16).reshape(1, 16) * 2)
-        with pytest.raises(Exception, match="has no available versions") as info:
-            simple_request(client, "corrupt_onnx")
-        assert "onnxruntime cannot load" in str(info.value)
-    finally:
-        assert server.stop() == 0
-
-
-def test_config_autocomplete_without_config_file(repo: Path, tmp_path: Path) -> None:
     bare = repo / "bare"
     (bare / "1").mkdir(parents=True)
     shutil.copy(MODEL_REPO / "simple" / "1" / "model.onnx", bare / "1" / "model.onnx")
-    server = start_server(repo, tmp_path / "server.log")
-    try:
-        client = thttp.InferenceServerClient(server.http_url)
-        config = client.get_model_config("bare")
-        assert config["platform"] == "onnxruntime_onnx"
-        assert config["max_batch_size"] == 4
-        assert [(i["name"], i["data_type"], i["dims"]) for i in config["input"]] == [
-            ("INPUT0", "TYPE_INT32", [16]),
-            ("INPUT1", "TYPE_INT32", [16]),
-        ]
-        assert "dynamic_batching" in config
-        result = simple_request(client, "bare")
-        np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), np.zeros((1, 16)))
-    finally:
-        server.stop()
+    server = start_server(repo, repo.parent / "server.log")
+    yield server
+    assert server.stop() == 0, server.log()[-3000:]
+
+
+def test_broken_models_do_not_take_down_the_others(mixed_server: RunningServer) -> None:
+    client = thttp.InferenceServerClient(mixed_server.http_url)
+    rows = index_by_name(client)
+    assert rows["simple"][0]["state"] == "READY"
+    assert rows["corrupt_onnx"][0]["state"] == "UNAVAILABLE"
+    assert "onnxruntime cannot load" in rows["corrupt_onnx"][0]["reason"]
+    assert "model.onnx" in rows["corrupt_onnx"][0]["reason"]
+    reason = rows["typo_config"][0]["reason"]
+    assert rows["typo_config"][0]["state"] == "UNAVAILABLE"
+    assert "typo_config/config.pbtxt:3:1" in reason and 'no field named "max_batch_szie"' in reason
+    assert str(mixed_server.repository) not in reason  # repository-relative: no server path
+    reason = rows["wrong_dims"][0]["reason"]
+    assert "input 'INPUT0' has dims [4, 4] in the config" in reason and "[?, 16]" in reason
+    result = simple_request(client)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), np.arange(16).reshape(1, 16) * 2)
+    with pytest.raises(Exception, match="has no available versions") as info:
+        simple_request(client, "corrupt_onnx")
+    assert "onnxruntime cannot load" in str(info.value)
+
+
+def test_config_autocomplete_without_config_file(mixed_server: RunningServer) -> None:
+    client = thttp.InferenceServerClient(mixed_server.http_url)
+    config = client.get_model_config("bare")
+    assert config["platform"] == "onnxruntime_onnx"
+    assert config["max_batch_size"] == 4
+    assert [(i["name"], i["data_type"], i["dims"]) for i in config["input"]] == [
+        ("INPUT0", "TYPE_INT32", [16]),
+        ("INPUT1", "TYPE_INT32", [16]),
+    ]
+    assert "dynamic_batching" in config
+    result = simple_request(client, "bare")
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), np.zeros((1, 16)))
 
 
 def test_version_policy_and_explicit_mode(repo: Path, tmp_path: Path) -> None:

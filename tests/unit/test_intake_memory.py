@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import mmap
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import numpy as np
@@ -78,7 +78,12 @@ def test_an_arena_keeps_only_its_start_resident_once_its_blocks_are_freed() -> N
         blocks.close()
 
 
-async def test_small_blocks_keep_their_pages_until_the_arena_is_idle() -> None:
+async def test_small_blocks_keep_their_pages_until_the_arena_is_idle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The give-back waits for the arena to be idle for ``IDLE_GIVE_BACK_S``: the test takes the timer
+    the arena sets and fires it itself, once after the arena was busy again and once while idle."""
+    timers: list[tuple[float, Callable[[], object]]] = []
+    loop = asyncio.get_running_loop()
+    monkeypatch.setattr(loop, "call_later", lambda delay, callback: timers.append((delay, callback)))
     blocks = Blocks("test-arena", 32 * MIB)
     try:
         held = []
@@ -88,11 +93,15 @@ async def test_small_blocks_keep_their_pages_until_the_arena_is_idle() -> None:
             held.append(where)
         for where in held[1:]:
             blocks.free(where)
-        assert _allocated(blocks) >= 12 * MIB  # still busy: the next requests reuse the pages
-        blocks.free(held[0])  # idle now: after IDLE_GIVE_BACK_S the pages past the kept start go
-        deadline = asyncio.get_running_loop().time() + 10
-        while _allocated(blocks) > KEEP_RESIDENT and asyncio.get_running_loop().time() < deadline:
-            await asyncio.sleep(IDLE_GIVE_BACK_S)
+        assert _allocated(blocks) >= 12 * MIB and not timers  # still busy: the next requests reuse the pages
+        blocks.free(held[0])  # idle now: the give-back is due in IDLE_GIVE_BACK_S
+        assert [delay for delay, _ in timers] == [IDLE_GIVE_BACK_S]
+        busy_again, _, _ = blocks.allocate(MIB)  # a request comes before the timer fires
+        timers.pop()[1]()
+        assert _allocated(blocks) >= 12 * MIB  # busy when it fired: nothing given back
+        blocks.free(busy_again)  # idle again: a new timer, and this time the arena is idle when it fires
+        assert [delay for delay, _ in timers] == [IDLE_GIVE_BACK_S]
+        timers.pop()[1]()
         assert _allocated(blocks) <= KEEP_RESIDENT
     finally:
         blocks.close()

@@ -103,6 +103,7 @@ class PeerTurns:
 
     async def wait(self, peer: str) -> None:
         """Wait for a turn that ``leave`` hands over (counted as this peer's when handed over)."""
+        log.debug("a gRPC message of %s waits for its turn to be received", peer)
         turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         queue = self._waiting.setdefault(peer, collections.deque())
         queue.append(turn)
