@@ -316,7 +316,7 @@ async def test_a_request_the_hand_off_cannot_carry_is_refused_and_its_block_free
         x = {"x": np.ones(1000, np.float32)}
         with admission.admit() as ticket:
             request = InferenceRequest("m", inputs=x, parameters={"deep": nested}, ticket=ticket)
-            with pytest.raises(InvalidArgument, match="cannot be handed to the model process"):
+            with pytest.raises(InvalidArgument, match="cannot travel between Ferry's processes as JSON"):
                 await client.infer(request)
             assert (client._requests.used_bytes, admission.bytes) == (0, 0)
         answer = await client.infer(InferenceRequest("m", inputs=x))

@@ -200,7 +200,7 @@ class Wire:
         try:
             return self._encoder.encode(message)
         except (msgspec.EncodeError, RecursionError, NotImplementedError, OverflowError, TypeError) as exc:
-            raise InvalidArgument(f"the request's parameters cannot be handed to the model process: {exc}") from None
+            raise InvalidArgument(f"a value that cannot travel between Ferry's processes as JSON: {exc}") from None
 
     @staticmethod
     def frame(encoded: list[bytes]) -> bytes:
