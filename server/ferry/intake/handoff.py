@@ -12,8 +12,8 @@ Protocol (one socket per intake process):
    request. The model process reads the tensors in place (read-only numpy views), runs the request
    through its data plane and answers ``Result`` or ``Failed``; either answer frees the request
    block (until then the model process may read it). A small answer (``INLINE_BYTES``) carries its
-   outputs in the message itself: nothing to give back. A larger one is written into one block of
-   the response arena; the intake copies the outputs out and sends ``Free``, giving the block
+   outputs in its frame (raw bytes after the frame's JSON): nothing to give back. A larger one is
+   written into one block of the response arena; the intake copies the outputs out and sends ``Free``, giving the block
    back; for a block of ``ACK_FREE_BYTES`` or more, ``Free(block, ack=call)``, answered
    ``Freed(call)`` once the block is uncounted, and only then does the intake go on with the
    answer. ``Cancel``: the caller went away; the model process cancels the call and still answers,
@@ -113,8 +113,8 @@ IDLE_GIVE_BACK_S = 0.1
 #: in flight at once use (a 224 x 224 RGB float image is 0.6 MB), reused without page faults.
 KEEP_RESIDENT = 8 * 2**20
 
-#: An answer this small travels in its ``Result`` (base64 in the JSON): no response block to allocate,
-#: and no ``Free`` to send back. A classifier's scores or an embedding fit.
+#: An answer this small travels in its ``Result`` (after the frame's JSON): no response block to
+#: allocate, and no ``Free`` to send back. A classifier's scores or an embedding fit.
 INLINE_BYTES = 16 * 1024
 
 _ERRORS: dict[ErrorKind, type[FerryError]] = {
@@ -161,6 +161,7 @@ class FramedChannel(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._inbox = bytearray()
         self._outbox: list[bytes] = []
+        self._payloads: list[bytearray] = []  # inline answers' data, after the frame's JSON
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
@@ -188,15 +189,18 @@ class FramedChannel(asyncio.Protocol):
     def send(self, message: Message) -> None:
         """Queue ``message`` for this loop turn's frame (encoded now: one that cannot be encoded
         fails its sender, not the frame)."""
-        encoded = self._wire.encode(message)
+        encoded, payload = self._wire.encode(message)
         if not self._outbox:
             asyncio.get_running_loop().call_soon(self._flush)
         self._outbox.append(encoded)
+        if payload is not None:
+            self._payloads.append(payload)
 
     def _flush(self) -> None:
         if self._transport is not None and self._outbox:
-            self._transport.write(Wire.frame(self._outbox))
+            self._transport.write(Wire.frame(self._outbox, self._payloads))
         self._outbox = []
+        self._payloads = []
 
     def close(self) -> None:
         if self._transport is not None:
@@ -697,7 +701,14 @@ class HubConnection:
             for tensor, o in zip(tensors, response.outputs, strict=True)
         ]
         return Result(
-            call, response.model_name, response.model_version, response.id, response.parameters, outputs, data, block
+            call,
+            response.model_name,
+            response.model_version,
+            response.id,
+            response.parameters,
+            outputs,
+            block=block,
+            data=data,
         )
 
     def _on_lost(self) -> None:

@@ -4,8 +4,10 @@ Each message is a ``msgspec.Struct`` encoded as a JSON array whose first item na
 (``["Infer", 7, "resnet", ...]``): compact, decoded straight into the record (types checked, so a
 malformed frame fails to decode instead of reaching a handler), and JSON, never pickle: nothing that
 reaches the socket can make a process run code. Everything one side sends in one loop turn is one
-*frame*, a 4-byte little-endian length and a JSON array of messages, decoded in one call: a batch's
-results reach an intake in one write, and an intake's requests of one turn in one write too.
+*frame*, decoded in one call: a batch's results reach an intake in one write, and an intake's
+requests of one turn in one write too. A frame is its length (4 bytes, little-endian), its JSON's
+length (the same), the JSON array of messages, then the payloads of the small answers sent inline
+(``Result.inline`` bytes each, in the order of their messages): raw bytes, not base64 in the JSON.
 """
 
 from __future__ import annotations
@@ -126,9 +128,10 @@ class Welcome(msgspec.Struct, tag=True, array_like=True):
     arena_size: int
 
 
-class Result(msgspec.Struct, tag=True, array_like=True):
+class Result(msgspec.Struct, tag=True, array_like=True, omit_defaults=True):
     """A call's answer: its outputs in ``data`` (small answers: nothing to free) or in ``block`` of
-    the response arena (given back by ``Free``)."""
+    the response arena (given back by ``Free``). ``data`` never goes into the JSON: it travels in
+    its frame's payloads (``inline`` says how many bytes), and the receiving ``Wire`` puts it back."""
 
     call: int
     model: str
@@ -136,8 +139,9 @@ class Result(msgspec.Struct, tag=True, array_like=True):
     id: str
     parameters: dict[str, Any]
     outputs: list[Output]
-    data: bytearray | None = None
     block: Block | None = None
+    inline: int = 0
+    data: bytearray | None = None
 
 
 class Failed(msgspec.Struct, tag=True, array_like=True):
@@ -194,20 +198,34 @@ class Wire:
         self._encoder = msgspec.json.Encoder(enc_hook=_numpy_values)
         self._decoder = msgspec.json.Decoder(list[receives])
 
-    def encode(self, message: Message) -> bytes:
-        """``message`` as JSON; ``InvalidArgument`` for what JSON cannot carry (an integer past 64
-        bits, parameters nested past the recursion limit, an object of no JSON type)."""
+    def encode(self, message: Message) -> tuple[bytes, bytearray | None]:
+        """``message`` as JSON, and the payload that follows it in the frame (an inline answer's
+        ``data``); ``InvalidArgument`` for what JSON cannot carry (an integer past 64 bits,
+        parameters nested past the recursion limit, an object of no JSON type)."""
+        payload = None
+        if isinstance(message, Result) and message.data is not None:
+            payload = message.data
+            message = msgspec.structs.replace(message, inline=len(payload), data=None)
         try:
-            return self._encoder.encode(message)
+            return self._encoder.encode(message), payload
         except (msgspec.EncodeError, RecursionError, NotImplementedError, OverflowError, TypeError) as exc:
             raise InvalidArgument(f"a value that cannot travel between Ferry's processes as JSON: {exc}") from None
 
     @staticmethod
-    def frame(encoded: list[bytes]) -> bytes:
-        """The frame of messages encoded in one loop turn."""
-        body = b"[" + b",".join(encoded) + b"]"
-        return len(body).to_bytes(LENGTH_BYTES, "little") + body
+    def frame(encoded: list[bytes], payloads: list[bytearray]) -> bytes:
+        """The frame of the messages encoded in one loop turn, with their payloads."""
+        text = b"[" + b",".join(encoded) + b"]"
+        body_bytes = LENGTH_BYTES + len(text) + sum(len(payload) for payload in payloads)
+        head = body_bytes.to_bytes(LENGTH_BYTES, "little") + len(text).to_bytes(LENGTH_BYTES, "little")
+        return b"".join((head, text, *payloads))
 
     def decode(self, body: memoryview | bytes) -> list[Message]:
-        messages: list[Message] = self._decoder.decode(body)
+        """A frame's messages (``body``: the frame less its length), inline answers' data restored
+        (copied out of ``body``: the caller reuses it)."""
+        end = LENGTH_BYTES + int.from_bytes(body[:LENGTH_BYTES], "little")
+        messages: list[Message] = self._decoder.decode(body[LENGTH_BYTES:end])
+        for message in messages:
+            if isinstance(message, Result) and message.inline:
+                message.data = bytearray(body[end : end + message.inline])
+                end += message.inline
         return messages
