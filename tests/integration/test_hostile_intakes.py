@@ -147,3 +147,29 @@ async def test_killed_intakes_leave_no_arenas_in_the_model_process(intakes) -> N
     assert len(mappings) == 4, "".join(mappings)
     grown = psutil.Process(model_pid).memory_info().rss - rss_before
     assert grown < 2 * ARENA_BYTES, f"model process RSS +{grown / 2**20:.0f} MiB after {KILLS} kills"
+
+
+async def test_parameters_json_cannot_carry_are_refused_and_leave_nothing_counted(intakes) -> None:
+    """A request whose parameters nest deeper than the hand-off's JSON can carry gets 400 naming
+    why, and the copy of its inputs in the intake's arena is freed and uncounted at once (it was
+    held, counted, for as long as the intake lived: a client could fill --max-inflight-bytes with
+    them). Parameters nested less deep are carried, as one process takes them."""
+    x = np.ones((16, WIDTH), np.float32)
+
+    def body(depth: int) -> tuple[bytes, dict[str, str]]:
+        header = (
+            b'{"parameters":{"deep":%s},"inputs":[{"name":"x","shape":[16,%d],"datatype":"FP32",'
+            b'"parameters":{"binary_data_size":%d}}]}' % (b"[" * depth + b"]" * depth, WIDTH, x.nbytes)
+        )
+        return header + x.tobytes(), {HEADER_LENGTH: str(len(header)), "Content-Type": "application/octet-stream"}
+
+    async with _session() as session:
+        for depth, status in ((300, 200), (1020, 400), (1020, 400)):
+            data, headers = body(depth)
+            async with session.post(
+                f"http://{intakes.http_url}/v2/models/quick/infer", data=data, headers=headers
+            ) as r:
+                answer = await r.read()
+                assert r.status == status, answer
+        assert b"cannot travel between Ferry's processes as JSON" in answer
+    await wait_for_metric(intakes, "ferry_inflight_bytes", 0, at_most=True)

@@ -13,8 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ferry.api.admission import Admission
 from ferry.errors import DecoupledModel, InvalidArgument, Unavailable
-from ferry.intake.handoff import HandoffClient, HandoffHub, HandoffLost
+from ferry.intake.handoff import INLINE_BYTES, FramedChannel, HandoffClient, HandoffHub, HandoffLost
+from ferry.intake.handoff_messages import Free, Infer, Message, Result
 from ferry.intake.memory import ALIGNMENT, FirstFit
 from ferry.intake.shared_state import BYTES, REQUESTS, SharedTable
 from ferry.types import (
@@ -250,6 +252,76 @@ async def test_calls_in_flight_fail_with_unavailable_when_the_model_process_goes
             await call
         with pytest.raises(HandoffLost, match="not reachable"):
             await client.infer(InferenceRequest("m", inputs={"x": np.ones(4, np.float32)}))
+
+
+def _frames(channel: FramedChannel) -> list[list[Message]]:
+    """Every frame ``channel`` receives from now on, as the messages decoded from it."""
+    frames: list[list[Message]] = []
+    wire = channel._wire
+    decode = wire.decode
+
+    def spy(body: memoryview | bytes) -> list[Message]:
+        frames.append(decode(body))
+        return frames[-1]
+
+    wire.decode = spy  # type: ignore[method-assign]
+    return frames
+
+
+async def test_a_batch_of_answers_reaches_its_intake_in_one_frame(tmp_path: Path) -> None:
+    """Calls answered together (as a batch's are) leave the model process in one frame, one write,
+    decoded in one call; so do an intake's calls sent in one loop turn."""
+    async with _pair(tmp_path) as (model, hub, client):
+        (connection,) = hub.connections
+        to_model, to_intake = _frames(connection.channel), _frames(client._channel)
+        model.gate = asyncio.Event()
+        x = np.ones(16, np.float32)
+        calls = [asyncio.create_task(client.infer(InferenceRequest("m", id=str(i), inputs={"x": x}))) for i in range(8)]
+        while len(model.seen) < 8:
+            await asyncio.sleep(0.01)
+        model.gate.set()
+        answers = await asyncio.gather(*calls)
+        assert [answer.id for answer in answers] == [str(i) for i in range(8)]
+        assert [[type(m) for m in frame] for frame in to_model] == [[Infer] * 8]
+        assert [[type(m) for m in frame] for frame in to_intake] == [[Result] * 8]
+
+
+async def test_a_small_answer_travels_in_its_result_and_nothing_is_freed(tmp_path: Path) -> None:
+    """An answer of ``INLINE_BYTES`` or less is carried in its ``Result``: no response block, no
+    ``Free``. A larger one goes through the response arena and is freed after it is read."""
+    async with _pair(tmp_path) as (model, hub, client):
+        (connection,) = hub.connections
+        to_model = _frames(connection.channel)
+        small = np.arange(100, dtype=np.float32)
+        answer = await client.infer(InferenceRequest("m", inputs={"x": small}))
+        np.testing.assert_array_equal(answer.outputs[0].data, small * 2)
+        answer.outputs[0].data[0] = -1  # the caller's own array, as one from a block's copy is
+        large = np.ones(INLINE_BYTES // 4 + 1, np.float32)
+        answer = await client.infer(InferenceRequest("m", inputs={"x": large}))
+        np.testing.assert_array_equal(answer.outputs[0].data, large * 2)
+        while len(to_model) < 3:
+            await asyncio.sleep(0.01)
+        assert [type(m) for frame in to_model for m in frame] == [Infer, Infer, Free]
+        assert connection.response_bytes == 0
+
+
+async def test_a_request_the_hand_off_cannot_carry_is_refused_and_its_block_freed(tmp_path: Path) -> None:
+    """Parameters JSON cannot carry (nested past the recursion limit) are the caller's 400, and the
+    copy of its inputs is freed and uncounted at once; the connection serves the next call."""
+    nested: list = []
+    for _ in range(5000):
+        nested = [nested]
+    admission = Admission(max_bytes=1 << 20)
+    async with _pair(tmp_path) as (model, hub, client):
+        x = {"x": np.ones(1000, np.float32)}
+        with admission.admit() as ticket:
+            request = InferenceRequest("m", inputs=x, parameters={"deep": nested}, ticket=ticket)
+            with pytest.raises(InvalidArgument, match="cannot travel between Ferry's processes as JSON"):
+                await client.infer(request)
+            assert (client._requests.used_bytes, admission.bytes) == (0, 0)
+        answer = await client.infer(InferenceRequest("m", inputs=x))
+        np.testing.assert_array_equal(answer.outputs[0].data, x["x"] * 2)
+        assert model.seen[0].parameters == {}
 
 
 # --- the shared counters ---------------------------------------------------------------------

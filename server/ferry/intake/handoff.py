@@ -1,43 +1,41 @@
 """The hand-off between an intake process and the model process: tensors in shared memory,
-small headers over a unix socket.
+typed messages over a unix socket (``handoff_messages``: JSON arrays decoded into records, never
+pickle, so nothing that reaches the socket can make a process run code; what one side sends in one
+loop turn leaves as one frame, one write).
 
-Protocol (one socket per intake process, both directions framed as a 4-byte little-endian length
-and a JSON array that holds names, shapes and offsets, never tensor payloads; JSON and not pickle,
-so nothing that reaches the socket can make a process run code):
+Protocol (one socket per intake process):
 
-1. The intake connects to the hub socket and sends ``("hello", row, pid, arena_fd, arena_size)``:
-   its *request arena*, a memfd only it writes. The hub maps it read-only, creates a *response
-   arena* for this intake and answers ``("welcome", pid, arena_fd, arena_size)``. The intake sends
-   ``("ready",)`` once its ports accept connections.
-2. ``("infer", call, header)``: the intake wrote every input tensor into one block of its arena
-   and describes the request (``_pack_request``). The model process reads the tensors in place
-   (read-only numpy views), runs the request through its data plane and answers
-   ``("result", call, header)``, the outputs written into one block of the response arena, or
-   ``("error", call, kind, message, retry_after)``. Either answer frees the request block: until
-   then the model process may read it.
-3. The intake copies the outputs out and sends ``("free", block)``, giving the response block
-   back; for a block of ``ACK_FREE_BYTES`` or more, ``("free", block, call)``, answered
-   ``("freed", call)`` once the block is uncounted, and only then does the intake go on with the
-   answer. ``("cancel", call)``: the caller went away; the model process cancels the call and
-   still answers, so the request block is freed only once nothing reads it.
-
-4. ``("describe", call, model, version, known)``: an intake process running the front half of an
-   image request (``intake.front_half``) asks which load of the model serves (name, version) now:
-   ``("described", call, description)`` (``intake.model_directory``: its identity, and unless
-   ``known`` is that identity already, its config, labels and whether an intake may pre-process
-   for it) or ``("error", ...)`` as one process would answer. An ``infer`` may name the identity
-   its tensors were pre-processed for (the header's last item); if another load serves by then,
-   the model process answers ``("stale", call)`` instead of running it. An ``infer`` from a
-   ``ModelStreamInfer`` stream says so (the header's ``streamed``): for a decoupled model the model
-   process answers ``("decoupled", call)`` instead of running it, and the intake's stream relays
-   that request to the model process's own gRPC server, whose responses stream from there.
-5. ``("stats", identity, kind, args)``: what the intake's stages record for a model (images
-   decoded, requests refused as invalid), added to that load's statistics.
+1. The intake connects to the hub socket and sends ``Hello``: its *request arena*, a memfd only it
+   writes. The hub maps it read-only, creates a *response arena* for this intake and answers
+   ``Welcome``. The intake sends ``Ready`` once its ports accept connections.
+2. ``Infer``: the intake wrote every input tensor into one block of its arena and describes the
+   request. The model process reads the tensors in place (read-only numpy views), runs the request
+   through its data plane and answers ``Result`` or ``Failed``; either answer frees the request
+   block (until then the model process may read it). A small answer (``INLINE_BYTES``) carries its
+   outputs in its frame (raw bytes after the frame's JSON): nothing to give back. A larger one is
+   written into one block of the response arena; the intake copies the outputs out and sends ``Free``, giving the block
+   back; for a block of ``ACK_FREE_BYTES`` or more, ``Free(block, ack=call)``, answered
+   ``Freed(call)`` once the block is uncounted, and only then does the intake go on with the
+   answer. ``Cancel``: the caller went away; the model process cancels the call and still answers,
+   so the request block is freed only once nothing reads it.
+3. ``Describe``: an intake process running the front half of an image request
+   (``intake.front_half``) asks which load of the model serves (name, version) now: ``Described``
+   (``intake.model_directory``: its identity, and unless ``known`` is that identity already, its
+   config, labels and whether an intake may pre-process for it) or ``Failed`` as one process would
+   answer. An ``Infer`` may name the identity its tensors were pre-processed for (``expect``); if
+   another load serves by then, the model process answers ``Stale`` instead of running it. An
+   ``Infer`` from a ``ModelStreamInfer`` stream says so (``streamed``): for a decoupled model the
+   model process answers ``Decoupled`` instead of running it, and the intake's stream relays that
+   request to the model process's own gRPC server, whose responses stream from there.
+4. ``Stats``: what the intake's stages record for a model (images decoded, requests refused as
+   invalid), added to that load's statistics.
 
 A block that does not fit in its arena at that moment travels in a memfd of its own (a *spill*),
 opened through /proc like the arenas and closed when answered or freed, so a large request never
 waits for room and never goes through the socket. Admission (``--max-inflight-bytes``) bounds how
-much memory all of this holds.
+much memory all of this holds: the request block on the request's ticket, the response block in the
+model process's row until freed; an inline answer was counted by the intake before the model ran
+(outputs as large as the inputs) and lives in the model process only until its frame is written.
 """
 
 from __future__ import annotations
@@ -51,7 +49,6 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
-import orjson
 
 from ferry_client.codec.tensors import decode_bytes_elements, encode_bytes_elements
 
@@ -67,19 +64,35 @@ from ..errors import (
     Unimplemented,
 )
 from ..inference.validation import int_parameter
-from ..types import (
-    InferenceRequest,
-    InferenceResponse,
-    OutputTensor,
-    RequestedOutput,
-    SharedMemoryInput,
-    SharedMemoryRef,
+from ..types import InferenceRequest, InferenceResponse, OutputTensor
+from .handoff_messages import (
+    LENGTH_BYTES,
+    Block,
+    Cancel,
+    Decoupled,
+    Describe,
+    Described,
+    Failed,
+    Free,
+    Freed,
+    Hello,
+    Infer,
+    Message,
+    Output,
+    Ready,
+    Result,
+    Stale,
+    Stats,
+    Tensor,
+    ToIntake,
+    ToModel,
+    Welcome,
+    Wire,
 )
 from .memory import FirstFit, Segment, aligned, pages_to_give_back
 
 log = logging.getLogger("ferry.intake")
 
-Where = tuple[str, int, int]  # ("arena", offset, size) or ("spill", fd, size)
 Count = Callable[[int], Callable[[], None] | None]  # counts bytes in admission; returns what uncounts them
 
 #: An answer's block this large is uncounted (in the model process's row) before the intake goes on
@@ -99,9 +112,11 @@ IDLE_GIVE_BACK_S = 0.1
 #: The start of each arena whose pages stay resident when its blocks are freed: what small requests
 #: in flight at once use (a 224 x 224 RGB float image is 0.6 MB), reused without page faults.
 KEEP_RESIDENT = 8 * 2**20
-TensorDesc = tuple[str, str | None, tuple[int, ...], int, int]  # name, numpy dtype (None: BYTES), shape, offset, size
 
-_LENGTH = 4
+#: An answer this small travels in its ``Result`` (after the frame's JSON): no response block to
+#: allocate, and no ``Free`` to send back. A classifier's scores or an embedding fit.
+INLINE_BYTES = 16 * 1024
+
 _ERRORS: dict[ErrorKind, type[FerryError]] = {
     ErrorKind.INVALID_ARGUMENT: InvalidArgument,
     ErrorKind.NOT_FOUND: NotFound,
@@ -136,15 +151,17 @@ class ModelDirectory(Protocol):
 
 
 class FramedChannel(asyncio.Protocol):
-    """Length-prefixed JSON messages; everything sent in one loop iteration goes out in one write."""
+    """Frames of typed messages (``handoff_messages.Wire``): every message sent in one loop turn
+    goes out in one frame and one write, and each frame received is decoded in one call."""
 
-    def __init__(self, on_message: Callable[[tuple], None], on_lost: Callable[[], None]) -> None:
+    def __init__(self, wire: Wire, on_message: Callable[[Any], None], on_lost: Callable[[], None]) -> None:
+        self._wire = wire
         self._on_message = on_message
         self._on_lost = on_lost
         self._transport: asyncio.Transport | None = None
         self._inbox = bytearray()
         self._outbox: list[bytes] = []
-        self._flush_scheduled = False
+        self._payloads: list[bytearray] = []  # inline answers' data, after the frame's JSON
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
@@ -158,28 +175,32 @@ class FramedChannel(asyncio.Protocol):
         inbox += data
         start = 0
         end = len(inbox)
-        while end - start >= _LENGTH:
-            size = int.from_bytes(inbox[start : start + _LENGTH], "little")
-            if end - start - _LENGTH < size:
+        while end - start >= LENGTH_BYTES:
+            size = int.from_bytes(inbox[start : start + LENGTH_BYTES], "little")
+            if end - start - LENGTH_BYTES < size:
                 break
-            begin = start + _LENGTH
-            message = orjson.loads(memoryview(inbox)[begin : begin + size])
+            begin = start + LENGTH_BYTES
+            messages = self._wire.decode(memoryview(inbox)[begin : begin + size])
             start = begin + size
-            self._on_message(message)
+            for message in messages:
+                self._on_message(message)
         del inbox[:start]
 
-    def send(self, message: tuple) -> None:
-        payload = orjson.dumps(message, option=orjson.OPT_SERIALIZE_NUMPY)  # dataclasses become objects
-        self._outbox.append(len(payload).to_bytes(_LENGTH, "little") + payload)
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
+    def send(self, message: Message) -> None:
+        """Queue ``message`` for this loop turn's frame (encoded now: one that cannot be encoded
+        fails its sender, not the frame)."""
+        encoded, payload = self._wire.encode(message)
+        if not self._outbox:
             asyncio.get_running_loop().call_soon(self._flush)
+        self._outbox.append(encoded)
+        if payload is not None:
+            self._payloads.append(payload)
 
     def _flush(self) -> None:
-        self._flush_scheduled = False
         if self._transport is not None and self._outbox:
-            self._transport.write(b"".join(self._outbox))
-        self._outbox.clear()
+            self._transport.write(Wire.frame(self._outbox, self._payloads))
+        self._outbox = []
+        self._payloads = []
 
     def close(self) -> None:
         if self._transport is not None:
@@ -204,37 +225,37 @@ class Blocks:
         self.arena = Segment.create(name, size)
         self._fit = FirstFit(size)
         self._spills: dict[int, Segment] = {}
-        self._counted: dict[tuple[str, int], Callable[[], None]] = {}
+        self._counted: dict[Block, Callable[[], None]] = {}
         self._name = name
         self._touched = 0  # the end of the highest block allocated since pages were last given back
         self._sweep_due = False
 
-    def allocate(self, nbytes: int, count: Count | None = None) -> tuple[Where, mmap.mmap, int]:
-        """Room for ``nbytes``: where it is (for the other side), the buffer and the offset in it.
+    def allocate(self, nbytes: int, count: Count | None = None) -> tuple[Block, mmap.mmap, int]:
+        """Room for ``nbytes``: the block (for the other side), the buffer and the offset in it.
         ``count`` counts the bytes against admission (and may refuse them) until the block is freed."""
         uncount = None if count is None else count(nbytes)
         try:
             offset = self._fit.allocate(nbytes)
             if offset is not None:
-                where: Where = ("arena", offset, nbytes)
+                block = Block(False, offset, nbytes)
                 buffer, base = self.arena.buffer, offset
                 self._touched = max(self._touched, offset + nbytes)
             else:
                 spill = Segment.create(f"{self._name}-spill", nbytes)
                 self._spills[spill.fd] = spill
-                where, buffer, base = ("spill", spill.fd, nbytes), spill.buffer, 0
+                block, buffer, base = Block(True, spill.fd, nbytes), spill.buffer, 0
         except BaseException:
             if uncount is not None:
                 uncount()
             raise
         if uncount is not None:
-            self._counted[where[:2]] = uncount
-        return where, buffer, base
+            self._counted[block] = uncount
+        return block, buffer, base
 
-    def free(self, where: Where) -> None:
-        kind, key, _ = where
-        uncount = self._counted.pop((kind, key), None)
-        if kind == "arena":
+    def free(self, block: Block) -> None:
+        uncount = self._counted.pop(block, None)
+        key = block.key
+        if not block.spill:
             size, free_start, free_end = self._fit.free(key)
             if size >= GIVE_BACK_AT_ONCE:
                 self.arena.give_back(*pages_to_give_back(key, size, free_start, free_end, KEEP_RESIDENT))
@@ -278,12 +299,11 @@ class PeerBlocks:
         self.pid = pid
         self.arena = Segment.open(pid, arena_fd, arena_size)
 
-    def buffer(self, where: Where) -> tuple[mmap.mmap, int]:
-        """The mapping holding ``where`` and the block's offset in it."""
-        kind, key, size = where
-        if kind == "arena":
-            return self.arena.buffer, key
-        spill = Segment.open(self.pid, key, size)
+    def buffer(self, block: Block) -> tuple[mmap.mmap, int]:
+        """The mapping holding ``block`` and the block's offset in it."""
+        if not block.spill:
+            return self.arena.buffer, block.key
+        spill = Segment.open(self.pid, block.key, block.size)
         spill.close()  # the mapping stays valid; numpy views keep it alive
         return spill.buffer, 0
 
@@ -298,65 +318,70 @@ def _payload(array: np.ndarray) -> np.ndarray | bytes:
     return array
 
 
-def _write_tensors(
-    blocks: Blocks, arrays: list[tuple[str, np.ndarray]], count: Count | None = None
-) -> tuple[Where, list[TensorDesc]]:
-    """Write named arrays into one block (counted by ``count`` until freed); describe where each one is."""
+def _layout(arrays: list[tuple[str, np.ndarray]]) -> tuple[list[tuple[str, np.ndarray, np.ndarray | bytes]], int]:
+    """What each array puts in a block (``_payload``) and the block's size (each one aligned)."""
     payloads = [(name, array, _payload(array)) for name, array in arrays]
-    sizes = [payload.nbytes if isinstance(payload, np.ndarray) else len(payload) for _, _, payload in payloads]
-    total = sum(aligned(size) for size in sizes)
-    where, buffer, base = blocks.allocate(total, count)
-    descs: list[TensorDesc] = []
+    return payloads, sum(aligned(_size(payload)) for _, _, payload in payloads)
+
+
+def _size(payload: np.ndarray | bytes) -> int:
+    return payload.nbytes if isinstance(payload, np.ndarray) else len(payload)
+
+
+def _fill(buffer: Any, base: int, payloads: list[tuple[str, np.ndarray, np.ndarray | bytes]]) -> list[Tensor]:
+    """Write the payloads one after the other from ``base``; describe where each one is."""
+    tensors: list[Tensor] = []
     offset = 0
-    for (name, array, payload), size in zip(payloads, sizes, strict=True):
+    for name, array, payload in payloads:
+        size = _size(payload)
         if isinstance(payload, np.ndarray):
             target = np.ndarray(array.shape, array.dtype, buffer=buffer, offset=base + offset)
             np.copyto(target, array, casting="no")
-            descs.append((name, array.dtype.str, array.shape, offset, size))
+            tensors.append(Tensor(name, array.dtype.str, array.shape, offset, size))
         else:
             buffer[base + offset : base + offset + size] = payload
-            descs.append((name, None, array.shape, offset, size))
+            tensors.append(Tensor(name, None, array.shape, offset, size))
         offset += aligned(size)
-    return where, descs
+    return tensors
 
 
-def _read_tensors(buffer: Any, base: int, descs: list[TensorDesc], copy: bool) -> dict[str, np.ndarray]:
+def _write_tensors(
+    blocks: Blocks, arrays: list[tuple[str, np.ndarray]], count: Count | None = None
+) -> tuple[Block, list[Tensor]]:
+    """Write named arrays into one block (counted by ``count`` until freed)."""
+    payloads, total = _layout(arrays)
+    block, buffer, base = blocks.allocate(total, count)
+    return block, _fill(buffer, base, payloads)
+
+
+def _read_tensors(buffer: Any, base: int, tensors: list[Tensor], copy: bool) -> dict[str, np.ndarray]:
     """Arrays over a block (views, or copies when the block is about to be given back)."""
     arrays: dict[str, np.ndarray] = {}
-    for name, dtype, shape, offset, size in descs:  # shape: a JSON list
-        if dtype is None:
-            count = int(np.prod(shape, dtype=np.int64))
-            view = memoryview(buffer)[base + offset : base + offset + size]
-            arrays[name] = decode_bytes_elements(name, view, count).reshape(shape)
+    for tensor in tensors:
+        start = base + tensor.offset
+        if tensor.dtype is None:
+            count = int(np.prod(tensor.shape, dtype=np.int64))
+            view = memoryview(buffer)[start : start + tensor.size]
+            arrays[tensor.name] = decode_bytes_elements(tensor.name, view, count).reshape(tensor.shape)
         else:
-            array = np.ndarray(shape, np.dtype(dtype), buffer=buffer, offset=base + offset)
-            arrays[name] = array.copy() if copy else array
+            array = np.ndarray(tensor.shape, np.dtype(tensor.dtype), buffer=buffer, offset=start)
+            arrays[tensor.name] = array.copy() if copy else array
     return arrays
 
 
-def _requested_output(fields: dict[str, Any]) -> RequestedOutput:
-    ref = fields["shared_memory"]
-    return RequestedOutput(
-        fields["name"], fields["binary"], fields["classification"], None if ref is None else SharedMemoryRef(**ref)
-    )
-
-
-def _shared_memory_input(fields: dict[str, Any]) -> SharedMemoryInput:
-    return SharedMemoryInput(fields["datatype"], tuple(fields["shape"]), SharedMemoryRef(**fields["ref"]))
-
-
-def _error_message(exc: BaseException) -> tuple[str, str, float | None]:
+def _failed(call: int, exc: BaseException) -> Failed:
+    """``exc`` as the answer to ``call``."""
     if isinstance(exc, FerryError):
-        return exc.kind.name, exc.message, getattr(exc, "retry_after", None)
-    return ErrorKind.INTERNAL.name, f"internal error: {exc}", None
+        return Failed(call, exc.kind.name, exc.message, getattr(exc, "retry_after", None))
+    return Failed(call, ErrorKind.INTERNAL.name, f"internal error: {exc}")
 
 
-def _rebuild_error(kind_name: str, message: str, retry_after: float | None) -> FerryError:
-    kind = ErrorKind[kind_name]
+def _rebuild_error(failed: Failed) -> FerryError:
+    kind = ErrorKind[failed.kind]
     if kind is ErrorKind.UNAVAILABLE:
-        return Unavailable(message, retry_after=retry_after)
+        return Unavailable(failed.message, retry_after=failed.retry_after)
     cls = _ERRORS.get(kind)
-    return cls(message) if cls is not None else FerryError(message, kind)
+    return cls(failed.message) if cls is not None else FerryError(failed.message, kind)
 
 
 # --- intake side -----------------------------------------------------------------------------
@@ -369,12 +394,12 @@ class HandoffClient:
         self.row = row
         self._requests = Blocks("ferry-requests", arena_bytes)
         self._responses: PeerBlocks | None = None
-        self._channel = FramedChannel(self._on_message, self._on_lost)
-        self._pending: dict[int, tuple[asyncio.Future, Where]] = {}
+        self._channel = FramedChannel(Wire(ToIntake), self._on_message, self._on_lost)
+        self._pending: dict[int, tuple[asyncio.Future, Block]] = {}
         self._questions: dict[int, asyncio.Future] = {}  # describe calls: no blocks
-        self._freeing: dict[int, tuple[asyncio.Future, InferenceResponse]] = {}  # answers awaiting "freed"
+        self._freeing: dict[int, tuple[asyncio.Future, InferenceResponse]] = {}  # answers awaiting Freed
         self._calls = itertools.count()
-        self._welcome: asyncio.Future | None = None
+        self._welcome: asyncio.Future[Welcome] | None = None
         self.lost = asyncio.Event()
 
     async def connect(self, path: str) -> None:
@@ -382,12 +407,12 @@ class HandoffClient:
         self._welcome = loop.create_future()
         await loop.create_unix_connection(lambda: self._channel, path)
         arena = self._requests.arena
-        self._channel.send(("hello", self.row, os.getpid(), arena.fd, arena.size))
-        _, pid, fd, size = await self._welcome
-        self._responses = PeerBlocks(pid, fd, size)
+        self._channel.send(Hello(self.row, os.getpid(), arena.fd, arena.size))
+        welcome = await self._welcome
+        self._responses = PeerBlocks(welcome.pid, welcome.arena_fd, welcome.arena_size)
 
     def send_ready(self) -> None:
-        self._channel.send(("ready",))
+        self._channel.send(Ready())
 
     async def describe(self, name: str, version: str, known: str) -> dict[str, Any]:
         """The model process's description of the load serving (name, version) (see the protocol)."""
@@ -396,7 +421,7 @@ class HandoffClient:
         call = next(self._calls)
         future = asyncio.get_running_loop().create_future()
         self._questions[call] = future
-        self._channel.send(("describe", call, name, version, known))
+        self._channel.send(Describe(call, name, version, known))
         try:
             description: dict[str, Any] = await future
             return description
@@ -406,7 +431,7 @@ class HandoffClient:
     def record(self, identity: str, kind: str, args: list[Any]) -> None:
         """Statistics the intake's stages record for a model, added there (fire and forget)."""
         if not self.lost.is_set():
-            self._channel.send(("stats", identity, kind, args))
+            self._channel.send(Stats(identity, kind, args))
 
     async def infer(
         self, request: InferenceRequest, expect: str | None = None, streamed: bool = False
@@ -416,92 +441,105 @@ class HandoffClient:
         stream (``DecoupledModel`` when its model is decoupled)."""
         if self.lost.is_set():
             raise HandoffLost("the model process is not reachable; retry later", retry_after=1)
-        for key in ("priority", "timeout"):  # checked here: the JSON header would carry NaN as null (left out)
+        for key in ("priority", "timeout"):  # checked here: JSON would carry NaN as null (left out)
             int_parameter(request, key)
         # the block is a copy of the inputs that lives until the model process answers: counted
         # (and refused past the cap) on the request's own ticket, as one process counts its copies
         count = None if request.ticket is None else request.ticket.hold
-        where, descs = _write_tensors(self._requests, list(request.inputs.items()), count)
-        header = (
+        block, tensors = _write_tensors(self._requests, list(request.inputs.items()), count)
+        call = next(self._calls)
+        message = Infer(
+            call,
             request.model_name,
             request.model_version,
             request.id,
-            where,
-            descs,
+            block,
+            tensors,
             request.input_datatypes,
             request.outputs,
             request.parameters,
             request.shared_memory_inputs,
             request.client,
+            sorted(request.preprocessed),
             expect,
             streamed,
-            sorted(request.preprocessed),
             0 if request.ticket is None else request.ticket.own,  # what this request holds here
         )
-        call = next(self._calls)
+        try:
+            self._channel.send(message)
+        except BaseException:
+            self._requests.free(block)
+            raise
         future = asyncio.get_running_loop().create_future()
-        self._pending[call] = (future, where)
-        self._channel.send(("infer", call, header))
+        self._pending[call] = (future, block)
         try:
             return await future
         except asyncio.CancelledError:
             if call in self._pending:
-                self._channel.send(("cancel", call))
+                self._channel.send(Cancel(call))
             raise
 
-    def _on_message(self, message: tuple) -> None:
-        kind = message[0]
-        if kind == "result":
-            self._on_result(message[1], message[2])
-        elif kind == "error":
-            future = self._settle(message[1]) or self._questions.pop(message[1], None)
-            if future is not None and not future.done():
-                future.set_exception(_rebuild_error(*message[2:]))
-        elif kind == "described":
-            question = self._questions.pop(message[1], None)
-            if question is not None and not question.done():
-                question.set_result(message[2])
-        elif kind == "stale":
-            future = self._settle(message[1])
-            if future is not None and not future.done():
-                future.set_exception(StaleModel("the model was reloaded during the request; try again", retry_after=0))
-        elif kind == "decoupled":
-            future = self._settle(message[1])
-            if future is not None and not future.done():
-                future.set_exception(DecoupledModel("a decoupled model: its responses stream from the model process"))
-        elif kind == "freed":
-            self._on_freed(message[1])
-        elif kind == "welcome" and self._welcome is not None:
-            self._welcome.set_result(message)
+    def _on_message(self, message: ToIntake) -> None:
+        match message:
+            case Result():
+                self._on_result(message)
+            case Failed(call=call):
+                future = self._settle(call) or self._questions.pop(call, None)
+                if future is not None and not future.done():
+                    future.set_exception(_rebuild_error(message))
+            case Stale(call=call):
+                self._fail(call, StaleModel("the model was reloaded during the request; try again", retry_after=0))
+            case Decoupled(call=call):
+                self._fail(call, DecoupledModel("a decoupled model: its responses stream from the model process"))
+            case Described(call=call, description=description):
+                question = self._questions.pop(call, None)
+                if question is not None and not question.done():
+                    question.set_result(description)
+            case Freed(call=call):
+                self._on_freed(call)
+            case Welcome():
+                if self._welcome is not None and not self._welcome.done():
+                    self._welcome.set_result(message)
 
     def _settle(self, call: int) -> asyncio.Future | None:
         """Forget a call and free its request block: the model process no longer reads it."""
         entry = self._pending.pop(call, None)
         if entry is None:
             return None
-        future, where = entry
-        self._requests.free(where)
+        future, block = entry
+        self._requests.free(block)
         return future
 
-    def _on_result(self, call: int, header: tuple) -> None:
-        model_name, model_version, request_id, parameters, where, descs, outputs = header
+    def _fail(self, call: int, error: FerryError) -> None:
         future = self._settle(call)
-        assert self._responses is not None
+        if future is not None and not future.done():
+            future.set_exception(error)
+
+    def _on_result(self, result: Result) -> None:
+        future = self._settle(result.call)
+        block = result.block
         if future is None or future.done():
-            self._channel.send(("free", where))
+            if block is not None:
+                self._channel.send(Free(block))
             return
-        buffer, base = self._responses.buffer(where)
-        arrays = _read_tensors(buffer, base, descs, copy=True)
+        if block is None:  # inline: views of the message's own bytes
+            arrays = _read_tensors(result.data, 0, [o.tensor for o in result.outputs], copy=False)
+        else:
+            assert self._responses is not None
+            buffer, base = self._responses.buffer(block)
+            arrays = _read_tensors(buffer, base, [o.tensor for o in result.outputs], copy=True)
         tensors = [
-            OutputTensor(name, datatype, arrays[name], binary, shared) for name, datatype, binary, shared in outputs
+            OutputTensor(o.tensor.name, o.datatype, arrays[o.tensor.name], o.binary, o.shared_memory)
+            for o in result.outputs
         ]
-        response = InferenceResponse(model_name, model_version, request_id, tensors, parameters)
-        if where[2] < ACK_FREE_BYTES:
+        response = InferenceResponse(result.model, result.version, result.id, tensors, result.parameters)
+        if block is None or block.size < ACK_FREE_BYTES:
             future.set_result(response)
-            self._channel.send(("free", where))
+            if block is not None:
+                self._channel.send(Free(block))
         else:  # answered once the model process has uncounted the block: see ACK_FREE_BYTES
-            self._freeing[call] = (future, response)
-            self._channel.send(("free", where, call))
+            self._freeing[result.call] = (future, response)
+            self._channel.send(Free(block, result.call))
 
     def _on_freed(self, call: int) -> None:
         entry = self._freeing.pop(call, None)
@@ -513,9 +551,7 @@ class HandoffClient:
         for call in list(self._freeing):  # the answers were copied out; the blocks went with the process
             self._on_freed(call)
         for call in list(self._pending):
-            future = self._settle(call)
-            if future is not None and not future.done():
-                future.set_exception(HandoffLost("the model process went away during the request", retry_after=1))
+            self._fail(call, HandoffLost("the model process went away during the request", retry_after=1))
         for question in list(self._questions.values()):
             if not question.done():
                 question.set_exception(HandoffLost("the model process went away during the request", retry_after=1))
@@ -532,7 +568,7 @@ class HandoffClient:
 
 # --- model process side ----------------------------------------------------------------------
 
-Infer = Callable[[InferenceRequest], Any]  # DataPlane.infer
+RunRequest = Callable[[InferenceRequest], Any]  # DataPlane.infer
 
 
 class HubConnection:
@@ -540,7 +576,7 @@ class HubConnection:
 
     def __init__(self, hub: HandoffHub) -> None:
         self._hub = hub
-        self.channel = FramedChannel(self._on_message, self._on_lost)
+        self.channel = FramedChannel(Wire(ToModel), self._on_message, self._on_lost)
         self.row = -1
         self.pid = 0
         self.ready = False
@@ -549,65 +585,70 @@ class HubConnection:
         self._calls: dict[int, asyncio.Task] = {}
         self.handed_off = 0
 
-    def _on_message(self, message: tuple) -> None:
-        kind = message[0]
-        if kind == "infer":
-            call = message[1]
-            self._calls[call] = asyncio.get_running_loop().create_task(self._serve(call, message[2]))
-            self.handed_off += 1
-        elif kind == "free":
-            assert self._responses is not None
-            self._responses.free(message[1])
-            if len(message) > 2:
-                self.channel.send(("freed", message[2]))
-        elif kind == "describe":
-            self.channel.send(self._describe(*message[1:]))
-        elif kind == "stats":
-            if self._hub.models is not None:
-                self._hub.models.record(*message[1:])
-        elif kind == "cancel":
-            task = self._calls.get(message[1])
-            if task is not None:
-                task.cancel()
-        elif kind == "hello":
-            _, self.row, self.pid, fd, size = message
-            self._requests = PeerBlocks(self.pid, fd, size)
-            self._responses = Blocks(f"ferry-responses-{self.row}", self._hub.arena_bytes)
-            arena = self._responses.arena
-            self.channel.send(("welcome", os.getpid(), arena.fd, arena.size))
-        elif kind == "ready":
-            self.ready = True
-            self._hub.on_ready(self)
+    def _on_message(self, message: ToModel) -> None:
+        match message:
+            case Infer(call=call):
+                self._calls[call] = asyncio.get_running_loop().create_task(self._serve(message))
+                self.handed_off += 1
+            case Free(block=block, ack=ack):
+                assert self._responses is not None
+                self._responses.free(block)
+                if ack is not None:
+                    self.channel.send(Freed(ack))
+            case Describe():
+                self.channel.send(self._describe(message))
+            case Stats(identity=identity, kind=kind, args=args):
+                if self._hub.models is not None:
+                    self._hub.models.record(identity, kind, args)
+            case Cancel(call=call):
+                task = self._calls.get(call)
+                if task is not None:
+                    task.cancel()
+            case Hello():
+                self.row, self.pid = message.row, message.pid
+                self._requests = PeerBlocks(message.pid, message.arena_fd, message.arena_size)
+                self._responses = Blocks(f"ferry-responses-{self.row}", self._hub.arena_bytes)
+                arena = self._responses.arena
+                self.channel.send(Welcome(os.getpid(), arena.fd, arena.size))
+            case Ready():
+                self.ready = True
+                self._hub.on_ready(self)
 
-    def _describe(self, call: int, name: str, version: str, known: str) -> tuple:
+    def _describe(self, question: Describe) -> Described | Failed:
         try:
             if self._hub.models is None:
                 raise Unimplemented("this model process describes no models")
-            return ("described", call, self._hub.models.describe(name, version, known))
+            return Described(question.call, self._hub.models.describe(question.model, question.version, question.known))
         except FerryError as exc:
-            return ("error", call, *_error_message(exc))
+            return _failed(question.call, exc)
 
-    async def _serve(self, call: int, header: tuple) -> None:
-        reply: tuple[object, ...]
+    async def _serve(self, message: Infer) -> None:
+        call = message.call
+        reply: ToIntake
         try:
-            if self._stale(header):
-                reply = ("stale", call)
-            elif self._streams_elsewhere(header):
-                reply = ("decoupled", call)
+            if self._stale(message):
+                reply = Stale(call)
+            elif self._streams_elsewhere(message):
+                reply = Decoupled(call)
             else:
-                request = self._request(header)
-                response = await self._served(request, header[13])
+                request = self._request(message)
+                response = await self._served(request, message.elsewhere)
                 del request  # the views of the request block go before the answer frees it
-                reply = ("result", call, self._pack_response(response))
+                reply = self._result(call, response)
         except asyncio.CancelledError:
-            reply = ("error", call, ErrorKind.CANCELLED.name, "the request was cancelled", None)
+            reply = Failed(call, ErrorKind.CANCELLED.name, "the request was cancelled")
         except Exception as exc:  # every failure is answered, or the intake would wait forever
             if not isinstance(exc, FerryError):
                 log.exception("unexpected error in a handed-off request")
-            reply = ("error", call, *_error_message(exc))
+            reply = _failed(call, exc)
         finally:
             self._calls.pop(call, None)
-        self.channel.send(reply)
+        try:
+            self.channel.send(reply)
+        except FerryError as exc:  # an answer JSON cannot carry (a model's parameters): the intake still gets one
+            if isinstance(reply, Result) and reply.block is not None and self._responses is not None:
+                self._responses.free(reply.block)
+            self.channel.send(Failed(call, ErrorKind.INTERNAL.name, f"the answer cannot be handed back: {exc}"))
 
     async def _served(self, request: InferenceRequest, elsewhere: int) -> InferenceResponse:
         """``request`` run by the data plane with a ticket of this process's admission (the
@@ -620,53 +661,66 @@ class HubConnection:
             request.ticket = ticket
             return await self._hub.infer(request)
 
-    def _stale(self, header: tuple) -> bool:
+    def _stale(self, message: Infer) -> bool:
         """Whether the request was pre-processed for a load of its model that no longer serves
         (checked in the same loop iteration that hands it to the data plane, which resolves the
         model before its first await). A model gone altogether raises its not-found error."""
-        expect = header[10]
-        if expect is None or self._hub.models is None:
+        if message.expect is None or self._hub.models is None:
             return False
-        return self._hub.models.identity(header[0], header[1]) != expect
+        return self._hub.models.identity(message.model, message.version) != message.expect
 
-    def _streams_elsewhere(self, header: tuple) -> bool:
+    def _streams_elsewhere(self, message: Infer) -> bool:
         """Whether the request came on a stream for a decoupled model (its intake relays it here)."""
-        return bool(header[11]) and self._hub.models is not None and self._hub.models.decoupled(header[0], header[1])
-
-    def _request(self, header: tuple) -> InferenceRequest:
-        model, version, request_id, where, descs, datatypes, outputs, parameters, shared, client, *_ = header
-        preprocessed = frozenset(header[12])
-        assert self._requests is not None
-        buffer, base = self._requests.buffer(where)
-        return InferenceRequest(
-            model,
-            version,
-            request_id,
-            _read_tensors(buffer, base, descs, copy=False),
-            datatypes,
-            None if outputs is None else [_requested_output(output) for output in outputs],
-            parameters,
-            {name: _shared_memory_input(value) for name, value in shared.items()},
-            client,
-            preprocessed,
+        return (
+            message.streamed
+            and self._hub.models is not None
+            and self._hub.models.decoupled(message.model, message.version)
         )
 
-    def _pack_response(self, response: InferenceResponse) -> tuple:
+    def _request(self, message: Infer) -> InferenceRequest:
+        assert self._requests is not None
+        buffer, base = self._requests.buffer(message.block)
+        return InferenceRequest(
+            message.model,
+            message.version,
+            message.id,
+            _read_tensors(buffer, base, message.inputs, copy=False),
+            message.datatypes,
+            message.outputs,
+            message.parameters,
+            message.shared,
+            message.client,
+            frozenset(message.preprocessed),
+        )
+
+    def _result(self, call: int, response: InferenceResponse) -> Result:
+        """The answer, its outputs inline when small, else in a block of the response arena."""
         assert self._responses is not None
-        # counted in the model process's row until the intake frees the block (never refused: the
-        # answer exists already; the intake counted its outputs before the model ran)
-        admission = self._hub.admission
-        count = None if admission is None else admission.hold
-        where, descs = _write_tensors(self._responses, [(o.name, o.data) for o in response.outputs], count)
-        outputs = [(o.name, o.datatype, o.binary, o.shared_memory) for o in response.outputs]
-        return (
+        payloads, total = _layout([(o.name, o.data) for o in response.outputs])
+        data: bytearray | None = None
+        block: Block | None = None
+        if total <= INLINE_BYTES:
+            data = bytearray(total)
+            tensors = _fill(data, 0, payloads)
+        else:
+            # counted in the model process's row until the intake frees the block (never refused:
+            # the answer exists already; the intake counted its outputs before the model ran)
+            admission = self._hub.admission
+            block, buffer, base = self._responses.allocate(total, None if admission is None else admission.hold)
+            tensors = _fill(buffer, base, payloads)
+        outputs = [
+            Output(tensor, o.datatype, o.binary, o.shared_memory)
+            for tensor, o in zip(tensors, response.outputs, strict=True)
+        ]
+        return Result(
+            call,
             response.model_name,
             response.model_version,
             response.id,
             response.parameters,
-            where,
-            descs,
             outputs,
+            block=block,
+            data=data,
         )
 
     def _on_lost(self) -> None:
@@ -697,7 +751,11 @@ class HandoffHub:
     """The model process's end: accepts intake processes on a unix socket and serves their calls."""
 
     def __init__(
-        self, infer: Infer, arena_bytes: int, models: ModelDirectory | None = None, admission: Admission | None = None
+        self,
+        infer: RunRequest,
+        arena_bytes: int,
+        models: ModelDirectory | None = None,
+        admission: Admission | None = None,
     ) -> None:
         self.infer = infer
         self.arena_bytes = arena_bytes
