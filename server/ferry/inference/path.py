@@ -42,7 +42,7 @@ from ..pipelines.slices import ImageWork
 from ..repository.manager import ModelManager
 from ..repository.model import ModelVersion
 from ..response_streams import ResponseSink
-from ..scheduling.interface import Execution, RequestTiming
+from ..scheduling.interface import Execution, Memory, RequestTiming
 from ..scheduling.scheduler import Unloading
 from ..scheduling.timeline import Timeline
 from ..types import InferenceRequest
@@ -287,6 +287,8 @@ class RequestPath(FrontHalf):
             raise
         trace = self.tracing.start(model.name, request.id)
         timeline = trace.timeline if trace else None
+        # only inputs the server made itself (a device pre-processor's) may be device tensors
+        memory = _memory_of(inputs) if request.preprocessed else Memory.HOST
         execution = Execution(
             inputs,
             list(names),
@@ -298,6 +300,7 @@ class RequestPath(FrontHalf):
             sink,
             request.parameters,
             request.ticket,
+            memory,
         )
         try:
             try:
@@ -332,6 +335,11 @@ def _joined(name: str, arrays: list[np.ndarray]) -> np.ndarray:
             "the decoded outputs"
         )
     return np.concatenate(arrays)
+
+
+def _memory_of(inputs: Outputs) -> Memory:
+    """Where pre-processed inputs live: any that is not a numpy array is a device tensor."""
+    return Memory.HOST if all(isinstance(array, np.ndarray) for array in inputs.values()) else Memory.DEVICE
 
 
 def record_invalid(model: ModelVersion) -> None:

@@ -58,15 +58,17 @@ class BatchPreprocessor(Protocol):
     @property
     def decoder(self) -> BatchDecoder | None: ...
 
-    def __call__(self, images: Sequence[Any], placements: Sequence[Placement]) -> np.ndarray: ...
+    def __call__(self, images: Sequence[Any], placements: Sequence[Placement], on_device: bool = False) -> Any:
+        """The batch as numpy, or with ``on_device`` as a tensor on the device (``Memory.DEVICE``)."""
 
 
 @dataclass(frozen=True)
 class Prepared:
-    """A decoded and pre-processed batch, with the geometry needed to map results back: one array,
-    or for a variable-size input (``PreprocessSpec.variable_size``) one tensor per image."""
+    """A decoded and pre-processed batch, with the geometry needed to map results back: one array
+    (a torch tensor on the pre-processing device when ``prepare`` was asked to keep it there), or for
+    a variable-size input (``PreprocessSpec.variable_size``) one tensor per image."""
 
-    batch: np.ndarray | list[np.ndarray]
+    batch: np.ndarray | list[np.ndarray] | Any
     transforms: list[ImageTransform]
     decode_ns: int
     preprocess_ns: int
@@ -237,16 +239,18 @@ class ImagePipeline:
         would only rank softmaxed features."""
         return self.classification is not None or bool(self.labels)
 
-    def prepare(self, images: list[bytes], first_index: int = 0) -> Prepared:
+    def prepare(self, images: list[bytes], first_index: int = 0, on_device: bool = False) -> Prepared:
         """Decode and pre-process every image into one contiguous batch (blocking; run in a thread).
 
-        ``first_index`` is the position of ``images[0]`` in the request, for error messages."""
+        ``first_index`` is the position of ``images[0]`` in the request, for error messages.
+        ``on_device``: a device pre-processor's batch stays a tensor on its device (the caller's
+        scheduler takes device inputs); without one it changes nothing."""
         if not images:
             raise InvalidArgument("no images in the request")
         spec = self.spec
         assert spec is not None, "prepare needs a pre-processing spec (an input that is not BYTES)"
         if self.batch_preprocessor is not None:
-            return self._prepare_on_device(images, spec, self.batch_preprocessor, first_index)
+            return self._prepare_on_device(images, spec, self.batch_preprocessor, first_index, on_device)
         batch: np.ndarray | list[np.ndarray]
         batch = [] if spec.variable_size else np.empty((len(images), *spec.tensor_shape), dtype=spec.dtype)
         transforms = []
@@ -269,7 +273,12 @@ class ImagePipeline:
         return Prepared(batch, transforms, decode_ns, preprocess_ns)
 
     def _prepare_on_device(
-        self, images: list[bytes], spec: PreprocessSpec, preprocessor: BatchPreprocessor, first_index: int
+        self,
+        images: list[bytes],
+        spec: PreprocessSpec,
+        preprocessor: BatchPreprocessor,
+        first_index: int,
+        on_device: bool,
     ) -> Prepared:
         """Decode (and convert the colour mode) on the CPU, or with ``decode: GPU`` the JPEGs the device
         takes on the device, then resize and normalise the batch at once. A batch the device decoder
@@ -293,7 +302,7 @@ class ImagePipeline:
             height, width = pixels[index].shape[:2]
             placements.append(checked_placement(width, height, spec, self.max_pixels, first_index + index))
         t1 = time.perf_counter_ns()
-        batch = preprocessor(pixels, placements)
+        batch = preprocessor(pixels, placements, on_device)
         return Prepared(batch, [where.transform for where in placements], t1 - t0, time.perf_counter_ns() - t1)
 
     def hand_over(self, images: list[bytes], first_index: int = 0) -> tuple[list[bytes], list[ImageTransform]]:

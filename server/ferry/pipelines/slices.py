@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -34,9 +34,15 @@ class ImageWork:
 
 
 async def prepare_in_slices(
-    pool: Executor, share: int, pipeline: ImagePipeline, images: Sequence[bytes], work: ImageWork | None = None
+    pool: Executor,
+    share: int,
+    pipeline: ImagePipeline,
+    images: Sequence[bytes],
+    work: ImageWork | None = None,
+    on_device: bool = False,
 ) -> Prepared:
-    """``pipeline.prepare(images)`` run as slices on ``pool``, at most ``share`` at a time."""
+    """``pipeline.prepare(images)`` run as slices on ``pool``, at most ``share`` at a time; with
+    ``on_device`` a device pre-processor's slices stay on its device and are joined there."""
     loop = asyncio.get_running_loop()
     slices = execution_slices(len(images), IMAGES_PER_SLICE) or [slice(0, 0)]
     limiter = asyncio.Semaphore(share)
@@ -47,7 +53,7 @@ async def prepare_in_slices(
         counts.waiting += len(chunk)
         try:
             async with limiter:
-                prepared = await loop.run_in_executor(pool, pipeline.prepare, chunk, part.start)
+                prepared = await loop.run_in_executor(pool, pipeline.prepare, chunk, part.start, on_device)
         finally:
             counts.waiting -= len(chunk)
         counts.decoded += len(chunk)
@@ -62,11 +68,15 @@ async def prepare_in_slices(
         raise
     if len(parts) == 1:
         return parts[0]
-    batch = (
-        [tensor for part in parts for tensor in part.batch]
-        if isinstance(parts[0].batch, list)
-        else np.concatenate([part.batch for part in parts])
-    )
+    batch: Any
+    if isinstance(parts[0].batch, list):
+        batch = [tensor for part in parts for tensor in part.batch]
+    elif isinstance(parts[0].batch, np.ndarray):
+        batch = np.concatenate([part.batch for part in parts])
+    else:  # device tensors (``on_device``)
+        from ..gpu import device_tensors
+
+        batch = device_tensors.join([part.batch for part in parts])
     return Prepared(
         batch,
         [transform for part in parts for transform in part.transforms],

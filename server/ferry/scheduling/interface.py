@@ -46,11 +46,13 @@ class RequestTiming:
 
 
 class Memory(Enum):
-    """Where an execution's input tensors live. Host memory (numpy arrays) is all there is today;
-    a shared staging slot, pinned or device memory are the places the engine may read without a
-    copy (issue 39), and a scheduler will be able to tell them apart here."""
+    """Where an execution's input tensors live: host memory (numpy arrays), or a torch device (a
+    device pre-processor's output, ``preprocess { device: GPU }``), which the batcher joins on the
+    device (``gpu.device_tensors``) and hands to an engine that takes it (``Instance.takes_device_inputs``)
+    without a host round trip."""
 
     HOST = "host"
+    DEVICE = "device"
 
 
 @dataclass(slots=True)
@@ -89,6 +91,10 @@ class Execution:
 
 class ModelScheduler(ABC):
     """Takes one model version's executions and answers each with its outputs (the executor port)."""
+
+    #: Executions whose inputs are device tensors (``Memory.DEVICE``) are taken as they are; else
+    #: the image stage brings a device pre-processor's output back to host memory first.
+    takes_device_inputs: bool = False
 
     @abstractmethod
     async def submit(self, execution: Execution) -> Outputs:

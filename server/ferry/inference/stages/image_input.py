@@ -43,7 +43,9 @@ class ImageInput:
         assert pipeline is not None
         images = self.images_of(model, request, whole)
         await self.reserve(pipeline, images, request)
-        prepared = await prepare_in_slices(self.pool, self.share, pipeline, images, self.work)
+        # a device pre-processor's batch stays on its device where the scheduler takes device tensors
+        on_device = pipeline.batch_preprocessor is not None and model.scheduler.takes_device_inputs
+        prepared = await prepare_in_slices(self.pool, self.share, pipeline, images, self.work, on_device)
         model.stats.record_images(len(images), prepared.decode_ns, prepared.preprocess_ns)
         return prepared
 
