@@ -1,9 +1,9 @@
-"""Tensors that stay on the device (``Memory.DEVICE``): a model that pre-processes on its device
-(``preprocess { device: GPU }``) has its pre-processed batches kept as torch tensors, joined by the
-batcher with ``torch.cat`` on the device, and read by the torch engine as they are; outputs come
-back to host memory once per batch. The device is torch's CPU device here (``_gpu_preprocessor`` is
-pointed at it: this machine has no CUDA); the real TorchScript digits model, the real model
-manager and data plane, the digits' held-out images."""
+"""Tensors that stay on the device: a model that pre-processes on its device (``preprocess { device:
+GPU }``) has its images decoded per request and pre-processed once per gathered batch by the batcher
+(``Memory.PIXELS``), the batch a torch tensor on the device that the torch engine reads as it is;
+outputs come back to host memory once per batch. The device is torch's CPU device here
+(``_gpu_preprocessor`` is pointed at it: this machine has no CUDA); the real TorchScript digits
+model, the real model manager and data plane, the digits' held-out images."""
 
 from __future__ import annotations
 
@@ -93,9 +93,14 @@ async def test_a_device_batch_reaches_the_engine_as_device_tensors_and_answers_a
     tmp_path: Path, digit_pngs, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(runtime, "_gpu_preprocessor", lambda spec, gpu: DevicePreprocessor(spec, "cpu"))
-    joined, copied_to_host = [], []
-    join, to_host = device_tensors.join, device_tensors.to_host
-    monkeypatch.setattr(device_tensors, "join", lambda parts: joined.append(len(parts)) or join(parts))
+    preprocessed, copied_to_host = [], []  # images per pre-processor call; copies to host
+    preprocess, to_host = DevicePreprocessor.__call__, device_tensors.to_host
+
+    def counted(self: DevicePreprocessor, images: Any, placements: Any, on_device: bool = False) -> Any:
+        preprocessed.append(len(images))
+        return preprocess(self, images, placements, on_device)
+
+    monkeypatch.setattr(DevicePreprocessor, "__call__", counted)
     monkeypatch.setattr(device_tensors, "to_host", lambda inputs: copied_to_host.append(1) or to_host(inputs))
     files = digit_pngs[0][: 1 + QUEUED * IMAGES_PER_REQUEST]
     requests = [files[:1]] + [
@@ -117,7 +122,7 @@ async def test_a_device_batch_reaches_the_engine_as_device_tensors_and_answers_a
         # one lone request, then the queued ones as one batch, all torch tensors at the engine
         batch = QUEUED * IMAGES_PER_REQUEST
         assert gate.seen == [(torch.Tensor, 1), (torch.Tensor, batch)]
-        assert QUEUED in joined  # the batcher joined the queued requests' tensors on the device
+        assert preprocessed == [1, batch]  # once per batch: the queued requests' images in one call
         assert copied_to_host == []  # the torch engine read them where they were
 
         # the same batches through host memory (the scheduler made to refuse device tensors: the
@@ -125,8 +130,10 @@ async def test_a_device_batch_reaches_the_engine_as_device_tensors_and_answers_a
         monkeypatch.setattr(scheduler, "takes_device_inputs", False)
         through_host = await gated(plane, gate, lambda: scheduler.queue_size, requests)
         assert gate.seen[2:] == [(np.ndarray, 1), (np.ndarray, batch)]
+        assert preprocessed[2:] == [1, *[IMAGES_PER_REQUEST] * QUEUED]  # per request (slice), as before
         for device, host in zip(gate.values[:2], gate.values[2:], strict=True):
-            np.testing.assert_array_equal(device, host)  # the engine got exactly the same batches
+            # the engine got exactly the same images (the queued requests may have queued in another order)
+            assert sorted(row.tobytes() for row in device) == sorted(row.tobytes() for row in host)
         # (TorchScript's profiling executor optimises the graph after its first runs: the last digits of
         # the scores may move from one run to the next, whatever memory the inputs came from)
         for ours, theirs in zip(answers, through_host, strict=True):

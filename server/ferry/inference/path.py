@@ -37,6 +37,7 @@ import numpy as np
 from ..batches import execution_slices
 from ..ensembles.step import StepRequest
 from ..errors import InvalidArgument
+from ..pipelines.device_pixels import DevicePixels
 from ..pipelines.preprocess import ImageTransform
 from ..pipelines.slices import ImageWork
 from ..repository.manager import ModelManager
@@ -338,8 +339,13 @@ def _joined(name: str, arrays: list[np.ndarray]) -> np.ndarray:
 
 
 def _memory_of(inputs: Outputs) -> Memory:
-    """Where pre-processed inputs live: any that is not a numpy array is a device tensor."""
-    return Memory.HOST if all(isinstance(array, np.ndarray) for array in inputs.values()) else Memory.DEVICE
+    """Where pre-processed inputs live: numpy arrays, decoded pixels the batcher pre-processes on the
+    device (``DevicePixels``), else device tensors."""
+    if all(isinstance(array, np.ndarray) for array in inputs.values()):
+        return Memory.HOST
+    if any(isinstance(array, DevicePixels) for array in inputs.values()):
+        return Memory.PIXELS
+    return Memory.DEVICE
 
 
 def record_invalid(model: ModelVersion) -> None:

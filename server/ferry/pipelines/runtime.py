@@ -29,6 +29,7 @@ from .decode import ImageHeader, decode_image, device_decodable, read_header
 from .decoders import Decoder, InputSize
 from .detection import DEFAULT_MAX_DETECTIONS, Detection, decode_detections, load_decoder
 from .detection_tensors import detection_tensor_specs, detection_tensors
+from .device_pixels import DevicePixels
 from .embedding import EMBEDDING_OUTPUT, check_embedding, embedding_tensor_spec, embeddings
 from .normalise import pad_to
 from .preprocess import ImageTransform, Placement, PreprocessSpec, pixels_of, preprocess, to_model_mode
@@ -54,6 +55,9 @@ class BatchDecoder(Protocol):
 
 class BatchPreprocessor(Protocol):
     """Resizes and normalises a decoded batch on a device (``device_preprocess.DevicePreprocessor``)."""
+
+    @property
+    def device(self) -> Any: ...
 
     @property
     def decoder(self) -> BatchDecoder | None: ...
@@ -243,8 +247,10 @@ class ImagePipeline:
         """Decode and pre-process every image into one contiguous batch (blocking; run in a thread).
 
         ``first_index`` is the position of ``images[0]`` in the request, for error messages.
-        ``on_device``: a device pre-processor's batch stays a tensor on its device (the caller's
-        scheduler takes device inputs); without one it changes nothing."""
+        ``on_device``: the caller's scheduler takes device inputs, so a device pre-processor's work
+        is left to the batcher (``DevicePixels``: decoded and placed here, pre-processed once per
+        batch) where the model batches images of one size, else its batch stays a tensor on the
+        device; without a device pre-processor it changes nothing."""
         if not images:
             raise InvalidArgument("no images in the request")
         spec = self.spec
@@ -302,8 +308,12 @@ class ImagePipeline:
             height, width = pixels[index].shape[:2]
             placements.append(checked_placement(width, height, spec, self.max_pixels, first_index + index))
         t1 = time.perf_counter_ns()
+        transforms = [where.transform for where in placements]
+        if on_device and self.max_batch_size > 0 and not spec.variable_size:
+            waiting = DevicePixels(pixels, placements, preprocessor, spec.tensor_shape, spec.datatype)
+            return Prepared(waiting, transforms, t1 - t0, 0)
         batch = preprocessor(pixels, placements, on_device)
-        return Prepared(batch, [where.transform for where in placements], t1 - t0, time.perf_counter_ns() - t1)
+        return Prepared(batch, transforms, t1 - t0, time.perf_counter_ns() - t1)
 
     def hand_over(self, images: list[bytes], first_index: int = 0) -> tuple[list[bytes], list[ImageTransform]]:
         """For a model that pre-processes on its device, in an intake process (blocking; run in a

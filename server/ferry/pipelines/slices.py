@@ -19,6 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from ..batches import execution_slices
+from .device_pixels import DevicePixels
 from .runtime import ImagePipeline, Prepared
 
 #: Images per pool task: small enough to interleave requests, large enough to amortise the hand-off.
@@ -69,14 +70,17 @@ async def prepare_in_slices(
     if len(parts) == 1:
         return parts[0]
     batch: Any
-    if isinstance(parts[0].batch, list):
-        batch = [tensor for part in parts for tensor in part.batch]
-    elif isinstance(parts[0].batch, np.ndarray):
-        batch = np.concatenate([part.batch for part in parts])
+    batches: list[Any] = [part.batch for part in parts]
+    if isinstance(batches[0], list):
+        batch = [tensor for part in batches for tensor in part]
+    elif isinstance(batches[0], np.ndarray):
+        batch = np.concatenate(batches)
+    elif isinstance(batches[0], DevicePixels):  # pre-processed by the batcher, once per batch
+        batch = DevicePixels.joined(batches)
     else:  # device tensors (``on_device``)
         from ..gpu import device_tensors
 
-        batch = device_tensors.join([part.batch for part in parts])
+        batch = device_tensors.join(batches)
     return Prepared(
         batch,
         [transform for part in parts for transform in part.transforms],

@@ -15,10 +15,10 @@ import asyncio
 import contextlib
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -49,10 +49,19 @@ class Memory(Enum):
     """Where an execution's input tensors live: host memory (numpy arrays), or a torch device (a
     device pre-processor's output, ``preprocess { device: GPU }``), which the batcher joins on the
     device (``gpu.device_tensors``) and hands to an engine that takes it (``Instance.takes_device_inputs``)
-    without a host round trip."""
+    without a host round trip, or decoded pixels that become such tensors once per batch (``PIXELS``)."""
 
     HOST = "host"
     DEVICE = "device"
+    #: decoded images whose device pre-processing the batcher runs once per batch (``PendingPixels``)
+    PIXELS = "pixels"
+
+
+class PendingPixels(Protocol):
+    """A ``Memory.PIXELS`` input (``pipelines.device_pixels.DevicePixels``)."""
+
+    def gather(self, others: Sequence[Any]) -> Any:
+        """This input and the same input of the batch's other executions, pre-processed in one call."""
 
 
 @dataclass(slots=True)

@@ -19,13 +19,14 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 
 from ..backends.base import Instance
 from ..errors import FerryError, Unavailable
 from ..statistics import ModelStats
-from .interface import Execution, Memory, ModelScheduler, Outputs
+from .interface import Execution, Memory, ModelScheduler, Outputs, PendingPixels
 from .policy import SchedulingPolicy
 
 log = logging.getLogger(__name__)
@@ -87,7 +88,7 @@ class Pending:
 def batch_signature(inputs: dict[str, np.ndarray], batched: bool, memory: Memory = Memory.HOST) -> tuple:
     """What must be equal for two requests to share a batch: names, dtypes, non-batch shapes (and
     the device, for device tensors: ``device_tensors.signature``)."""
-    if memory is Memory.DEVICE:
+    if memory is not Memory.HOST:
         from ..gpu import device_tensors
 
         return device_tensors.signature(inputs, batched)
@@ -487,7 +488,7 @@ class Scheduler(ModelScheduler):
         cpu0 = time.thread_time_ns() if sample else 0
         t0 = time.perf_counter_ns()
         staging = None
-        if batch[0].execution.memory is Memory.DEVICE:  # a signature never mixes memories
+        if batch[0].execution.memory is not Memory.HOST:  # a signature never mixes memories
             inputs = _gather_on_device(instance, batch)
             names = list(dict.fromkeys(name for p in batch for name in p.execution.outputs))
         elif len(batch) == 1:
@@ -580,12 +581,19 @@ def _answered(future: asyncio.Future) -> bool:
 
 
 def _gather_on_device(instance: Instance, batch: list[Pending]) -> Outputs:
-    """A batch of device tensors joined on their device (``torch.cat``, no numpy); brought to host
-    memory once for the whole batch where the instance reads host memory only."""
+    """A batch of device tensors joined on their device (``torch.cat``, no numpy), or of decoded
+    pixels pre-processed on the device in one call (``Memory.PIXELS``); brought to host memory once
+    for the whole batch where the instance reads host memory only."""
     from ..gpu import device_tensors
 
-    first = batch[0].execution.inputs
-    inputs = {name: device_tensors.join([p.execution.inputs[name] for p in batch]) for name in first}
+    first = batch[0].execution
+    if first.memory is Memory.PIXELS:
+        inputs = {
+            name: cast(PendingPixels, pixels).gather([p.execution.inputs[name] for p in batch[1:]])
+            for name, pixels in first.inputs.items()
+        }
+    else:
+        inputs = {name: device_tensors.join([p.execution.inputs[name] for p in batch]) for name in first.inputs}
     return inputs if instance.takes_device_inputs else device_tensors.to_host(inputs)
 
 
