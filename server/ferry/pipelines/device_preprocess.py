@@ -5,8 +5,8 @@ Images are decoded on the CPU (Pillow), or their JPEGs on the device itself (``d
 into one reused host buffer (pinned on CUDA) and uploaded in one copy; images of the same size are
 resized together in one call, placed into one batch tensor with the geometry of the CPU path (``preprocess.place``),
 and colour order, scaling, mean/std, layout and type are applied to the whole batch at once. The
-result stays on the device (``on_device``: the scheduler batches device tensors and the torch
-engine reads them where they are, ``gpu.device_tensors``), or comes back to host memory in one copy
+result stays on the device (``on_device``: the batcher calls it once per batch, ``device_pixels``,
+and the torch engine reads it where it is), or comes back to host memory in one copy
 through a reused pinned buffer, for a caller that wants numpy. Each call runs on a *lane*: a
 long-lived CUDA stream with its host buffers, made on first need and kept, one per call running at
 the same time (the decode pool's threads), so no call creates a stream or allocates pinned memory
