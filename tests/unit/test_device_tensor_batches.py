@@ -21,7 +21,7 @@ from ferry.repository.manager import ControlMode, ModelManager
 from ferry.scheduling.interface import Memory
 from ferry.scheduling.scheduler import Scheduler, batch_signature
 
-from ..conftest import EXTRAS_REPO
+from ..conftest import EXTRAS_REPO, MODEL_REPO
 
 pytestmark = pytest.mark.torch
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0)")
@@ -41,6 +41,11 @@ def repository(tmp_path: Path) -> Path:
         config = repo / name / "config.pbtxt"
         text = config.read_text().replace('name: "digits_torch"', f'name: "{name}"')
         config.write_text(text.replace("scale: 0.0039215686 }", f"scale: 0.0039215686{device} }}"))
+    # the ONNX Runtime digits (an engine that reads host memory only) pre-processing on the device
+    shutil.copytree(MODEL_REPO / "digits", repo / "digits_onnx_device")
+    config = repo / "digits_onnx_device" / "config.pbtxt"
+    text = config.read_text().replace('name: "digits"', 'name: "digits_onnx_device"')
+    config.write_text(text.replace("scale: 0.0039215686 }", "scale: 0.0039215686 device: GPU }"))
     return repo
 
 
@@ -74,16 +79,15 @@ async def until(condition: Any, what: str) -> None:
     raise AssertionError(f"never happened: {what}")
 
 
-async def gated(plane: DataPlane, gate: Gate, queued: Any, requests: list[list[bytes]]) -> list[Any]:
+async def gated(
+    plane: DataPlane, gate: Gate, queued: Any, requests: list[list[bytes]], model: str = "digits_device"
+) -> list[Any]:
     """The first request computing alone while the others queue, then the others as one batch."""
     gate.entered.clear()
     gate.release.clear()
-    first = asyncio.ensure_future(plane.serve_images("digits_device", "", requests[0], "classify", {}))
+    first = asyncio.ensure_future(plane.serve_images(model, "", requests[0], "classify", {}))
     await until(gate.entered.is_set, "the first request computing")
-    rest = [
-        asyncio.ensure_future(plane.serve_images("digits_device", "", images, "classify", {}))
-        for images in requests[1:]
-    ]
+    rest = [asyncio.ensure_future(plane.serve_images(model, "", images, "classify", {})) for images in requests[1:]]
     await until(lambda: queued() == len(rest), f"{len(rest)} requests queued behind it")
     gate.release.set()
     return [result for _, results in await asyncio.gather(first, *rest) for result in results]
@@ -106,9 +110,8 @@ async def test_a_device_batch_reaches_the_engine_as_device_tensors_and_answers_a
     requests = [files[:1]] + [
         files[1 + i * IMAGES_PER_REQUEST : 1 + (i + 1) * IMAGES_PER_REQUEST] for i in range(QUEUED)
     ]
-    manager = ModelManager(
-        repository(tmp_path), control_mode=ControlMode.EXPLICIT, startup_models=["digits_device", "digits_host"]
-    )
+    models = ["digits_device", "digits_host", "digits_onnx_device"]
+    manager = ModelManager(repository(tmp_path), control_mode=ControlMode.EXPLICIT, startup_models=models)
     await manager.start()
     plane = DataPlane(manager)
     plane.started = True
@@ -144,6 +147,16 @@ async def test_a_device_batch_reaches_the_engine_as_device_tensors_and_answers_a
         assert [a[0]["index"] for a in answers] == [p[0]["index"] for p in pillow]
         for ours, theirs in zip(answers, pillow, strict=True):
             assert ours[0]["score"] == pytest.approx(theirs[0]["score"], abs=0.02)
+
+        # an engine that reads host memory only (ONNX Runtime) gets each batch, pre-processed once on
+        # the device, copied to host once
+        onnx = manager.get("digits_onnx_device")
+        onnx_gate = Gate(onnx.instances[0])
+        del preprocessed[:]
+        on_onnx = await gated(plane, onnx_gate, lambda: onnx.scheduler.queue_size, requests, "digits_onnx_device")
+        assert onnx_gate.seen == [(np.ndarray, 1), (np.ndarray, batch)]
+        assert preprocessed == [1, batch] and len(copied_to_host) == 2
+        assert [a[0]["index"] for a in on_onnx] == [a[0]["index"] for a in answers]
     finally:
         await manager.stop()
 
