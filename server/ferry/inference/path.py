@@ -43,7 +43,7 @@ from ..pipelines.slices import ImageWork
 from ..repository.manager import ModelManager
 from ..repository.model import ModelVersion
 from ..response_streams import ResponseSink
-from ..scheduling.interface import Execution, Memory, RequestTiming
+from ..scheduling.interface import HOST, Execution, Memory, RequestTiming
 from ..scheduling.scheduler import Unloading
 from ..scheduling.timeline import Timeline
 from ..types import InferenceRequest
@@ -289,7 +289,7 @@ class RequestPath(FrontHalf):
         trace = self.tracing.start(model.name, request.id)
         timeline = trace.timeline if trace else None
         # only inputs the server made itself (a device pre-processor's) may be device tensors
-        memory = _memory_of(inputs) if request.preprocessed else Memory.HOST
+        memory = _memory_of(inputs) if request.preprocessed else HOST
         execution = Execution(
             inputs,
             list(names),
@@ -342,7 +342,7 @@ def _memory_of(inputs: Outputs) -> Memory:
     """Where pre-processed inputs live: numpy arrays, decoded pixels the batcher pre-processes on the
     device (``DevicePixels``), else device tensors."""
     if all(isinstance(array, np.ndarray) for array in inputs.values()):
-        return Memory.HOST
+        return HOST
     if any(isinstance(array, DevicePixels) for array in inputs.values()):
         return Memory.PIXELS
     return Memory.DEVICE

@@ -26,7 +26,7 @@ import numpy as np
 from ..backends.base import Instance
 from ..errors import FerryError, Unavailable
 from ..statistics import ModelStats
-from .interface import Execution, Memory, ModelScheduler, Outputs, PendingPixels
+from .interface import HOST, Execution, Memory, ModelScheduler, Outputs, PendingPixels
 from .policy import SchedulingPolicy
 
 log = logging.getLogger(__name__)
@@ -85,10 +85,10 @@ class Pending:
     compute_ns: tuple[int, int, int] = (0, 0, 0)  # input, infer, output of the batch it ran in
 
 
-def batch_signature(inputs: dict[str, np.ndarray], batched: bool, memory: Memory = Memory.HOST) -> tuple:
+def batch_signature(inputs: dict[str, np.ndarray], batched: bool, memory: Memory = HOST) -> tuple:
     """What must be equal for two requests to share a batch: names, dtypes, non-batch shapes (and
     the device, for device tensors: ``device_tensors.signature``)."""
-    if memory is not Memory.HOST:
+    if memory is not HOST:
         from ..gpu import device_tensors
 
         return device_tensors.signature(inputs, batched)
@@ -488,7 +488,7 @@ class Scheduler(ModelScheduler):
         cpu0 = time.thread_time_ns() if sample else 0
         t0 = time.perf_counter_ns()
         staging = None
-        if batch[0].execution.memory is not Memory.HOST:  # a signature never mixes memories
+        if batch[0].execution.memory is not HOST:  # a signature never mixes memories
             inputs = _gather_on_device(instance, batch)
             names = list(dict.fromkeys(name for p in batch for name in p.execution.outputs))
         elif len(batch) == 1:
