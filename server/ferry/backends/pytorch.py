@@ -203,12 +203,11 @@ class PyTorchInstance(Instance):
 
     def _compute_cuda(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
         assert self._stream is not None
-        with self._device_context():
-            # device inputs were made (joined) on this thread's current stream: read them after it
-            producer = torch.cuda.current_stream(self._device)
         with self._device_context(), torch.cuda.stream(self._stream):
             host = [self._stage(name, inputs[name], dtype) for name, dtype in self._inputs]
-            after = producer if any(t.is_cuda for t in host) else None
+            # device inputs were joined on the scheduler's thread, which sets no stream (the
+            # pre-processor's own lane was synchronised): read them after its default stream
+            after = torch.cuda.default_stream(self._device) if any(t.is_cuda for t in host) else None
             if after is not None:
                 self._stream.wait_stream(after)
             batch = host[0].shape[0] if self._batched and host else 0

@@ -211,7 +211,8 @@ class Staging:
 class Scheduler(ModelScheduler):
     """The dynamic batcher: queues requests for one model version and feeds batches to its instances.
 
-    Device tensors (``Memory.DEVICE``) are batched on their device (``_gather_on_device``)."""
+    Device tensors (``Memory.DEVICE``) are batched on their device, and decoded pixels
+    (``Memory.PIXELS``) pre-processed once per batch there (``_gather_on_device``)."""
 
     takes_device_inputs = True
 
