@@ -17,9 +17,12 @@ import numpy as np
 import pytest
 
 from ferry.api.dataplane import DataPlane
+from ferry.backends.base import Instance, InstanceSpec, ModelIO
 from ferry.repository.manager import ControlMode, ModelManager
-from ferry.scheduling.interface import Memory
+from ferry.scheduling.interface import Execution, Memory
+from ferry.scheduling.policy import SchedulingPolicy
 from ferry.scheduling.scheduler import Scheduler, batch_signature
+from ferry.statistics import ModelStats
 
 from ..conftest import EXTRAS_REPO, MODEL_REPO
 
@@ -168,3 +171,56 @@ def test_device_and_host_executions_never_share_a_batch() -> None:
     assert batch_signature(device, True, Memory.DEVICE) == batch_signature(
         {"input": torch.ones((5, 1, 28, 28))}, True, Memory.DEVICE
     )
+
+
+class DeviceInstance(Instance):
+    """A scheduler unit test's engine: doubles ``x`` (host arrays or torch tensors), holds each run
+    until ``gate`` opens, records what it was given; its outputs come back as numpy."""
+
+    def __init__(self, takes_device_inputs: bool) -> None:
+        self.spec = InstanceSpec(name="fake", kind="CPU")
+        self.io = ModelIO([], [])
+        self.device = "cpu"
+        self.takes_device_inputs = takes_device_inputs
+        self.gate = threading.Event()
+        self.started = threading.Event()
+        self.seen: list[Any] = []
+
+    def compute(self, inputs: dict[str, Any], outputs: list[str]) -> dict[str, np.ndarray]:
+        self.started.set()
+        assert self.gate.wait(30)
+        x = inputs["x"]
+        self.seen.append(x)
+        doubled = x * 2
+        return {"y": doubled.numpy() if isinstance(doubled, torch.Tensor) else doubled}
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("takes", [True, False], ids=["engine-takes-device", "engine-reads-host"])
+async def test_the_batcher_joins_device_tensors_on_the_device(takes: bool) -> None:
+    instance = DeviceInstance(takes)
+    scheduler = Scheduler("m", [instance], ModelStats("m", "1"), SchedulingPolicy(max_batch_size=8, dynamic=True))
+    scheduler.start()
+    parts = [torch.full((rows, 3), float(value)) for value, rows in ((1, 1), (2, 2), (3, 1), (4, 3))]
+
+    def submitted(tensor: Any) -> asyncio.Future:
+        execution = Execution({"x": tensor}, ["y"], len(tensor), memory=Memory.DEVICE)
+        return asyncio.ensure_future(scheduler.submit(execution))
+
+    try:
+        first = submitted(parts[0])
+        await until(instance.started.is_set, "the first execution computing")
+        rest = [submitted(part) for part in parts[1:]]
+        await until(lambda: scheduler.queue_size == len(rest), "the others queued")
+        instance.gate.set()
+        results = await asyncio.gather(first, *rest)
+    finally:
+        await scheduler.stop()
+    kind = torch.Tensor if takes else np.ndarray
+    assert [type(x) for x in instance.seen] == [kind, kind]
+    gathered = instance.seen[1]
+    np.testing.assert_array_equal(np.asarray(gathered), torch.cat(parts[1:]).numpy())  # one batch, in order
+    for part, result in zip(parts, results, strict=True):
+        np.testing.assert_array_equal(result["y"], part.numpy() * 2)
