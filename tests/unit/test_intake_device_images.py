@@ -75,10 +75,10 @@ async def test_the_intake_decodes_for_a_model_that_preprocesses_on_its_device(
         model = await views.resolve("digits", "")
         assert model is not None, "relayed: the intake does not serve the model's images"
         assert model.pipeline is not None and model.pipeline.batch_preprocessor is None  # no device here
-        _, expected = await plane.run_images("digits", "", files, "classify", {})  # one process
+        _, expected = await plane.serve_images("digits", "", files, "classify", {})  # one process
         decoder = manager.get("digits").pipeline.batch_preprocessor.decoder
         before = decoder.decoded if decoder is not None else 0
-        served, results = await images.run_images("digits", "", files, "classify", {})
+        served, results = await images.serve_images("digits", "", files, "classify", {})
         assert results == expected and served is model
         bmp, jpg = b"BM", b"\xff\xd8"
         assert handed == [bmp] * 4 + ([jpg] * 2 if decode == "GPU" else [bmp] * 2)

@@ -54,8 +54,8 @@ class Instance(ABC):
     from a worker thread, or inline on the event loop (``inline_when_fast``).
 
     What an instance may offer beyond ``compute`` is declared here, with the default that asks for
-    nothing, so the scheduler reads it as an attribute and never probes: ``inline_when_fast`` and
-    ``input_buffer``.
+    nothing, so the scheduler reads it as an attribute and never probes: ``inline_when_fast``,
+    ``takes_device_inputs`` and ``input_buffer``.
     """
 
     spec: InstanceSpec
@@ -64,6 +64,9 @@ class Instance(ABC):
     #: ``compute`` waits on nothing but the engine (no sleep, no I/O), so the scheduler may compute a
     #: batch it expects to be fast on the event loop's thread (``scheduling.scheduler.INLINE_BELOW_NS``).
     inline_when_fast: bool = False
+    #: ``compute`` takes torch tensors on a device as inputs (``scheduling.interface.Memory.DEVICE``,
+    #: a device pre-processor's batch) as well as host arrays; else the scheduler copies them to host.
+    takes_device_inputs: bool = False
 
     @abstractmethod
     def compute(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]: ...

@@ -117,9 +117,12 @@ class CudaGraphs:
             for host, static in zip(host_inputs, self.sets[0].inputs, strict=True)
         )
 
-    def compute(self, host_inputs: Sequence[torch.Tensor], batch: int) -> dict[str, torch.Tensor]:
+    def compute(
+        self, host_inputs: Sequence[torch.Tensor], batch: int, after: torch.cuda.Stream | None = None
+    ) -> dict[str, torch.Tensor]:
         """Replay the bucket for ``batch`` on the current stream, in the next set; returns views of the
-        first ``batch`` rows of that set's outputs.
+        first ``batch`` rows of that set's outputs. Inputs on the device already are copied device to
+        device, once the stream ``after`` that made them has (a device pre-processor's batch).
 
         Rows past ``batch`` hold whatever an earlier batch left there; their results are discarded.
         The returned views are overwritten by the replay after next (the other set's comes between),
@@ -131,6 +134,8 @@ class CudaGraphs:
         graphs = self.sets[self.alternation.take()]
         compute = torch.cuda.current_stream()
         self._copies.wait_event(graphs.read)  # the set's previous replay has read its inputs
+        if after is not None:
+            self._copies.wait_stream(after)
         with torch.cuda.stream(self._copies):
             for static, host in zip(graphs.inputs, host_inputs, strict=True):
                 static[:batch].copy_(host, non_blocking=True)

@@ -9,6 +9,11 @@ copy per requested output into that output's reused pinned buffer (``gpu/host_bu
 by a single stream synchronisation. On the CPU the module runs
 eagerly on the request memory itself. The device is chosen at run time from the instance group
 and ``torch.cuda.is_available()``.
+
+Inputs may be torch tensors on a device already (``takes_device_inputs``: a device pre-processor's
+batch, joined on the device by the scheduler): those are used where they are (on a GPU: read by the
+graph's device-to-device copy or the eager pass, after the stream that made them), with no pinned
+staging and no host round trip; only the outputs come back to host memory, once per batch.
 """
 
 from __future__ import annotations
@@ -59,6 +64,8 @@ def cap_torch_threads(cores: int) -> None:
 
 class PyTorchInstance(Instance):
     """One module on one device. ``compute`` is called from the scheduler's worker thread for this instance."""
+
+    takes_device_inputs = True
 
     def __init__(self, model_file: Path, config: mc.ModelConfig, spec: InstanceSpec) -> None:
         self.spec = spec
@@ -190,7 +197,7 @@ class PyTorchInstance(Instance):
         with self._grad_mode():
             if self._cuda:
                 return self._compute_cuda(inputs, outputs)
-            tensors = [to_tensor(_writable(inputs[name]), dtype) for name, dtype in self._inputs]
+            tensors = [self._on_cpu(inputs[name], dtype) for name, dtype in self._inputs]
             results = self._forward(tensors)
             return {name: to_numpy(results[name].contiguous()) for name in outputs}
 
@@ -198,17 +205,31 @@ class PyTorchInstance(Instance):
         assert self._stream is not None
         with self._device_context(), torch.cuda.stream(self._stream):
             host = [self._stage(name, inputs[name], dtype) for name, dtype in self._inputs]
+            # device inputs were joined on the scheduler's thread, which sets no stream (the
+            # pre-processor's own lane was synchronised): read them after its default stream
+            after = torch.cuda.default_stream(self._device) if any(t.is_cuda for t in host) else None
+            if after is not None:
+                self._stream.wait_stream(after)
             batch = host[0].shape[0] if self._batched and host else 0
             if self._graphs is not None and self._graphs.accepts(host, batch):
-                device_outputs = self._graphs.compute(host, batch)
+                device_outputs = self._graphs.compute(host, batch, after)
             else:
                 device_outputs = self._forward([t.to(self._device, non_blocking=True) for t in host])
             copies = {name: self._host_outputs.stage(name, device_outputs[name]) for name in outputs}
             self._stream.synchronize()
         return {name: to_numpy(view).copy() for name, view in copies.items()}  # the buffers serve the next batch
 
-    def _stage(self, name: str, array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
-        """The input as a host tensor in pinned memory (copied there unless the scheduler assembled it there)."""
+    def _on_cpu(self, array: np.ndarray | torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """A CPU instance's input: a host array shared as a tensor, a device tensor brought here."""
+        if isinstance(array, torch.Tensor):
+            return array.to(self._device)
+        return to_tensor(_writable(array), dtype)
+
+    def _stage(self, name: str, array: np.ndarray | torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """The input as a host tensor in pinned memory (copied there unless the scheduler assembled it
+        there), or a device tensor as it is (a device pre-processor's batch)."""
+        if isinstance(array, torch.Tensor):
+            return array
         if not self.options.pinned_input:
             return to_tensor(np.ascontiguousarray(array), dtype)
         buffer = self._staging.get(name)

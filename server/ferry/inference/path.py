@@ -37,12 +37,13 @@ import numpy as np
 from ..batches import execution_slices
 from ..ensembles.step import StepRequest
 from ..errors import InvalidArgument
+from ..pipelines.device_pixels import DevicePixels
 from ..pipelines.preprocess import ImageTransform
 from ..pipelines.slices import ImageWork
 from ..repository.manager import ModelManager
 from ..repository.model import ModelVersion
 from ..response_streams import ResponseSink
-from ..scheduling.interface import Execution, RequestTiming
+from ..scheduling.interface import HOST, Execution, Memory, RequestTiming
 from ..scheduling.scheduler import Unloading
 from ..scheduling.timeline import Timeline
 from ..types import InferenceRequest
@@ -288,6 +289,8 @@ class RequestPath(FrontHalf):
             raise
         trace = self.tracing.start(model.name, request.id)
         timeline = trace.timeline if trace else None
+        # only inputs the server made itself (a device pre-processor's) may be device tensors
+        memory = _memory_of(inputs) if request.preprocessed else HOST
         execution = Execution(
             inputs,
             list(names),
@@ -299,6 +302,7 @@ class RequestPath(FrontHalf):
             sink,
             request.parameters,
             request.ticket,
+            memory,
         )
         try:
             with working_memory_counted(model, inputs, request.ticket):
@@ -334,6 +338,16 @@ def _joined(name: str, arrays: list[np.ndarray]) -> np.ndarray:
             "the decoded outputs"
         )
     return np.concatenate(arrays)
+
+
+def _memory_of(inputs: Outputs) -> Memory:
+    """Where pre-processed inputs live: numpy arrays, decoded pixels the batcher pre-processes on the
+    device (``DevicePixels``), else device tensors."""
+    if all(isinstance(array, np.ndarray) for array in inputs.values()):
+        return HOST
+    if any(isinstance(array, DevicePixels) for array in inputs.values()):
+        return Memory.PIXELS
+    return Memory.DEVICE
 
 
 def record_invalid(model: ModelVersion) -> None:

@@ -5,10 +5,12 @@ Images are decoded on the CPU (Pillow), or their JPEGs on the device itself (``d
 into one reused host buffer (pinned on CUDA) and uploaded in one copy; images of the same size are
 resized together in one call, placed into one batch tensor with the geometry of the CPU path (``preprocess.place``),
 and colour order, scaling, mean/std, layout and type are applied to the whole batch at once. The
-result comes back to host memory in one copy, through a reused pinned buffer, because the
-scheduler batches numpy arrays. Each call runs on a *lane*: a long-lived CUDA stream with its host
-buffers, made on first need and kept, one per call running at the same time (the decode pool's
-threads), so no call creates a stream or allocates pinned memory once the lanes exist.
+result stays on the device (``on_device``: the batcher calls it once per batch, ``device_pixels``,
+and the torch engine reads it where it is), or comes back to host memory in one copy
+through a reused pinned buffer, for a caller that wants numpy. Each call runs on a *lane*: a
+long-lived CUDA stream with its host buffers, made on first need and kept, one per call running at
+the same time (the decode pool's threads), so no call creates a stream or allocates pinned memory
+once the lanes exist.
 
 Resizing uses ``torch.nn.functional.interpolate`` with antialiasing for BILINEAR and BICUBIC (close
 to Pillow's filters when shrinking) and ``nearest-exact`` for NEAREST, then rounds to whole pixel
@@ -113,11 +115,18 @@ class DevicePreprocessor:
         gray = spec.color_order == _PRE.GRAY
         self.decoder = DeviceJpegDecoder(self.device, gray) if spec.decode == _PRE.GPU else None
 
-    def __call__(self, images: Sequence[np.ndarray | torch.Tensor], placements: Sequence[Placement]) -> np.ndarray:
+    def __call__(
+        self, images: Sequence[np.ndarray | torch.Tensor], placements: Sequence[Placement], on_device: bool = False
+    ) -> np.ndarray | torch.Tensor:
         """``images``: (H, W, C) uint8 pixels in the spec's colour mode (RGB or L), host arrays or tensors
-        on this device already (``device_decode``); one placement each."""
+        on this device already (``device_decode``); one placement each. Returns the batch as a tensor
+        on this device when ``on_device`` (ready: the lane's stream has finished it), else as numpy."""
         with self.lanes.take() as lane, torch.inference_mode(), lane.context():
             batch = self._normalise(self._assemble(self._upload(lane, images), placements))
+            if on_device:
+                if lane.stream is not None:
+                    lane.stream.synchronize()  # whoever reads it next runs on another stream
+                return batch
             if lane.stream is None:
                 return batch.numpy()  # a new tensor on the CPU device: nothing to copy back
             host = lane.buffers.stage("download", batch)

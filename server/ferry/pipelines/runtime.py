@@ -29,6 +29,7 @@ from .decode import ImageHeader, decode_image, device_decodable, read_header
 from .decoders import Decoder, InputSize
 from .detection import DEFAULT_MAX_DETECTIONS, Detection, decode_detections, load_decoder
 from .detection_tensors import detection_tensor_specs, detection_tensors
+from .device_pixels import DevicePixels
 from .embedding import EMBEDDING_OUTPUT, check_embedding, embedding_tensor_spec, embeddings
 from .normalise import pad_to
 from .preprocess import ImageTransform, Placement, PreprocessSpec, pixels_of, preprocess, to_model_mode
@@ -56,17 +57,22 @@ class BatchPreprocessor(Protocol):
     """Resizes and normalises a decoded batch on a device (``device_preprocess.DevicePreprocessor``)."""
 
     @property
+    def device(self) -> Any: ...
+
+    @property
     def decoder(self) -> BatchDecoder | None: ...
 
-    def __call__(self, images: Sequence[Any], placements: Sequence[Placement]) -> np.ndarray: ...
+    def __call__(self, images: Sequence[Any], placements: Sequence[Placement], on_device: bool = False) -> Any:
+        """The batch as numpy, or with ``on_device`` as a tensor on the device (``Memory.DEVICE``)."""
 
 
 @dataclass(frozen=True)
 class Prepared:
-    """A decoded and pre-processed batch, with the geometry needed to map results back: one array,
-    or for a variable-size input (``PreprocessSpec.variable_size``) one tensor per image."""
+    """A decoded and pre-processed batch, with the geometry needed to map results back: one array
+    (a torch tensor on the pre-processing device when ``prepare`` was asked to keep it there), or for
+    a variable-size input (``PreprocessSpec.variable_size``) one tensor per image."""
 
-    batch: np.ndarray | list[np.ndarray]
+    batch: np.ndarray | list[np.ndarray] | Any
     transforms: list[ImageTransform]
     decode_ns: int
     preprocess_ns: int
@@ -237,16 +243,20 @@ class ImagePipeline:
         would only rank softmaxed features."""
         return self.classification is not None or bool(self.labels)
 
-    def prepare(self, images: list[bytes], first_index: int = 0) -> Prepared:
+    def prepare(self, images: list[bytes], first_index: int = 0, on_device: bool = False) -> Prepared:
         """Decode and pre-process every image into one contiguous batch (blocking; run in a thread).
 
-        ``first_index`` is the position of ``images[0]`` in the request, for error messages."""
+        ``first_index`` is the position of ``images[0]`` in the request, for error messages.
+        ``on_device``: the caller's scheduler takes device inputs, so a device pre-processor's work
+        is left to the batcher (``DevicePixels``: decoded and placed here, pre-processed once per
+        batch) where the model batches images of one size, else its batch stays a tensor on the
+        device; without a device pre-processor it changes nothing."""
         if not images:
             raise InvalidArgument("no images in the request")
         spec = self.spec
         assert spec is not None, "prepare needs a pre-processing spec (an input that is not BYTES)"
         if self.batch_preprocessor is not None:
-            return self._prepare_on_device(images, spec, self.batch_preprocessor, first_index)
+            return self._prepare_on_device(images, spec, self.batch_preprocessor, first_index, on_device)
         batch: np.ndarray | list[np.ndarray]
         batch = [] if spec.variable_size else np.empty((len(images), *spec.tensor_shape), dtype=spec.dtype)
         transforms = []
@@ -269,7 +279,12 @@ class ImagePipeline:
         return Prepared(batch, transforms, decode_ns, preprocess_ns)
 
     def _prepare_on_device(
-        self, images: list[bytes], spec: PreprocessSpec, preprocessor: BatchPreprocessor, first_index: int
+        self,
+        images: list[bytes],
+        spec: PreprocessSpec,
+        preprocessor: BatchPreprocessor,
+        first_index: int,
+        on_device: bool,
     ) -> Prepared:
         """Decode (and convert the colour mode) on the CPU, or with ``decode: GPU`` the JPEGs the device
         takes on the device, then resize and normalise the batch at once. A batch the device decoder
@@ -293,8 +308,12 @@ class ImagePipeline:
             height, width = pixels[index].shape[:2]
             placements.append(checked_placement(width, height, spec, self.max_pixels, first_index + index))
         t1 = time.perf_counter_ns()
-        batch = preprocessor(pixels, placements)
-        return Prepared(batch, [where.transform for where in placements], t1 - t0, time.perf_counter_ns() - t1)
+        transforms = [where.transform for where in placements]
+        if on_device and self.max_batch_size > 0 and not spec.variable_size:
+            waiting = DevicePixels(pixels, placements, preprocessor, spec.tensor_shape, spec.datatype)
+            return Prepared(waiting, transforms, t1 - t0, 0)
+        batch = preprocessor(pixels, placements, on_device)
+        return Prepared(batch, transforms, t1 - t0, time.perf_counter_ns() - t1)
 
     def hand_over(self, images: list[bytes], first_index: int = 0) -> tuple[list[bytes], list[ImageTransform]]:
         """For a model that pre-processes on its device, in an intake process (blocking; run in a

@@ -12,13 +12,14 @@ import asyncio
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from ..batches import execution_slices
+from .device_pixels import DevicePixels
 from .runtime import ImagePipeline, Prepared
 
 #: Images per pool task: small enough to interleave requests, large enough to amortise the hand-off.
@@ -34,9 +35,15 @@ class ImageWork:
 
 
 async def prepare_in_slices(
-    pool: Executor, share: int, pipeline: ImagePipeline, images: Sequence[bytes], work: ImageWork | None = None
+    pool: Executor,
+    share: int,
+    pipeline: ImagePipeline,
+    images: Sequence[bytes],
+    work: ImageWork | None = None,
+    on_device: bool = False,
 ) -> Prepared:
-    """``pipeline.prepare(images)`` run as slices on ``pool``, at most ``share`` at a time."""
+    """``pipeline.prepare(images)`` run as slices on ``pool``, at most ``share`` at a time; with
+    ``on_device`` a device pre-processor's slices stay on its device and are joined there."""
     loop = asyncio.get_running_loop()
     slices = execution_slices(len(images), IMAGES_PER_SLICE) or [slice(0, 0)]
     limiter = asyncio.Semaphore(share)
@@ -47,7 +54,7 @@ async def prepare_in_slices(
         counts.waiting += len(chunk)
         try:
             async with limiter:
-                prepared = await loop.run_in_executor(pool, pipeline.prepare, chunk, part.start)
+                prepared = await loop.run_in_executor(pool, pipeline.prepare, chunk, part.start, on_device)
         finally:
             counts.waiting -= len(chunk)
         counts.decoded += len(chunk)
@@ -62,11 +69,18 @@ async def prepare_in_slices(
         raise
     if len(parts) == 1:
         return parts[0]
-    batch = (
-        [tensor for part in parts for tensor in part.batch]
-        if isinstance(parts[0].batch, list)
-        else np.concatenate([part.batch for part in parts])
-    )
+    batch: Any
+    batches: list[Any] = [part.batch for part in parts]
+    if isinstance(batches[0], list):
+        batch = [tensor for part in batches for tensor in part]
+    elif isinstance(batches[0], np.ndarray):
+        batch = np.concatenate(batches)
+    elif isinstance(batches[0], DevicePixels):  # pre-processed by the batcher, once per batch
+        batch = DevicePixels.joined(batches)
+    else:  # device tensors (``on_device``)
+        from ..gpu import device_tensors
+
+        batch = device_tensors.join(batches)
     return Prepared(
         batch,
         [transform for part in parts for transform in part.transforms],

@@ -19,13 +19,14 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 
 from ..backends.base import Instance
 from ..errors import FerryError, Unavailable
 from ..statistics import ModelStats
-from .interface import Execution, ModelScheduler, Outputs
+from .interface import HOST, Execution, Memory, ModelScheduler, Outputs, PendingPixels
 from .policy import SchedulingPolicy
 
 log = logging.getLogger(__name__)
@@ -84,8 +85,13 @@ class Pending:
     compute_ns: tuple[int, int, int] = (0, 0, 0)  # input, infer, output of the batch it ran in
 
 
-def batch_signature(inputs: dict[str, np.ndarray], batched: bool) -> tuple:
-    """What must be equal for two requests to share a batch: names, dtypes, non-batch shapes."""
+def batch_signature(inputs: dict[str, np.ndarray], batched: bool, memory: Memory = HOST) -> tuple:
+    """What must be equal for two requests to share a batch: names, dtypes, non-batch shapes (and
+    the device, for device tensors: ``device_tensors.signature``)."""
+    if memory is not HOST:
+        from ..gpu import device_tensors
+
+        return device_tensors.signature(inputs, batched)
     skip = 1 if batched else 0
     return tuple(sorted((name, array.dtype.str, array.shape[skip:]) for name, array in inputs.items()))
 
@@ -203,7 +209,12 @@ class Staging:
 
 
 class Scheduler(ModelScheduler):
-    """The dynamic batcher: queues requests for one model version and feeds batches to its instances."""
+    """The dynamic batcher: queues requests for one model version and feeds batches to its instances.
+
+    Device tensors (``Memory.DEVICE``) are batched on their device, and decoded pixels
+    (``Memory.PIXELS``) pre-processed once per batch there (``_gather_on_device``)."""
+
+    takes_device_inputs = True
 
     def __init__(
         self, name: str, instances: Sequence[Instance], stats: ModelStats, policy: SchedulingPolicy | None = None
@@ -277,7 +288,7 @@ class Scheduler(ModelScheduler):
         pending = Pending(
             execution,
             execution.batch_size if self._batched else 1,
-            batch_signature(execution.inputs, self._batched),
+            batch_signature(execution.inputs, self._batched, execution.memory),
             level,
             loop.create_future(),
         )
@@ -478,7 +489,10 @@ class Scheduler(ModelScheduler):
         cpu0 = time.thread_time_ns() if sample else 0
         t0 = time.perf_counter_ns()
         staging = None
-        if len(batch) == 1:
+        if batch[0].execution.memory is not HOST:  # a signature never mixes memories
+            inputs = _gather_on_device(instance, batch)
+            names = list(dict.fromkeys(name for p in batch for name in p.execution.outputs))
+        elif len(batch) == 1:
             inputs = batch[0].execution.inputs
             names = batch[0].execution.outputs
         else:
@@ -565,6 +579,23 @@ def _as_request_error(model: str, exc: BaseException) -> FerryError:
 def _answered(future: asyncio.Future) -> bool:
     """Whether ``future`` holds outputs (not an error, not cancelled)."""
     return future.done() and not future.cancelled() and future.exception() is None
+
+
+def _gather_on_device(instance: Instance, batch: list[Pending]) -> Outputs:
+    """A batch of device tensors joined on their device (``torch.cat``, no numpy), or of decoded
+    pixels pre-processed on the device in one call (``Memory.PIXELS``); brought to host memory once
+    for the whole batch where the instance reads host memory only."""
+    from ..gpu import device_tensors
+
+    first = batch[0].execution
+    if first.memory is Memory.PIXELS:
+        inputs = {
+            name: cast(PendingPixels, pixels).gather([p.execution.inputs[name] for p in batch[1:]])
+            for name, pixels in first.inputs.items()
+        }
+    else:
+        inputs = {name: device_tensors.join([p.execution.inputs[name] for p in batch]) for name in first.inputs}
+    return inputs if instance.takes_device_inputs else device_tensors.to_host(inputs)
 
 
 def _input_bytes(batch: list[Pending]) -> int:

@@ -43,7 +43,14 @@ class ImageInput:
         assert pipeline is not None
         images = self.images_of(model, request, whole)
         await self.reserve(pipeline, images, request)
-        prepared = await prepare_in_slices(self.pool, self.share, pipeline, images, self.work)
+        # a device pre-processor's work stays on its device where the scheduler takes device inputs
+        # (an input the config reshapes is reshaped as numpy: the host path)
+        on_device = (
+            pipeline.batch_preprocessor is not None
+            and model.scheduler.takes_device_inputs
+            and model.inputs[pipeline.input_name].reshape is None
+        )
+        prepared = await prepare_in_slices(self.pool, self.share, pipeline, images, self.work, on_device)
         model.stats.record_images(len(images), prepared.decode_ns, prepared.preprocess_ns)
         return prepared
 
