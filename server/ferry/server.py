@@ -91,6 +91,7 @@ class FerryServer:
                 settings.max_inflight_requests,
                 settings.max_inflight_bytes,
                 self.intakes.table.counts(0) if self.intakes is not None else None,
+                settings.max_engine_memory_bytes,
             ),
             request_limits(settings),
             self.cache,

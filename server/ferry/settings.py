@@ -106,6 +106,13 @@ class Settings(BaseSettings):
         description="memory requests may hold at once (bodies, decoded tensors and images, answers until "
         "written); more get 503/UNAVAILABLE, a request needing more alone 413 (0 = no cap)",
     )
+    max_engine_memory_bytes: int = Field(
+        384 * MIB,
+        ge=0,
+        description="engines' working memory executions may hold at once in the model process (a model's "
+        "working_memory_factor times an execution's input bytes); more get 503/UNAVAILABLE, an execution "
+        "needing more alone 413 (0 = no cap)",
+    )
     max_tensor_elements: int = Field(1 << 26, gt=0, description="elements per request tensor (before decoding)")
     max_bytes_elements: int = Field(1 << 20, gt=0, description="BYTES elements per request tensor")
     max_variable_input_elements: int = Field(

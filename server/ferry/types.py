@@ -45,6 +45,10 @@ class Reserves(Protocol):
 
     def hold(self, nbytes: int) -> Callable[[], None]: ...
 
+    def hold_engine(self, nbytes: int) -> Callable[[], None]:
+        """Count an engine's working memory while an execution runs (its own budget)."""
+        ...
+
     @property
     def own(self) -> int:
         """The bytes counted for this request so far (an intake hands them on with the request)."""

@@ -5,7 +5,8 @@ ONNX Runtime holds 13-17 bytes a byte of input while it runs PP-OCR's detector (
 ``working_memory_factor`` parameter, and the path counts that many bytes per input byte on the
 request's ticket before the execution runs. Each test sends a request within every other limit
 (body, ``max_variable_elements``, ``max_detector_pixels``) whose counted working memory passes a
-small ``--max-inflight-bytes``: refused with 413 naming the model, the parameter and the limit,
+small ``--max-engine-memory-bytes`` (the engines' own budget, apart from ``--max-inflight-bytes``):
+refused with 413 naming the model, the parameter and the limit,
 counted as an admission rejection, the detector never run; a smaller request still runs. One
 process and two intake processes (a V2 infer is handed off to the model process, which counts on a
 ticket of its own; ``/ocr`` is relayed there).
@@ -33,7 +34,7 @@ from ..server_metrics import metric, scrape
 pytestmark = pytest.mark.timeout(180)
 
 MIB = 2**20
-#: Room for a 1-MP detector input's body and answer, not for what ONNX Runtime holds running it.
+#: Room for what ONNX Runtime holds running a 0.1-MP detector input, not a 1-MP one.
 CAP = 128 * MIB
 DETECTOR_OUTPUT = "sigmoid_0.tmp_0"
 
@@ -47,7 +48,7 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     running = start_server(
         repo,
         repo.parent / "server.log",
-        *("--max-inflight-bytes", str(CAP)),
+        *("--max-engine-memory-bytes", str(CAP)),
         *("--intake-processes", "2" if request.param == "intake processes" else "1"),
     )
     yield running
@@ -99,7 +100,7 @@ def _assert_refused_for_working_memory(response: httpx.Response) -> None:
     message = response.json()["error"]
     assert "model 'text_detector' holds about" in message, message
     assert "parameters 'working_memory_factor'" in message and f"limit of {CAP}" in message, message
-    assert "--max-inflight-bytes" in message, message
+    assert "--max-engine-memory-bytes" in message, message
 
 
 def test_a_detector_input_within_its_limits_is_refused_for_its_working_memory(server) -> None:

@@ -83,8 +83,8 @@ def ocr_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServ
         pipeline + 'parameters { key: "crop_warp" value { string_value: "opencv_4_10" } }\n'
     )
     # the reference's pages need ~1 GB for ONNX Runtime's detector run (736 x 7072: 62 MB x 14, its
-    # working_memory_factor), past the default --max-inflight-bytes: this module checks what is read
-    running = start_server(repo, repo.parent / "server.log", "--max-inflight-bytes", str(2 * 2**30))
+    # working_memory_factor), past the default --max-engine-memory-bytes: this module checks what is read
+    running = start_server(repo, repo.parent / "server.log", "--max-engine-memory-bytes", str(2 * 2**30))
     yield running
     running.stop()
 

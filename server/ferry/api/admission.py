@@ -132,6 +132,15 @@ class Ticket:
                 retry_after=RETRY_AFTER_S,
             )
 
+    def hold_engine(self, nbytes: int) -> Callable[[], None]:
+        """Count ``nbytes`` of an engine's working memory while one of this request's executions
+        runs (see ``Admission.engine``); counted until the returned function is called."""
+        try:
+            return self._admission.engine.hold(nbytes)
+        except (PayloadTooLarge, Unavailable):
+            self._admission.count_rejection()
+            raise
+
     def release(self, nbytes: int) -> None:
         """Count ``nbytes`` less: a copy that was reserved is gone (the pieces a body was joined from)."""
         nbytes = min(nbytes, self.nbytes)
@@ -141,6 +150,45 @@ class Ticket:
         self._admission.uncount(nbytes)
 
 
+class EngineMemory:
+    """What the engines of this process hold while they run (ONNX Runtime's buffers: a model's
+    ``working_memory_factor`` times an execution's input bytes), a budget apart from the request
+    bytes of ``--max-inflight-bytes``: those bound what clients send and what decoding makes of it,
+    this bounds what running models add to it. An OCR detector holds 14 bytes per byte of its
+    input, so sharing one budget would refuse a two-line page enlarged to 736 x 2636 (330 MB)
+    under the 256 MiB default, and a budget large enough for that would let request bodies hold as
+    much. Only the model process runs engines, so a plain counter suffices."""
+
+    def __init__(self, max_bytes: int = 0) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+
+    def hold(self, nbytes: int) -> Callable[[], None]:
+        """Count ``nbytes`` until the returned function is called: 413 when they alone pass the cap
+        (they could never fit), 503 when executions already running hold too much for them."""
+        if self.max_bytes and nbytes > self.max_bytes:
+            raise PayloadTooLarge(
+                f"more than the limit of {self.max_bytes} bytes of engine working memory "
+                "(--max-engine-memory-bytes); send a smaller input, or raise the limit"
+            )
+        if self.max_bytes and self.bytes and self.bytes + nbytes > self.max_bytes:
+            raise Unavailable(
+                f"server overloaded: running executions hold {self.bytes} bytes of engine working memory "
+                f"(limit {self.max_bytes}, --max-engine-memory-bytes); retry later",
+                retry_after=RETRY_AFTER_S,
+            )
+        self.bytes += nbytes
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self.bytes -= nbytes
+
+        return release
+
+
 class Admission:
     """Counts admitted requests and the bytes they hold; refuses what would exceed either cap (0 = none).
 
@@ -148,10 +196,13 @@ class Admission:
     never from what a client declares, so a ``Content-Length`` that never arrives costs nothing.
     """
 
-    def __init__(self, max_requests: int = 0, max_bytes: int = 0, counts: Counts | None = None) -> None:
+    def __init__(
+        self, max_requests: int = 0, max_bytes: int = 0, counts: Counts | None = None, max_engine_bytes: int = 0
+    ) -> None:
         self.max_requests = max_requests
         self.max_bytes = max_bytes
         self.counts: Counts = counts or LocalCounts()
+        self.engine = EngineMemory(max_engine_bytes)
         self.heap = HeapTrimmer()  # what requests free goes back to the system (see ferry.heap)
 
     @property
@@ -236,6 +287,11 @@ class AdmissionCollector(Collector):
         a = self._admission
         yield GaugeMetricFamily("ferry_inflight_requests", "Requests admitted and not yet answered", value=a.requests)
         yield GaugeMetricFamily("ferry_inflight_bytes", "Request bytes held by admitted requests", value=a.bytes)
+        yield GaugeMetricFamily(
+            "ferry_engine_memory_bytes",
+            "Engines' working memory counted for running executions (--max-engine-memory-bytes)",
+            value=a.engine.bytes,
+        )
         yield CounterMetricFamily(
             "ferry_admission_rejected", "Requests refused by the in-flight caps (503/UNAVAILABLE)", value=a.rejected
         )

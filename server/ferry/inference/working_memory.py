@@ -5,8 +5,9 @@ ONNX Runtime's buffers for a run are its own: nothing the front doors count. For
 they are 10-25 bytes a byte of input (an 8-MP page: +1.4 GB), so an input within every limit could
 still pass the memory goal. A model's config says how much with its ``working_memory_factor``
 parameter (bytes per byte of input, measured with ``benchmarks/working_memory.py``); the path holds
-that many bytes times the execution's input bytes on the request's ticket while the execution runs,
-refused (413 when the request alone cannot fit, else 503) before the engine pays it.
+that many bytes times the execution's input bytes while the execution runs, in the engine budget
+(``--max-engine-memory-bytes``, ``api.admission.EngineMemory``) reached through the request's
+ticket: refused (413 when the execution alone cannot fit, else 503) before the engine pays it.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def working_bytes(model: ModelVersion, inputs: Mapping[str, np.ndarray]) -> int:
 def working_memory_counted(
     model: ModelVersion, inputs: Mapping[str, np.ndarray], ticket: Reserves | None
 ) -> Iterator[None]:
-    """Count the engine's working memory for ``inputs`` on ``ticket`` while the block runs; the
+    """Count the engine's working memory for ``inputs`` through ``ticket`` while the block runs; the
     refusal names the model, its factor and the bytes, then the limit admission found passed."""
     nbytes = working_bytes(model, inputs) if ticket is not None else 0
     if not nbytes:
@@ -45,7 +46,7 @@ def working_memory_counted(
         f"parameters '{WORKING_MEMORY_FACTOR}')"
     )
     try:
-        release = ticket.hold(nbytes)
+        release = ticket.hold_engine(nbytes)
     except Unavailable as exc:
         raise Unavailable(f"{what}: {exc.message}", retry_after=exc.retry_after) from None
     except PayloadTooLarge as exc:
