@@ -45,6 +45,7 @@ from PIL import Image, ImageDraw, ImageFont
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from ferry.settings import Settings  # noqa: E402
 from ferry_client.codec import HEADER_LENGTH  # noqa: E402
 from ferry_client.protocol import grpc_service_pb2 as pb  # noqa: E402
 from ferry_client.protocol import grpc_service_pb2_grpc as pb_grpc  # noqa: E402
@@ -223,17 +224,22 @@ def _grpc_burst(
     return burst
 
 
-def grpc_raw(server: RunningServer, count: int = 16, mib: int = 47) -> Callable[[], list[str]]:
-    """``count`` gRPC requests at once, each ``mib`` MiB of raw contents (just under the default
-    --grpc-max-message-bytes): grpc holds each message whole before admission sees it."""
-    return _grpc_burst(server, count, mib, streamed=False)
+#: MiB of raw contents in each gRPC attack message: the largest the server's
+#: --grpc-max-message-bytes allows (one MiB below it, for the request's other fields); set by main.
+MESSAGE_MIB = Settings.model_fields["grpc_max_message_bytes"].default // 2**20 - 1
 
 
-def grpc_streams(server: RunningServer, count: int = 16, mib: int = 47) -> Callable[[], list[str]]:
-    """``count`` ModelStreamInfer streams at once, each sending one request of ``mib`` MiB raw
-    contents: each open stream that asks for its message may receive it whole before admission
+def grpc_raw(server: RunningServer, count: int = 16) -> Callable[[], list[str]]:
+    """``count`` gRPC requests at once, each the largest message the server accepts (raw
+    contents): grpc holds each message whole before admission sees it."""
+    return _grpc_burst(server, count, MESSAGE_MIB, streamed=False)
+
+
+def grpc_streams(server: RunningServer, count: int = 16) -> Callable[[], list[str]]:
+    """``count`` ModelStreamInfer streams at once, each sending one request as large as the server
+    accepts: each open stream that asks for its message may receive it whole before admission
     sees it (streams take turns: see docs/reliability.md)."""
-    return _grpc_burst(server, count, mib, streamed=True)
+    return _grpc_burst(server, count, MESSAGE_MIB, streamed=True)
 
 
 #: 16 loopback addresses besides 127.0.0.1 (any local user has 127.0.0.0/8).
@@ -274,10 +280,11 @@ def _relays(port: int, sources: list[str]) -> list[str]:
     return ready.get(timeout=30)
 
 
-def grpc_addresses(server: RunningServer, per_address: int = 2, mib: int = 47) -> Callable[[], list[str]]:
-    """``per_address`` gRPC calls of ``mib`` MiB from each of 16 loopback addresses at once."""
+def grpc_addresses(server: RunningServer, per_address: int = 2) -> Callable[[], list[str]]:
+    """``per_address`` gRPC calls of the largest message the server accepts from each of 16
+    loopback addresses at once."""
     urls = _relays(server.grpc_port, ADDRESSES)
-    return _grpc_burst(server, per_address * len(urls), mib, streamed=False, urls=urls)
+    return _grpc_burst(server, per_address * len(urls), MESSAGE_MIB, streamed=False, urls=urls)
 
 
 def big_tensors(server: RunningServer, count: int = 24, mib: int = 64) -> list[str]:
@@ -434,8 +441,8 @@ PREPARED = frozenset({"grpc_raw", "grpc_streams", "grpc_addresses"})
 
 ATTACKS: dict[str, tuple[str, Callable[[RunningServer], Any]]] = {
     "typed": ("4 x gRPC fp32_contents of 30 MiB", typed),
-    "grpc_raw": ("16 x gRPC raw contents of 47 MiB (16 client processes)", grpc_raw),
-    "grpc_streams": ("16 x ModelStreamInfer streams, one 47 MiB message each (16 client processes)", grpc_streams),
+    "grpc_raw": ("16 x gRPC raw contents of {mib} MiB (16 client processes)", grpc_raw),
+    "grpc_streams": ("16 x ModelStreamInfer streams, one {mib} MiB message each (16 client processes)", grpc_streams),
     "tensors": ("24 x 64 MiB binary FP32 tensors (REST)", big_tensors),
     "json": ("3 x 16 MB binary asking for 4M numbers as JSON", json_answers),
     "gzip": ("6 x gzip bodies inflating to 200 MiB", gzip_bodies),
@@ -443,7 +450,7 @@ ATTACKS: dict[str, tuple[str, Callable[[RunningServer], Any]]] = {
     "images16": ("6 x 36-MP 16-bit grey PNG to /classify", lambda s: images(s, mode="I;16")),
     "multipart": ("4 x multipart of 64 noisy 1-MP PNGs", multipart),
     # issue 38
-    "grpc_addresses": ("16 addresses x 2 gRPC calls of 47 MiB (32 client processes)", grpc_addresses),
+    "grpc_addresses": ("16 addresses x 2 gRPC calls of {mib} MiB (32 client processes)", grpc_addresses),
     "ocr_noise": ("39.7-MP noise page (PNG) to /ocr", ocr_noise),
     "ocr_words": ("2000 x 2000 page of 1,540 words to /ocr", ocr_words),
     "ocr_8mp": ("500 x 6000 page to /ocr (6.7-MP detector input)", ocr_8mp),
@@ -466,12 +473,26 @@ ATTACKS: dict[str, tuple[str, Callable[[RunningServer], Any]]] = {
 }
 
 
+def _message_mib(flags: list[str]) -> int:
+    """The attack messages' MiB: one below the --grpc-max-message-bytes among the server ``flags``
+    (its default if not given), so that an attack sends the largest message the server accepts."""
+    limit = Settings.model_fields["grpc_max_message_bytes"].default
+    for index, flag in enumerate(flags):
+        if flag == "--grpc-max-message-bytes":
+            limit = int(flags[index + 1])
+        elif flag.startswith("--grpc-max-message-bytes="):
+            limit = int(flag.split("=", 1)[1])
+    return limit // 2**20 - 1
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--intake-processes", type=int, default=1)
     parser.add_argument("--only", default=",".join(ATTACKS), help="comma-separated: " + ",".join(ATTACKS))
     parser.add_argument("flags", nargs="*", help="more server flags (after --)")
     args = parser.parse_args()
+    global MESSAGE_MIB
+    MESSAGE_MIB = _message_mib(args.flags)
     with tempfile.TemporaryDirectory() as tmp:
         repo = Path(tmp) / "models"
         shutil.copytree(ROOT / "model_repo" / "dynamic_shape", repo / "wide")
@@ -489,6 +510,7 @@ def main() -> None:
         rows = []
         for key in args.only.split(","):
             title, attack = ATTACKS[key]
+            title = title.format(mib=MESSAGE_MIB)
             server = start_server(repo, Path(tmp) / f"{key}.log", *flags)  # a fresh server per attack
             try:
                 prepared = attack(server) if key in PREPARED else None

@@ -107,7 +107,8 @@ def test_intake_processes_share_a_peers_turns_and_the_call_cap(processes: int, t
     limits = grpc_limits(settings, processes)
     assert (limits.reads_per_peer, limits.stream_reads_per_peer, limits.max_concurrent_rpcs) == (turns, turns, calls)
     # all addresses together: the totals are split too, and a peer's turns never exceed them (item 7)
-    assert (limits.reads_total, limits.stream_reads_total) == (-(-4 // processes), -(-8 // processes))
+    totals = (settings.grpc_reads_total, settings.grpc_stream_reads_total)
+    assert (limits.reads_total, limits.stream_reads_total) == tuple(-(-total // processes) for total in totals)
     assert limits.reads_per_peer <= limits.reads_total and limits.stream_reads_per_peer <= limits.stream_reads_total
     # one address holds at most half a process's share of the calls (issue 38 item 8)
     assert limits.max_calls_per_peer == min(settings.grpc_max_calls_per_peer, calls // 2)
