@@ -1,5 +1,5 @@
-"""A request's parameters reach every scheduler that runs it as an argument of ``submit`` (issue 40,
-item 4: no context variable carries them): the model's own, and each step's of an ensemble, as
+"""A request's parameters reach every scheduler that runs it on the ``Execution`` it submits (issue
+40, item 4: no context variable carries them): the model's own, and each step's of an ensemble, as
 Triton hands an ensemble's parameters to its composing models. In-process, real ONNX models."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import pytest
 from ferry.api.dataplane import DataPlane
 from ferry.repository.manager import ControlMode, ModelManager
 from ferry.scheduling import ModelScheduler
+from ferry.scheduling.interface import Execution
 from ferry.types import InferenceRequest
 
 from ..ensembles.repo import add_ensemble, add_simple, add_sub_twice
@@ -22,20 +23,20 @@ WANTED = {"temperature": 0.5, "user": "ann"}
 
 
 def _recorded(scheduler: ModelScheduler, monkeypatch: pytest.MonkeyPatch) -> list[Mapping[str, Any] | None]:
-    """The ``parameters`` argument of every ``submit`` to ``scheduler`` from now on."""
+    """The parameters of every execution submitted to ``scheduler`` from now on."""
     seen: list[Mapping[str, Any] | None] = []
     submit = scheduler.submit
 
-    async def recording(*args: Any, **kwargs: Any) -> Any:
-        seen.append(kwargs.get("parameters"))
-        return await submit(*args, **kwargs)
+    async def recording(execution: Execution) -> Any:
+        seen.append(execution.parameters)
+        return await submit(execution)
 
     monkeypatch.setattr(scheduler, "submit", recording)
     return seen
 
 
 @pytest.mark.asyncio
-async def test_parameters_are_an_argument_of_every_submit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_parameters_travel_on_every_submitted_execution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     add_simple(tmp_path, "adder")
     add_ensemble(tmp_path, "twice", add_sub_twice(model="adder"))
     manager = ModelManager(tmp_path, ControlMode.EXPLICIT, ["twice"])

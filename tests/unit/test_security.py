@@ -198,6 +198,9 @@ TORCH_MODULES = {
     "device_preprocess.py",
     "runtime.py",
     "host_buffers.py",
+    "device_tensors.py",
+    "device_decode.py",
+    "cuda_ipc.py",
 }
 FORBIDDEN_TORCH = {"torch.serialization", "torch.package"}
 # The one module that imports repository code: Triton Python models, reached only with
