@@ -40,18 +40,22 @@ def working_memory_counted(
         yield
         return
     assert ticket is not None
-    what = (
-        f"model '{model.name}' holds about {nbytes} bytes while it runs on these inputs "
-        f"({model.working_memory_factor:g} x their {sum(a.nbytes for a in inputs.values())} bytes, "
-        f"parameters '{WORKING_MEMORY_FACTOR}')"
-    )
     try:
         release = ticket.hold_engine(nbytes)
     except Unavailable as exc:
-        raise Unavailable(f"{what}: {exc.message}", retry_after=exc.retry_after) from None
+        raise Unavailable(f"{_refused(model, inputs, nbytes)}: {exc.message}", retry_after=exc.retry_after) from None
     except PayloadTooLarge as exc:
-        raise PayloadTooLarge(f"{what}: {exc.message}") from None
+        raise PayloadTooLarge(f"{_refused(model, inputs, nbytes)}: {exc.message}") from None
     try:
         yield
     finally:
         release()
+
+
+def _refused(model: ModelVersion, inputs: Mapping[str, np.ndarray], nbytes: int) -> str:
+    """What a refusal says first: the model, its factor and the bytes (built only when refused)."""
+    return (
+        f"model '{model.name}' holds about {nbytes} bytes while it runs on these inputs "
+        f"({model.working_memory_factor:g} x their {sum(a.nbytes for a in inputs.values())} bytes, "
+        f"parameters '{WORKING_MEMORY_FACTOR}')"
+    )
