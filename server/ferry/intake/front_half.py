@@ -6,10 +6,11 @@ go to the model process through the arena as a V2 infer request (validated, trac
 there, with its statistics), and its raw outputs come back for the post-stage (top-k and labels,
 detection decoding and NMS, pooling), which runs here too.
 
-A model that pre-processes on the GPU (``preprocess { device: GPU }``) has its images decoded here
-and handed over as uncompressed BMP in its colour mode (``ImagePipeline.hand_over``; with ``decode:
-GPU`` its JPEGs go as they are, to be decoded on the device): the model process reads them back,
-decoding no JPEG, and resizes and normalises them on its device.
+A model that pre-processes on the GPU (``preprocess { device: GPU }``) has its images decoded here,
+upright and in its colour mode, and handed over as their raw uint8 pixels (``ImagePipeline.hand_over``,
+``pipelines.handed_images``; with ``decode: GPU`` its JPEGs go as they are, to be decoded on the
+device): the model process decodes nothing, reads the pixels where the hand-off put them, and resizes
+and normalises each batch on its device.
 
 A model whose image path cannot be split this way (``model_directory.relay_reason``: OCR,
 ensembles, Python models that take encoded images, decoupled models, the response cache) has its
@@ -25,7 +26,6 @@ from collections.abc import Sequence
 from concurrent.futures import Executor
 from typing import Any
 
-import numpy as np
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -33,11 +33,11 @@ from ferry_client.protocol import model_config_pb2 as mc
 
 from ..api.admission import Admission
 from ..api.http import error_to_response, image_endpoint
-from ..batches import execution_slices
 from ..errors import FerryError, InvalidArgument, Unavailable
 from ..inference.path import FrontHalf, Outputs, record_invalid
 from ..inference.stages.tasks import check_image_request, image_task
 from ..inference.validation import check_before_decoding
+from ..pipelines import handed_images
 from ..pipelines.preprocess import ImageTransform
 from ..pipelines.slices import ImageWork
 from ..repository.model import ModelVersion
@@ -66,8 +66,8 @@ class HandoffPath(FrontHalf):
         self, model: ModelVersion, request: InferenceRequest, split: bool
     ) -> tuple[list[tuple[slice, InferenceRequest]], list[ImageTransform], bool]:
         """As ``FrontHalf.pre_stages``; for a model that pre-processes on its device, the images
-        decoded here (``ImagePipeline.hand_over``) and sent as encoded images the model process
-        reads without decoding a JPEG, in executions of at most ``max_batch_size``."""
+        decoded here (``ImagePipeline.hand_over``) and sent as one tensor of their pixels per execution
+        of at most ``max_batch_size`` (``handed_images``), which the model process takes without decoding."""
         pipeline = model.pipeline
         spec = pipeline.spec if pipeline is not None else None
         if pipeline is None or spec is None or spec.device != GPU or not self.image_input.applies(model, request):
@@ -75,17 +75,26 @@ class HandoffPath(FrontHalf):
         try:
             check_before_decoding(model, request)  # a refusal costs no decoding
             images = self.image_input.images_of(model, request, whole=not split)
-            await self.image_input.reserve(pipeline, images, request)
+            # decoded images are held until packed (a copy) into their execution's tensor
+            await self.image_input.reserve(pipeline, images, request, waiting=True)
             handed, transforms = await run_in(self.pool, pipeline.hand_over, images)
         except InvalidArgument:
             record_invalid(model)
             raise
         name = pipeline.input_name
-        executions = []
-        for one in execution_slices(len(handed), model.max_batch_size):
-            tensor = np.empty(one.stop - one.start, dtype=object)
-            tensor[:] = handed[one]
-            executions.append((one, dataclasses.replace(request, inputs={**request.inputs, name: tensor})))
+        datatypes = {**request.input_datatypes, name: handed_images.DATATYPE}
+        executions = [
+            (
+                one,
+                dataclasses.replace(
+                    request,
+                    inputs={**request.inputs, name: tensor},
+                    input_datatypes=datatypes,
+                    preprocessed=frozenset({name}),
+                ),
+            )
+            for one, tensor in handed
+        ]
         return executions, transforms, True
 
     async def _schedule(

@@ -20,7 +20,7 @@ import numpy as np
 from ferry.errors import InvalidArgument
 from ferry_client.protocol import model_config_pb2 as mc
 
-from .decode import decoding_cost, read_header
+from .decode import ImageHeader, decoding_cost, device_decodable, read_header
 from .geometry import Placement, place
 
 if TYPE_CHECKING:
@@ -96,7 +96,10 @@ def image_cost(data: bytes, spec: PreprocessSpec, max_pixels: int, index: int) -
     tensor's, from its header alone (0, 0 for an image decoding refuses: it says why). Refused
     here (400) when every way the image may come out (turned by its EXIF or not) resizes past
     ``max_pixels``; a way it may not come out is checked again once decoded."""
-    header = read_header(data)
+    return _header_cost(read_header(data), spec, max_pixels, index)
+
+
+def _header_cost(header: ImageHeader | None, spec: PreprocessSpec, max_pixels: int, index: int) -> tuple[int, int]:
     if header is None or not 0 < header.width * header.height <= max_pixels:
         return 0, 0
     tensors: list[int] = []
@@ -107,3 +110,25 @@ def image_cost(data: bytes, spec: PreprocessSpec, max_pixels: int, index: int) -
         return resize_cost(where, spec)
 
     return decoding_cost(header) + header.costliest(cost), max(tensors)
+
+
+def device_image_cost(
+    image: bytes | np.ndarray, spec: PreprocessSpec, max_pixels: int, index: int
+) -> tuple[int, int, int, int]:
+    """``image_cost`` on the device path (``preprocess { device: GPU }``), with the image's decoded
+    pixels in host memory: (peak, tensor, pixels, decoded here). ``pixels``: what the device's
+    upload buffer holds of it (none for a JPEG the device decodes, ``decode: GPU``); ``decoded
+    here``: the same, for an image this process decodes (its pixels then wait for the device),
+    none for pixels an intake decoded and handed over (``handed_images``: counted by the intake,
+    whose block they are read from), which take no decoding either."""
+    if isinstance(image, np.ndarray) and image.ndim == 3:
+        height, width = image.shape[:2]
+        where = checked_placement(width, height, spec, max_pixels, index)
+        return 0, tensor_bytes(where, spec), image.nbytes, 0
+    header = read_header(bytes(image))
+    peak, tensor = _header_cost(header, spec, max_pixels, index)
+    if not peak or (spec.decode == _PRE.GPU and device_decodable(header, max_pixels)):
+        return peak, tensor, 0, 0  # decoding refuses it, or the device decodes it
+    assert header is not None
+    pixels = header.width * header.height * spec.channels
+    return peak, tensor, pixels, pixels

@@ -10,7 +10,6 @@ gets one image per execution (``ImagePipeline.executions``).
 
 from __future__ import annotations
 
-import io
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from ..batches import execution_slices
 from ..cli_errors import install_hint
 from ..errors import FerryError, InvalidArgument, ModelLoadError
 from ..types import TensorSpec
+from . import handed_images
 from .classification import softmax, top_k
 from .decode import ImageHeader, decode_image, device_decodable, read_header
 from .decoders import Decoder, InputSize
@@ -243,10 +243,24 @@ class ImagePipeline:
         would only rank softmaxed features."""
         return self.classification is not None or bool(self.labels)
 
-    def prepare(self, images: list[bytes], first_index: int = 0, on_device: bool = False) -> Prepared:
+    def waits_for_batch(self, on_device: bool) -> bool:
+        """Whether ``prepare`` leaves a device pre-processor's work to the batcher (``DevicePixels``):
+        the request's decoded pixels then wait, all of them, for their batch."""
+        spec = self.spec
+        return (
+            on_device
+            and self.batch_preprocessor is not None
+            and self.max_batch_size > 0
+            and spec is not None
+            and not spec.variable_size
+        )
+
+    def prepare(self, images: Sequence[bytes | np.ndarray], first_index: int = 0, on_device: bool = False) -> Prepared:
         """Decode and pre-process every image into one contiguous batch (blocking; run in a thread).
 
-        ``first_index`` is the position of ``images[0]`` in the request, for error messages.
+        ``images``: encoded, or with a device pre-processor also as an intake decoded them
+        (``hand_over``: (H, W, C) uint8 pixels, taken as they are). ``first_index`` is the position
+        of ``images[0]`` in the request, for error messages.
         ``on_device``: the caller's scheduler takes device inputs, so a device pre-processor's work
         is left to the batcher (``DevicePixels``: decoded and placed here, pre-processed once per
         batch) where the model batches images of one size, else its batch stays a tensor on the
@@ -280,7 +294,7 @@ class ImagePipeline:
 
     def _prepare_on_device(
         self,
-        images: list[bytes],
+        images: Sequence[bytes | np.ndarray],
         spec: PreprocessSpec,
         preprocessor: BatchPreprocessor,
         first_index: int,
@@ -288,12 +302,17 @@ class ImagePipeline:
     ) -> Prepared:
         """Decode (and convert the colour mode) on the CPU, or with ``decode: GPU`` the JPEGs the device
         takes on the device, then resize and normalise the batch at once. A batch the device decoder
-        refuses is decoded on the CPU, whose error names the image it refuses."""
+        refuses is decoded on the CPU, whose error names the image it refuses. Pixels an intake
+        decoded are taken as they are."""
         t0 = time.perf_counter_ns()
-        pixels: list[Any] = [None] * len(images)
+        pixels: list[Any] = [_decoded(data) for data in images]
         decoder = preprocessor.decoder
         if decoder is not None:
-            chosen = [i for i, data in enumerate(images) if decoder.takes(read_header(bytes(data)), self.max_pixels)]
+            chosen = [
+                i
+                for i, data in enumerate(images)
+                if pixels[i] is None and decoder.takes(read_header(bytes(data)), self.max_pixels)
+            ]
             decoded = decoder.decode([bytes(images[i]) for i in chosen]) if chosen else None
             for index, tensor in zip(chosen, decoded or (), strict=False):
                 pixels[index] = tensor
@@ -309,38 +328,39 @@ class ImagePipeline:
             placements.append(checked_placement(width, height, spec, self.max_pixels, first_index + index))
         t1 = time.perf_counter_ns()
         transforms = [where.transform for where in placements]
-        if on_device and self.max_batch_size > 0 and not spec.variable_size:
+        if self.waits_for_batch(on_device):
             waiting = DevicePixels(pixels, placements, preprocessor, spec.tensor_shape, spec.datatype)
             return Prepared(waiting, transforms, t1 - t0, 0)
         batch = preprocessor(pixels, placements, on_device)
         return Prepared(batch, transforms, t1 - t0, time.perf_counter_ns() - t1)
 
-    def hand_over(self, images: list[bytes], first_index: int = 0) -> tuple[list[bytes], list[ImageTransform]]:
+    def hand_over(self, images: Sequence[bytes]) -> tuple[list[tuple[slice, np.ndarray]], list[ImageTransform]]:
         """For a model that pre-processes on its device, in an intake process (blocking; run in a
-        thread): each image as the model process takes it without decoding a JPEG, with the transform
-        it will apply. JPEGs its device decodes (``decode: GPU``) go as they are; the others are decoded
-        here, turned upright and into the model's colour mode, and go as uncompressed BMP, which the
-        model process reads back to the same pixels."""
+        thread): the images as the model process takes them without decoding them, one tensor per
+        execution of at most ``max_batch_size`` (``handed_images.pack``), with the transform each
+        image will get. JPEGs its device decodes (``decode: GPU``) go as they are; the others are
+        decoded here, turned upright and into the model's colour mode, and go as their (H, W, C)
+        uint8 pixels."""
         spec = self.spec
         assert spec is not None and spec.device == mc.FerryPreprocess.GPU
-        handed, transforms = [], []
-        for index, data in enumerate(images):
-            data = bytes(data)
-            header = read_header(data) if spec.decode == mc.FerryPreprocess.GPU else None
-            if header is not None and device_decodable(header, self.max_pixels):
-                width, height = (header.height, header.width) if header.may_swap else (header.width, header.height)
-                handed.append(data)
-            else:
-                image = decode_image(
-                    data, max_pixels=self.max_pixels, target_size=spec.draft_size, index=first_index + index
-                )
-                image = to_model_mode(image, spec)
-                width, height = image.size
-                buffer = io.BytesIO()
-                image.save(buffer, format="BMP")
-                handed.append(buffer.getvalue())
-            transforms.append(checked_placement(width, height, spec, self.max_pixels, first_index + index).transform)
-        return handed, transforms
+        executions, transforms = [], []
+        for one in execution_slices(len(images), self.max_batch_size):
+            handed: list[np.ndarray | bytes] = []
+            for index in range(one.start, one.stop):
+                data = bytes(images[index])
+                header = read_header(data) if spec.decode == mc.FerryPreprocess.GPU else None
+                if header is not None and device_decodable(header, self.max_pixels):
+                    swap = header.may_swap
+                    width, height = (header.height, header.width) if swap else (header.width, header.height)
+                    handed.append(data)
+                else:
+                    image = decode_image(data, max_pixels=self.max_pixels, target_size=spec.draft_size, index=index)
+                    pixels = pixels_of(to_model_mode(image, spec))
+                    height, width = pixels.shape[:2]
+                    handed.append(pixels)
+                transforms.append(checked_placement(width, height, spec, self.max_pixels, index).transform)
+            executions.append((one, handed_images.pack(handed)))
+        return executions, transforms
 
     def executions(self, batch: np.ndarray | list[np.ndarray]) -> list[tuple[slice, np.ndarray]]:
         """Split a prepared batch into model executions: which images, and the input tensor as the
@@ -445,6 +465,11 @@ def _runs_of_one_size(
 def _detection_limit(detection: mc.FerryDetection, decoder: Decoder) -> int:
     """K, the detection rows per image: the config's ``max_detections``, as ``detect`` applies it."""
     return int(detection.max_detections) or decoder.default_max_detections or DEFAULT_MAX_DETECTIONS
+
+
+def _decoded(image: bytes | np.ndarray) -> np.ndarray | None:
+    """An image an intake handed over decoded ((H, W, C) pixels), or None for encoded bytes."""
+    return image if isinstance(image, np.ndarray) and image.ndim == 3 else None
 
 
 def _batched_shape(dims: Sequence[int], batched: bool) -> tuple[int, ...]:

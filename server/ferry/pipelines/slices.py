@@ -38,7 +38,7 @@ async def prepare_in_slices(
     pool: Executor,
     share: int,
     pipeline: ImagePipeline,
-    images: Sequence[bytes],
+    images: Sequence[bytes | np.ndarray],
     work: ImageWork | None = None,
     on_device: bool = False,
 ) -> Prepared:
