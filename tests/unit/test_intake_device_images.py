@@ -1,8 +1,9 @@
 """A model that pre-processes on its device (``preprocess { device: GPU }``) behind an intake process:
-the intake decodes its images and hands them over as uncompressed BMP (with ``decode: GPU``, its
-JPEGs as they are), instead of relaying the request for the model process to decode; the answers are
-one process's. The device is torch's CPU device here (the model process's ``_gpu_preprocessor`` is
-pointed at it: this machine has no CUDA); a real model process, hub and intake client, in one loop."""
+the intake decodes its images and hands them over as raw pixels (``pipelines.handed_images``; with
+``decode: GPU``, its JPEGs as they are), instead of relaying the request for the model process to
+decode; the answers are one process's. The device is torch's CPU device here (the model process's
+``_gpu_preprocessor`` is pointed at it: this machine has no CUDA); a real model process, hub and
+intake client, in one loop."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from ferry.intake.front_half import HandoffPath, IntakeImages
 from ferry.intake.handoff import HandoffClient, HandoffHub
 from ferry.intake.model_directory import ModelDirectory
 from ferry.intake.model_views import ModelViews
+from ferry.pipelines import handed_images
 from ferry.repository.manager import ControlMode, ModelManager
 from ferry.types import InferenceRequest, InferenceResponse
 
@@ -57,11 +59,12 @@ async def test_the_intake_decodes_for_a_model_that_preprocesses_on_its_device(
     await manager.start()
     plane = DataPlane(manager)
     plane.started = True
-    handed: list[bytes] = []
+    handed: list[str] = []
 
     async def model_process(request: InferenceRequest) -> InferenceResponse:
-        """The model process's data plane, noting the first bytes of each image it is handed."""
-        handed.extend(bytes(image)[:2] for image in request.inputs["input"].reshape(-1))
+        """The model process's data plane, noting the form of each image it is handed."""
+        images = handed_images.unpack(request.inputs["input"])
+        handed.extend("pixels" if image.ndim == 3 else bytes(image[:2]).hex() for image in images)
         return await plane.infer(request)
 
     hub = HandoffHub(model_process, 1 << 22, ModelDirectory(plane))
@@ -80,8 +83,8 @@ async def test_the_intake_decodes_for_a_model_that_preprocesses_on_its_device(
         before = decoder.decoded if decoder is not None else 0
         served, results = await images.serve_images("digits", "", files, "classify", {})
         assert results == expected and served is model
-        bmp, jpg = b"BM", b"\xff\xd8"
-        assert handed == [bmp] * 4 + ([jpg] * 2 if decode == "GPU" else [bmp] * 2)
+        jpg = b"\xff\xd8".hex()
+        assert handed == ["pixels"] * 4 + ([jpg] * 2 if decode == "GPU" else ["pixels"] * 2)
         if decoder is not None:  # the JPEGs the intake passed on were decoded on the model's device
             assert decoder.decoded - before == 2
 
