@@ -154,7 +154,9 @@ def main() -> None:
     for round_ in range(args.rounds):
         for name in names if round_ % 2 == 0 else names[::-1]:
             results[name].append(timed(*forms[name], args.images))
-    print(f"{platform.processor() or platform.machine()}, Python {platform.python_version()}, {len(jpeg)} B JPEG 640x480")
+    print(
+        f"{platform.processor() or platform.machine()}, Python {platform.python_version()}, {len(jpeg)} B JPEG 640x480"
+    )
     print(f"{args.rounds} interleaved rounds of {args.images} images; µs of CPU per image, median [min-max]")
     print("| form | intake | model process |")
     print("|---|---:|---:|")
