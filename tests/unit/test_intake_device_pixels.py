@@ -86,9 +86,13 @@ def _client(app: Any) -> httpx.AsyncClient:
 
 
 @asynccontextmanager
-async def servers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, admission: Admission) -> AsyncIterator[Servers]:
+async def servers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, admission: Admission, device_inputs: bool = False
+) -> AsyncIterator[Servers]:
     """digits pre-processing on its (stand-in) device, one process and behind an intake, sharing
-    ``admission`` as the processes of one server share their counts."""
+    ``admission`` as the processes of one server share their counts. ``device_inputs``: its batcher
+    takes device inputs, so decoded images wait for their batch (``DevicePixels``; none may reach
+    the batcher then: joining them needs torch)."""
     repo = tmp_path / "models"
     shutil.copytree(MODEL_REPO / "digits", repo / "digits")
     config = repo / "digits" / "config.pbtxt"
@@ -99,7 +103,7 @@ async def servers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, admission: Ad
     plane = DataPlane(manager, admission=admission)
     plane.started = True
     model = manager.get("digits")
-    monkeypatch.setattr(model.scheduler, "takes_device_inputs", False)  # no torch: host inputs
+    monkeypatch.setattr(model.scheduler, "takes_device_inputs", device_inputs)  # without torch: host inputs
     compute = model.instances[0].compute
 
     def recorded(inputs: dict[str, Any], outputs: list[str]) -> dict[str, np.ndarray]:
@@ -245,3 +249,21 @@ async def test_the_model_process_counts_the_handed_pixels_it_uploads(
         assert "--max-inflight-bytes" in response.json()["error"]
         assert admission.rejected == 1 and len(found.handed) == 2  # refused in the model process
         assert len(found.engine) == 1  # never reached the engine
+
+
+async def test_decoded_images_waiting_for_their_batch_are_counted_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One process whose batcher pre-processes each batch on the device: a request's decoded images
+    all wait for their batch, besides the upload buffer's copy of them. Under a cap of twice their
+    pixels (the copy, one image decoding at a time and the tensors fit) it is refused, 413, before a
+    pixel is decoded."""
+    admission = Admission()
+    async with servers(tmp_path, monkeypatch, admission, device_inputs=True) as found:
+        files = _large_pngs(16 * found.plane.workers.image_share)
+        admission.max_bytes = 2 * len(files) * SIDE * SIDE
+        response = await _classify(found.one_process_app(), files)
+        assert response.status_code == 413, response.text
+        assert "--max-inflight-bytes" in response.json()["error"]
+        assert admission.rejected == 1 and found.decoded == [] and found.engine == []
+        assert admission.bytes == 0 and admission.requests == 0
