@@ -73,8 +73,8 @@ class ImageInput:
         assert pipeline is not None
         name = pipeline.input_name
         encoded = request.inputs[name]
-        if name in request.preprocessed:  # only ``applies``' handed-over images get here so
-            return list(handed_images.unpack(encoded))  # one execution's, as the intake split them
+        if handed_images.handed(request, name):  # one execution's, as the intake split them
+            return list(handed_images.unpack(encoded))
         if encoded.ndim not in (1, 2) or (encoded.ndim == 2 and encoded.shape[1] != 1):
             raise InvalidArgument(
                 f"input '{name}': encoded images must have shape [N] or [N, 1], got {list(encoded.shape)}"
