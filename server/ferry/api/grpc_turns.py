@@ -66,26 +66,53 @@ log = logging.getLogger(__name__)
 SWEEPS_PER_TIMEOUT = 4
 
 
+class ReceiveBudget:
+    """The turns of every kind together (``turns``: the receive budget over the largest message,
+    0: no cap), shared by the unary and the stream ``PeerTurns`` (``pools``, unary first: a turn
+    freed goes to a waiting unary call before a waiting stream).
+
+    Why one budget: each posted read may receive a message of up to ``--grpc-max-message-bytes``
+    before admission sees it, and the unary and stream pools added up (16 streams of 47 MiB from
+    one address: +755 MB; 16 addresses x 2 unary calls: +516 MB)."""
+
+    def __init__(self, turns: int = 0) -> None:
+        self.turns = turns
+        self.held = 0
+        self.pools: list[PeerTurns] = []
+
+    def full(self) -> bool:
+        return bool(self.turns) and self.held >= self.turns
+
+    def hand_over(self) -> None:
+        """A turn came free: to the first pool with a call waiting that may take it."""
+        for pool in self.pools:
+            if pool.hand_over():
+                return
+
+
 class PeerTurns:
     """At most ``limit`` request messages of one peer being received at once, and at most ``total``
-    of all peers together (0: no such cap); the others wait, in arrival order within a peer and
-    peer after peer across them (a peer just served goes to the back). Everything runs on the
-    server's event loop, so plain dicts are the state.
+    of all peers together (0: no such cap), within ``budget``'s turns when given (shared with the
+    other pool); the others wait, in arrival order within a peer and peer after peer across them (a
+    peer just served goes to the back). Everything runs on the server's event loop, so plain dicts
+    are the state.
 
     Why ``total``: turns per address alone are multiplied by addresses, and any local user has
     127.0.0.0/8 (a network client, an IPv6 /64): 16 loopback addresses x 2 unary calls of 47 MiB
     held +1.0-1.5 GB uncounted, 16 addresses x 1 stream +1 GB."""
 
-    def __init__(self, limit: int, total: int = 0) -> None:
+    def __init__(self, limit: int, total: int = 0, budget: ReceiveBudget | None = None) -> None:
         self.limit = limit
         self.total = total
         self.held = 0
+        self.budget = budget or ReceiveBudget()
+        self.budget.pools.append(self)
         self._receiving: dict[str, int] = {}
         self._waiting: dict[str, collections.deque[asyncio.Future[None]]] = {}
 
     def full(self) -> bool:
-        """All peers together hold every turn."""
-        return bool(self.total) and self.held >= self.total
+        """All peers together hold every turn of this pool, or of the budget."""
+        return (bool(self.total) and self.held >= self.total) or self.budget.full()
 
     def peer_full(self, peer: str) -> bool:
         return self._receiving.get(peer, 0) >= self.limit
@@ -100,6 +127,7 @@ class PeerTurns:
     def _take(self, peer: str) -> None:
         self._receiving[peer] = self._receiving.get(peer, 0) + 1
         self.held += 1
+        self.budget.held += 1
 
     async def wait(self, peer: str) -> None:
         """Wait for a turn that ``leave`` hands over (counted as this peer's when handed over)."""
@@ -127,13 +155,14 @@ class PeerTurns:
         else:
             del self._receiving[peer]
         self.held -= 1
-        self._hand_over()
+        self.budget.held -= 1
+        self.budget.hand_over()
 
-    def _hand_over(self) -> None:
-        """Give the free turn to the first waiting peer (longest waiting since it was last served)
-        that is under its own limit."""
+    def hand_over(self) -> bool:
+        """Give a free turn to the first waiting peer (longest waiting since it was last served)
+        that is under its own limit; whether one took it."""
         if self.full():
-            return
+            return False
         for peer in list(self._waiting):
             if self.peer_full(peer):
                 continue
@@ -145,7 +174,8 @@ class PeerTurns:
                     self._take(peer)
                     if queue:
                         self._waiting[peer] = queue  # to the back: the other peers come first
-                    return
+                    return True
+        return False
 
 
 class Turn:
@@ -196,8 +226,15 @@ class StreamTurns:
     message at once (see the module docstring); ``idle_timeout``: when one idle on a turn gives way
     to a waiting one (of its address; of any address when the waiting one is held up by ``total``)."""
 
-    def __init__(self, per_peer: int, idle_timeout: float, expected: set[object], total: int = 0) -> None:
-        self.turns = PeerTurns(per_peer, total)
+    def __init__(
+        self,
+        per_peer: int,
+        idle_timeout: float,
+        expected: set[object],
+        total: int = 0,
+        budget: ReceiveBudget | None = None,
+    ) -> None:
+        self.turns = PeerTurns(per_peer, total, budget)
         self.idle_timeout = idle_timeout
         self.expected = expected  # calls whose failed writes grpc.aio logs, expected (grpc_calls.py)
         self.period = min(1.0, idle_timeout / SWEEPS_PER_TIMEOUT)
@@ -277,8 +314,8 @@ class StreamTurns:
 
     def _end(self, peer: str, stream: StreamActivity, now: float, everyone: bool) -> None:
         turns = (
-            f"the {self.turns.total} message turns of all clients while a stream of another address waited "
-            "(--grpc-stream-reads-total"
+            f"the {self.turns.total} stream turns of all clients while a stream of another address waited "
+            "(--grpc-receive-bytes over --grpc-max-message-bytes"
             if everyone
             else f"the {self.turns.limit} message turns of {peer} while another stream of that address waited "
             "(--grpc-stream-reads-per-peer"
