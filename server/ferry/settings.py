@@ -68,9 +68,11 @@ class Settings(BaseSettings):
     )
     http_max_body_bytes: int = Field(256 * MIB, gt=0, description="largest accepted REST body")
     grpc_max_message_bytes: int = Field(
-        48 * MIB,
+        16 * MIB,
         gt=0,
-        description="largest gRPC message (gRPC reads a message whole, and parses a copy, before admission sees it)",
+        description="largest gRPC message: gRPC reads a message whole before admission sees it, so each read it is "
+        "asked for is charged this much against --grpc-receive-bytes (lower it for more turns of small messages, "
+        "raise both for larger ones)",
     )
     dashboard: bool = Field(True, description="serve the web dashboard at / on the REST port")
     strict_readiness: bool = Field(

@@ -19,7 +19,7 @@ its request message), and adds
   deadline); a stream asks for each of its messages in a turn of a pool of its own
   (``stream_reads_per_peer``, 0 for none), and one idle on a turn for ``idle_stream_timeout`` is
   ended once another stream of its address waits. All peers together hold at most ``reads_total``
-  and ``stream_reads_total`` turns.
+  turns of both kinds (one ``ReceiveBudget``), streams at most ``stream_reads_total`` of them.
 
 - answers held until written: a unary call is served as a stream-unary call that reads one message
   (the same bytes on the wire, so clients cannot tell; it lets the guard see the call before its

@@ -6,8 +6,8 @@ the log. ``decoding_handler`` wraps each method's handler (once, at registration
 deserialisation over: the caller gets a precise status and the server logs nothing.
 
 Taking it over also lets a method count its message from the bytes, before it is parsed
-(``count``): the parsed copy then never exists uncounted, and a message the server has no room for
-is refused without being parsed at all.
+(``count``, at what its ``MessageReader`` says it holds once parsed): the parsed copy then never
+exists uncounted, and a message the server has no room for is refused without being parsed at all.
 """
 
 from __future__ import annotations

@@ -35,10 +35,14 @@ clients.
 
 Turns per address are multiplied by the addresses a client has (any local user has 127.0.0.0/8, a
 network client may have an IPv6 /64): 16 loopback addresses x 2 unary calls of 47 MiB held +1.0-1.5
-GB uncounted, 16 addresses x 1 stream +1 GB. So all addresses together hold at most a total of each
-kind of turn (``--grpc-reads-total``, ``--grpc-stream-reads-total``), a freed turn goes address
+GB uncounted, 16 addresses x 1 stream +1 GB; and with a total per kind of turn the unary and stream
+pools still added up (16 streams of one address: +755 MB). So one budget bounds every posted read of
+all addresses together (``ReceiveBudget``: ``--grpc-receive-bytes`` over ``--grpc-max-message-bytes``
+turns, each read may receive a message that large): streams may hold all but one of them, so unary
+calls never wait behind idle streams, a freed turn goes to a waiting unary call first, then address
 after address, and a stream idle on a turn gives way to a waiting stream of any address when all the
-turns are held.
+turns are held. A lower ``--grpc-max-message-bytes`` gives more turns for the same memory: the way
+to run many streams of small messages.
 
 Everything runs on the server's event loop, so plain dicts are the state; one periodic sweep, only
 while a stream waits, looks for idle holders.
