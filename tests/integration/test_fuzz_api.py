@@ -195,8 +195,9 @@ def test_unparseable_protobuf_gets_an_error_and_the_server_keeps_serving(
         model_name="simple",
         inputs=[pb.ModelInferRequest.InferInputTensor(name="INPUT0", datatype="INT32", shape=[1, 16])],
     ).SerializeToString()[:-3]
-    split = b"\x2a\x02\xff\xff\x3a\x03abc"  # a raw entry split off (grpc_wire), the rest malformed
-    for payload in (b"\xff" * 32, b"\x0a\xff\xff\xff\xff\x0f", truncated, b"\x08", split):
+    split = b"\x2a\x02\xff\xff\x3a\x03abc"  # a raw entry split off (grpc_wire), the rest's input malformed
+    assert raw_call(raw_channel, "ModelInfer", split) == grpc.StatusCode.INVALID_ARGUMENT
+    for payload in (b"\xff" * 32, b"\x0a\xff\xff\xff\xff\x0f", truncated, b"\x08"):
         for method in UNARY_METHODS:
             code = raw_call(raw_channel, method, payload)
             assert code == grpc.StatusCode.INVALID_ARGUMENT, (method, payload, code)
