@@ -58,6 +58,7 @@ def test_a_message_without_raw_contents_is_parsed_whole_and_counted_twice() -> N
         b"\x3a\x03abc\x0b",  # a group
         b"\x3a\x03ab",  # a truncated raw entry
         b"\xff" * 32,  # an overlong varint
+        b"\xba\x80\x80\x80\x80\x00\x01a",  # field 7's tag in six bytes (protobuf reads at most five)
     ],
 )
 def test_malformed_bytes_raise_protobufs_decode_error(wire: bytes) -> None:
@@ -151,3 +152,14 @@ def test_many_fields_are_parsed_whole() -> None:
     assert grpc_wire.raw_spans(wire) is None
     received = grpc_wire.parse_infer_request(wire)
     assert received.wire is None and len(received.raw) == grpc_wire.MAX_SCANNED_FIELDS + 1
+
+
+#: Pieces of tags and lengths (field 7's and others', short and overlong) to build wire data from.
+WIRE_PIECES = [b"\x3a", b"\xba", b"\x80", b"\x81", b"\x00", b"\x01", b"\x02", b"a", b"\x2a", b"\x0b", b"\x0c", b"\xff"]
+
+
+@FUZZ
+@given(st.lists(st.sampled_from(WIRE_PIECES), max_size=24))
+def test_property_odd_wire_data_gets_the_same_answer(pieces: list[bytes]) -> None:
+    """Tags and lengths in any encoding protobuf might or might not accept: the same answer."""
+    _old_and_new(b"".join(pieces))

@@ -8,8 +8,8 @@ of the bytes, and protobuf parses only the rest (the bytes without those fields:
 names, shapes, parameters and typed contents). A message's tensors then exist once, in the bytes
 grpc handed over, for as long as the request holds them.
 
-Anything unusual (groups, a field 7 not length-delimited, a field number 0, a truncated or overlong
-varint, a length past the end, more than ``MAX_SCANNED_FIELDS`` fields) is not split: protobuf
+Anything unusual (groups, a field 7 not length-delimited, a field number 0, a tag of more than five
+bytes, a truncated or overlong varint, a length past the end, more than ``MAX_SCANNED_FIELDS`` fields) is not split: protobuf
 parses the whole message as before, and judges it (malformed bytes: its DecodeError, which
 ``grpc_decode`` answers with INVALID_ARGUMENT), so the scan never accepts what protobuf refuses.
 """
@@ -28,6 +28,8 @@ RAW_INPUT_CONTENTS = pb.ModelInferRequest.DESCRIPTOR.fields_by_name["raw_input_c
 MAX_SCANNED_FIELDS = 1024
 
 _LENGTH_DELIMITED = 2
+#: The longest tag protobuf reads (a uint32 varint: upb refuses a longer one, so must the scan).
+_MAX_TAG_BYTES = 5
 #: Bytes a wire type's value takes when fixed (varints are read instead).
 _FIXED_SIZE = {1: 8, 5: 4}
 
@@ -65,7 +67,7 @@ def raw_spans(wire: bytes) -> list[tuple[int, int, int]] | None:
         start = position
         key, position = _varint(wire, position)
         number, kind = key >> 3, key & 7
-        if key < 0 or number == 0:
+        if key < 0 or number == 0 or position - start > _MAX_TAG_BYTES or key >= 2**32:
             return None
         if kind == _LENGTH_DELIMITED:
             length, position = _varint(wire, position)
