@@ -8,10 +8,11 @@ of the bytes, and protobuf parses only the rest (the bytes without those fields:
 names, shapes, parameters and typed contents). A message's tensors then exist once, in the bytes
 grpc handed over, for as long as the request holds them.
 
-Anything unusual (groups, a field 7 not length-delimited, a field number 0, a tag of more than five
-bytes, a truncated or overlong varint, a length past the end, more than ``MAX_SCANNED_FIELDS`` fields) is not split: protobuf
-parses the whole message as before, and judges it (malformed bytes: its DecodeError, which
-``grpc_decode`` answers with INVALID_ARGUMENT), so the scan never accepts what protobuf refuses.
+Anything unusual (groups, a field 7 not length-delimited, a field number 0, a tag of more than
+five bytes, a truncated or overlong varint, a length past the end, more than ``MAX_SCANNED_FIELDS``
+fields) is not split: protobuf parses the whole message as before, and judges it (malformed bytes:
+its DecodeError, which ``grpc_decode`` answers with INVALID_ARGUMENT), so the scan never accepts
+what protobuf refuses.
 """
 
 from __future__ import annotations
