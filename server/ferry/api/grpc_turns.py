@@ -13,14 +13,12 @@ and grpc receives a message whole, before admission can see its size: with every
 asking, one client's 16 streams each sending 47 MiB (from 16 processes) peaked at +1.4 GB, and
 nothing bounded it but the client's own stream count. So a stream asks only in a turn of its peer
 address, as unary calls do (``StreamTurns``; ``--grpc-stream-reads-per-peer``, 8 by default, 0 for
-none), from a pool of its own: a stream between requests holds its turn while it waits for its
-client's next message, and unary calls must never wait behind that. Why 8 and not 1 or 2: a stream
-answered and waiting for its client's next message holds its turn for that round trip, so with
-fewer turns than streams a client's request-and-answer streams wait on each other (perf_analyzer
-``--streaming`` on the tiny model, one address, against no turns: 0.56x with 2 turns at 16 streams,
-0.81x with 8; 0.96x with 8 at 8 streams, within noise); one client's 16 streams of 47 MiB then peak
-at about +700 MB instead of +1.4 GB, eight messages held uncounted whatever the number of streams
-(one turn: about +450 MB).
+none), from a pool of its own within the receive budget (below): a stream between requests holds
+its turn while it waits for its client's next message, and unary calls must never wait behind that.
+With fewer turns than streams a client's request-and-answer streams wait on each other's round
+trips (perf_analyzer ``--streaming`` on the tiny model, one address: 0.56x with 2 turns at 16
+streams against no turns; the default 5 stream turns against 8: about 1.0x at 8 streams, 0.73x at
+16, docs/reliability.md).
 
 A posted read cannot be taken back (grpc.aio has no way to withdraw it, nor to see a message's size
 before reading it), so a stream idle on a turn would keep its peer's other streams from receiving
