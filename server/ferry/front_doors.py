@@ -88,6 +88,12 @@ def rest_config(app: ASGIApp, s: Settings, security: ServerSecurity, **listener:
     )
 
 
+def receive_turns(s: Settings, processes: int = 1) -> int:
+    """Messages one of ``processes`` intake processes may be receiving at once, of every kind
+    together: its share of ``--grpc-receive-bytes`` over the largest message (at least one)."""
+    return max(1, _share(s.grpc_receive_bytes, processes) // s.grpc_max_message_bytes)
+
+
 def grpc_limits(s: Settings, processes: int = 1) -> GrpcLimits:
     """The gRPC listener's limits of one of ``processes`` intake processes: grpc counts calls per
     server, and a peer's message turns (unary and streamed) are kept per process (its connections
@@ -98,8 +104,8 @@ def grpc_limits(s: Settings, processes: int = 1) -> GrpcLimits:
     the per-peer cap (1,024 each for two intakes), one client's never-finished calls held every
     slot of a process, and grpc refused everyone else ("Concurrent RPC limit exceeded!")."""
     calls = _share(s.grpc_max_concurrent_rpcs, processes)
-    reads_total = _share(s.grpc_reads_total, processes)
-    stream_reads_total = _share(s.grpc_stream_reads_total, processes)
+    reads_total = receive_turns(s, processes)
+    stream_reads_total = max(1, reads_total - 1)  # one turn always left to unary calls (when there are two)
     return GrpcLimits(
         s.grpc_max_concurrent_streams,
         calls,

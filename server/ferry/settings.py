@@ -68,9 +68,11 @@ class Settings(BaseSettings):
     )
     http_max_body_bytes: int = Field(256 * MIB, gt=0, description="largest accepted REST body")
     grpc_max_message_bytes: int = Field(
-        48 * MIB,
+        16 * MIB,
         gt=0,
-        description="largest gRPC message (gRPC reads a message whole, and parses a copy, before admission sees it)",
+        description="largest gRPC message: gRPC reads a message whole before admission sees it, so each read it is "
+        "asked for is charged this much against --grpc-receive-bytes (lower it for more turns of small messages, "
+        "raise both for larger ones)",
     )
     dashboard: bool = Field(True, description="serve the web dashboard at / on the REST port")
     strict_readiness: bool = Field(
@@ -220,17 +222,15 @@ class Settings(BaseSettings):
         "streams hold before admission sees it; more streams of one address than this wait on each other; "
         "0: no turns, each open stream may receive one message",
     )
-    grpc_reads_total: Annotated[int, LIMIT] = Field(
-        4,
-        gt=0,
-        description="unary request messages of all client addresses together received at once (split among intake "
-        "processes): turns per address alone are multiplied by addresses (any local user has 127.0.0.0/8)",
-    )
-    grpc_stream_reads_total: Annotated[int, LIMIT] = Field(
-        8,
-        gt=0,
-        description="streams of all client addresses together waiting for a request message at once (split among "
-        "intake processes); one idle on a turn for --grpc-idle-stream-secs is ended once a stream waits for one",
+    grpc_receive_bytes: Annotated[int, LIMIT] = Field(
+        96 * MIB,
+        ge=MIB,
+        le=64 * 1024 * MIB,
+        description="bytes of request messages all gRPC clients together may be sending at once before admission "
+        "sees them (split among intake processes): each read asked of grpc, a unary call's or a stream's, may "
+        "receive up to --grpc-max-message-bytes, so this over that is the number of messages received at once "
+        "(at least one per process; streams hold at most all but one, so unary calls never wait behind idle "
+        "streams); lower --grpc-max-message-bytes for more turns of small messages",
     )
     grpc_idle_stream_secs: Annotated[float, LIMIT] = Field(
         60.0,

@@ -195,6 +195,8 @@ def test_unparseable_protobuf_gets_an_error_and_the_server_keeps_serving(
         model_name="simple",
         inputs=[pb.ModelInferRequest.InferInputTensor(name="INPUT0", datatype="INT32", shape=[1, 16])],
     ).SerializeToString()[:-3]
+    split = b"\x2a\x02\xff\xff\x3a\x03abc"  # a raw entry split off (grpc_wire), the rest's input malformed
+    assert raw_call(raw_channel, "ModelInfer", split) == grpc.StatusCode.INVALID_ARGUMENT
     for payload in (b"\xff" * 32, b"\x0a\xff\xff\xff\xff\x0f", truncated, b"\x08"):
         for method in UNARY_METHODS:
             code = raw_call(raw_channel, method, payload)
@@ -203,7 +205,7 @@ def test_unparseable_protobuf_gets_an_error_and_the_server_keeps_serving(
         SERVICE + "ModelStreamInfer", request_serializer=None, response_deserializer=None
     )
     with pytest.raises(grpc.RpcError) as caught:
-        list(stream(iter([b"\xff" * 32]), timeout=30))
+        list(stream(iter([split]), timeout=30))
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert caught.value.details() == "ModelStreamInfer: the request is not a valid ModelInferRequest message"
     assert_still_serving(fuzz_server)

@@ -2,8 +2,8 @@
 
 Turns per address alone were multiplied by addresses, and any local user has 127.0.0.0/8: 16
 loopback addresses x 2 calls of 47 MiB held +1.0-1.5 GB before admission could count them, 16
-addresses x 1 stream +1 GB. Now all addresses together hold at most ``--grpc-reads-total`` unary
-turns and ``--grpc-stream-reads-total`` stream turns.
+addresses x 1 stream +1 GB. Now all addresses together, unary calls and streams alike, hold at most
+``--grpc-receive-bytes`` over ``--grpc-max-message-bytes`` turns, streams all but one of them.
 
 Clients of many addresses are real gRPC clients (grpcio) reaching the server through a relay per
 address that connects from that loopback address (``Relay``), so the server sees 16 peers. The
@@ -43,8 +43,9 @@ IDLE_S = 2
 def server(tmp_path_factory) -> Iterator[RunningServer]:
     running = start_quick_server(
         tmp_path_factory.mktemp("grpc_addresses"),
-        *("--grpc-reads-per-peer", str(TOTAL), "--grpc-reads-total", str(TOTAL)),
-        *("--grpc-stream-reads-per-peer", "1", "--grpc-stream-reads-total", "1"),
+        # TOTAL turns of every kind (32 / 16 MiB), streams all but one of them
+        *("--grpc-max-message-bytes", str(16 * 2**20), "--grpc-receive-bytes", str(TOTAL * 16 * 2**20)),
+        *("--grpc-reads-per-peer", str(TOTAL), "--grpc-stream-reads-per-peer", "1"),
         *("--grpc-idle-stream-secs", str(IDLE_S), "--grpc-request-timeout-secs", "60"),
         *("--max-inflight-bytes", str(2**30)),  # room for every call: turns, not admission, are tested
     )
@@ -181,5 +182,40 @@ async def test_a_stream_idle_on_the_last_turn_gives_way_to_another_address(serve
             peer.transport.close()
     assert idle.trailers[1]["grpc-status"] == str(grpc.StatusCode.UNAVAILABLE.value[0])
     details = idle.trailers[1].get("grpc-message", "")
-    assert "--grpc-stream-reads-total" in details and "--grpc-idle-stream-secs" in details, details
+    assert "--grpc-receive-bytes" in details and "--grpc-idle-stream-secs" in details, details
     assert log.index(("end", "idle")) < log.index(("data", "waiting"))  # answered only once the idle one ended
+
+
+async def test_streams_and_unary_calls_share_one_receive_budget(server: RunningServer) -> None:
+    """The receive budget (TOTAL turns) bounds every posted read, unary and streamed together: a
+    stream answered and idle on the one stream turn leaves the last turn to unary calls, so a tiny
+    call is served at once; once a unary message that never comes holds that last turn, every
+    address's call waits (before, the unary and the stream pools added up), and it is served as
+    soon as the turn comes free."""
+    loop = asyncio.get_running_loop()
+    relays = [await Relay(server.grpc_port, source).start() for source in ("127.0.0.51", "127.0.0.52")]
+    _, idle = await loop.create_connection(
+        lambda: RawPeer(_request(16).SerializeToString(), reads_others=True),
+        "127.0.0.1",
+        server.grpc_port,
+        local_addr=("127.0.0.50", 0),
+    )
+    assert isinstance(idle, RawPeer)
+    holder = None
+    try:
+        idle.call(1, "ModelStreamInfer", 1, end=False)  # answered, then idle on the one stream turn
+        await idle.until(lambda: len(idle.messages(1)) == 1)
+        assert await asyncio.to_thread(_call, relays[0].port, _request(16), 10.0) == grpc.StatusCode.OK
+        _, holder = await loop.create_connection(Attacker, "127.0.0.1", server.grpc_port)
+        holder.open(1, "ModelInfer")  # its message never comes: it holds the last turn
+        assert await asyncio.to_thread(_call, relays[1].port, _request(16), 2.0) == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert 1 not in idle.trailers  # no stream waited: the idle one keeps its turn
+        assert holder.transport is not None
+        holder.transport.close()
+        assert await asyncio.to_thread(_call, relays[1].port, _request(16), 10.0) == grpc.StatusCode.OK
+    finally:
+        for peer in (idle, holder):
+            if peer is not None and peer.transport is not None:
+                peer.transport.close()
+        for relay in relays:
+            relay.close()

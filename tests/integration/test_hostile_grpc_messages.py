@@ -44,6 +44,8 @@ def server(tmp_path_factory) -> Iterator[RunningServer]:
     running = start_quick_server(
         tmp_path_factory.mktemp("grpc_turns"),
         *("--grpc-request-timeout-secs", "60", "--grpc-reads-per-peer", str(TURNS)),
+        # messages of MIB_EACH, and a receive budget of TURNS of them
+        *("--grpc-max-message-bytes", str(48 * 2**20), "--grpc-receive-bytes", str(TURNS * 48 * 2**20)),
         *("--max-inflight-bytes", str(2**30)),  # room for every call: turns, not admission, are tested
         *("--log-level", "debug"),  # says when a message waits for its turn
     )

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from ferry.api.grpc_turns import PeerTurns
-from ferry.front_doors import grpc_limits
+from ferry.api.grpc_turns import PeerTurns, ReceiveBudget
+from ferry.front_doors import grpc_limits, receive_turns
 from ferry.settings import Settings
 
 
@@ -103,12 +103,64 @@ def test_intake_processes_share_a_peers_turns_and_the_call_cap(processes: int, t
     """Each intake process keeps its own turns, and a client's connections spread over them: the
     peer's turns (2, unary and streamed) are split among the processes, at least one each, like
     the call cap."""
-    settings = Settings(grpc_reads_per_peer=2, grpc_stream_reads_per_peer=2, grpc_max_concurrent_rpcs=2048)
+    settings = Settings(
+        grpc_reads_per_peer=2,
+        grpc_stream_reads_per_peer=2,
+        grpc_max_concurrent_rpcs=2048,
+        grpc_receive_bytes=16 * 48 * 2**20,  # turns enough that the budget does not cap a peer's
+    )
     limits = grpc_limits(settings, processes)
     assert (limits.reads_per_peer, limits.stream_reads_per_peer, limits.max_concurrent_rpcs) == (turns, turns, calls)
-    # all addresses together: the totals are split too, and a peer's turns never exceed them (item 7)
-    totals = (settings.grpc_reads_total, settings.grpc_stream_reads_total)
-    assert (limits.reads_total, limits.stream_reads_total) == tuple(-(-total // processes) for total in totals)
+    # all addresses together: the receive budget is split too, and a peer's turns never exceed it (item 7)
+    assert limits.reads_total == receive_turns(settings, processes) >= 1
+    assert limits.stream_reads_total == max(1, limits.reads_total - 1)
     assert limits.reads_per_peer <= limits.reads_total and limits.stream_reads_per_peer <= limits.stream_reads_total
     # one address holds at most half a process's share of the calls (issue 38 item 8)
     assert limits.max_calls_per_peer == min(settings.grpc_max_calls_per_peer, calls // 2)
+
+
+@pytest.mark.parametrize(
+    ("receive", "message", "processes", "turns"),
+    [(96, 48, 1, 2), (96, 48, 2, 1), (96, 16, 1, 6), (96, 16, 2, 3), (96, 100, 1, 1), (1024, 1, 4, 256)],
+)
+def test_the_receive_budget_over_the_largest_message_is_every_turn(
+    receive: int, message: int, processes: int, turns: int
+) -> None:
+    """Each posted read may receive up to --grpc-max-message-bytes: a process may post as many as
+    its share of --grpc-receive-bytes holds (at least one), unary and streamed together; a smaller
+    message limit gives more turns for the same memory."""
+    settings = Settings(grpc_receive_bytes=receive * 2**20, grpc_max_message_bytes=message * 2**20)
+    limits = grpc_limits(settings, processes)
+    assert limits.reads_total == turns
+    assert limits.stream_reads_total == max(1, turns - 1)
+
+
+async def test_unary_and_stream_turns_share_one_budget_and_unary_calls_come_first() -> None:
+    """More calls and streams than the budget allows: no more turns held than it has, streams at
+    most all but one (a unary call never waits behind idle streams), and the waiting are served as
+    turns come free, unary calls first."""
+    budget = ReceiveBudget(3)
+    unary, streams = PeerTurns(2, 3, budget), PeerTurns(8, 2, budget)
+    assert streams.enter_now("a") and streams.enter_now("b")
+    assert not streams.enter_now("c")  # streams hold all but one turn
+    assert unary.enter_now("c")  # the last one is a unary call's
+    assert budget.held == 3 and not unary.enter_now("d")  # every turn of the budget is held
+    served: list[str] = []
+
+    async def wait(turns: PeerTurns, name: str) -> None:
+        await turns.wait(name)
+        served.append(name)
+
+    waiters = [asyncio.create_task(wait(streams, "s")), asyncio.create_task(wait(unary, "u"))]
+    await asyncio.sleep(0)
+    assert served == [] and budget.held == 3
+    streams.leave("a")  # a stream's turn comes free: the waiting unary call takes it
+    await asyncio.sleep(0)
+    assert served == ["u"] and budget.held == 3 and (unary.held, streams.held) == (2, 1)
+    unary.leave("c")
+    await asyncio.sleep(0)
+    assert served == ["u", "s"] and (unary.held, streams.held) == (1, 2)
+    await asyncio.gather(*waiters)
+    for turns, peer in ((unary, "u"), (streams, "s"), (streams, "b")):
+        turns.leave(peer)
+    assert budget.held == 0

@@ -28,9 +28,10 @@ from .dataplane import DataPlane
 from .drain_cutoff import DrainCutoff
 from .grpc_calls import CallGuard, WrappedRegistration, peer_host, release_after_write
 from .grpc_codec import decode_infer_request, encode_infer_response
-from .grpc_decode import decoding_handler, received_bytes, take_refusal
+from .grpc_decode import MessageReader, decoding_handler, take_refusal
 from .grpc_limits import GrpcLimits
 from .grpc_turns import current_stream
+from .grpc_wire import ReceivedInferRequest, parse_infer_request, peak_bytes
 from .inference_plane import InferencePlane
 from .limits import OFF_LOOP_BYTES
 from .logging_ext import grpc_log_settings
@@ -97,7 +98,9 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
 
     def count_message(self, size: int) -> Callable[[], None]:
         """Admit a request message (ModelInfer's, or a streamed one) from its bytes, before
-        grpc_decode parses them (its ``count``): twice the message, the bytes and the parsed copy.
+        grpc_decode parses them (its ``count``), at ``size``, what it holds once parsed
+        (``grpc_wire.peak_bytes``: the bytes, whose views are its raw tensors, and protobuf's parse
+        of the rest).
         It runs as soon as the peer's turn for the message ends (``grpc_turns.py``), so what a
         client's messages hold uncounted is only what grpc is still receiving. Returns what closes
         the admission unless ``_infer`` (or a decoupled request) took it."""
@@ -105,11 +108,11 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
         ticket = None
         try:
             ticket = admission.admit()
-            ticket.reserve(2 * size)  # refused as a whole when it alone cannot fit
+            ticket.reserve(size)  # refused as a whole when it alone cannot fit
         except FerryError:
             if ticket is not None:
                 ticket.close()
-            admission.heap.released(2 * size)  # grpc's copy and the bytes are freed, uncounted
+            admission.heap.released(size)  # grpc's copy and the bytes are freed, uncounted
             raise
         _message_ticket.set(ticket)  # a context variable: grpc calls the servicer with (message, context) only
 
@@ -121,47 +124,46 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
         return close_unless_taken
 
     @_rpc
-    async def ModelInfer(self, request: pb.ModelInferRequest, context: Context) -> pb.ModelInferResponse:
-        message, release = await self._infer(request, received_bytes(request), caller(self.plane.identify, context))
+    async def ModelInfer(self, request: ReceivedInferRequest, context: Context) -> pb.ModelInferResponse:
+        message, release = await self._infer(request, caller(self.plane.identify, context))
         release_after_write(release)  # the admission, answer included, stays until grpc wrote it
         return message
 
-    async def _decode(self, request: pb.ModelInferRequest, size: int, ticket: Any, client: str) -> InferenceRequest:
-        if size < OFF_LOOP_BYTES:
-            infer_request = decode_infer_request(request, self.plane.limits)
+    async def _decode(self, request: ReceivedInferRequest, ticket: Any, client: str) -> InferenceRequest:
+        limits = self.plane.limits
+        if request.size < OFF_LOOP_BYTES:
+            infer_request = decode_infer_request(request.message, limits, request.raw)
         else:
-            infer_request = await run_in(self.plane.workers.codec, decode_infer_request, request, self.plane.limits)
+            infer_request = await run_in(
+                self.plane.workers.codec, decode_infer_request, request.message, limits, request.raw
+            )
         infer_request.client = client
         infer_request.ticket = ticket
-        if not request.raw_input_contents:  # typed contents were copied into new arrays
+        if not request.raw:  # typed contents were copied into new arrays
             ticket.reserve(sum(array.nbytes for array in infer_request.inputs.values()))
         return infer_request
 
     async def _infer(
         self,
-        request: pb.ModelInferRequest,
-        size: int,
+        request: ReceivedInferRequest,
         client: str,
         into: pb.ModelInferResponse | None = None,
         door: str = UNARY_DOOR,
     ) -> tuple[pb.ModelInferResponse, Release]:
         """Admit one request at its real cost: the message, typed contents decoded, the response.
 
-        ``size``: the request message's serialised size. Returns the answer with the release of
-        its admission, which the caller calls once the answer has been written: until then the
-        answer is memory this request holds."""
+        Returns the answer with the release of its admission, which the caller calls once the
+        answer has been written: until then the answer is memory this request holds."""
         refusal = take_refusal()
         if refusal is not None:  # a streamed message refused from its bytes (never parsed)
             raise refusal
         ticket = _message_ticket.get()
         if ticket is None:  # not counted from its bytes (a caller without grpc_decode): admitted now
-            # twice the message: it is parsed from bytes grpc read whole before this runs (dropped
-            # once parsed, see grpc_decode.py)
-            ticket = self.plane.admission.admit(2 * size)
+            ticket = self.plane.admission.admit(request.peak)
         else:  # counted from its bytes (count_message): this call holds it from here on
             _message_ticket.set(None)
         try:
-            infer_request = await self._decode(request, size, ticket, client)
+            infer_request = await self._decode(request, ticket, client)
             outputs = reserve_outputs(infer_request.inputs, ticket)
             response = await self.plane.infer(infer_request, door=door)
             reserve_response(
@@ -175,7 +177,7 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
             raise
 
     async def ModelStreamInfer(
-        self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Context
+        self, request_iterator: AsyncIterator[ReceivedInferRequest], context: Context
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
         """Answer streamed requests; an error answers that request, not the stream.
 
@@ -193,7 +195,7 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
         peer = peer_host(context.peer())
         limits = self.plane.stream_limits
 
-        async def start_decoupled(request: pb.ModelInferRequest, ticket: Ticket | None) -> None:
+        async def start_decoupled(request: ReceivedInferRequest, ticket: Ticket | None) -> None:
             """Run the request alongside the stream's others, unless the stream or its client has
             too many open (``stream_limits.py``): then it is answered with the refusal at once."""
             try:
@@ -202,7 +204,8 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
                 if ticket is not None:
                     ticket.close()
                 await put_answer(
-                    out, pb.ModelStreamInferResponse(error_message=exc.message, infer_response=answering(request))
+                    out,
+                    pb.ModelStreamInferResponse(error_message=exc.message, infer_response=answering(request.message)),
                 )
                 return
             task = asyncio.create_task(self._stream_decoupled(request, out, client, ticket, context))
@@ -212,7 +215,7 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
 
         async def read() -> None:
             async for request in request_iterator:
-                if self.plane.is_decoupled(request.model_name, request.model_version):
+                if self.plane.is_decoupled(request.message.model_name, request.message.model_version):
                     ticket = _message_ticket.get()
                     _message_ticket.set(None)  # the request's own task holds it from here on
                     await start_decoupled(request, ticket)
@@ -260,13 +263,11 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
                 if left is not None:
                     left[1]()
 
-    async def _stream_one(self, request: pb.ModelInferRequest, out: asyncio.Queue, client: str) -> None:
+    async def _stream_one(self, request: ReceivedInferRequest, out: asyncio.Queue, client: str) -> None:
         try:
-            empty_final = _wants_empty_final(request)
+            empty_final = _wants_empty_final(request.message)
             streamed = pb.ModelStreamInferResponse()
-            message, release = await self._infer(
-                request, received_bytes(request), client, streamed.infer_response, STREAM_DOOR
-            )
+            message, release = await self._infer(request, client, streamed.infer_response, STREAM_DOOR)
             message.parameters[FINAL_FLAG].bool_param = not empty_final
             await put_answer(out, streamed, release)
             if empty_final:
@@ -281,7 +282,7 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
 
     async def _stream_decoupled(
         self,
-        request: pb.ModelInferRequest,
+        request: ReceivedInferRequest,
         out: asyncio.Queue,
         client: str,
         counted: Ticket | None = None,
@@ -290,12 +291,11 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
         """Every response of one decoupled request into the stream (holding its admission slot:
         ``counted``, taken from the message's bytes, or one admitted here). ``context``: the
         client's call, for a servicer that relays the request on (an intake's)."""
-        empty_final = _wants_empty_final(request)
-        answers = answering(request)
+        empty_final = _wants_empty_final(request.message)
+        answers = answering(request.message)
         try:
-            size = received_bytes(request)
-            with counted or self.plane.admission.admit(2 * size) as ticket:
-                infer_request = await self._decode(request, size, ticket, client)
+            with counted or self.plane.admission.admit(request.peak) as ticket:
+                infer_request = await self._decode(request, ticket, client)
                 async for item, final in self.plane.infer_stream(infer_request):
                     if isinstance(item, FerryError):
                         failed = pb.ModelInferResponse()
@@ -564,8 +564,10 @@ def create_grpc_server(
         relay = servicer.relay_handler(method.rsplit("/", 1)[-1])
         if relay is not None:  # relayed as bytes (an intake's servicer)
             return guard.wrap(relay)
-        count = count_message if method.endswith(("/ModelInfer", "/ModelStreamInfer")) else None
-        return guard.wrap(decoding_handler(handler, method, plane.workers.codec, count))
+        if method.endswith(("/ModelInfer", "/ModelStreamInfer")):  # raw tensors stay in the bytes received
+            reader = MessageReader(parse_infer_request, peak_bytes)
+            return guard.wrap(decoding_handler(handler, method, plane.workers.codec, count_message, reader))
+        return guard.wrap(decoding_handler(handler, method, plane.workers.codec))
 
     registration = WrappedRegistration(server, guarded)
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, registration)

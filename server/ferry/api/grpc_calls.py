@@ -19,7 +19,7 @@ its request message), and adds
   deadline); a stream asks for each of its messages in a turn of a pool of its own
   (``stream_reads_per_peer``, 0 for none), and one idle on a turn for ``idle_stream_timeout`` is
   ended once another stream of its address waits. All peers together hold at most ``reads_total``
-  and ``stream_reads_total`` turns.
+  turns of both kinds (one ``ReceiveBudget``), streams at most ``stream_reads_total`` of them.
 
 - answers held until written: a unary call is served as a stream-unary call that reads one message
   (the same bytes on the wire, so clients cannot tell; it lets the guard see the call before its
@@ -68,7 +68,7 @@ import grpc
 
 from . import grpc_cancel
 from .drain_cutoff import DrainCutoff
-from .grpc_turns import SWEEPS_PER_TIMEOUT, PeerTurns, StreamActivity, StreamTurns, Turn, current_stream
+from .grpc_turns import SWEEPS_PER_TIMEOUT, PeerTurns, ReceiveBudget, StreamActivity, StreamTurns, Turn, current_stream
 from .peer_sockets import close_peer_connections
 
 log = logging.getLogger(__name__)
@@ -379,9 +379,10 @@ class CallGuard:
     ) -> None:
         self.max_calls_per_peer = max_calls_per_peer
         self.cutoff = cutoff or DrainCutoff()  # unary calls still running when the drain ends
-        self.turns = PeerTurns(reads_per_peer, reads_total)
+        self.budget = ReceiveBudget(reads_total)  # every kind of turn: unary first, then streams
+        self.turns = PeerTurns(reads_per_peer, reads_total, self.budget)
         self.stream_turns = (
-            StreamTurns(stream_reads_per_peer, idle_stream_timeout, _expected, stream_reads_total)
+            StreamTurns(stream_reads_per_peer, idle_stream_timeout, _expected, stream_reads_total, self.budget)
             if stream_reads_per_peer
             else None
         )

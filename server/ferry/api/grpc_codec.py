@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ferry_client.codec import CodecError, tensor_from_proto, tensor_to_bytes
@@ -16,11 +17,17 @@ from .shared_memory import tensor_ref
 DEFAULT_LIMITS = Limits()
 
 
-def decode_infer_request(message: pb.ModelInferRequest, limits: Limits = DEFAULT_LIMITS) -> InferenceRequest:
-    """Decode inputs from raw_input_contents (zero-copy) or typed contents, within ``limits``."""
+def decode_infer_request(
+    message: pb.ModelInferRequest,
+    limits: Limits = DEFAULT_LIMITS,
+    raw: Sequence[bytes | memoryview] | None = None,
+) -> InferenceRequest:
+    """Decode inputs from raw contents (zero-copy: ``raw``, views into the bytes received, else the
+    message's ``raw_input_contents``) or typed contents, within ``limits``."""
     limits.check_input_count(len(message.inputs))
     refs = [tensor_ref(tensor.name, _parameters(tensor)) for tensor in message.inputs]
-    raw = message.raw_input_contents
+    if raw is None:
+        raw = message.raw_input_contents
     in_memory = sum(1 for ref in refs if ref is None)
     if raw and len(raw) != in_memory:
         raise InvalidArgument(

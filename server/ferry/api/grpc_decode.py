@@ -6,8 +6,8 @@ the log. ``decoding_handler`` wraps each method's handler (once, at registration
 deserialisation over: the caller gets a precise status and the server logs nothing.
 
 Taking it over also lets a method count its message from the bytes, before it is parsed
-(``count``): the parsed copy then never exists uncounted, and a message the server has no room for
-is refused without being parsed at all.
+(``count``, at what its ``MessageReader`` says it holds once parsed): the parsed copy then never
+exists uncounted, and a message the server has no room for is refused without being parsed at all.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextvars
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import Executor
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -26,29 +26,15 @@ from .limits import OFF_LOOP_BYTES
 
 Context = grpc.aio.ServicerContext[Any, Any]
 
-#: The size on the wire of the request message being served (-1: not known here): the unary call's,
-#: or in a stream the one read last (a task serving it copies the value when it starts).
-_received_bytes: contextvars.ContextVar[int] = contextvars.ContextVar("ferry_grpc_received_bytes", default=-1)
-
-
-def received_bytes(message: Any) -> int:
-    """The serialised size of ``message``, the request being served (see ``_received_bytes``): as
-    read from the wire when this module decoded it, else from ``ByteSize()``. Why not always
-    ``ByteSize()``: protobuf's upb runtime computes it by serialising the whole message, a full
-    copy of every tensor in it."""
-    size = _received_bytes.get()
-    return size if size >= 0 else int(message.ByteSize())
-
 
 async def _decode(
-    raw: bytes, deserialize: Callable[[bytes], Any], method: str, context: Context, pool: Executor
+    raw: bytes, deserialize: Callable[[bytes], Any], method: str, message_type: str, context: Context, pool: Executor
 ) -> Any:
     try:
         if len(raw) < OFF_LOOP_BYTES:
             return deserialize(raw)
         return await run_in(pool, deserialize, raw)  # a large message must not stall other calls
     except DecodeError:
-        message_type = getattr(getattr(deserialize, "__self__", None), "__name__", "request")
         await context.abort(
             ErrorKind.INVALID_ARGUMENT.grpc_code,
             f"{method.rsplit('/', 1)[-1]}: the request is not a valid {message_type} message",
@@ -61,9 +47,19 @@ UnaryBehaviour = Callable[[Any, Context], Awaitable[Any]]
 StreamBehaviour = Callable[[AsyncIterator[Any], Context], AsyncIterator[Any]]
 
 
-#: Counts a request message from its size before it is parsed (raises a FerryError to refuse it);
-#: returns what gives the count back if the method's handler did not take it over.
+#: Counts a request message from what it will hold once parsed (``MessageReader.peak``) before it is
+#: parsed (raises a FerryError to refuse it); returns what gives the count back if the method's
+#: handler did not take it over.
 MessageCount = Callable[[int], Callable[[], None]]
+
+
+class MessageReader(NamedTuple):
+    """How a method's request messages are parsed (``parse``) and what one holds once parsed, from
+    its bytes (``peak``: never raises; ``parse`` judges malformed bytes)."""
+
+    parse: Callable[[bytes], Any]
+    peak: Callable[[bytes], int]
+
 
 #: Why the streamed message being served was refused by its ``count`` (None: it was not): it goes
 #: on, unparsed, as an empty message whose serving answers that refusal (``take_refusal``), so the
@@ -80,32 +76,36 @@ def take_refusal() -> FerryError | None:
 
 
 def decoding_handler(
-    handler: grpc.RpcMethodHandler[Any, Any], method: str, pool: Executor, count: MessageCount | None = None
+    handler: grpc.RpcMethodHandler[Any, Any],
+    method: str,
+    pool: Executor,
+    count: MessageCount | None = None,
+    reader: MessageReader | None = None,
 ) -> grpc.RpcMethodHandler[Any, Any]:
     """The same handler, receiving raw bytes and decoding them itself (large ones on ``pool``, the
-    codec pool; unary and bidi-streaming RPCs), calling ``count`` with each message's size first."""
-    deserialize = handler.request_deserializer
-    serializer = handler.response_serializer
-    if deserialize is None:
+    codec pool; unary and bidi-streaming RPCs) with ``reader`` (else the handler's deserialiser),
+    calling ``count`` first with what each message will hold once parsed."""
+    if handler.request_deserializer is None:
         return handler  # nothing to decode
+    message_type = getattr(getattr(handler.request_deserializer, "__self__", None), "__name__", "request")
+    deserialize, peak = reader or MessageReader(handler.request_deserializer, _twice)
+    serializer = handler.response_serializer
     if not handler.request_streaming and not handler.response_streaming and handler.unary_unary is not None:
         behaviour = cast(UnaryBehaviour, handler.unary_unary)
 
         async def unary(raw: bytes, context: Context) -> Any:
-            # this call's own task and context; a context variable: grpc calls the servicer with (message, context) only
-            _received_bytes.set(len(raw))
             uncount = None
             if count is not None:
                 refusal = None
                 try:
-                    uncount = count(len(raw))
+                    uncount = count(peak(raw))
                 except FerryError as exc:
                     refusal = exc
                 if refusal is not None:  # aborted outside the except clause (see api/grpc.py's _rpc)
                     del raw
                     await context.abort(refusal.grpc_code, refusal.message)
             try:
-                decoding = _decode(raw, deserialize, method, context, pool)
+                decoding = _decode(raw, deserialize, method, message_type, context, pool)
                 del raw  # the parsed message is all the call needs from here on
                 # the message goes to the method without a name here: grpc keeps an aborted call's
                 # AbortError, whose traceback holds this frame, after the call
@@ -121,13 +121,10 @@ def decoding_handler(
         async def bidi(raw_requests: AsyncIterator[bytes], context: Context) -> AsyncIterator[Any]:
             async def requests() -> AsyncIterator[Any]:
                 async for raw in raw_requests:
-                    # in the context of the task reading the stream; a context variable: grpc calls
-                    # the servicer with (message, context) only
-                    _received_bytes.set(len(raw))
                     uncount = None
                     if count is not None:
                         try:
-                            uncount = count(len(raw))
+                            uncount = count(peak(raw))
                         except FerryError as exc:
                             del raw
                             _refusal.set(
@@ -136,7 +133,7 @@ def decoding_handler(
                             yield deserialize(b"")
                             _refusal.set(None)
                             continue
-                    decoding = _decode(raw, deserialize, method, context, pool)
+                    decoding = _decode(raw, deserialize, method, message_type, context, pool)
                     del raw  # not kept by this frame while the stream serves the message
                     try:
                         yield await decoding
@@ -149,3 +146,8 @@ def decoding_handler(
 
         return grpc.stream_stream_rpc_method_handler(bidi, response_serializer=serializer)
     return handler  # the inference service has no other kinds of RPC
+
+
+def _twice(raw: bytes) -> int:
+    """A message parsed whole: its bytes and protobuf's parse."""
+    return 2 * len(raw)

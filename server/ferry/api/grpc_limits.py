@@ -28,10 +28,10 @@ class GrpcLimits:
     request_timeout_secs: float = 60.0
     write_timeout_secs: float = 30.0
     reads_per_peer: int = 2
-    stream_reads_per_peer: int = 8
+    stream_reads_per_peer: int = 5  # at most stream_reads_total
     idle_stream_secs: float = 60.0
-    reads_total: int = 4
-    stream_reads_total: int = 8
+    reads_total: int = 6  # every kind of turn together (front_doors.receive_turns: the defaults' 96 / 16 MiB)
+    stream_reads_total: int = 5  # all but one of them
     stream_first_message_secs: float = 60.0
 
     def channel_options(self) -> list[tuple[str, int]]:

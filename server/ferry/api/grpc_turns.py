@@ -13,14 +13,12 @@ and grpc receives a message whole, before admission can see its size: with every
 asking, one client's 16 streams each sending 47 MiB (from 16 processes) peaked at +1.4 GB, and
 nothing bounded it but the client's own stream count. So a stream asks only in a turn of its peer
 address, as unary calls do (``StreamTurns``; ``--grpc-stream-reads-per-peer``, 8 by default, 0 for
-none), from a pool of its own: a stream between requests holds its turn while it waits for its
-client's next message, and unary calls must never wait behind that. Why 8 and not 1 or 2: a stream
-answered and waiting for its client's next message holds its turn for that round trip, so with
-fewer turns than streams a client's request-and-answer streams wait on each other (perf_analyzer
-``--streaming`` on the tiny model, one address, against no turns: 0.56x with 2 turns at 16 streams,
-0.81x with 8; 0.96x with 8 at 8 streams, within noise); one client's 16 streams of 47 MiB then peak
-at about +700 MB instead of +1.4 GB, eight messages held uncounted whatever the number of streams
-(one turn: about +450 MB).
+none), from a pool of its own within the receive budget (below): a stream between requests holds
+its turn while it waits for its client's next message, and unary calls must never wait behind that.
+With fewer turns than streams a client's request-and-answer streams wait on each other's round
+trips (perf_analyzer ``--streaming`` on the tiny model, one address: 0.56x with 2 turns at 16
+streams against no turns; the default 5 stream turns against 8: about 1.0x at 8 streams, 0.73x at
+16, docs/reliability.md).
 
 A posted read cannot be taken back (grpc.aio has no way to withdraw it, nor to see a message's size
 before reading it), so a stream idle on a turn would keep its peer's other streams from receiving
@@ -35,10 +33,14 @@ clients.
 
 Turns per address are multiplied by the addresses a client has (any local user has 127.0.0.0/8, a
 network client may have an IPv6 /64): 16 loopback addresses x 2 unary calls of 47 MiB held +1.0-1.5
-GB uncounted, 16 addresses x 1 stream +1 GB. So all addresses together hold at most a total of each
-kind of turn (``--grpc-reads-total``, ``--grpc-stream-reads-total``), a freed turn goes address
+GB uncounted, 16 addresses x 1 stream +1 GB; and with a total per kind of turn the unary and stream
+pools still added up (16 streams of one address: +755 MB). So one budget bounds every posted read of
+all addresses together (``ReceiveBudget``: ``--grpc-receive-bytes`` over ``--grpc-max-message-bytes``
+turns, each read may receive a message that large): streams may hold all but one of them, so unary
+calls never wait behind idle streams, a freed turn goes to a waiting unary call first, then address
 after address, and a stream idle on a turn gives way to a waiting stream of any address when all the
-turns are held.
+turns are held. A lower ``--grpc-max-message-bytes`` gives more turns for the same memory: the way
+to run many streams of small messages.
 
 Everything runs on the server's event loop, so plain dicts are the state; one periodic sweep, only
 while a stream waits, looks for idle holders.
@@ -66,26 +68,53 @@ log = logging.getLogger(__name__)
 SWEEPS_PER_TIMEOUT = 4
 
 
+class ReceiveBudget:
+    """The turns of every kind together (``turns``: the receive budget over the largest message,
+    0: no cap), shared by the unary and the stream ``PeerTurns`` (``pools``, unary first: a turn
+    freed goes to a waiting unary call before a waiting stream).
+
+    Why one budget: each posted read may receive a message of up to ``--grpc-max-message-bytes``
+    before admission sees it, and the unary and stream pools added up (16 streams of 47 MiB from
+    one address: +755 MB; 16 addresses x 2 unary calls: +516 MB)."""
+
+    def __init__(self, turns: int = 0) -> None:
+        self.turns = turns
+        self.held = 0
+        self.pools: list[PeerTurns] = []
+
+    def full(self) -> bool:
+        return bool(self.turns) and self.held >= self.turns
+
+    def hand_over(self) -> None:
+        """A turn came free: to the first pool with a call waiting that may take it."""
+        for pool in self.pools:
+            if pool.hand_over():
+                return
+
+
 class PeerTurns:
     """At most ``limit`` request messages of one peer being received at once, and at most ``total``
-    of all peers together (0: no such cap); the others wait, in arrival order within a peer and
-    peer after peer across them (a peer just served goes to the back). Everything runs on the
-    server's event loop, so plain dicts are the state.
+    of all peers together (0: no such cap), within ``budget``'s turns when given (shared with the
+    other pool); the others wait, in arrival order within a peer and peer after peer across them (a
+    peer just served goes to the back). Everything runs on the server's event loop, so plain dicts
+    are the state.
 
     Why ``total``: turns per address alone are multiplied by addresses, and any local user has
     127.0.0.0/8 (a network client, an IPv6 /64): 16 loopback addresses x 2 unary calls of 47 MiB
     held +1.0-1.5 GB uncounted, 16 addresses x 1 stream +1 GB."""
 
-    def __init__(self, limit: int, total: int = 0) -> None:
+    def __init__(self, limit: int, total: int = 0, budget: ReceiveBudget | None = None) -> None:
         self.limit = limit
         self.total = total
         self.held = 0
+        self.budget = budget or ReceiveBudget()
+        self.budget.pools.append(self)
         self._receiving: dict[str, int] = {}
         self._waiting: dict[str, collections.deque[asyncio.Future[None]]] = {}
 
     def full(self) -> bool:
-        """All peers together hold every turn."""
-        return bool(self.total) and self.held >= self.total
+        """All peers together hold every turn of this pool, or of the budget."""
+        return (bool(self.total) and self.held >= self.total) or self.budget.full()
 
     def peer_full(self, peer: str) -> bool:
         return self._receiving.get(peer, 0) >= self.limit
@@ -100,6 +129,7 @@ class PeerTurns:
     def _take(self, peer: str) -> None:
         self._receiving[peer] = self._receiving.get(peer, 0) + 1
         self.held += 1
+        self.budget.held += 1
 
     async def wait(self, peer: str) -> None:
         """Wait for a turn that ``leave`` hands over (counted as this peer's when handed over)."""
@@ -127,13 +157,14 @@ class PeerTurns:
         else:
             del self._receiving[peer]
         self.held -= 1
-        self._hand_over()
+        self.budget.held -= 1
+        self.budget.hand_over()
 
-    def _hand_over(self) -> None:
-        """Give the free turn to the first waiting peer (longest waiting since it was last served)
-        that is under its own limit."""
+    def hand_over(self) -> bool:
+        """Give a free turn to the first waiting peer (longest waiting since it was last served)
+        that is under its own limit; whether one took it."""
         if self.full():
-            return
+            return False
         for peer in list(self._waiting):
             if self.peer_full(peer):
                 continue
@@ -145,7 +176,8 @@ class PeerTurns:
                     self._take(peer)
                     if queue:
                         self._waiting[peer] = queue  # to the back: the other peers come first
-                    return
+                    return True
+        return False
 
 
 class Turn:
@@ -196,8 +228,15 @@ class StreamTurns:
     message at once (see the module docstring); ``idle_timeout``: when one idle on a turn gives way
     to a waiting one (of its address; of any address when the waiting one is held up by ``total``)."""
 
-    def __init__(self, per_peer: int, idle_timeout: float, expected: set[object], total: int = 0) -> None:
-        self.turns = PeerTurns(per_peer, total)
+    def __init__(
+        self,
+        per_peer: int,
+        idle_timeout: float,
+        expected: set[object],
+        total: int = 0,
+        budget: ReceiveBudget | None = None,
+    ) -> None:
+        self.turns = PeerTurns(per_peer, total, budget)
         self.idle_timeout = idle_timeout
         self.expected = expected  # calls whose failed writes grpc.aio logs, expected (grpc_calls.py)
         self.period = min(1.0, idle_timeout / SWEEPS_PER_TIMEOUT)
@@ -277,8 +316,8 @@ class StreamTurns:
 
     def _end(self, peer: str, stream: StreamActivity, now: float, everyone: bool) -> None:
         turns = (
-            f"the {self.turns.total} message turns of all clients while a stream of another address waited "
-            "(--grpc-stream-reads-total"
+            f"the {self.turns.total} stream turns of all clients while a stream of another address waited "
+            "(--grpc-receive-bytes over --grpc-max-message-bytes"
             if everyone
             else f"the {self.turns.limit} message turns of {peer} while another stream of that address waited "
             "(--grpc-stream-reads-per-peer"

@@ -28,7 +28,7 @@ from ferry_client.protocol import grpc_service_pb2 as pb
 
 from ..api.admission import Ticket
 from ..api.grpc import InferenceRpcs, answering, put_answer
-from ..api.grpc_decode import received_bytes
+from ..api.grpc_wire import ReceivedInferRequest
 from ..api.inference_plane import InferencePlane
 from ..errors import FerryError
 from ..heap import HeapTrimmer
@@ -114,7 +114,7 @@ class ForwardingServicer(InferenceRpcs):
 
     async def _stream_decoupled(
         self,
-        request: pb.ModelInferRequest,
+        request: ReceivedInferRequest,
         out: asyncio.Queue,
         client: str,
         counted: Ticket | None = None,
@@ -124,13 +124,13 @@ class ForwardingServicer(InferenceRpcs):
         model runs there): each response goes into the client's stream as it comes, counted until
         written. Its message stays counted here (``counted``) until grpc has taken it for the core."""
         assert context is not None  # ModelStreamInfer passes its call's
-        answers = answering(request)
+        answers = answering(request.message)
         call: Any = self.core_channel.stream_stream(STREAM_PATH)(
             metadata=relayed_metadata(context), timeout=context.time_remaining()
         )
         try:
-            with counted or self.plane.admission.admit(2 * received_bytes(request)):
-                message = request.SerializeToString()
+            with counted or self.plane.admission.admit(request.peak):
+                message = request.serialized()  # the bytes received, when kept
                 del request  # (the stream's reader drops its own reference once this task runs)
                 await call.write(message)
                 del message

@@ -317,7 +317,7 @@ def tensor_to_contents(array: np.ndarray, datatype: str, contents: Any) -> None:
         getattr(contents, field).extend(flat.tolist())
 
 
-def tensor_from_proto(tensor: Any, raw_contents: Sequence[bytes], index: int) -> np.ndarray:
+def tensor_from_proto(tensor: Any, raw_contents: Sequence[bytes | memoryview], index: int) -> np.ndarray:
     """Decode the ``index``-th tensor of a ModelInferRequest/Response: from its raw contents when the
     message carries them (zero-copy), else from the tensor's typed ``contents``."""
     shape = list(tensor.shape)

@@ -1,0 +1,135 @@
+"""A received ModelInferRequest whose raw tensors stay where they arrived: views into its bytes.
+
+Why: parsed whole by protobuf (upb), a message's tensors existed three times, grpc's bytes, upb's
+parse and a fresh ``bytes`` per ``raw_input_contents[i]`` access (which numpy then viewed), and
+admission counted two of them. Here the top-level fields of the received bytes are scanned (a tag
+varint, a length-delimited payload skipped): each ``raw_input_contents`` entry becomes a memoryview
+of the bytes, and protobuf parses only the rest (the bytes without those fields: a message's
+names, shapes, parameters and typed contents). A message's tensors then exist once, in the bytes
+grpc handed over, for as long as the request holds them.
+
+Anything unusual (groups, a field 7 not length-delimited, a field number 0, a tag of more than
+five bytes, a truncated or overlong varint, a length past the end, more than ``MAX_SCANNED_FIELDS``
+fields) is not split: protobuf parses the whole message as before, and judges it (malformed bytes:
+its DecodeError, which ``grpc_decode`` answers with INVALID_ARGUMENT), so the scan never accepts
+what protobuf refuses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ferry_client.protocol import grpc_service_pb2 as pb
+
+#: The field number of ``ModelInferRequest.raw_input_contents``.
+RAW_INPUT_CONTENTS = pb.ModelInferRequest.DESCRIPTOR.fields_by_name["raw_input_contents"].number
+
+#: Top-level fields scanned at most (a request has a few per input); past it the message is parsed
+#: whole: the scan runs in Python, on the event loop for the count, and must stay short.
+MAX_SCANNED_FIELDS = 1024
+
+_LENGTH_DELIMITED = 2
+#: The longest tag protobuf reads (a uint32 varint: upb refuses a longer one, so must the scan).
+_MAX_TAG_BYTES = 5
+#: Bytes a wire type's value takes when fixed (varints are read instead).
+_FIXED_SIZE = {1: 8, 5: 4}
+
+
+class ReceivedInferRequest:
+    """A ModelInferRequest as the server received it: ``message``, its fields (without
+    ``raw_input_contents`` when split), ``raw``, its raw tensors (views into ``wire`` when split),
+    ``size``, its size on the wire, and ``peak``, the bytes it holds once parsed (admission's count)."""
+
+    __slots__ = ("message", "raw", "size", "peak", "wire")
+
+    def __init__(
+        self, message: pb.ModelInferRequest, raw: Sequence[bytes | memoryview], size: int, peak: int, wire: bytes | None
+    ) -> None:
+        self.message = message
+        self.raw = raw
+        self.size = size
+        self.peak = peak
+        self.wire = wire  # the bytes received, when ``raw`` views into them
+
+    def serialized(self) -> bytes:
+        """The message on the wire: the bytes received when kept, else protobuf's serialisation."""
+        return self.wire if self.wire is not None else self.message.SerializeToString()
+
+
+def raw_spans(wire: bytes) -> list[tuple[int, int, int]] | None:
+    """(field start, payload start, end) of each ``raw_input_contents`` entry of the serialised
+    ModelInferRequest ``wire``, in order; None when it is not to be split (see the module docstring)."""
+    spans = []
+    position, end, fields = 0, len(wire), 0
+    while position < end:
+        fields += 1
+        if fields > MAX_SCANNED_FIELDS:
+            return None
+        start = position
+        key, position = _varint(wire, position)
+        number, kind = key >> 3, key & 7
+        if key < 0 or number == 0 or position - start > _MAX_TAG_BYTES or key >= 2**32:
+            return None
+        if kind == _LENGTH_DELIMITED:
+            length, position = _varint(wire, position)
+            if length < 0 or position + length > end:
+                return None
+            if number == RAW_INPUT_CONTENTS:
+                spans.append((start, position, position + length))
+            position += length
+        elif number == RAW_INPUT_CONTENTS:
+            return None  # not bytes: protobuf judges it
+        elif kind == 0:
+            _, position = _varint(wire, position)
+            if position < 0:
+                return None
+        elif kind in _FIXED_SIZE:
+            position += _FIXED_SIZE[kind]
+            if position > end:
+                return None
+        else:
+            return None  # groups and invalid wire types
+    return spans
+
+
+def _varint(wire: bytes, position: int) -> tuple[int, int]:
+    """The varint at ``position`` and the position after it; (-1, -1) when truncated or overlong."""
+    value = shift = 0
+    end = min(len(wire), position + 10)
+    while position < end:
+        byte = wire[position]
+        position += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, position
+        shift += 7
+    return -1, -1
+
+
+def peak_bytes(wire: bytes) -> int:
+    """What the message ``wire`` holds once parsed: its bytes, and what protobuf parses (twice: the
+    bytes without raw contents, joined, then parsed), or twice its size when parsed whole."""
+    spans = raw_spans(wire)
+    if not spans:
+        return 2 * len(wire)
+    rest = len(wire) - sum(end - start for start, _, end in spans)
+    return len(wire) + 2 * rest
+
+
+def parse_infer_request(wire: bytes) -> ReceivedInferRequest:
+    """``wire`` parsed: raw tensors as views into it, the rest by protobuf (its DecodeError for
+    malformed bytes)."""
+    spans = raw_spans(wire)
+    if not spans:  # no raw contents, or not to be split: protobuf parses it whole
+        message = pb.ModelInferRequest.FromString(wire)
+        return ReceivedInferRequest(message, message.raw_input_contents, len(wire), 2 * len(wire), None)
+    view = memoryview(wire)
+    pieces, position = [], 0
+    for start, _, end in spans:
+        pieces.append(view[position:start])
+        position = end
+    pieces.append(view[position:])
+    rest = b"".join(pieces)
+    message = pb.ModelInferRequest.FromString(rest)
+    raw = [view[start:end] for _, start, end in spans]
+    return ReceivedInferRequest(message, raw, len(wire), len(wire) + 2 * len(rest), wire)
