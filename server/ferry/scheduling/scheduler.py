@@ -83,6 +83,12 @@ class Pending:
     timer: asyncio.TimerHandle | None = field(default=None, repr=False)
     failure: str = "BACKEND"  # the failure reason reported if this request fails
     compute_ns: tuple[int, int, int] = (0, 0, 0)  # input, infer, output of the batch it ran in
+    scheduler: Scheduler | None = field(default=None, repr=False)
+
+    def settled(self, future: asyncio.Future) -> None:
+        """The future's done callback (a bound method: no closure per request)."""
+        assert self.scheduler is not None
+        self.scheduler._settled(self)
 
 
 def batch_signature(inputs: dict[str, np.ndarray], batched: bool, memory: Memory = HOST) -> tuple:
@@ -264,14 +270,21 @@ class Scheduler(ModelScheduler):
     # --- admission ------------------------------------------------------------------------------
 
     async def submit(self, execution: Execution) -> Outputs:
-        """Queue one execution and wait for its outputs.
+        """Queue one execution and wait for its outputs (``enqueue``; cancelling the wait takes the
+        request out of the queue)."""
+        return await self.enqueue(execution)
+
+    def enqueue(self, execution: Execution) -> asyncio.Future[Outputs]:
+        """Queue one execution; its future receives the outputs.
 
         A decoupled model's execution carries a ``sink``: its responses go there as the model sends
-        them, and this returns (no outputs) once the model's ``execute`` has taken the request.
+        them, and the future resolves (no outputs) once the model's ``execute`` has taken the request.
 
-        Raises Unavailable at once when the queue of its priority level is full; a cancelled
-        caller removes the request from the queue. Its ``timing``, when given, receives the
-        request's queue and compute durations.
+        Raises Unavailable at once when the queue of its priority level is full; cancelling the
+        future removes the request from the queue. Its ``timing``, when given, receives the
+        request's queue and compute durations. What a request's end counts (its failure, the
+        requests in flight) is settled by a callback on the future (``_settled``), not by a
+        coroutine per request: a caller holding many requests (the intake hand-off) awaits none.
         """
         if self._closing:
             raise Unloading(f"model '{self.name}' is unloading")
@@ -285,12 +298,13 @@ class Scheduler(ModelScheduler):
                 retry_after=1,
             )
         loop = asyncio.get_running_loop()
+        future: asyncio.Future[Outputs] = loop.create_future()
         pending = Pending(
             execution,
             execution.batch_size if self._batched else 1,
             batch_signature(execution.inputs, self._batched, execution.memory),
             level,
-            loop.create_future(),
+            future,
         )
         if execution.timeline is not None:
             execution.timeline.queue_start = pending.enqueued_ns
@@ -303,29 +317,30 @@ class Scheduler(ModelScheduler):
         self._in_flight += 1
         self._idle.clear()
         self._arrived.set()
-        try:
-            result = await pending.future
-        except asyncio.CancelledError:
+        pending.scheduler = self
+        future.add_done_callback(pending.settled)
+        return future
+
+    def _settled(self, pending: Pending) -> None:
+        """A request's end: a cancelled one leaves the queue and, with a failed one, counts as a
+        failure (a success was counted with its batch's, ``_answer``)."""
+        future = pending.future
+        if future.cancelled():
             if pending.queued:
                 self._dequeue(pending)
-            if not _answered(pending.future):  # an answered request was counted with its batch
-                self.stats.record_failure(time.perf_counter_ns() - pending.enqueued_ns, "CANCELED")
-            raise
-        except FerryError:
+            self.stats.record_failure(time.perf_counter_ns() - pending.enqueued_ns, "CANCELED")
+        elif future.exception() is not None:
             self.stats.record_failure(time.perf_counter_ns() - pending.enqueued_ns, pending.failure)
-            raise
-        else:  # its success was counted with its batch's (``_answer``)
-            timing = execution.timing
+        else:
+            timing = pending.execution.timing
             if timing is not None:
                 timing.queue_ns += pending.started_ns - pending.enqueued_ns
                 timing.compute_input_ns += pending.compute_ns[0]
                 timing.compute_infer_ns += pending.compute_ns[1]
                 timing.compute_output_ns += pending.compute_ns[2]
-            return result
-        finally:
-            self._in_flight -= 1
-            if self._in_flight == 0:
-                self._idle.set()
+        self._in_flight -= 1
+        if self._in_flight == 0:
+            self._idle.set()
 
     def _dequeue(self, pending: Pending) -> None:
         """Take a request out of the queue (lazily: the deque entry is skipped later)."""
@@ -574,11 +589,6 @@ def _as_request_error(model: str, exc: BaseException) -> FerryError:
         return exc
     log.warning("model '%s': inference failed: %s", model, exc)
     return FerryError(f"inference failed: {exc}")
-
-
-def _answered(future: asyncio.Future) -> bool:
-    """Whether ``future`` holds outputs (not an error, not cancelled)."""
-    return future.done() and not future.cancelled() and future.exception() is None
 
 
 def _gather_on_device(instance: Instance, batch: list[Pending]) -> Outputs:
