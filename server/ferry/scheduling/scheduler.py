@@ -141,14 +141,48 @@ Provide = Callable[[str, tuple[int, ...], np.dtype], np.ndarray | None]
 
 
 def assemble(parts: Sequence[np.ndarray], name: str, *providers: Provide | None) -> np.ndarray:
-    """Concatenate one input of a batch into the first buffer a provider offers (the instance's
-    own, then the scheduler's staging memory), else into fresh memory."""
+    """One input of a batch: its parts as they lie when they follow one another in one buffer
+    (``in_place``), else concatenated into the first buffer a provider offers (the instance's own,
+    then the scheduler's staging memory), else into fresh memory."""
+    joined = in_place(parts)
+    if joined is not None:
+        return joined
     destination = None
     shape = (sum(len(part) for part in parts), *parts[0].shape[1:])
     for provide in providers:
         if provide is not None and (destination := provide(name, shape, parts[0].dtype)) is not None:
             break
     return np.concatenate(parts, out=destination)
+
+
+def in_place(parts: Sequence[np.ndarray]) -> np.ndarray | None:
+    """The parts as one read-only array without a copy when each starts where the one before ends
+    in the same buffer (consecutive blocks of an intake's arena, say); else None."""
+    first = parts[0]
+    owner = _owner(first)
+    if owner is None or first.ndim == 0 or first.dtype.hasobject:
+        return None
+    address = first.ctypes.data
+    for part in parts:
+        if (
+            _owner(part) is not owner
+            or part.ctypes.data != address
+            or part.dtype != first.dtype
+            or part.shape[1:] != first.shape[1:]
+            or not part.flags.c_contiguous
+        ):
+            return None
+        address += part.nbytes
+    shape = (sum(len(part) for part in parts), *first.shape[1:])
+    return np.lib.stride_tricks.as_strided(first, shape=shape, writeable=False)
+
+
+def _owner(array: np.ndarray) -> object | None:
+    """The buffer an array's memory belongs to when numpy did not allocate it (an mmap), else None."""
+    base = array.base
+    while isinstance(base, np.ndarray):
+        base = base.base
+    return base
 
 
 class StagingBudget:
