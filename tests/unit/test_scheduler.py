@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import mmap
 import threading
+import weakref
 import time
 
 import numpy as np
@@ -416,6 +417,28 @@ async def test_cancelled_requests_are_dropped_before_running() -> None:
     fake.gate.set()
     await asyncio.gather(running, kept)
     assert 99.0 not in np.concatenate([b.reshape(-1) for b in fake.batches])
+    assert s.stats.failures == {"CANCELED": 1}
+    await s.stop()
+
+
+async def test_a_cancelled_queued_request_lets_go_of_its_inputs_at_once() -> None:
+    """The queue forgets a cancelled request lazily; its tensors (views of an intake's arena that
+    died, say) must not wait for that."""
+    s, (fake,) = await make(policy())
+    fake.gate.clear()
+    running = asyncio.create_task(submit(s, 0))
+    await wait_started(fake)
+    kept = asyncio.create_task(submit(s, 1))  # ahead of the doomed one: the queue's head stays live
+    inputs = request(99)
+    gone = weakref.ref(inputs["x"])
+    doomed = s.enqueue(Execution(inputs, ["y"], 1))
+    del inputs
+    await until(lambda: s.queue_size == 2)
+    doomed.cancel()
+    await until(lambda: s.queue_size == 1)
+    assert gone() is None  # released while its entry still sits in the queue
+    fake.gate.set()
+    await asyncio.gather(running, kept)
     assert s.stats.failures == {"CANCELED": 1}
     await s.stop()
 

@@ -63,6 +63,12 @@ CPU_SAMPLE_EVERY = 8
 STAGING_BYTES = 64 * 2**20
 
 
+#: What a queued request that failed or was cancelled keeps of its execution: nothing. A queue
+#: forgets such a request lazily (``_queued_in_order``), so it would otherwise hold the request's
+#: tensors until the next scan, and with them the memory they view (a dead intake's arena).
+SETTLED = Execution({}, [])
+
+
 class Unloading(Unavailable):
     """This version no longer takes requests; a version that replaced it may (see DataPlane.infer)."""
 
@@ -363,8 +369,10 @@ class Scheduler(ModelScheduler):
             if pending.queued:
                 self._dequeue(pending)
             self.stats.record_failure(time.perf_counter_ns() - pending.enqueued_ns, "CANCELED")
+            pending.execution = SETTLED  # its inputs go now, not when the queue is next scanned
         elif future.exception() is not None:
             self.stats.record_failure(time.perf_counter_ns() - pending.enqueued_ns, pending.failure)
+            pending.execution = SETTLED
         else:
             timing = pending.execution.timing
             if timing is not None:
@@ -521,6 +529,9 @@ class Scheduler(ModelScheduler):
             return [_as_request_error(self.name, exc)]
         results: list[Outputs | BaseException] = []
         for pending in batch:
+            if pending.future.done():  # cancelled meanwhile (its execution is ``SETTLED``): nothing to run
+                results.append({})
+                continue
             try:
                 results.extend(
                     await loop.run_in_executor(
