@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import mmap
 import threading
-import weakref
 import time
+import weakref
 
 import numpy as np
 import pytest
