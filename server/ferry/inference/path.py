@@ -304,8 +304,9 @@ class RequestPath(FrontHalf):
         them, or the error (``CancelledError`` when the returned future was cancelled, which
         cancels the execution). Errors found before queueing are raised."""
         execution, trace = self._execution(model, request, names, None, None)
-        release = hold_working_memory(model, execution.inputs, request.ticket)
+        release: Callable[[], None] | None = None
         try:
+            release = hold_working_memory(model, execution.inputs, request.ticket)
             served = model
             try:
                 future = model.scheduler.enqueue(execution)
