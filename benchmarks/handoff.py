@@ -10,7 +10,13 @@ answer) from ``--concurrency`` callers. CPU per request from /proc (the hub) and
 ``time.process_time`` (the client, which also copies each 602 KB request into its arena). With
 ``--baseline CHECKOUT`` the same runs for another checkout's hand-off interleave with this one's.
 
+With ``--model`` the hub is a whole model process instead: a real data plane serving the no-compute
+model of ``host_path.py`` (FP32 ``[3, 224, 224]`` in, ``[1000]`` out, ONNX Runtime, dynamic
+batching), so the hub's CPU per request is the model process's, without the intakes' front doors
+competing for the cores.
+
     python benchmarks/handoff.py --baseline /tmp/main-base --rounds 5
+    python benchmarks/handoff.py --model --baseline /tmp/main-base --rounds 5
 """
 
 from __future__ import annotations
@@ -76,6 +82,40 @@ def _hub(path: str, batch: int, ready, done) -> None:  # type: ignore[no-untyped
     asyncio.run(main())
 
 
+def _model_hub(path: str, ready, done, batch) -> None:  # type: ignore[no-untyped-def]
+    """A model process's end: its data plane serving ``host_path``'s no-compute model; ``batch``
+    receives the average batch (items per execution) once done."""
+    from host_path import MODEL, build_onnx
+
+    from ferry.api.dataplane import DataPlane
+    from ferry.intake.handoff import HandoffHub
+    from ferry.intake.model_directory import ModelDirectory
+    from ferry.repository.manager import ControlMode, ModelManager
+
+    async def main() -> None:
+        repository = Path(tempfile.mkdtemp()) / "models"
+        build_onnx(repository / MODEL)
+        manager = ModelManager(repository, control_mode=ControlMode.EXPLICIT, startup_models=[MODEL])
+        await manager.start()
+        plane = DataPlane(manager)
+        plane.started = True
+        try:
+            hub = HandoffHub(plane.infer, 64 << 20, ModelDirectory(plane), plane.admission, infer_soon=plane.infer_soon)
+        except (TypeError, AttributeError):  # a checkout from before ``infer_soon``
+            hub = HandoffHub(plane.infer, 64 << 20, ModelDirectory(plane), plane.admission)
+        await hub.start(path)
+        ready.set()
+        while not done.is_set():
+            await asyncio.sleep(0.05)
+        stats = plane.model(MODEL).stats
+        batch.value = stats.inference_count / max(1, stats.execution_count)
+        await hub.close()
+        await manager.stop()
+
+    _fast_loop()
+    asyncio.run(main())
+
+
 def _fast_loop() -> None:
     try:
         import uvloop
@@ -85,18 +125,24 @@ def _fast_loop() -> None:
         pass
 
 
-def run(requests: int, concurrency: int, batch: int) -> tuple[float, float]:
-    """One run: CPU microseconds per request of the hub and of the client."""
+def run(requests: int, concurrency: int, batch: int, model: bool = False) -> tuple[float, float, float]:
+    """One run: CPU microseconds per request of the hub and of the client, and the model's average
+    batch (``--model``; else ``batch``)."""
     from ferry.intake.handoff import HandoffClient
     from ferry.types import InferenceRequest, RequestedOutput
 
     path = str(Path(tempfile.mkdtemp()) / "hub.sock")
     context = mp.get_context("spawn")
     ready, done = context.Event(), context.Event()
-    hub = context.Process(target=_hub, args=(path, batch, ready, done))
+    batches = context.Value("d", float(batch))
+    if model:
+        hub = context.Process(target=_model_hub, args=(path, ready, done, batches))
+    else:
+        hub = context.Process(target=_hub, args=(path, batch, ready, done))
     hub.start()
-    ready.wait(60)
+    ready.wait(120)
     x = np.ones(SHAPE, np.float32)
+    name, inputs, outputs = ("host_path", "input", "output") if model else ("m", "x", "y")
 
     async def main() -> tuple[float, float]:
         client = HandoffClient(1, 64 << 20)
@@ -104,7 +150,9 @@ def run(requests: int, concurrency: int, batch: int) -> tuple[float, float]:
 
         async def caller(count: int) -> None:
             for i in range(count):
-                request = InferenceRequest("m", "", str(i), {"x": x}, {"x": "FP32"}, [RequestedOutput("y", True)])
+                request = InferenceRequest(
+                    name, "", str(i), {inputs: x}, {inputs: "FP32"}, [RequestedOutput(outputs, True)]
+                )
                 await client.infer(request)
 
         await asyncio.gather(*(caller(20) for _ in range(concurrency)))  # warm: arenas' pages, allocators
@@ -118,22 +166,29 @@ def run(requests: int, concurrency: int, batch: int) -> tuple[float, float]:
 
     _fast_loop()
     try:
-        return asyncio.run(main())
+        hub_us, client_us = asyncio.run(main())
     finally:
         done.set()
-        hub.join(10)
+        hub.join(30)
+    return hub_us, client_us, batches.value
 
 
-def _child(checkout: Path | None, args: argparse.Namespace) -> tuple[float, float]:
+def _child(checkout: Path | None, args: argparse.Namespace) -> tuple[float, float, float]:
     """One run in a fresh interpreter importing ``checkout``'s server (this one's when None)."""
     env = dict(os.environ)
     if checkout is not None:
         env["PYTHONPATH"] = str(checkout / "server")
     command = [sys.executable, __file__, "--one", *("--requests", str(args.requests))]
-    command += ["--concurrency", str(args.concurrency), "--batch", str(args.batch)]
+    command += [
+        "--concurrency",
+        str(args.concurrency),
+        "--batch",
+        str(args.batch),
+        *(["--model"] if args.model else []),
+    ]
     out = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, check=True).stdout
-    hub_us, client_us = out.split()
-    return float(hub_us), float(client_us)
+    hub_us, client_us, batch = out.split()
+    return float(hub_us), float(client_us), float(batch)
 
 
 def main() -> int:
@@ -143,33 +198,38 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=4096)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--batch", type=int, default=8, help="requests the model answers together")
+    parser.add_argument("--model", action="store_true", help="the hub is a model process serving a no-compute model")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        hub_us, client_us = run(args.requests, args.concurrency, args.batch)
-        print(f"{hub_us:.2f} {client_us:.2f}")
+        hub_us, client_us, batch = run(args.requests, args.concurrency, args.batch, args.model)
+        print(f"{hub_us:.2f} {client_us:.2f} {batch:.2f}")
         return 0
     checkouts: dict[str, Path | None] = {"this": None}
     if args.baseline is not None:
         checkouts["baseline"] = args.baseline.resolve()
-    runs: dict[str, list[tuple[float, float]]] = {label: [] for label in checkouts}
+    runs: dict[str, list[tuple[float, float, float]]] = {label: [] for label in checkouts}
     for round_ in range(args.rounds):
         order = list(checkouts) if round_ % 2 == 0 else list(reversed(checkouts))
         for label in order:
             runs[label].append(_child(checkouts[label], args))
-            hub_us, client_us = runs[label][-1]
-            print(f"round {round_ + 1} {label}: hub {hub_us:.1f} us/req, intake {client_us:.1f} us/req", flush=True)
-    print(f"\n{args.requests} requests, concurrency {args.concurrency}, answered in batches of {args.batch}; medians")
-    print("| hand-off | model process (hub) us/req | intake (client) us/req |\n|---|---:|---:|")
+            hub_us, client_us, batch = runs[label][-1]
+            print(
+                f"round {round_ + 1} {label}: hub {hub_us:.1f} us/req, intake {client_us:.1f} us/req, "
+                f"batch {batch:.1f}",
+                flush=True,
+            )
+    answered = "by the no-compute model's data plane" if args.model else f"answered in batches of {args.batch}"
+    print(f"\n{args.requests} requests, concurrency {args.concurrency}, {answered}; medians")
+    print("| hand-off | model process (hub) us/req | intake (client) us/req | avg batch |\n|---|---:|---:|---:|")
     medians = {
-        label: (statistics.median(h for h, _ in values), statistics.median(c for _, c in values))
-        for label, values in runs.items()
+        label: tuple(statistics.median(run[i] for run in values) for i in range(3)) for label, values in runs.items()
     }
-    for label, (hub_us, client_us) in medians.items():
-        print(f"| {label} | {hub_us:.1f} | {client_us:.1f} |")
+    for label, (hub_us, client_us, batch) in medians.items():
+        print(f"| {label} | {hub_us:.1f} | {client_us:.1f} | {batch:.1f} |")
     if "baseline" in medians:
-        (hub_us, client_us), (base_hub, base_client) = medians["this"], medians["baseline"]
-        print(f"| this / baseline | {hub_us / base_hub:.2f}x | {client_us / base_client:.2f}x |")
+        (hub_us, client_us, _), (base_hub, base_client, _) = medians["this"], medians["baseline"]
+        print(f"| this / baseline | {hub_us / base_hub:.2f}x | {client_us / base_client:.2f}x | |")
     return 0
 
 

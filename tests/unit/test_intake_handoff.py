@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import weakref
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -15,9 +17,17 @@ from hypothesis import strategies as st
 
 from ferry.api.admission import Admission
 from ferry.errors import DecoupledModel, InvalidArgument, Unavailable
-from ferry.intake.handoff import INLINE_BYTES, FramedChannel, HandoffClient, HandoffHub, HandoffLost
-from ferry.intake.handoff_messages import Free, Infer, Message, Result
-from ferry.intake.memory import ALIGNMENT, FirstFit
+from ferry.intake.handoff import (
+    INLINE_BYTES,
+    FramedChannel,
+    HandoffClient,
+    HandoffHub,
+    HandoffLost,
+    PeerBlocks,
+    _read_tensors,
+)
+from ferry.intake.handoff_messages import Block, Free, Infer, Message, Result, Tensor
+from ferry.intake.memory import ALIGNMENT, FirstFit, Segment
 from ferry.intake.shared_state import BYTES, REQUESTS, SharedTable
 from ferry.types import (
     InferenceRequest,
@@ -65,6 +75,30 @@ def test_first_fit_reuses_the_lowest_room() -> None:
     fit.free(b)
     assert fit.allocate(64) == 128
     assert fit.allocate(2000) is None
+
+
+def test_a_released_peer_arena_stays_mapped_while_a_view_still_reads_it() -> None:
+    """An intake dies while an engine thread computes on its request: the model process releases
+    the intake's arena, but the request's view must keep the mapping until it goes (numpy holds a
+    reference to the mmap, not a buffer export: closing the mmap would unmap memory it reads)."""
+    intake = Segment.create("ferry-test-arena", 4096)
+    intake.buffer[:4] = bytes([1, 2, 3, 4])
+    peer = PeerBlocks(os.getpid(), intake.fd, 4096)
+    buffer, base = peer.buffer(Block(False, 0, 4))
+    view = _read_tensors(buffer, base, [Tensor("x", "|u1", (4,), 0, 4)], copy=False)["x"]
+    mapping = weakref.ref(peer.arena.buffer)
+    del buffer
+    peer.close()
+    intake.release()
+    assert not peer.arena.buffer.closed  # still mapped for the view
+    assert list(view) == [1, 2, 3, 4]
+    del peer, view
+    assert mapping() is None  # unmapped with the last view
+    other = Segment.create("ferry-test-arena", 4096)
+    unused = PeerBlocks(os.getpid(), other.fd, 4096)
+    unused.close()
+    other.release()
+    assert unused.arena.buffer.closed and other.buffer.closed  # nothing reads them: unmapped at once
 
 
 # --- client and hub over a real socket -------------------------------------------------------

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import mmap
 import threading
 import time
+import weakref
 
 import numpy as np
 import pytest
@@ -14,7 +16,7 @@ from ferry.errors import FerryError, InvalidArgument, Unavailable
 from ferry.scheduling import QueuePolicy, Scheduler, SchedulingPolicy, choose_batch
 from ferry.scheduling import scheduler as scheduling
 from ferry.scheduling.interface import Execution
-from ferry.scheduling.scheduler import Staging, StagingBudget
+from ferry.scheduling.scheduler import Staging, StagingBudget, assemble
 from ferry.statistics import ModelStats
 
 #: A batch decision: the item counts of the compatible queued requests (oldest first), and how many
@@ -419,6 +421,28 @@ async def test_cancelled_requests_are_dropped_before_running() -> None:
     await s.stop()
 
 
+async def test_a_cancelled_queued_request_lets_go_of_its_inputs_at_once() -> None:
+    """The queue forgets a cancelled request lazily; its tensors (views of an intake's arena that
+    died, say) must not wait for that."""
+    s, (fake,) = await make(policy())
+    fake.gate.clear()
+    running = asyncio.create_task(submit(s, 0))
+    await wait_started(fake)
+    kept = asyncio.create_task(submit(s, 1))  # ahead of the doomed one: the queue's head stays live
+    inputs = request(99)
+    gone = weakref.ref(inputs["x"])
+    doomed = s.enqueue(Execution(inputs, ["y"], 1))
+    del inputs
+    await until(lambda: s.queue_size == 2)
+    doomed.cancel()
+    await until(lambda: s.queue_size == 1)
+    assert gone() is None  # released while its entry still sits in the queue
+    fake.gate.set()
+    await asyncio.gather(running, kept)
+    assert s.stats.failures == {"CANCELED": 1}
+    await s.stop()
+
+
 async def test_one_bad_request_fails_alone() -> None:
     s, (fake,) = await make(policy())
     fake.gate.clear()
@@ -480,3 +504,26 @@ async def test_an_execution_and_its_queued_request_are_slotted() -> None:
     pending = scheduling.Pending(execution, 1, (), 0, asyncio.get_running_loop().create_future())
     assert not hasattr(execution, "__dict__") and not hasattr(pending, "__dict__")
     assert pending.execution is execution
+
+
+def test_a_batch_whose_parts_follow_one_another_in_one_buffer_is_joined_without_a_copy() -> None:
+    """Consecutive blocks of an intake's arena: the batch is a view of them, not a gather."""
+    arena = mmap.mmap(-1, 4096)
+    parts = [np.ndarray((1, 4), np.float32, buffer=arena, offset=16 * i) for i in range(4)]
+    for value, part in enumerate(parts):
+        part[:] = value
+    offered: list[tuple[int, ...]] = []
+
+    def provide(name: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        offered.append(shape)
+        return np.empty(shape, dtype)
+
+    joined = assemble(parts[:3], "x", provide)
+    assert joined.ctypes.data == parts[0].ctypes.data and offered == []  # no gather
+    np.testing.assert_array_equal(joined, [[0] * 4, [1] * 4, [2] * 4])
+    assert not joined.flags.writeable
+    with_a_gap = assemble([parts[0], parts[2]], "x", provide)  # not one after the other: gathered
+    assert offered == [(2, 4)] and not np.shares_memory(with_a_gap, parts[0])
+    np.testing.assert_array_equal(with_a_gap, [[0] * 4, [2] * 4])
+    elsewhere = np.ones((1, 4), np.float32)  # another buffer, whatever its address
+    assert not np.shares_memory(assemble([parts[3], elsewhere], "x", provide), parts[3])

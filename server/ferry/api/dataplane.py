@@ -23,7 +23,7 @@ from ferry_client.protocol import model_config_pb2 as mc
 from .. import __version__
 from ..caching import ResponseCache, entry_size, images_key, request_key
 from ..errors import ErrorKind, FerryError, InvalidArgument, Unavailable, Unimplemented
-from ..inference.path import RequestPath
+from ..inference.path import RequestPath, Scheduled
 from ..inference.stages import PostStage
 from ..inference.stages.detection_tensors import DetectionTensors
 from ..inference.stages.embed import EmbeddingTensors
@@ -183,6 +183,44 @@ class DataPlane:
         finally:
             release()
 
+    def infer_soon(
+        self, request: InferenceRequest, answer: Callable[[InferenceResponse | BaseException], None]
+    ) -> asyncio.Future | None:
+        """``infer`` with no coroutine per request, for a caller holding many (the intake hand-off's
+        batch of ``Infer`` messages), when the request is one plain execution: tensors in host
+        memory for a model that is not decoupled, with no response cache, and no image stage or
+        decoded output for it, no output asked into shared memory. The path is the same
+        (``RequestPath.schedule_now``); ``answer`` receives the response or the error. Returns the
+        execution's future (cancelling it cancels the request), or None when the request needs
+        more than that (then ``infer`` serves it). Errors found before queueing are raised."""
+        model = self.path.resolve(request.model_name, request.model_version)
+        requested = request.outputs if request.outputs else None
+        if (
+            model.decoupled
+            or request.shared_memory_inputs
+            or self._cache_for(model) is not None
+            or any(o.shared_memory is not None for o in requested or ())
+            or self.path.image_input.applies(model, request)
+        ):
+            return None
+        names = [o.name for o in requested] if requested is not None else list(model.outputs)
+        if model.pipeline is not None and any(name in model.pipeline.decoded_outputs for name in names):
+            return None
+
+        def respond(outcome: Scheduled | BaseException) -> None:
+            if isinstance(outcome, BaseException):
+                answer(outcome)
+                return
+            _, outputs, batch_size = outcome
+            try:
+                response = self._tensors(model, request, names, outputs, batch_size)
+            except Exception as exc:
+                answer(exc)
+                return
+            answer(response)
+
+        return self.path.schedule_now(model, request, names, respond)
+
     async def _infer(self, model: ModelVersion, request: InferenceRequest) -> InferenceResponse:
         requested = request.outputs if request.outputs else None
         names = [o.name for o in requested] if requested is not None else list(model.outputs)
@@ -282,12 +320,35 @@ class DataPlane:
         batch_size: int,
         streamed: bool = False,
     ) -> InferenceResponse:
+        """The response holding ``results`` (``_tensors``), outputs asked into shared memory written there."""
+        response = self._tensors(model, request, names, results, batch_size, streamed)
+        shared = {o.name: o.shared_memory for o in request.outputs or () if o.shared_memory is not None}
+        for output in response.outputs:
+            if output.name in shared:
+                data = tensor_to_bytes(output.data, output.datatype)
+                write = functools.partial(
+                    self.shared_memory.write, request.client, shared[output.name], output.name, data
+                )
+                written = (
+                    write() if memoryview(data).nbytes < OFF_LOOP_BYTES else await run_in(self.workers.codec, write)
+                )
+                output.shared_memory = ref_parameters(shared[output.name], written)
+        return response
+
+    def _tensors(
+        self,
+        model: ModelVersion,
+        request: InferenceRequest,
+        names: list[str],
+        results: dict[str, np.ndarray],
+        batch_size: int,
+        streamed: bool = False,
+    ) -> InferenceResponse:
         """The response holding ``results``: a streamed response may carry only some outputs."""
         requested = request.outputs if request.outputs else None
         binary_default = request.binary_output_default
         binary = {o.name: o.binary for o in requested} if requested is not None else {}
         classify = {o.name: o.classification for o in requested or () if o.classification}
-        shared = {o.name: o.shared_memory for o in requested or () if o.shared_memory is not None}
         outputs = []
         has_image_axis = model.max_batch_size > 0 or batch_size > 1  # see _execute
         decoded = model.pipeline.decoded_outputs if model.pipeline is not None else {}
@@ -312,15 +373,7 @@ class DataPlane:
             if name in classify:
                 array = classification_tensor(array, classify[name], model.labels.get(name), has_image_axis)
                 datatype = "BYTES"
-            output = OutputTensor(name, datatype, array, binary_default if flag is None else flag)
-            if name in shared:
-                data = tensor_to_bytes(array, datatype)
-                write = functools.partial(self.shared_memory.write, request.client, shared[name], name, data)
-                written = (
-                    write() if memoryview(data).nbytes < OFF_LOOP_BYTES else await run_in(self.workers.codec, write)
-                )
-                output.shared_memory = ref_parameters(shared[name], written)
-            outputs.append(output)
+            outputs.append(OutputTensor(name, datatype, array, binary_default if flag is None else flag))
         return InferenceResponse(model.name, str(model.version), request.id, outputs)
 
     async def _execute(

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -58,7 +58,7 @@ from .validation import (
     int_parameter,
     validate_inputs,
 )
-from .working_memory import working_memory_counted
+from .working_memory import hold_working_memory, working_memory_counted
 
 Outputs = dict[str, np.ndarray]
 
@@ -279,6 +279,74 @@ class RequestPath(FrontHalf):
         """Validate one execution, queue it on the model's scheduler (traced) and return its
         outputs in the config's dims, with the version that ran it and the batch size. ``timing``
         sums a composite model's time in its steps."""
+        execution, trace = self._execution(model, request, names, sink, timing)
+        try:
+            with working_memory_counted(model, execution.inputs, request.ticket):
+                try:
+                    served = model
+                    results = await model.scheduler.submit(execution)
+                except Unloading as exc:
+                    served = self._replacement(model, request.model_version, exc)
+                    results = await served.scheduler.submit(execution)
+        except Exception as exc:
+            self._trace_failed(trace, model, exc)
+            raise
+        if trace:
+            self.tracing.finish(trace, str(served.version))
+        return served, _config_outputs(model, results, execution.batch_size), execution.batch_size
+
+    def schedule_now(
+        self, model: ModelVersion, request: InferenceRequest, names: Sequence[str], answer: Answer
+    ) -> asyncio.Future[Outputs]:
+        """``_schedule`` with no coroutine per request, for a caller holding many (the intake
+        hand-off): the same validation, tracing, working memory and reload retry, the execution
+        queued now. ``answer`` receives ``(served, outputs, batch size)`` as ``_schedule`` returns
+        them, or the error (``CancelledError`` when the returned future was cancelled, which
+        cancels the execution). Errors found before queueing are raised."""
+        execution, trace = self._execution(model, request, names, None, None)
+        release: Callable[[], None] | None = None
+        try:
+            release = hold_working_memory(model, execution.inputs, request.ticket)
+            served = model
+            try:
+                future = model.scheduler.enqueue(execution)
+            except Unloading as exc:
+                served = self._replacement(model, request.model_version, exc)
+                future = served.scheduler.enqueue(execution)
+        except Exception as exc:
+            if release is not None:
+                release()
+            self._trace_failed(trace, model, exc)
+            raise
+
+        def settled(future: asyncio.Future[Outputs]) -> None:
+            if release is not None:
+                release()
+            if future.cancelled():
+                answer(asyncio.CancelledError())
+                return
+            error = future.exception()
+            if error is not None:
+                if isinstance(error, Exception):
+                    self._trace_failed(trace, model, error)
+                answer(error)
+                return
+            if trace:
+                self.tracing.finish(trace, str(served.version))
+            answer((served, _config_outputs(model, future.result(), execution.batch_size), execution.batch_size))
+
+        future.add_done_callback(settled)
+        return future
+
+    def _execution(
+        self,
+        model: ModelVersion,
+        request: InferenceRequest,
+        names: Sequence[str],
+        sink: ResponseSink | None,
+        timing: RequestTiming | None,
+    ) -> tuple[Execution, Any]:
+        """One validated execution of ``request`` and its trace (None: not traced)."""
         try:
             inputs, batch_size = validate_inputs(model, request, self.max_variable_elements)
             check_requested_outputs(model, request)
@@ -304,27 +372,30 @@ class RequestPath(FrontHalf):
             request.ticket,
             memory,
         )
-        try:
-            with working_memory_counted(model, inputs, request.ticket):
-                try:
-                    served = model
-                    results = await model.scheduler.submit(execution)
-                except Unloading:
-                    # a reload retired this version since it was looked up (while images decoded, say):
-                    # queue on the version that replaced it, so reloads drop nothing
-                    served = self.manager.get(model.name, request.model_version)  # raises when none did
-                    if served is model:
-                        raise
-                    results = await served.scheduler.submit(execution)
-        except Exception as exc:
-            if trace:
-                self.tracing.finish(trace, str(model.version), error=str(exc) or type(exc).__name__)
-            raise
+        return execution, trace
+
+    def _replacement(self, model: ModelVersion, version: str, unloading: Unloading) -> ModelVersion:
+        """The version that replaced ``model`` since it was looked up (while images decoded, say),
+        so reloads drop nothing; ``unloading`` again when none did."""
+        served = self.manager.get(model.name, version)  # raises when none serves
+        if served is model:
+            raise unloading
+        return served
+
+    def _trace_failed(self, trace: Any, model: ModelVersion, exc: Exception) -> None:
         if trace:
-            self.tracing.finish(trace, str(served.version))
-        batched = model.max_batch_size > 0
-        outputs = {k: engine_output(model.outputs[k], v, batch_size, batched) for k, v in results.items()}
-        return served, outputs, batch_size
+            self.tracing.finish(trace, str(model.version), error=str(exc) or type(exc).__name__)
+
+
+Scheduled = tuple[ModelVersion, Outputs, int]
+#: What ``RequestPath.schedule_now`` hands its caller: the execution's outcome or its error.
+Answer = Callable[[Scheduled | BaseException], None]
+
+
+def _config_outputs(model: ModelVersion, results: Outputs, batch_size: int) -> Outputs:
+    """An execution's outputs in the config's dims."""
+    batched = model.max_batch_size > 0
+    return {k: engine_output(model.outputs[k], v, batch_size, batched) for k, v in results.items()}
 
 
 def _joined(name: str, arrays: list[np.ndarray]) -> np.ndarray:

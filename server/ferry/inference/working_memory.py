@@ -13,7 +13,7 @@ ticket: refused (413 when the execution alone cannot fit, else 503) before the e
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 import numpy as np
 
@@ -29,27 +29,35 @@ def working_bytes(model: ModelVersion, inputs: Mapping[str, np.ndarray]) -> int:
     return int(model.working_memory_factor * sum(array.nbytes for array in inputs.values()))
 
 
-@contextlib.contextmanager
-def working_memory_counted(
+def hold_working_memory(
     model: ModelVersion, inputs: Mapping[str, np.ndarray], ticket: Reserves | None
-) -> Iterator[None]:
-    """Count the engine's working memory for ``inputs`` through ``ticket`` while the block runs; the
-    refusal names the model, its factor and the bytes, then the limit admission found passed."""
+) -> Callable[[], None] | None:
+    """Count the engine's working memory for ``inputs`` through ``ticket``: what uncounts it (None
+    when nothing was counted). The refusal names the model, its factor and the bytes, then the
+    limit admission found passed."""
     nbytes = working_bytes(model, inputs) if ticket is not None else 0
     if not nbytes:
-        yield
-        return
+        return None
     assert ticket is not None
     try:
-        release = ticket.hold_engine(nbytes)
+        return ticket.hold_engine(nbytes)
     except Unavailable as exc:
         raise Unavailable(f"{_refused(model, inputs, nbytes)}: {exc.message}", retry_after=exc.retry_after) from None
     except PayloadTooLarge as exc:
         raise PayloadTooLarge(f"{_refused(model, inputs, nbytes)}: {exc.message}") from None
+
+
+@contextlib.contextmanager
+def working_memory_counted(
+    model: ModelVersion, inputs: Mapping[str, np.ndarray], ticket: Reserves | None
+) -> Iterator[None]:
+    """``hold_working_memory`` while the block runs."""
+    release = hold_working_memory(model, inputs, ticket)
     try:
         yield
     finally:
-        release()
+        if release is not None:
+            release()
 
 
 def _refused(model: ModelVersion, inputs: Mapping[str, np.ndarray], nbytes: int) -> str:

@@ -41,6 +41,7 @@ model process's row until freed; an inline answer was counted by the intake befo
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import mmap
@@ -52,7 +53,7 @@ import numpy as np
 
 from ferry_client.codec.tensors import decode_bytes_elements, encode_bytes_elements
 
-from ..api.admission import Admission
+from ..api.admission import Admission, Ticket
 from ..errors import (
     DecoupledModel,
     ErrorKind,
@@ -569,6 +570,10 @@ class HandoffClient:
 # --- model process side ----------------------------------------------------------------------
 
 RunRequest = Callable[[InferenceRequest], Any]  # DataPlane.infer
+#: DataPlane.infer_soon: the request queued now, its answer to the callback (None: ``RunRequest`` serves it)
+StartRequest = Callable[
+    [InferenceRequest, Callable[[InferenceResponse | BaseException], None]], "asyncio.Future | None"
+]
 
 
 class HubConnection:
@@ -582,14 +587,14 @@ class HubConnection:
         self.ready = False
         self._requests: PeerBlocks | None = None
         self._responses: Blocks | None = None
-        self._calls: dict[int, asyncio.Task] = {}
+        self._calls: dict[int, asyncio.Future] = {}  # a queued execution's future, or the task serving it
         self.handed_off = 0
 
     def _on_message(self, message: ToModel) -> None:
         match message:
-            case Infer(call=call):
-                self._calls[call] = asyncio.get_running_loop().create_task(self._serve(message))
+            case Infer():
                 self.handed_off += 1
+                self._infer(message)
             case Free(block=block, ack=ack):
                 assert self._responses is not None
                 self._responses.free(block)
@@ -601,9 +606,9 @@ class HubConnection:
                 if self._hub.models is not None:
                     self._hub.models.record(identity, kind, args)
             case Cancel(call=call):
-                task = self._calls.get(call)
-                if task is not None:
-                    task.cancel()
+                handle = self._calls.get(call)
+                if handle is not None:
+                    handle.cancel()
             case Hello():
                 self.row, self.pid = message.row, message.pid
                 self._requests = PeerBlocks(message.pid, message.arena_fd, message.arena_size)
@@ -622,44 +627,76 @@ class HubConnection:
         except FerryError as exc:
             return _failed(question.call, exc)
 
-    async def _serve(self, message: Infer) -> None:
+    def _infer(self, message: Infer) -> None:
+        """Start one handed-off request, in the loop turn its frame arrived (the frame's requests one
+        after the other, no task each): a plain execution is queued at once (``DataPlane.infer_soon``)
+        and answered from its future's callback; anything more (images to decode, shared memory, a
+        cached model) runs as a task through ``infer``. Either holds a ticket of this process's
+        admission (the intake's holds the request's slot and its ``elsewhere`` bytes), so what the
+        model process holds for it is counted here: images it decodes, an engine's working memory."""
         call = message.call
-        reply: ToIntake
+        ticket: Ticket | None = None
         try:
             if self._stale(message):
-                reply = Stale(call)
-            elif self._streams_elsewhere(message):
-                reply = Decoupled(call)
-            else:
-                request = self._request(message)
-                response = await self._served(request, message.elsewhere)
-                del request  # the views of the request block go before the answer frees it
-                reply = self._result(call, response)
-        except asyncio.CancelledError:
-            reply = Failed(call, ErrorKind.CANCELLED.name, "the request was cancelled")
-        except Exception as exc:  # every failure is answered, or the intake would wait forever
-            if not isinstance(exc, FerryError):
-                log.exception("unexpected error in a handed-off request")
-            reply = _failed(call, exc)
+                self._send(call, Stale(call))
+                return
+            if self._streams_elsewhere(message):
+                self._send(call, Decoupled(call))
+                return
+            request = self._request(message)
+            admission = self._hub.admission
+            ticket = request.ticket = None if admission is None else admission.handed_off(message.elsewhere)
+            start = self._hub.infer_soon
+            handle = None if start is None else start(request, functools.partial(self._answered, call, ticket))
+            if handle is None:
+                handle = asyncio.get_running_loop().create_task(self._serve(call, request, ticket))
+            self._calls[call] = handle
+        except Exception as exc:  # refused before it was queued
+            if ticket is not None:
+                ticket.close()
+            self._answered(call, None, exc)
+
+    async def _serve(self, call: int, request: InferenceRequest, ticket: Ticket | None) -> None:
+        """A request ``DataPlane.infer`` serves (see ``_infer``)."""
+        outcome: InferenceResponse | BaseException
+        try:
+            outcome = await self._hub.infer(request)
+        except (Exception, asyncio.CancelledError) as exc:
+            outcome = exc
         finally:
-            self._calls.pop(call, None)
+            if ticket is not None:
+                ticket.close()
+        del request  # the views of the request block go before the answer frees it
+        self._answered(call, None, outcome)
+
+    def _answered(self, call: int, ticket: Ticket | None, outcome: InferenceResponse | BaseException) -> None:
+        """Answer ``call`` with its response or error; every failure is answered, or the intake
+        would wait forever."""
+        if ticket is not None:
+            ticket.close()
+        self._calls.pop(call, None)
+        reply: ToIntake
+        try:
+            if isinstance(outcome, asyncio.CancelledError):
+                reply = Failed(call, ErrorKind.CANCELLED.name, "the request was cancelled")
+            elif isinstance(outcome, BaseException):
+                if not isinstance(outcome, FerryError):
+                    log.error("unexpected error in a handed-off request", exc_info=outcome)
+                reply = _failed(call, outcome)
+            else:
+                reply = self._result(call, outcome)
+        except Exception as exc:
+            log.exception("unexpected error answering a handed-off request")
+            reply = _failed(call, exc)
+        self._send(call, reply)
+
+    def _send(self, call: int, reply: ToIntake) -> None:
         try:
             self.channel.send(reply)
         except FerryError as exc:  # an answer JSON cannot carry (a model's parameters): the intake still gets one
             if isinstance(reply, Result) and reply.block is not None and self._responses is not None:
                 self._responses.free(reply.block)
             self.channel.send(Failed(call, ErrorKind.INTERNAL.name, f"the answer cannot be handed back: {exc}"))
-
-    async def _served(self, request: InferenceRequest, elsewhere: int) -> InferenceResponse:
-        """``request`` run by the data plane with a ticket of this process's admission (the
-        intake's holds its slot and its ``elsewhere`` bytes), so what the model process holds for
-        it is counted here: images it decodes, an engine's working memory."""
-        admission = self._hub.admission
-        if admission is None:
-            return await self._hub.infer(request)
-        with admission.handed_off(elsewhere) as ticket:
-            request.ticket = ticket
-            return await self._hub.infer(request)
 
     def _stale(self, message: Infer) -> bool:
         """Whether the request was pre-processed for a load of its model that no longer serves
@@ -727,8 +764,8 @@ class HubConnection:
         """The intake died or closed: cancel its calls, then, once they have settled (their views of
         the arenas gone), unmap both arenas, so an intake killed again and again leaves nothing."""
         calls = list(self._calls.values())
-        for task in calls:
-            task.cancel()
+        for handle in calls:
+            handle.cancel()
         self._hub.on_lost(self)
         if calls:
             asyncio.gather(*calls, return_exceptions=True).add_done_callback(lambda _: self._release_arenas())
@@ -756,8 +793,10 @@ class HandoffHub:
         arena_bytes: int,
         models: ModelDirectory | None = None,
         admission: Admission | None = None,
+        infer_soon: StartRequest | None = None,
     ) -> None:
         self.infer = infer
+        self.infer_soon = infer_soon  # None: every request runs as a task through ``infer``
         self.arena_bytes = arena_bytes
         self.models = models
         self.admission = admission  # counts the response blocks until the intakes free them

@@ -11,9 +11,13 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
+import sys
 from dataclasses import dataclass
 
 ALIGNMENT = 64  # every block starts on a cache line, so numpy views are aligned for any dtype
+#: References to a segment's mmap when nothing but the segment uses it: its attribute, and the
+#: argument of ``sys.getrefcount``.
+_OWN_REFERENCES = 2
 
 
 @dataclass
@@ -59,11 +63,17 @@ class Segment:
             self.fd = -1
 
     def release(self) -> None:
-        """Drop the descriptor and unmap now, unless numpy views still use the mapping (then it
-        goes with the last of them): a segment of a process that died must not outlive its use."""
+        """Drop the descriptor and unmap now, unless something still uses the mapping (then it goes
+        with the last of them): a segment of a process that died must not outlive its use.
+
+        A numpy view of the mapping holds a reference to the mmap, not a buffer export, so closing
+        the mmap under it would succeed and unmap memory the view still reads (an engine thread
+        computing on a request of an intake that died would crash the model process): the mmap is
+        closed only when this segment holds the last reference."""
         self.close()
-        with contextlib.suppress(BufferError):  # exported views: the mapping is freed with them
-            self.buffer.close()
+        if sys.getrefcount(self.buffer) <= _OWN_REFERENCES:
+            with contextlib.suppress(BufferError):  # a memoryview exports it: freed with that
+                self.buffer.close()
 
 
 def aligned(nbytes: int) -> int:

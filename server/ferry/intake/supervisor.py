@@ -81,7 +81,9 @@ class IntakeProcesses:
                 except OSError as exc:
                     raise OSError(f"cannot bind {s.host}:{port}: {exc.strerror or exc}") from None
         self._directory = _private_directory()
-        self.hub = HandoffHub(plane.infer, s.intake_arena_bytes, ModelDirectory(plane), plane.admission)
+        self.hub = HandoffHub(
+            plane.infer, s.intake_arena_bytes, ModelDirectory(plane), plane.admission, infer_soon=plane.infer_soon
+        )
         self.hub.on_connection_lost = self._on_connection_lost
         await self.hub.start(self._path("hub.sock"))
         for row in range(1, self.count + 1):  # before any gRPC server runs: forking then makes gRPC log warnings

@@ -114,6 +114,14 @@ class ModelScheduler(ABC):
     async def submit(self, execution: Execution) -> Outputs:
         """Answer one execution with the outputs it asks for (see ``Execution``)."""
 
+    def enqueue(self, execution: Execution) -> asyncio.Future[Outputs]:
+        """``submit`` without awaiting: a future of the outputs, whose cancelling cancels the
+        execution. A scheduler that queues requests itself (the dynamic batcher) answers with its
+        own future, so a caller holding many executions (the intake hand-off) makes no coroutine
+        or task per execution; others run ``submit`` as a task. Errors found before queueing
+        (the model is unloading, its queue is full) may be raised at once."""
+        return asyncio.ensure_future(self.submit(execution))
+
     @abstractmethod
     def start(self) -> None:
         """Begin serving (called once, when the version becomes READY)."""

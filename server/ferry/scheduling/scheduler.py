@@ -63,6 +63,12 @@ CPU_SAMPLE_EVERY = 8
 STAGING_BYTES = 64 * 2**20
 
 
+#: What a queued request that failed or was cancelled keeps of its execution: nothing. A queue
+#: forgets such a request lazily (``_queued_in_order``), so it would otherwise hold the request's
+#: tensors until the next scan, and with them the memory they view (a dead intake's arena).
+SETTLED = Execution({}, [])
+
+
 class Unloading(Unavailable):
     """This version no longer takes requests; a version that replaced it may (see DataPlane.infer)."""
 
@@ -83,6 +89,12 @@ class Pending:
     timer: asyncio.TimerHandle | None = field(default=None, repr=False)
     failure: str = "BACKEND"  # the failure reason reported if this request fails
     compute_ns: tuple[int, int, int] = (0, 0, 0)  # input, infer, output of the batch it ran in
+    scheduler: Scheduler | None = field(default=None, repr=False)
+
+    def settled(self, future: asyncio.Future) -> None:
+        """The future's done callback (a bound method: no closure per request)."""
+        assert self.scheduler is not None
+        self.scheduler._settled(self)
 
 
 def batch_signature(inputs: dict[str, np.ndarray], batched: bool, memory: Memory = HOST) -> tuple:
@@ -135,14 +147,48 @@ Provide = Callable[[str, tuple[int, ...], np.dtype], np.ndarray | None]
 
 
 def assemble(parts: Sequence[np.ndarray], name: str, *providers: Provide | None) -> np.ndarray:
-    """Concatenate one input of a batch into the first buffer a provider offers (the instance's
-    own, then the scheduler's staging memory), else into fresh memory."""
+    """One input of a batch: its parts as they lie when they follow one another in one buffer
+    (``in_place``), else concatenated into the first buffer a provider offers (the instance's own,
+    then the scheduler's staging memory), else into fresh memory."""
+    joined = in_place(parts)
+    if joined is not None:
+        return joined
     destination = None
     shape = (sum(len(part) for part in parts), *parts[0].shape[1:])
     for provide in providers:
         if provide is not None and (destination := provide(name, shape, parts[0].dtype)) is not None:
             break
     return np.concatenate(parts, out=destination)
+
+
+def in_place(parts: Sequence[np.ndarray]) -> np.ndarray | None:
+    """The parts as one read-only array without a copy when each starts where the one before ends
+    in the same buffer (consecutive blocks of an intake's arena, say); else None."""
+    first = parts[0]
+    owner = _owner(first)
+    if owner is None or first.ndim == 0 or first.dtype.hasobject:
+        return None
+    address = first.ctypes.data
+    for part in parts:
+        if (
+            _owner(part) is not owner
+            or part.ctypes.data != address
+            or part.dtype != first.dtype
+            or part.shape[1:] != first.shape[1:]
+            or not part.flags.c_contiguous
+        ):
+            return None
+        address += part.nbytes
+    shape = (sum(len(part) for part in parts), *first.shape[1:])
+    return np.lib.stride_tricks.as_strided(first, shape=shape, writeable=False)
+
+
+def _owner(array: np.ndarray) -> object | None:
+    """The buffer an array's memory belongs to when numpy did not allocate it (an mmap), else None."""
+    base = array.base
+    while isinstance(base, np.ndarray):
+        base = base.base
+    return base
 
 
 class StagingBudget:
@@ -264,14 +310,21 @@ class Scheduler(ModelScheduler):
     # --- admission ------------------------------------------------------------------------------
 
     async def submit(self, execution: Execution) -> Outputs:
-        """Queue one execution and wait for its outputs.
+        """Queue one execution and wait for its outputs (``enqueue``; cancelling the wait takes the
+        request out of the queue)."""
+        return await self.enqueue(execution)
+
+    def enqueue(self, execution: Execution) -> asyncio.Future[Outputs]:
+        """Queue one execution; its future receives the outputs.
 
         A decoupled model's execution carries a ``sink``: its responses go there as the model sends
-        them, and this returns (no outputs) once the model's ``execute`` has taken the request.
+        them, and the future resolves (no outputs) once the model's ``execute`` has taken the request.
 
-        Raises Unavailable at once when the queue of its priority level is full; a cancelled
-        caller removes the request from the queue. Its ``timing``, when given, receives the
-        request's queue and compute durations.
+        Raises Unavailable at once when the queue of its priority level is full; cancelling the
+        future removes the request from the queue. Its ``timing``, when given, receives the
+        request's queue and compute durations. What a request's end counts (its failure, the
+        requests in flight) is settled by a callback on the future (``_settled``), not by a
+        coroutine per request: a caller holding many requests (the intake hand-off) awaits none.
         """
         if self._closing:
             raise Unloading(f"model '{self.name}' is unloading")
@@ -285,12 +338,13 @@ class Scheduler(ModelScheduler):
                 retry_after=1,
             )
         loop = asyncio.get_running_loop()
+        future: asyncio.Future[Outputs] = loop.create_future()
         pending = Pending(
             execution,
             execution.batch_size if self._batched else 1,
             batch_signature(execution.inputs, self._batched, execution.memory),
             level,
-            loop.create_future(),
+            future,
         )
         if execution.timeline is not None:
             execution.timeline.queue_start = pending.enqueued_ns
@@ -303,29 +357,32 @@ class Scheduler(ModelScheduler):
         self._in_flight += 1
         self._idle.clear()
         self._arrived.set()
-        try:
-            result = await pending.future
-        except asyncio.CancelledError:
+        pending.scheduler = self
+        future.add_done_callback(pending.settled)
+        return future
+
+    def _settled(self, pending: Pending) -> None:
+        """A request's end: a cancelled one leaves the queue and, with a failed one, counts as a
+        failure (a success was counted with its batch's, ``_answer``)."""
+        future = pending.future
+        if future.cancelled():
             if pending.queued:
                 self._dequeue(pending)
-            if not _answered(pending.future):  # an answered request was counted with its batch
-                self.stats.record_failure(time.perf_counter_ns() - pending.enqueued_ns, "CANCELED")
-            raise
-        except FerryError:
+            self.stats.record_failure(time.perf_counter_ns() - pending.enqueued_ns, "CANCELED")
+            pending.execution = SETTLED  # its inputs go now, not when the queue is next scanned
+        elif future.exception() is not None:
             self.stats.record_failure(time.perf_counter_ns() - pending.enqueued_ns, pending.failure)
-            raise
-        else:  # its success was counted with its batch's (``_answer``)
-            timing = execution.timing
+            pending.execution = SETTLED
+        else:
+            timing = pending.execution.timing
             if timing is not None:
                 timing.queue_ns += pending.started_ns - pending.enqueued_ns
                 timing.compute_input_ns += pending.compute_ns[0]
                 timing.compute_infer_ns += pending.compute_ns[1]
                 timing.compute_output_ns += pending.compute_ns[2]
-            return result
-        finally:
-            self._in_flight -= 1
-            if self._in_flight == 0:
-                self._idle.set()
+        self._in_flight -= 1
+        if self._in_flight == 0:
+            self._idle.set()
 
     def _dequeue(self, pending: Pending) -> None:
         """Take a request out of the queue (lazily: the deque entry is skipped later)."""
@@ -472,6 +529,9 @@ class Scheduler(ModelScheduler):
             return [_as_request_error(self.name, exc)]
         results: list[Outputs | BaseException] = []
         for pending in batch:
+            if pending.future.done():  # cancelled meanwhile (its execution is ``SETTLED``): nothing to run
+                results.append({})
+                continue
             try:
                 results.extend(
                     await loop.run_in_executor(
@@ -574,11 +634,6 @@ def _as_request_error(model: str, exc: BaseException) -> FerryError:
         return exc
     log.warning("model '%s': inference failed: %s", model, exc)
     return FerryError(f"inference failed: {exc}")
-
-
-def _answered(future: asyncio.Future) -> bool:
-    """Whether ``future`` holds outputs (not an error, not cancelled)."""
-    return future.done() and not future.cancelled() and future.exception() is None
 
 
 def _gather_on_device(instance: Instance, batch: list[Pending]) -> Outputs:

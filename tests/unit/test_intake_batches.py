@@ -1,0 +1,159 @@
+"""The model process's side of the hand-off takes a frame's requests in one pass: each plain request
+is validated and queued on the model's scheduler in the turn its frame arrived, with no task per
+request (``DataPlane.infer_soon``), and still answered, refused, cancelled and counted one by one.
+Real data plane, real ``simple`` ONNX model, real hand-off socket; the engine is held by a gate so
+the requests are in flight while the test looks."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import threading
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ferry.api.dataplane import DataPlane
+from ferry.errors import InvalidArgument
+from ferry.intake.handoff import HandoffClient, HandoffHub, StaleModel
+from ferry.intake.model_directory import ModelDirectory
+from ferry.repository.manager import ControlMode, ModelManager
+from ferry.repository.model import ModelVersion
+from ferry.types import InferenceRequest
+
+from ..conftest import MODEL_REPO
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@contextlib.asynccontextmanager
+async def _model_process(tmp_path: Path) -> AsyncIterator[tuple[DataPlane, HandoffHub, HandoffClient]]:
+    """A model process's data plane serving ``simple`` behind a hub, and an intake's client."""
+    shutil.copytree(MODEL_REPO / "simple", tmp_path / "models" / "simple")
+    manager = ModelManager(tmp_path / "models", control_mode=ControlMode.EXPLICIT, startup_models=["simple"])
+    await manager.start()
+    plane = DataPlane(manager)
+    plane.started = True
+    hub = HandoffHub(plane.infer, 1 << 22, ModelDirectory(plane), plane.admission, infer_soon=plane.infer_soon)
+    await hub.start(str(tmp_path / "hub.sock"))
+    client = HandoffClient(1, 1 << 22)
+    try:
+        await client.connect(str(tmp_path / "hub.sock"))
+        yield plane, hub, client
+    finally:
+        client.close()
+        await hub.close()
+        await manager.stop()
+
+
+@contextlib.contextmanager
+def _gate(model: ModelVersion, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[threading.Event, threading.Event]]:
+    """Hold the model's engine until the gate opens (at the latest on leaving: the engine must not
+    run past its model's unloading); ``started`` says a run began."""
+    instance = model.instances[0]
+    compute = instance.compute
+    gate, started = threading.Event(), threading.Event()
+
+    def gated(inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+        started.set()
+        gate.wait(30)
+        return compute(inputs, outputs)
+
+    monkeypatch.setattr(instance, "compute", gated)
+    try:
+        yield gate, started
+    finally:
+        gate.set()
+
+
+def _request(value: int, datatype: str = "INT32") -> InferenceRequest:
+    x = np.full((1, 16), value, dtype=np.int32)
+    return InferenceRequest(
+        "simple", inputs={"INPUT0": x, "INPUT1": np.ones_like(x)}, input_datatypes={"INPUT0": datatype}
+    )
+
+
+def _serving_tasks() -> list[asyncio.Task]:
+    """Tasks the hub made to serve a request (the path it takes for requests that need more)."""
+    return [t for t in asyncio.all_tasks() if getattr(t.get_coro(), "__qualname__", "") == "HubConnection._serve"]
+
+
+async def _until(condition: Any) -> None:
+    for _ in range(2000):
+        if condition():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("condition not reached")
+
+
+def _stats(model: ModelVersion) -> dict[str, Any]:
+    stats = model.stats.as_dict()
+    return {
+        "success": stats["inference_stats"]["success"]["count"],
+        "fail": stats["inference_stats"]["fail"]["count"],
+        "failures": model.stats.snapshot()["failures"],
+        "inference_count": stats["inference_count"],
+    }
+
+
+async def test_a_frame_of_requests_is_queued_without_a_task_each_and_a_bad_one_fails_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with _model_process(tmp_path) as (plane, hub, client):
+        model = plane.model("simple")
+        with _gate(model, monkeypatch) as (gate, started):
+            # sent in one loop turn: one frame of five Infers, the third of the wrong datatype
+            requests = [_request(1), _request(2), _request(3, "FP32"), _request(4), _request(5)]
+            calls = [asyncio.ensure_future(client.infer(r)) for r in requests]
+            await _until(lambda: model.scheduler.in_flight == 4)  # queued in the frame's turn: one runs, three wait
+            assert started.wait(10)
+            assert _serving_tasks() == []  # no task per request in the model process
+            assert [c.handed_off for c in hub.connections] == [5]
+            gate.set()
+            answers = await asyncio.gather(*calls, return_exceptions=True)
+            bad = answers.pop(2)
+            assert isinstance(bad, InvalidArgument) and "expected datatype INT32, got FP32" in str(bad)
+            for value, response in zip([1, 2, 4, 5], answers, strict=True):
+                assert not isinstance(response, BaseException)
+                outputs = {o.name: o.data for o in response.outputs}
+                np.testing.assert_array_equal(outputs["OUTPUT0"], np.full((1, 16), value + 1, np.int32))
+                np.testing.assert_array_equal(outputs["OUTPUT1"], np.full((1, 16), value - 1, np.int32))
+            assert _stats(model) == {"success": 4, "fail": 1, "failures": {"OTHER": 1}, "inference_count": 4}
+            assert model.scheduler.in_flight == 0 and client._requests.used_bytes == 0
+
+
+async def test_cancelling_one_request_of_a_frame_cancels_it_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with _model_process(tmp_path) as (plane, hub, client):
+        model = plane.model("simple")
+        with _gate(model, monkeypatch) as (gate, started):
+            calls = [asyncio.ensure_future(client.infer(_request(value))) for value in range(3)]
+            await _until(lambda: model.scheduler.in_flight == 3 and model.scheduler.queue_size == 2)
+            assert started.wait(10)
+            calls[2].cancel()  # queued behind the gated run: the intake sends Cancel, the hub cancels its future
+            await _until(lambda: model.scheduler.queue_size == 1)  # out of the queue before the engine is free
+            gate.set()
+            answers = await asyncio.gather(*calls, return_exceptions=True)
+            assert isinstance(answers[2], asyncio.CancelledError)
+            assert [int(a.outputs[0].data[0, 0]) for a in answers[:2]] == [1, 2]  # type: ignore[union-attr]
+            await _until(lambda: client._requests.used_bytes == 0)  # the cancelled one was answered: its block freed
+            assert _stats(model) == {"success": 2, "fail": 1, "failures": {"CANCELED": 1}, "inference_count": 2}
+            assert model.scheduler.in_flight == 0
+
+
+async def test_a_stale_request_of_a_frame_is_refused_and_the_others_run(tmp_path: Path) -> None:
+    async with _model_process(tmp_path) as (plane, hub, client):
+        model = plane.model("simple")
+        stale = client.infer(_request(1), expect=model.identity + "-an-earlier-load")
+        current = client.infer(_request(2), expect=model.identity)
+        answers = await asyncio.gather(stale, current, return_exceptions=True)
+        assert isinstance(answers[0], StaleModel)
+        assert not isinstance(answers[1], BaseException)
+        assert int(answers[1].outputs[0].data[0, 0]) == 3
+        assert _stats(model) == {"success": 1, "fail": 0, "failures": {}, "inference_count": 1}
+        assert client._requests.used_bytes == 0
