@@ -1,13 +1,12 @@
 """Decoded detections as V2 outputs: a detection model sent encoded images over V2 infer (REST and
 gRPC, real ``tritonclient``) returns ``detection_boxes`` & co when asked for them by name, the
 same faces /detect returns and MediaPipe's BlazeFace reference, within 1 px (``face_detector``,
-one image per execution, with keypoints); ``digit_detector`` covers a batching model without."""
+one image per execution, with keypoints); ``digit_detector`` covers a batching model without. Both
+are read, never changed: the session's server (tests/conftest.py) serves them."""
 
 from __future__ import annotations
 
 import io
-import shutil
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -18,7 +17,7 @@ import tritonclient.http as thttp
 from PIL import Image
 from tritonclient.utils import InferenceServerException
 
-from ..conftest import MODEL_REPO, RunningServer, detector_module, start_server
+from ..conftest import RunningServer, detector_module
 from .test_real_models import PIXEL_TOLERANCE, SCORE_TOLERANCE, matched, reference, reference_module
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -28,16 +27,6 @@ BATCHING = "digit_detector"
 DECODED = ["num_detections", "detection_boxes", "detection_scores", "detection_classes", "detection_keypoints"]
 LIMIT = 100  # the config leaves max_detections at 0: the server default
 KEYPOINTS = 6
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    repo = tmp_path_factory.mktemp("detout") / "models"
-    for model in (MODEL, BATCHING):
-        shutil.copytree(MODEL_REPO / model, repo / model)
-    running = start_server(repo, repo.parent / "server.log")
-    yield running
-    running.stop()
 
 
 @pytest.fixture(scope="module")

@@ -106,10 +106,12 @@ def test_work_past_the_exit_timeout_is_answered_503_and_abandoned(tmp_path, prot
     (not uvicorn's 500 with a traceback, not grpc's CANCELLED), and the process exits without
     waiting for the model's execute(), which never returns while the gate stays shut."""
     repo, gate = _gated_repository(tmp_path)
+    # 1 s: the request is held inside execute() before the signal, so the timeout's length decides
+    # nothing the test sees; it is only waited out.
     server = start_server(
         repo,
         tmp_path / "server.log",
-        *("--allow-python-models", "--exit-timeout-secs", "2", "--intake-processes", str(intakes)),
+        *("--allow-python-models", "--exit-timeout-secs", "1", "--intake-processes", str(intakes)),
     )
     held = {"inputs": [{"name": "X", "datatype": "INT32", "shape": [1, 1], "data": [-1]}]}
 
