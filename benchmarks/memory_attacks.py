@@ -280,10 +280,12 @@ def _relays(port: int, sources: list[str]) -> list[str]:
     return ready.get(timeout=30)
 
 
-def grpc_addresses(server: RunningServer, per_address: int = 2) -> Callable[[], list[str]]:
-    """``per_address`` gRPC calls of the largest message the server accepts from each of 16
-    loopback addresses at once."""
-    urls = _relays(server.grpc_port, ADDRESSES)
+def grpc_addresses(
+    server: RunningServer, per_address: int = 2, addresses: list[str] = ADDRESSES
+) -> Callable[[], list[str]]:
+    """``per_address`` gRPC calls of the largest message the server accepts from each of
+    ``addresses`` (16 loopback addresses) at once."""
+    urls = _relays(server.grpc_port, addresses)
     return _grpc_burst(server, per_address * len(urls), MESSAGE_MIB, streamed=False, urls=urls)
 
 
@@ -436,8 +438,27 @@ def _gzip_tensor(server: RunningServer, model: str, output: str, shape: list[int
     return [_post(f"http://{server.http_url}/v2/models/{model}/infer", body, headers)]
 
 
+def mixed(server: RunningServer) -> Callable[[], list[str]]:
+    """Issue 38 item 8's mixed burst within the defaults, all at once against one server: the
+    ``tensors``, ``images`` and ``gzip`` bursts and 8 loopback addresses x 2 gRPC calls of the
+    largest message accepted (its client processes made ready first, as ``grpc_addresses``'s)."""
+    parts = {
+        "gRPC": grpc_addresses(server, addresses=ADDRESSES[:8]),
+        "tensors": lambda: big_tensors(server),
+        "images": lambda: images(server),
+        "gzip": lambda: gzip_bodies(server),
+    }
+
+    def burst() -> list[str]:
+        with ThreadPoolExecutor(len(parts)) as pool:
+            answered = pool.map(lambda part: part(), parts.values())
+            return [f"{name} {answer}" for name, answers in zip(parts, answered, strict=True) for answer in answers]
+
+    return burst
+
+
 #: Attacks that return their burst, clients ready (made ready before the measurement starts).
-PREPARED = frozenset({"grpc_raw", "grpc_streams", "grpc_addresses"})
+PREPARED = frozenset({"grpc_raw", "grpc_streams", "grpc_addresses", "mixed"})
 
 ATTACKS: dict[str, tuple[str, Callable[[RunningServer], Any]]] = {
     "typed": ("4 x gRPC fp32_contents of 30 MiB", typed),
@@ -470,6 +491,10 @@ ATTACKS: dict[str, tuple[str, Callable[[RunningServer], Any]]] = {
     "thin_embed": ("1 x 30000 PNG to /embed", thin_embed),
     "ocr_thin": ("8 x 2000 white PNG to /ocr", ocr_thin),
     "webp": ("39-MP lossless WebP to /classify", webp),
+    "mixed": (
+        "at once: 24 x 64 MiB REST tensors, 6 x 36-MP PNG, 6 x gzip to 200 MiB, 8 addresses x 2 gRPC of {mib} MiB",
+        mixed,
+    ),
 }
 
 
