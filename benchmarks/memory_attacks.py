@@ -176,14 +176,15 @@ def _wide_request(mib: int) -> pb.ModelInferRequest:
 
 
 def _grpc_client(url: str, streamed: bool, mib: int, barrier: Any, answers: Any) -> None:
-    """One attacking client process: connects, builds its request, waits for the others at the
-    barrier, then sends it (unary or in a stream) and puts how it was answered in ``answers``."""
+    """One attacking client process: builds its request, connects, waits at the barrier twice (all
+    ready; then go), then sends it (unary or in a stream) and puts how it was answered in ``answers``."""
     request = _wide_request(mib)
     options = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
     with grpc.insecure_channel(url, options=options) as channel:
         grpc.channel_ready_future(channel).result(timeout=60)
         stub = pb_grpc.GRPCInferenceServiceStub(channel)
-        barrier.wait()
+        barrier.wait()  # ready
+        barrier.wait()  # go
         try:
             if not streamed:
                 stub.ModelInfer(request, timeout=300)
@@ -201,9 +202,10 @@ def _grpc_burst(
     server: RunningServer, count: int, mib: int, streamed: bool, urls: list[str] | None = None
 ) -> Callable[[], list[str]]:
     """Starts ``count`` client processes (one connection each, to ``urls`` in turn: the server's
-    own by default) and returns the burst: releasing them at once. Processes, not threads: threads
-    serialise their sends under one interpreter, so the messages arrived one after another and the
-    burst measured half of what it can reach."""
+    own by default), waits until each has built its request and connected (so that their start-up,
+    seconds of CPU on two cores, is not measured as the attack) and returns the burst: releasing
+    them at once. Processes, not threads: threads serialise their sends under one interpreter, so
+    the messages arrived one after another and the burst measured half of what it can reach."""
     spawn = multiprocessing.get_context("spawn")
     barrier, answers = spawn.Barrier(count + 1), spawn.Queue()
     urls = urls or [server.grpc_url]
@@ -213,6 +215,7 @@ def _grpc_burst(
     ]
     for client in clients:
         client.start()
+    barrier.wait(timeout=300)
 
     def burst() -> list[str]:
         barrier.wait(timeout=120)
