@@ -231,7 +231,7 @@ class Admission:
         if self.max_bytes and self.requests and held + nbytes > self.max_bytes:
             self.count_rejection()
             raise Unavailable(
-                f"server overloaded: requests in flight hold {held} bytes and this one "
+                f"server overloaded: requests in flight hold {held} bytes and this one needs "
                 f"{nbytes} (limit {self.max_bytes}, --max-inflight-bytes); retry later",
                 retry_after=RETRY_AFTER_S,
             )
