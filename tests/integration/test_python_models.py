@@ -117,13 +117,17 @@ def index(server: RunningServer) -> dict[str, dict]:
 
 
 def infer(server: RunningServer, model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    client = thttp.InferenceServerClient(server.http_url)
     tensors = []
     for name, array in inputs.items():
         tensor = thttp.InferInput(name, list(array.shape), "BYTES" if array.dtype == object else _v2(array))
         tensor.set_data_from_numpy(array)
         tensors.append(tensor)
-    result = client.infer(model, tensors)
+    # closed in the thread that made it: tritonclient's __del__ in another thread finds no gevent loop
+    client = thttp.InferenceServerClient(server.http_url)
+    try:
+        result = client.infer(model, tensors)
+    finally:
+        client.close()
     return {output["name"]: result.as_numpy(output["name"]) for output in result.get_response()["outputs"]}
 
 
