@@ -184,20 +184,9 @@ class FrontHalf(ABC):
         except InvalidArgument:
             record_invalid(model)
             raise
-        name = pipeline.input_name
-        datatypes = {**request.input_datatypes, name: pipeline.spec.datatype}
-        executions = [
-            (
-                images,
-                dataclasses.replace(
-                    request,
-                    inputs={**request.inputs, name: tensor},
-                    input_datatypes=datatypes,
-                    preprocessed=frozenset({name}),
-                ),
-            )
-            for images, tensor in pipeline.executions(prepared.batch)
-        ]
+        executions = with_preprocessed_input(
+            request, pipeline.input_name, pipeline.spec.datatype, pipeline.executions(prepared.batch)
+        )
         return executions, prepared.transforms, True
 
     @staticmethod
@@ -385,6 +374,26 @@ class RequestPath(FrontHalf):
     def _trace_failed(self, trace: Any, model: ModelVersion, exc: Exception) -> None:
         if trace:
             self.tracing.finish(trace, str(model.version), error=str(exc) or type(exc).__name__)
+
+
+def with_preprocessed_input(
+    request: InferenceRequest, name: str, datatype: str, tensors: Sequence[tuple[slice, Any]]
+) -> list[tuple[slice, InferenceRequest]]:
+    """One request per execution, each carrying its pre-processed ``name`` tensor (marked so:
+    validation and the model process know the server made it, not the client)."""
+    datatypes = {**request.input_datatypes, name: datatype}
+    return [
+        (
+            images,
+            dataclasses.replace(
+                request,
+                inputs={**request.inputs, name: tensor},
+                input_datatypes=datatypes,
+                preprocessed=frozenset({name}),
+            ),
+        )
+        for images, tensor in tensors
+    ]
 
 
 Scheduled = tuple[ModelVersion, Outputs, int]

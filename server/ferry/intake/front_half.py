@@ -34,7 +34,7 @@ from ferry_client.protocol import model_config_pb2 as mc
 from ..api.admission import Admission
 from ..api.http import error_to_response, image_endpoint
 from ..errors import FerryError, InvalidArgument, Unavailable
-from ..inference.path import FrontHalf, Outputs, record_invalid
+from ..inference.path import FrontHalf, Outputs, record_invalid, with_preprocessed_input
 from ..inference.stages.tasks import check_image_request, image_task
 from ..inference.validation import check_before_decoding
 from ..pipelines import handed_images
@@ -81,20 +81,7 @@ class HandoffPath(FrontHalf):
         except InvalidArgument:
             record_invalid(model)
             raise
-        name = pipeline.input_name
-        datatypes = {**request.input_datatypes, name: handed_images.DATATYPE}
-        executions = [
-            (
-                one,
-                dataclasses.replace(
-                    request,
-                    inputs={**request.inputs, name: tensor},
-                    input_datatypes=datatypes,
-                    preprocessed=frozenset({name}),
-                ),
-            )
-            for one, tensor in handed
-        ]
+        executions = with_preprocessed_input(request, pipeline.input_name, handed_images.DATATYPE, handed)
         return executions, transforms, True
 
     async def _schedule(
