@@ -268,3 +268,30 @@ def test_default_sweep_is_short() -> None:
     per_step_steady = args.warmup + 3 * args.measurement_interval / 1000
     per_step_worst = args.warmup + args.max_trials * args.measurement_interval / 1000
     assert 3 * per_step_steady <= 16 and 3 * per_step_worst <= 30
+
+
+def _report_sigint_state(conn) -> None:
+    import signal
+
+    conn.send((signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, []), signal.SIGINT in signal.sigpending()))
+
+
+def test_a_ctrl_c_while_a_worker_is_spawned_reaches_the_coordinator_not_the_worker() -> None:
+    """The Ctrl-C lands inside the spawn window (sent there by the test): the worker starts with it held
+    back, and the coordinator raises KeyboardInterrupt as soon as the window closes (ignoring it lost it)."""
+    import multiprocessing
+    import os
+    import signal
+
+    from ferry_client.perf.runner import _sigint_held
+
+    context = multiprocessing.get_context("spawn")
+    parent, child = context.Pipe()
+    process = context.Process(target=_report_sigint_state, args=(child,))
+    with pytest.raises(KeyboardInterrupt), _sigint_held():
+        process.start()
+        os.kill(os.getpid(), signal.SIGINT)
+        held_here = signal.SIGINT in signal.sigpending()
+    process.join(60)
+    assert held_here
+    assert parent.recv() == (True, False)  # blocked in the worker from its first instruction

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from multiprocessing import resource_tracker
 from multiprocessing.connection import Connection, wait
 from typing import Any, TextIO
 
@@ -86,17 +87,22 @@ class StepResult:
 
 
 @contextlib.contextmanager
-def _sigint_ignored() -> Iterator[None]:
-    """Ctrl-C ignored while a worker is spawned: the child inherits that, so a Ctrl-C that reaches the
-    terminal's process group while it starts up interrupts nothing there (the coordinator handles it)."""
+def _sigint_held() -> Iterator[None]:
+    """Ctrl-C held back (blocked, not ignored) while a worker is spawned.
+
+    The child inherits the blocked mask, so a Ctrl-C that reaches the terminal's process group while it
+    starts up stays pending there until the worker ignores it; here it is delivered when the block is
+    lifted, so the coordinator still sees it. Ignoring it instead (``SIG_IGN``) would lose it. The
+    resource tracker is started first: starting it lifts any block on SIGINT."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    resource_tracker.ensure_running()
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 class WorkerPool:
@@ -111,7 +117,7 @@ class WorkerPool:
             process = context.Process(
                 target=worker_main, args=(child, config, index), daemon=True, name=f"ferry-perf-{index}"
             )
-            with _sigint_ignored():
+            with _sigint_held():
                 process.start()
             child.close()
             self._conns.append(parent)
