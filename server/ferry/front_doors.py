@@ -90,8 +90,14 @@ def rest_config(app: ASGIApp, s: Settings, security: ServerSecurity, **listener:
 
 def receive_turns(s: Settings, processes: int = 1) -> int:
     """Messages one of ``processes`` intake processes may be receiving at once, of every kind
-    together: its share of ``--grpc-receive-bytes`` over the largest message (at least one)."""
-    return max(1, _share(s.grpc_receive_bytes, processes) // s.grpc_max_message_bytes)
+    together: its share of ``--grpc-receive-bytes`` over the largest message, at least two where
+    streams take turns (one they may hold, one kept for unary calls) and one where they do not.
+
+    Why two: streams hold all but one turn, and with one turn an idle stream held it while every
+    unary call of the process waited (four intakes, as on a 16-core machine, share the default
+    96 MiB as 24 MiB each: one 16 MiB turn apiece)."""
+    least = 2 if s.grpc_stream_reads_per_peer else 1
+    return max(least, _share(s.grpc_receive_bytes, processes) // s.grpc_max_message_bytes)
 
 
 def grpc_limits(s: Settings, processes: int = 1) -> GrpcLimits:
@@ -105,7 +111,7 @@ def grpc_limits(s: Settings, processes: int = 1) -> GrpcLimits:
     slot of a process, and grpc refused everyone else ("Concurrent RPC limit exceeded!")."""
     calls = _share(s.grpc_max_concurrent_rpcs, processes)
     reads_total = receive_turns(s, processes)
-    stream_reads_total = max(1, reads_total - 1)  # one turn always left to unary calls (when there are two)
+    stream_reads_total = max(1, reads_total - 1)  # one turn always left to unary calls
     return GrpcLimits(
         s.grpc_max_concurrent_streams,
         calls,

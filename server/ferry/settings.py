@@ -229,8 +229,8 @@ class Settings(BaseSettings):
         description="bytes of request messages all gRPC clients together may be sending at once before admission "
         "sees them (split among intake processes): each read asked of grpc, a unary call's or a stream's, may "
         "receive up to --grpc-max-message-bytes, so this over that is the number of messages received at once "
-        "(at least one per process; streams hold at most all but one, so unary calls never wait behind idle "
-        "streams); lower --grpc-max-message-bytes for more turns of small messages",
+        "(at least two per process, one when streams take no turns; streams hold at most all but one, so unary "
+        "calls never wait behind idle streams); lower --grpc-max-message-bytes for more turns of small messages",
     )
     grpc_idle_stream_secs: Annotated[float, LIMIT] = Field(
         60.0,

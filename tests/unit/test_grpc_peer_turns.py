@@ -121,18 +121,33 @@ def test_intake_processes_share_a_peers_turns_and_the_call_cap(processes: int, t
 
 @pytest.mark.parametrize(
     ("receive", "message", "processes", "turns"),
-    [(96, 48, 1, 2), (96, 48, 2, 1), (96, 16, 1, 6), (96, 16, 2, 3), (96, 100, 1, 1), (1024, 1, 4, 256)],
+    [
+        (96, 48, 1, 2),
+        (96, 48, 2, 2),
+        (96, 16, 1, 6),
+        (96, 16, 2, 3),
+        (96, 16, 4, 2),
+        (96, 100, 1, 2),
+        (1024, 1, 4, 256),
+    ],
 )
 def test_the_receive_budget_over_the_largest_message_is_every_turn(
     receive: int, message: int, processes: int, turns: int
 ) -> None:
     """Each posted read may receive up to --grpc-max-message-bytes: a process may post as many as
-    its share of --grpc-receive-bytes holds (at least one), unary and streamed together; a smaller
-    message limit gives more turns for the same memory."""
+    its share of --grpc-receive-bytes holds, unary and streamed together, and at least two (four
+    intakes share the defaults as one 16 MiB turn each, and an idle stream held that one turn while
+    every unary call waited); a smaller message limit gives more turns for the same memory."""
     settings = Settings(grpc_receive_bytes=receive * 2**20, grpc_max_message_bytes=message * 2**20)
     limits = grpc_limits(settings, processes)
     assert limits.reads_total == turns
-    assert limits.stream_reads_total == max(1, turns - 1)
+    assert limits.stream_reads_total == turns - 1  # the last turn is never a stream's
+
+
+def test_without_stream_turns_one_turn_is_enough() -> None:
+    """Streams that take no turns (--grpc-stream-reads-per-peer 0) leave the one turn to unary calls."""
+    settings = Settings(grpc_receive_bytes=96 * 2**20, grpc_max_message_bytes=100 * 2**20, grpc_stream_reads_per_peer=0)
+    assert grpc_limits(settings, 1).reads_total == 1
 
 
 async def test_unary_and_stream_turns_share_one_budget_and_unary_calls_come_first() -> None:
