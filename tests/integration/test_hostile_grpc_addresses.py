@@ -33,6 +33,7 @@ from .test_hostile_grpc_calls import Attacker
 
 pytestmark = pytest.mark.timeout(180)
 
+TAKEN = "is received in its turn"  # the server's debug line when a message of an address takes a turn
 TOTAL = 2
 ADDRESSES = [f"127.0.0.{10 + index}" for index in range(16)]
 MIB_EACH = 8
@@ -48,6 +49,7 @@ def server(tmp_path_factory) -> Iterator[RunningServer]:
         *("--grpc-reads-per-peer", str(TOTAL), "--grpc-stream-reads-per-peer", "1"),
         *("--grpc-idle-stream-secs", str(IDLE_S), "--grpc-request-timeout-secs", "60"),
         *("--max-inflight-bytes", str(2**30)),  # room for every call: turns, not admission, are tested
+        *("--log-level", "debug"),  # says when a message takes a turn
     )
     yield running
     running.stop()
@@ -87,6 +89,18 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
     writer.close()
 
 
+async def _turns_taken(server: RunningServer, address: str, count: int, since: int) -> None:
+    """Until the server's log after offset ``since`` says ``count`` times that a message of
+    ``address`` took a turn (a hang guard of 60 s only): the state the test goes on from is caused,
+    not hoped for."""
+    line = f"of {address} {TAKEN}"
+    for _ in range(1200):
+        if server.log()[since:].count(line) >= count:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{address} took fewer than {count} turns")
+
+
 def _request(floats: int) -> pb.ModelInferRequest:
     request = pb.ModelInferRequest(model_name="quick")
     request.inputs.add(name="x", datatype="FP32", shape=[1, floats])
@@ -110,9 +124,11 @@ async def test_many_addresses_share_the_unary_turns(server: RunningServer) -> No
     probe = relays.pop()
     loop = asyncio.get_running_loop()
     # every turn of all addresses held by calls whose messages never come (one raw peer, 127.0.0.1)
+    since = len(server.log())
     _, holder = await loop.create_connection(Attacker, "127.0.0.1", server.grpc_port)
     for index in range(TOTAL):
         holder.open(1 + 2 * index, "ModelInfer")
+    await _turns_taken(server, "127.0.0.1", TOTAL, since)
     # the attack state: an address with turns of its own to spare waits past its deadline
     assert await asyncio.to_thread(_call, probe.port, _request(16), 2.0) == grpc.StatusCode.DEADLINE_EXCEEDED
     process = psutil.Process(server.process.pid)
@@ -171,8 +187,10 @@ async def test_a_stream_idle_on_the_last_turn_gives_way_to_another_address(serve
         peers.append(peer)
     idle, waiting = peers
     try:
+        since = len(server.log())
         idle.call(1, "ModelStreamInfer", 1, end=False)  # answered, then it holds the only turn, idle
         await idle.until(lambda: len(idle.messages(1)) == 1)
+        await _turns_taken(server, "127.0.0.40", 2, since)  # its first message's turn, then the next one's
         waiting.call(1, "ModelStreamInfer", 1, end=False)
         await waiting.until(lambda: len(waiting.messages(1)) == 1, timeout=IDLE_S + 60)
         await idle.until(lambda: 1 in idle.trailers)
@@ -203,11 +221,15 @@ async def test_streams_and_unary_calls_share_one_receive_budget(server: RunningS
     assert isinstance(idle, RawPeer)
     holder = None
     try:
+        since = len(server.log())
         idle.call(1, "ModelStreamInfer", 1, end=False)  # answered, then idle on the one stream turn
         await idle.until(lambda: len(idle.messages(1)) == 1)
+        await _turns_taken(server, "127.0.0.50", 2, since)
         assert await asyncio.to_thread(_call, relays[0].port, _request(16), 10.0) == grpc.StatusCode.OK
+        since = len(server.log())
         _, holder = await loop.create_connection(Attacker, "127.0.0.1", server.grpc_port)
         holder.open(1, "ModelInfer")  # its message never comes: it holds the last turn
+        await _turns_taken(server, "127.0.0.1", 1, since)
         assert await asyncio.to_thread(_call, relays[1].port, _request(16), 2.0) == grpc.StatusCode.DEADLINE_EXCEEDED
         assert 1 not in idle.trailers  # no stream waited: the idle one keeps its turn
         assert holder.transport is not None

@@ -130,6 +130,7 @@ class PeerTurns:
         self._receiving[peer] = self._receiving.get(peer, 0) + 1
         self.held += 1
         self.budget.held += 1
+        log.debug("a gRPC message of %s is received in its turn", peer)  # tests see who holds the turns
 
     async def wait(self, peer: str) -> None:
         """Wait for a turn that ``leave`` hands over (counted as this peer's when handed over)."""
