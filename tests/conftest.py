@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import io
 import os
@@ -100,6 +101,15 @@ class RunningServer:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+    async def said(self, line: str, count: int, since: int) -> None:
+        """Until the log after character ``since`` holds ``line`` ``count`` times (a hang guard of
+        60 s only): a test goes on from a state the server reports, not one it hopes for."""
+        for _ in range(1200):
+            if self.log()[since:].count(line) >= count:
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"the server did not say {line!r} {count} times")
 
     def stop(self, timeout: float = 30) -> int:
         if self.process.poll() is None:

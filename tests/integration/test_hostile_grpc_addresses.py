@@ -90,15 +90,9 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
 
 
 async def _turns_taken(server: RunningServer, address: str, count: int, since: int) -> None:
-    """Until the server's log after offset ``since`` says ``count`` times that a message of
-    ``address`` took a turn (a hang guard of 60 s only): the state the test goes on from is caused,
-    not hoped for."""
-    line = f"of {address} {TAKEN}"
-    for _ in range(1200):
-        if server.log()[since:].count(line) >= count:
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{address} took fewer than {count} turns")
+    """Until the server has said ``count`` times, after log offset ``since``, that a message of
+    ``address`` took a turn."""
+    await server.said(f"of {address} {TAKEN}", count, since)
 
 
 def _request(floats: int) -> pb.ModelInferRequest:

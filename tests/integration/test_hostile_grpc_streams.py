@@ -32,6 +32,7 @@ from ..raw_grpc_peer import DATA, END_STREAM, HEADERS, RawPeer
 pytestmark = pytest.mark.timeout(120)
 
 ATTACKER = "127.0.0.2"
+TAKEN = f"of {ATTACKER} is received in its turn"  # the server's debug line when a message takes a turn
 IDLE_S = 2
 CAP = 4 * 1024 * 1024  # --max-inflight-bytes: a 3 MiB message (counted twice) cannot fit
 
@@ -46,6 +47,7 @@ def server(request, tmp_path_factory) -> Iterator[RunningServer]:
         repo.parent / "server.log",
         *("--grpc-stream-reads-per-peer", "1", "--grpc-idle-stream-secs", str(IDLE_S)),
         *("--max-inflight-bytes", str(CAP)),
+        *("--log-level", "debug"),  # says when a message takes a turn
         *extra,
     )
     yield running
@@ -59,7 +61,9 @@ def default_turns_server(request, tmp_path_factory) -> Iterator[tuple[RunningSer
     write_mlp_model(repo / "quick", width=16, layers=1)
     processes = request.param
     extra = ["--intake-processes", str(processes)] if processes > 1 else []
-    running = start_server(repo, repo.parent / "server.log", "--grpc-idle-stream-secs", str(IDLE_S), *extra)
+    running = start_server(
+        repo, repo.parent / "server.log", "--grpc-idle-stream-secs", str(IDLE_S), "--log-level", "debug", *extra
+    )
     # a connection is served by one process, whose share of the turns it gets
     yield running, grpc_limits(Settings(), processes).stream_reads_per_peer
     running.stop()
@@ -99,8 +103,10 @@ async def test_a_stream_idle_on_the_turn_gives_way_to_a_waiting_one(server: Runn
     assert isinstance(peer, LoggingPeer)
     try:
         # stream 1 is answered, then asks for its next message: it holds the address's one turn, idle
+        since = len(server.log())
         peer.call(1, "ModelStreamInfer", 1, end=False)
         await peer.until(lambda: len(peer.messages(1)) == 1)
+        await server.said(TAKEN, 2, since)  # its first message's turn, then the next one's
         # a unary call of the same address is not held up by it (its turns are a pool of their own)
         peer.call(3, "ModelInfer", 1)
         await peer.until(lambda: 3 in peer.trailers)
@@ -134,9 +140,11 @@ async def test_streams_take_turns_by_default(default_turns_server: tuple[Running
     holders = [1 + 2 * index for index in range(turns)]
     unary, waiting = holders[-1] + 2, holders[-1] + 4  # (HTTP/2 stream ids only grow)
     try:
+        since = len(server.log())
         for stream in holders:  # each answered, then idle on a turn, asking for its next message
             peer.call(stream, "ModelStreamInfer", 1, end=False)
         await peer.until(lambda: all(len(peer.messages(stream)) == 1 for stream in holders))
+        await server.said(TAKEN, 2 * turns, since)  # each one's first message's turn, then its next one's
         peer.call(unary, "ModelInfer", 1)
         await peer.until(lambda: unary in peer.trailers)
         assert peer.trailers[unary]["grpc-status"] == "0"
