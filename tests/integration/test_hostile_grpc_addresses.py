@@ -34,6 +34,7 @@ from .test_hostile_grpc_calls import Attacker
 pytestmark = pytest.mark.timeout(180)
 
 TAKEN = "is received in its turn"  # the server's debug line when a message of an address takes a turn
+WAITS = "waits for its turn to be received"  # and when one waits for a turn
 TOTAL = 2
 ADDRESSES = [f"127.0.0.{10 + index}" for index in range(16)]
 MIB_EACH = 8
@@ -117,38 +118,44 @@ async def test_many_addresses_share_the_unary_turns(server: RunningServer) -> No
     relays = [await Relay(server.grpc_port, source).start() for source in [*ADDRESSES, "127.0.0.30"]]
     probe = relays.pop()
     loop = asyncio.get_running_loop()
-    # every turn of all addresses held by calls whose messages never come (one raw peer, 127.0.0.1)
-    since = len(server.log())
-    _, holder = await loop.create_connection(Attacker, "127.0.0.1", server.grpc_port)
-    for index in range(TOTAL):
-        holder.open(1 + 2 * index, "ModelInfer")
-    await _turns_taken(server, "127.0.0.1", TOTAL, since)
-    # the attack state: an address with turns of its own to spare waits past its deadline
-    assert await asyncio.to_thread(_call, probe.port, _request(16), 2.0) == grpc.StatusCode.DEADLINE_EXCEEDED
-    process = psutil.Process(server.process.pid)
-    before = process.memory_info().rss
-    statuses: list[grpc.StatusCode] = []
-    big = _request(MIB_EACH * 2**20 // 4)
-    threads = [
-        threading.Thread(target=lambda port=relay.port: statuses.append(_call(port, big, 60.0)), daemon=True)
-        for relay in relays
-    ]
-    for thread in threads:
-        thread.start()
-    # every address's call waits: a tiny one of yet another address still does too
-    assert await asyncio.to_thread(_call, probe.port, _request(16), 2.0) == grpc.StatusCode.DEADLINE_EXCEEDED
-    growth = process.memory_info().rss - before
-    assert statuses == []
-    assert growth < 4 * MIB_EACH * 2**20, f"+{growth / 2**20:.0f} MiB while 16 addresses waited"
-    assert holder.transport is not None
-    holder.transport.close()  # the turns pass on, and each address's call is received in its turn
-    for thread in threads:
-        await asyncio.to_thread(thread.join, 60)
-    # each was received and answered: its shape does not fit the model, which says so
-    assert statuses == [grpc.StatusCode.INVALID_ARGUMENT] * len(relays), statuses
-    assert await asyncio.to_thread(_call, probe.port, _request(16), 10.0) == grpc.StatusCode.OK
-    for relay in [*relays, probe]:
-        relay.close()
+    holder = None
+    try:
+        # every turn of all addresses held by calls whose messages never come (one raw peer, 127.0.0.1)
+        since = len(server.log())
+        _, holder = await loop.create_connection(Attacker, "127.0.0.1", server.grpc_port)
+        for index in range(TOTAL):
+            holder.open(1 + 2 * index, "ModelInfer")
+        await _turns_taken(server, "127.0.0.1", TOTAL, since)
+        # the attack state: an address with turns of its own to spare waits past its deadline
+        assert await asyncio.to_thread(_call, probe.port, _request(16), 2.0) == grpc.StatusCode.DEADLINE_EXCEEDED
+        process = psutil.Process(server.process.pid)
+        before = process.memory_info().rss
+        statuses: list[grpc.StatusCode] = []
+        big = _request(MIB_EACH * 2**20 // 4)
+        threads = [
+            threading.Thread(target=lambda port=relay.port: statuses.append(_call(port, big, 60.0)), daemon=True)
+            for relay in relays
+        ]
+        since = len(server.log())
+        for thread in threads:
+            thread.start()
+        # every address's call waits (the server says so for each), unread
+        await server.said(WAITS, len(relays), since)
+        growth = process.memory_info().rss - before
+        assert statuses == []
+        assert growth < 4 * MIB_EACH * 2**20, f"+{growth / 2**20:.0f} MiB while 16 addresses waited"
+        assert holder.transport is not None
+        holder.transport.close()  # the turns pass on, and each address's call is received in its turn
+        for thread in threads:
+            await asyncio.to_thread(thread.join, 60)
+        # each was received and answered: its shape does not fit the model, which says so
+        assert statuses == [grpc.StatusCode.INVALID_ARGUMENT] * len(relays), statuses
+        assert await asyncio.to_thread(_call, probe.port, _request(16), 10.0) == grpc.StatusCode.OK
+    finally:
+        if holder is not None and holder.transport is not None:
+            holder.transport.close()  # a failure here must not leave the next test without turns
+        for relay in [*relays, probe]:
+            relay.close()
 
 
 class LoggingPeer(RawPeer):
