@@ -259,10 +259,16 @@ async def infer_response(
         body: bytes | memoryview
         blob = None  # the binary section, when it was received apart from the JSON header
         json_length = request.headers.get(HEADER_LENGTH)
+        read = None
         if takes_direct_read(request, declared) and declared <= max_body_bytes:
             json_bytes = int(json_length) if json_length and json_length.isdigit() else 0
-            received = plane.receive_body(declared, json_bytes, ticket)  # counted, then allocated
-            body, *rest = await read_body_into(request, received)
+            read = await read_body_into(
+                request,
+                declared,
+                lambda: plane.receive_body(declared, json_bytes, ticket),  # counted, then allocated
+            )
+        if read is not None:
+            received, (body, *rest) = read
             blob = rest[0] if rest else None
         else:
             body = await _read_body(request, max_body_bytes, plane.workers, ticket)

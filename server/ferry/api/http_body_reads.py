@@ -22,16 +22,34 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable
-from typing import Any, ClassVar
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar, Protocol, TypeVar
 
 import httptools
 from starlette.requests import ClientDisconnect
 from starlette.types import Scope
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+
+
+class ReceivedBody(Protocol):
+    """Memory for one body: ``parts`` (writable, filled in order, together exactly its declared
+    length: the whole body, or its JSON header and its binary section apart) and ``release``,
+    called once by the door when the request ends (what was handed on may keep it longer)."""
+
+    parts: tuple[memoryview, ...]
+
+    def release(self) -> None: ...
+
+
+Body = TypeVar("Body", bound=ReceivedBody)
 
 #: The scope key under which the protocol offers ``receive_into`` to the app.
 RECEIVE_INTO = "ferry.receive_into"
+
+#: The most a body's buffer may be ahead of what its client has sent when it is allocated: beyond
+#: that, a client announcing a large body and sending little would make this process hold memory
+#: (counted, so refusing others) it never sends.
+DIRECT_AHEAD_BYTES = 2**20
 
 #: What one read takes when no body buffer waits for it (asyncio's and uvloop's own read size).
 READ_BYTES = 256 * 1024
@@ -87,17 +105,34 @@ class DirectBodyProtocol(HttpToolsProtocol):
         self._parsed_body += len(body)
         super().on_body(body)
 
-    async def receive_into(self, scope: Scope, parts: tuple[memoryview, ...]) -> bool:
-        """Read the body of the request of ``scope`` into ``parts`` (in order; together its declared
-        length), before any of it was received by the app. False when this read cannot take it
-        (not the request being read now, not a plain Content-Length body of this size, or already
-        partly received): the caller reads it with ``receive``. Raises ClientDisconnect if the
-        client goes first."""
+    async def receive_into(self, scope: Scope, declared: int, allocate: Callable[[], Body]) -> Body | None:
+        """Read the body of the request of ``scope`` into the memory ``allocate`` gives (it counts it
+        in admission first, and may refuse it): its ``parts``, in order, together ``declared``
+        bytes. None, allocating nothing, when this read cannot take it: not the request being
+        read now, not a plain Content-Length body of that size, partly received already, or more
+        than ``DIRECT_AHEAD_BYTES`` not arrived yet (a client announcing a large body and sending
+        little holds only what it sent, as before); the caller reads it with ``receive`` then.
+        Raises ClientDisconnect if the client goes first."""
         cycle = self.cycle
         if cycle is None or cycle.scope is not scope or self._sink or cycle.response_complete:
-            return False
-        if _plain_length(scope["headers"]) != sum(len(part) for part in parts) or len(cycle.body) != self._parsed_body:
-            return False
+            return None
+        arrived = len(cycle.body)
+        if (
+            arrived != self._parsed_body
+            or declared - arrived > DIRECT_AHEAD_BYTES
+            or _plain_length(scope["headers"]) != declared
+        ):
+            return None
+        body = allocate()
+        try:
+            await self._fill(cycle, body.parts)
+        except BaseException:
+            body.release()
+            raise
+        return body
+
+    async def _fill(self, cycle: RequestResponseCycle, parts: tuple[memoryview, ...]) -> None:
+        """What arrived copied into ``parts``, the rest read into them as it comes."""
         if cycle.waiting_for_100_continue and not self.transport.is_closing():
             self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
             cycle.waiting_for_100_continue = False
@@ -117,7 +152,6 @@ class DirectBodyProtocol(HttpToolsProtocol):
                 self.transport.close()
         if cycle.disconnected:
             raise ClientDisconnect()
-        return True
 
     @staticmethod
     def _next_part(parts: tuple[memoryview, ...], part: int, filled: int) -> tuple[int, int]:
