@@ -84,6 +84,9 @@ class InferenceRequest:
     preprocessed: frozenset[str] = frozenset()
     #: the admission the front door took for it (None for a request not admitted: a Python model's exec())
     ticket: Reserves | None = field(default=None, repr=False, compare=False)
+    #: the memory its REST body was received into (``api.received_body``), of which its binary
+    #: tensors are views: an intake hands an arena block on where it lies instead of copying it
+    received: object | None = field(default=None, repr=False, compare=False)
 
     @property
     def binary_output_default(self) -> bool:

@@ -168,7 +168,7 @@ class Stack:
         return self
 
     @staticmethod
-    def _guarded() -> type[asyncio.Protocol]:
+    def _guarded() -> type[asyncio.BaseProtocol]:
         """Ferry's connection-limiting protocol with its defaults, as the server's REST listeners run."""
         return ConnectionGuard(HttpConnectionLimits()).protocol()
 

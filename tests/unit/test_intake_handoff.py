@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import weakref
 from collections.abc import AsyncIterator
@@ -16,9 +17,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ferry.api.admission import Admission
+from ferry.api.http_codec import decode_infer_request
 from ferry.errors import DecoupledModel, InvalidArgument, Unavailable
 from ferry.intake.handoff import (
     INLINE_BYTES,
+    ArenaBody,
     FramedChannel,
     HandoffClient,
     HandoffHub,
@@ -27,7 +30,7 @@ from ferry.intake.handoff import (
     _read_tensors,
 )
 from ferry.intake.handoff_messages import Block, Free, Infer, Message, Result, Tensor
-from ferry.intake.memory import ALIGNMENT, FirstFit, Segment
+from ferry.intake.memory import ALIGNMENT, FirstFit, Segment, aligned
 from ferry.intake.shared_state import BYTES, REQUESTS, SharedTable
 from ferry.types import (
     InferenceRequest,
@@ -276,6 +279,43 @@ async def test_a_cancelled_call_is_cancelled_in_the_model_process_and_its_block_
         while model.cancelled == 0 or client._requests.used_bytes:
             await asyncio.sleep(0.01)
         assert client.in_flight == 0
+
+
+async def test_a_rest_body_received_into_the_arena_is_read_there_by_the_model_process(tmp_path: Path) -> None:
+    """The REST door received a body's binary section into a block of the arena (``ArenaBody``):
+    the model process reads the tensor at that very place, no second block is written, and the
+    block lives until both the door and the model process are done with it."""
+    async with _pair(tmp_path) as (model, hub, client):
+        admission = Admission(8, 64 * 2**20)
+        ticket = admission.admit()
+        x = np.random.default_rng(0).random((1, 3, 64, 64), dtype=np.float32)
+        entry = {"name": "x", "shape": list(x.shape), "datatype": "FP32", "parameters": {"binary_data_size": x.nbytes}}
+        header = json.dumps({"inputs": [entry]}).encode()
+        received = client.receive_body(len(header) + x.nbytes, len(header), ticket)
+        assert isinstance(received, ArenaBody)
+        assert admission.bytes >= len(header) + x.nbytes  # counted before the body arrives
+        received.parts[0][:] = header  # what the door's read writes, part after part
+        received.parts[1][:] = x.tobytes()
+        json_part, blob = (part.toreadonly() for part in received.parts)
+        request = decode_infer_request("m", "", json_part, None, blob=blob)
+        request.received, request.ticket = received, ticket
+        model.gate = asyncio.Event()
+        call = asyncio.create_task(client.infer(request))
+        while not model.seen:
+            await asyncio.sleep(0.01)
+        assert client._requests.used_bytes == aligned(x.nbytes)  # the body's block alone: no copy written
+        seen = model.seen[0].inputs["x"]
+        np.testing.assert_array_equal(seen, x)
+        [connection] = hub.connections
+        arena = np.frombuffer(connection._requests.arena.buffer, np.uint8)
+        assert seen.ctypes.data == arena.ctypes.data + received.block.key  # read where it was received
+        received.release()  # the door is done (its caller left, say): the model process still reads
+        assert client._requests.used_bytes == aligned(x.nbytes)
+        model.gate.set()
+        await call
+        assert client._requests.used_bytes == 0
+        ticket.close()
+        assert admission.bytes == 0
 
 
 async def test_calls_in_flight_fail_with_unavailable_when_the_model_process_goes_away(tmp_path: Path) -> None:

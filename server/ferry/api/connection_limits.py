@@ -36,9 +36,10 @@ from typing import Any, ClassVar, Protocol
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from ferry_client.codec import dumps
+
+from .http_body_reads import RECEIVE_INTO, BufferedReads, DirectBodyProtocol
 
 log = logging.getLogger(__name__)
 
@@ -93,10 +94,12 @@ class ConnectionGuard:
         self.limits = limits
         self.lingering = 0
 
-    def protocol(self) -> type[HttpToolsProtocol]:
+    def protocol(self) -> type[BufferedReads]:
         """The class to pass as ``uvicorn.Config(http=...)``: uvicorn builds each connection's
-        protocol from a class itself, so this guard rides on a subclass made for it."""
-        return type("GuardedHttpToolsProtocol", (GuardedHttpToolsProtocol,), {"guard": self})
+        protocol from a class itself, so this guard rides on a subclass made for it (behind the
+        transport's ``BufferedReads``, see ``http_body_reads``)."""
+        guarded = type("GuardedHttpToolsProtocol", (GuardedHttpToolsProtocol,), {"guard": self})
+        return type("GuardedReads", (BufferedReads,), {"http_class": guarded})
 
     def answer_and_close(self, transport: asyncio.Transport, response: bytes) -> None:
         """Send ``response`` and close without a reset: closing a socket with unread input makes the
@@ -129,8 +132,9 @@ class _Progress:
         return self.moved < limits.min_body_rate * max(0.0, self.seconds - limits.body_grace)
 
 
-class GuardedHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with its listener's ``guard`` applied (see the module's doc)."""
+class GuardedHttpToolsProtocol(DirectBodyProtocol):
+    """uvicorn's httptools protocol with its listener's ``guard`` applied (see the module's doc),
+    reading large bodies straight into their buffers (``http_body_reads``)."""
 
     guard: ClassVar[ConnectionGuard]
 
@@ -173,6 +177,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if self._limits.shared is not None:
             self._limits.shared.add(-1)
         self._stop_timers()
+        if self.scope is not None:  # its ``receive_into`` refers to this protocol: no cycle left
+            self.scope.pop(RECEIVE_INTO, None)  # type: ignore[misc]
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -216,6 +222,12 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def on_body(self, body: bytes) -> None:
         self._body.moved += len(body)
         super().on_body(body)
+
+    def body_progress(self, nbytes: int) -> None:
+        """Bytes read straight into a body's buffer: progress as ``on_body``'s, timed the same way."""
+        self._body.moved += nbytes
+        if self._body_open and self._body_timer is None and not self._closing:
+            self._body_timer = self.loop.call_later(RATE_CHECK_INTERVAL_S, self._check_body_rate)
 
     def on_message_complete(self) -> None:
         self._body_open = False

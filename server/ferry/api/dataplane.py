@@ -38,10 +38,11 @@ from ..response_streams import ResponseStream
 from ..security.identity import Identify, anonymous
 from ..types import InferenceRequest, InferenceResponse, OutputTensor, Reserves, TensorSpec
 from ..workers import run_in
-from .admission import Admission
+from .admission import Admission, Ticket
 from .limits import OFF_LOOP_BYTES, Limits
 from .logging_ext import LoggingControl
 from .ocr_pages import read_pages
+from .received_body import HeapBody
 from .shared_memory import SharedMemoryRegistry, ref_parameters, shared_regions
 from .stream_limits import StreamLimits
 from .trace_ext import RequestTracing
@@ -137,6 +138,10 @@ class DataPlane:
 
     def model(self, name: str, version: str = "") -> ModelVersion:
         return self.manager.get(name, version)
+
+    def receive_body(self, nbytes: int, json_bytes: int, ticket: Ticket) -> HeapBody:
+        """A REST body's buffer: on the heap, in one process (``api/received_body.py``)."""
+        return HeapBody(nbytes, ticket)
 
     def is_decoupled(self, name: str, version: str = "") -> bool:
         """Whether requests to this model stream (False when it cannot serve: its request says why)."""

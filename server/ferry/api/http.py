@@ -47,6 +47,7 @@ from .limits import OFF_LOOP_BYTES
 from .logging_ext import log_router
 from .multipart import multipart_files
 from .openapi import INDEX_BODY, INFER_BODY, LOAD_BODY, UNLOAD_BODY, document_real_errors
+from .received_body import ReceivedBody, read_body_into, takes_direct_read
 from .response_size import estimated_size, reserve_outputs, reserve_response
 from .shared_memory_http import add_shared_memory_routes
 from .trace_ext import trace_router
@@ -249,22 +250,41 @@ async def infer_response(
     plane: InferencePlane, model: str, version: str, request: Request, max_body_bytes: int, max_response_bytes: int
 ) -> Response:
     """``POST .../infer``: admit, read and decode the body, run the model, encode and compress."""
-    plane.admission.check_room(_declared_length(request))
+    declared = _declared_length(request)
+    plane.admission.check_room(declared)
     ticket = plane.admission.admit()  # held until the answer is written (HeldResponse)
     codec = plane.workers.codec
+    received: ReceivedBody | None = None
     try:
-        body = await _read_body(request, max_body_bytes, plane.workers, ticket)
+        body: bytes | memoryview
+        blob = None  # the binary section, when it was received apart from the JSON header
+        json_length = request.headers.get(HEADER_LENGTH)
+        read = None
+        if takes_direct_read(request, declared) and declared <= max_body_bytes:
+            json_bytes = int(json_length) if json_length and json_length.isdigit() else 0
+            read = await read_body_into(
+                request,
+                declared,
+                lambda: plane.receive_body(declared, json_bytes, ticket),  # counted, then allocated
+            )
+        if read is not None:
+            received, (body, *rest) = read
+            blob = rest[0] if rest else None
+        else:
+            body = await _read_body(request, max_body_bytes, plane.workers, ticket)
         infer_request = await _off_loop_if_large(
             codec,
-            len(body),
+            declared or len(body),
             decode_infer_request,
             model,
             version,
             body,
-            request.headers.get(HEADER_LENGTH),
+            json_length,
             plane.limits,
+            blob,
         )
-        del body  # the tensors are views of it where possible; drop the name early
+        del body, blob  # the tensors are views of them where possible; drop the names early
+        infer_request.received = received
         infer_request.client = plane.identify(request.headers.get("authorization"))
         infer_request.ticket = ticket
         outputs = reserve_outputs(infer_request.inputs, ticket)
@@ -284,6 +304,9 @@ async def infer_response(
     except BaseException:
         ticket.close()
         raise
+    finally:
+        if received is not None:
+            received.release()
     if encoding:
         headers["Content-Encoding"] = encoding
     media_type = JSON if header_length is None else "application/octet-stream"

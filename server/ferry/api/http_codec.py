@@ -89,13 +89,22 @@ def _accepted_encodings(header: str | None) -> set[str]:
 
 
 def decode_infer_request(
-    model_name: str, model_version: str, body: bytes, header_length: str | None, limits: Limits = DEFAULT_LIMITS
+    model_name: str,
+    model_version: str,
+    body: bytes | memoryview,
+    header_length: str | None,
+    limits: Limits = DEFAULT_LIMITS,
+    blob: memoryview | None = None,
 ) -> InferenceRequest:
-    """Build an InferenceRequest from a V2 JSON (+ binary) body, within ``limits``."""
+    """Build an InferenceRequest from a V2 JSON (+ binary) body, within ``limits``; ``blob``: its
+    binary section when that was received apart (``body`` then holds the JSON header alone)."""
+    if blob is not None:
+        header_length = None
     json_size = len(body) if not header_length else int(header_length) if header_length.isdigit() else 0
     limits.check_json_size(json_size)
     try:
-        header, blob = split_body(body, header_length)
+        header, rest = split_body(body, header_length)
+        blob = rest if blob is None else blob
         parameters = header.get("parameters") or {}
         if not isinstance(parameters, dict):
             raise CodecError("'parameters' must be a JSON object")

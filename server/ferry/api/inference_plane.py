@@ -13,8 +13,9 @@ from ..errors import FerryError
 from ..security.identity import Identify
 from ..types import InferenceRequest, InferenceResponse
 from ..workers import Workers
-from .admission import Admission
+from .admission import Admission, Ticket
 from .limits import Limits
+from .received_body import ReceivedBody
 from .stream_limits import StreamLimits
 
 
@@ -27,6 +28,12 @@ class InferencePlane(Protocol):
 
     async def infer(self, request: InferenceRequest, door: str = ...) -> InferenceResponse:
         """One response; ``door`` names the endpoint in the error a decoupled model gets."""
+        ...
+
+    def receive_body(self, nbytes: int, json_bytes: int, ticket: Ticket) -> ReceivedBody:
+        """Memory for a REST body of ``nbytes`` (``json_bytes`` of them its JSON header, when its
+        binary section follows), counted on ``ticket`` before it is allocated, where the request
+        will be served from (``api/received_body.py``)."""
         ...
 
     def is_decoupled(self, name: str, version: str = "") -> bool:

@@ -54,6 +54,7 @@ import numpy as np
 from ferry_client.codec.tensors import decode_bytes_elements, encode_bytes_elements
 
 from ..api.admission import Admission, Ticket
+from ..api.received_body import HeapBody, ReceivedBody
 from ..errors import (
     DecoupledModel,
     ErrorKind,
@@ -355,6 +356,49 @@ def _write_tensors(
     return block, _fill(buffer, base, payloads)
 
 
+class ArenaBody:
+    """A REST body received with its binary section in a block of the intake's request arena
+    (``api/received_body.py``; the JSON header apart, on the heap): its tensors go to the model
+    process where the kernel wrote them, with no copy, and tensors of requests received one after
+    the other lie one after the other, as the batcher's ``in_place`` takes them. The block is
+    counted on the request's ticket before it exists, and freed once neither the door nor the
+    model process uses it (each ``release``s its use)."""
+
+    __slots__ = ("parts", "block", "_blocks", "_address", "_users")
+    parts: tuple[memoryview, ...]
+
+    def __init__(self, blocks: Blocks, json_bytes: int, nbytes: int, ticket: Ticket) -> None:
+        ticket.reserve(json_bytes)  # the header's bytes, counted before they are allocated
+        self.block, buffer, base = blocks.allocate(nbytes - json_bytes, ticket.hold)
+        section = memoryview(buffer)[base : base + nbytes - json_bytes]
+        self.parts = (memoryview(bytearray(json_bytes)), section)
+        self._blocks = blocks
+        self._address = np.frombuffer(section, np.uint8).ctypes.data
+        self._users = 1  # the door's
+
+    def lend(self, blocks: Blocks, arrays: list[tuple[str, np.ndarray]]) -> tuple[Block, list[Tensor]] | None:
+        """The block and where each array lies in it, when it is a block of ``blocks`` and all the
+        arrays are views of it (not JSON-typed inputs, not BYTES elements), for the model process
+        to read until it answers (then ``release``); else None."""
+        if blocks is not self._blocks:
+            return None
+        tensors: list[Tensor] = []
+        for name, array in arrays:
+            if array.dtype.hasobject or not array.flags.c_contiguous:
+                return None
+            offset = array.ctypes.data - self._address
+            if offset < 0 or offset + array.nbytes > self.block.size:
+                return None
+            tensors.append(Tensor(name, array.dtype.str, array.shape, offset, array.nbytes))
+        self._users += 1
+        return self.block, tensors
+
+    def release(self) -> None:
+        self._users -= 1
+        if self._users == 0:
+            self._blocks.free(self.block)
+
+
 def _read_tensors(buffer: Any, base: int, tensors: list[Tensor], copy: bool) -> dict[str, np.ndarray]:
     """Arrays over a block (views, or copies when the block is about to be given back)."""
     arrays: dict[str, np.ndarray] = {}
@@ -396,7 +440,7 @@ class HandoffClient:
         self._requests = Blocks("ferry-requests", arena_bytes)
         self._responses: PeerBlocks | None = None
         self._channel = FramedChannel(Wire(ToIntake), self._on_message, self._on_lost)
-        self._pending: dict[int, tuple[asyncio.Future, Block]] = {}
+        self._pending: dict[int, tuple[asyncio.Future, Callable[[], None]]] = {}  # and what frees its block
         self._questions: dict[int, asyncio.Future] = {}  # describe calls: no blocks
         self._freeing: dict[int, tuple[asyncio.Future, InferenceResponse]] = {}  # answers awaiting Freed
         self._calls = itertools.count()
@@ -411,6 +455,13 @@ class HandoffClient:
         self._channel.send(Hello(self.row, os.getpid(), arena.fd, arena.size))
         welcome = await self._welcome
         self._responses = PeerBlocks(welcome.pid, welcome.arena_fd, welcome.arena_size)
+
+    def receive_body(self, nbytes: int, json_bytes: int, ticket: Ticket) -> ReceivedBody:
+        """Memory for a REST body (``InferencePlane.receive_body``): its binary section in a block of
+        this intake's arena when it has one (``ArenaBody``), else the heap."""
+        if 0 < json_bytes < nbytes:
+            return ArenaBody(self._requests, json_bytes, nbytes, ticket)
+        return HeapBody(nbytes, ticket)
 
     def send_ready(self) -> None:
         self._channel.send(Ready())
@@ -446,8 +497,16 @@ class HandoffClient:
             int_parameter(request, key)
         # the block is a copy of the inputs that lives until the model process answers: counted
         # (and refused past the cap) on the request's own ticket, as one process counts its copies
-        count = None if request.ticket is None else request.ticket.hold
-        block, tensors = _write_tensors(self._requests, list(request.inputs.items()), count)
+        arrays = list(request.inputs.items())
+        received = request.received
+        lent = received.lend(self._requests, arrays) if isinstance(received, ArenaBody) else None
+        if lent is not None:
+            assert isinstance(received, ArenaBody)
+            (block, tensors), free = lent, received.release
+        else:
+            count = None if request.ticket is None else request.ticket.hold
+            block, tensors = _write_tensors(self._requests, arrays, count)
+            free = functools.partial(self._requests.free, block)
         call = next(self._calls)
         message = Infer(
             call,
@@ -469,10 +528,10 @@ class HandoffClient:
         try:
             self._channel.send(message)
         except BaseException:
-            self._requests.free(block)
+            free()
             raise
         future = asyncio.get_running_loop().create_future()
-        self._pending[call] = (future, block)
+        self._pending[call] = (future, free)
         try:
             return await future
         except asyncio.CancelledError:
@@ -507,8 +566,8 @@ class HandoffClient:
         entry = self._pending.pop(call, None)
         if entry is None:
             return None
-        future, block = entry
-        self._requests.free(block)
+        future, free = entry
+        free()
         return future
 
     def _fail(self, call: int, error: FerryError) -> None:

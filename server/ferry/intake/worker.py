@@ -23,11 +23,12 @@ from pathlib import Path
 import grpc
 from starlette.types import ASGIApp
 
-from ..api.admission import Admission
+from ..api.admission import Admission, Ticket
 from ..api.drain_cutoff import ANSWER_GRACE_S, CutoffApp, DrainCutoff
 from ..api.grpc import STREAM_DOOR
 from ..api.http_fast import InferFastPath
 from ..api.limits import Limits
+from ..api.received_body import ReceivedBody
 from ..api.stream_limits import StreamLimits
 from ..errors import DecoupledModel, FerryError
 from ..front_doors import (
@@ -127,6 +128,10 @@ class IntakePlane:
         because a stream's requests to a decoupled model are relayed to the model process
         (``ForwardingServicer``), whose responses stream from there. Answers as one final response."""
         yield await self.infer(request), True
+
+    def receive_body(self, nbytes: int, json_bytes: int, ticket: Ticket) -> ReceivedBody:
+        """A REST body's memory: its binary section in the hand-off arena (``HandoffClient``)."""
+        return self._client.receive_body(nbytes, json_bytes, ticket)
 
     def is_decoupled(self, name: str, version: str = "") -> bool:
         """Whether the model process found (name, version) decoupled for an earlier streamed
