@@ -17,7 +17,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -26,6 +25,7 @@ import numpy as np
 from ..backends.base import Instance
 from ..errors import FerryError, Unavailable
 from ..statistics import ModelStats
+from .instance_thread import InstanceThread
 from .interface import HOST, Execution, Memory, ModelScheduler, Outputs, PendingPixels
 from .policy import SchedulingPolicy
 
@@ -274,9 +274,9 @@ class Scheduler(ModelScheduler):
         self._delayed: deque[Pending] = deque()
         self._live: dict[int, int] = dict.fromkeys(self.policy.levels, 0)
         self._queued = 0
-        self._executor = ThreadPoolExecutor(
-            max_workers=max(1, len(self.instances)), thread_name_prefix=f"ferry-model-{name}"
-        )
+        self._threads = {
+            id(instance): InstanceThread(f"ferry-model-{name}_{index}") for index, instance in enumerate(self.instances)
+        }
         self._workers: list[asyncio.Task] = []
         self._staging = {id(instance): Staging() for instance in self.instances}
         self._may_inline = all(instance.inline_when_fast for instance in self.instances)
@@ -465,7 +465,6 @@ class Scheduler(ModelScheduler):
                 await asyncio.wait_for(self._arrived.wait(), max(remaining, 0))
 
     async def _work(self, instance: Instance) -> None:
-        loop = asyncio.get_running_loop()
         while True:
             async with self._form_lock:
                 batch = await self._next_batch()
@@ -484,9 +483,9 @@ class Scheduler(ModelScheduler):
                 if self._inline(sum(p.batch_size for p in batch), nbytes):
                     results = self._compute_batch(instance, batch, nbytes)
                 else:
-                    results = await loop.run_in_executor(self._executor, self._compute_batch, instance, batch, nbytes)
+                    results = await self._threads[id(instance)].compute(self._compute_batch, instance, batch, nbytes)
             except Exception as exc:  # the whole batch failed: find out which request caused it
-                results = await self._isolate(loop, instance, batch, exc)
+                results = await self._isolate(instance, batch, exc)
             self._answer(batch, results)
             # the last batch's tensors (a request's body, or the intake arena or spill it was read from)
             # must not live on while this worker waits for the next batch
@@ -521,9 +520,7 @@ class Scheduler(ModelScheduler):
             and nbytes <= INLINE_MAX_BYTES_FACTOR * self._input_bytes * items
         )
 
-    async def _isolate(
-        self, loop: asyncio.AbstractEventLoop, instance: Instance, batch: list[Pending], exc: Exception
-    ) -> list[Outputs | BaseException]:
+    async def _isolate(self, instance: Instance, batch: list[Pending], exc: Exception) -> list[Outputs | BaseException]:
         """Re-run a failed batch one request at a time so one bad request fails alone."""
         if len(batch) == 1:
             return [_as_request_error(self.name, exc)]
@@ -534,8 +531,8 @@ class Scheduler(ModelScheduler):
                 continue
             try:
                 results.extend(
-                    await loop.run_in_executor(
-                        self._executor, self._compute_batch, instance, [pending], _input_bytes([pending])
+                    await self._threads[id(instance)].compute(
+                        self._compute_batch, instance, [pending], _input_bytes([pending])
                     )
                 )
             except Exception as single:
@@ -624,7 +621,8 @@ class Scheduler(ModelScheduler):
         self._stopping = True
         self._arrived.set()
         await asyncio.gather(*self._workers, return_exceptions=True)
-        self._executor.shutdown(wait=True)
+        for thread in self._threads.values():
+            await asyncio.get_running_loop().run_in_executor(None, thread.stop)  # joins: not on the loop
         for staging in self._staging.values():
             staging.close()
 
