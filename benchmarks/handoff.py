@@ -12,8 +12,8 @@ answer) from ``--concurrency`` callers. CPU per request from /proc (the hub) and
 
 With ``--model`` the hub is a whole model process instead: a real data plane serving the no-compute
 model of ``host_path.py`` (FP32 ``[3, 224, 224]`` in, ``[1000]`` out, ONNX Runtime, dynamic
-batching; its Prometheus histograms attached, as a server's are), so the hub's CPU per request is the model process's, without the intakes' front doors
-competing for the cores.
+batching; its Prometheus histograms attached, as a server's are), so the hub's CPU per request is
+the model process's, without the intakes' front doors competing for the cores.
 
     python benchmarks/handoff.py --baseline /tmp/main-base --rounds 5
     python benchmarks/handoff.py --model --baseline /tmp/main-base --rounds 5

@@ -32,7 +32,9 @@ def exposition(family_type: type, buckets: tuple[float, ...], values: list[float
     return generate_latest(registry)
 
 
-@pytest.mark.parametrize("buckets", [tuple(float(b) for b in LATENCY_BUCKETS_US), tuple(float(b) for b in BATCH_BUCKETS)])
+@pytest.mark.parametrize(
+    "buckets", [tuple(float(b) for b in LATENCY_BUCKETS_US), tuple(float(b) for b in BATCH_BUCKETS)]
+)
 @pytest.mark.parametrize("batch", [False, True])
 def test_the_exposition_is_prometheus_clients(buckets: tuple[float, ...], batch: bool) -> None:
     from prometheus_client import disable_created_metrics

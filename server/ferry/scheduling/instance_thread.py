@@ -12,6 +12,7 @@ pool was.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Callable
 from queue import SimpleQueue
@@ -73,10 +74,8 @@ class InstanceThread:
 def _answer(
     loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], outcome: Any, error: BaseException | None
 ) -> None:
-    try:
+    with contextlib.suppress(RuntimeError):  # the loop is closed: nobody awaits the answer any more
         loop.call_soon_threadsafe(_settle, future, outcome, error)
-    except RuntimeError:  # the loop is closed: nobody awaits the answer any more
-        pass
 
 
 def _settle(future: asyncio.Future[Any], outcome: Any, error: BaseException | None) -> None:
