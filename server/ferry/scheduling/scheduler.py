@@ -624,7 +624,7 @@ class Scheduler(ModelScheduler):
         self._arrived.set()
         await asyncio.gather(*self._workers, return_exceptions=True)
         for thread in self._threads.values():
-            await asyncio.get_running_loop().run_in_executor(None, thread.stop)  # joins: not on the loop
+            thread.stop()  # its worker has returned: nothing but a cancelled caller's batch is left to finish
         for staging in self._staging.values():
             staging.close()
 
