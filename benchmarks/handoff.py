@@ -12,8 +12,8 @@ answer) from ``--concurrency`` callers. CPU per request from /proc (the hub) and
 
 With ``--model`` the hub is a whole model process instead: a real data plane serving the no-compute
 model of ``host_path.py`` (FP32 ``[3, 224, 224]`` in, ``[1000]`` out, ONNX Runtime, dynamic
-batching), so the hub's CPU per request is the model process's, without the intakes' front doors
-competing for the cores.
+batching; its Prometheus histograms attached, as a server's are), so the hub's CPU per request is
+the model process's, without the intakes' front doors competing for the cores.
 
     python benchmarks/handoff.py --baseline /tmp/main-base --rounds 5
     python benchmarks/handoff.py --model --baseline /tmp/main-base --rounds 5
@@ -90,6 +90,7 @@ def _model_hub(path: str, ready, done, batch) -> None:  # type: ignore[no-untype
     from ferry.api.dataplane import DataPlane
     from ferry.intake.handoff import HandoffHub
     from ferry.intake.model_directory import ModelDirectory
+    from ferry.metrics import Metrics
     from ferry.repository.manager import ControlMode, ModelManager
 
     async def main() -> None:
@@ -99,6 +100,8 @@ def _model_hub(path: str, ready, done, batch) -> None:  # type: ignore[no-untype
         await manager.start()
         plane = DataPlane(manager)
         plane.started = True
+        metrics = Metrics(manager.ready_models)  # the histograms a server's model process observes into
+        metrics.attach(plane.model(MODEL))
         try:
             hub = HandoffHub(plane.infer, 64 << 20, ModelDirectory(plane), plane.admission, infer_soon=plane.infer_soon)
         except (TypeError, AttributeError):  # a checkout from before ``infer_soon``

@@ -13,11 +13,12 @@ from collections.abc import Callable, Iterable
 from types import ModuleType
 
 import psutil
-from prometheus_client import CollectorRegistry, Histogram, disable_created_metrics
+from prometheus_client import CollectorRegistry, disable_created_metrics
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from .gpu.tegrastats import TegrastatsCollector
+from .histograms import HistogramFamily
 from .repository.model import ModelVersion
 from .statistics import Histograms
 
@@ -222,8 +223,10 @@ class Metrics:
         if self._gpu is not None:
             self.registry.register(self._gpu)
 
-        def histogram(name: str, text: str, buckets: tuple[float, ...]) -> Histogram:
-            return Histogram(name, text, _LABELS, buckets=buckets, registry=self.registry)
+        def histogram(name: str, text: str, buckets: tuple[float, ...]) -> HistogramFamily:
+            family = HistogramFamily(name, text, _LABELS, buckets)
+            self.registry.register(family)
+            return family
 
         self._request = histogram(
             "nv_inference_request_duration_histogram_us", "End-to-end request duration (us)", LATENCY_BUCKETS_US
@@ -253,12 +256,16 @@ class Metrics:
 
     def attach(self, model: ModelVersion) -> None:
         """Give a newly loaded version its histogram children."""
-        labels = (model.name, str(model.version))
+        model.stats.histograms = self.histograms_for(model.name, str(model.version))
+
+    def histograms_for(self, name: str, version: str) -> Histograms:
+        """Fresh histogram children for a load of (name, version): a reloaded version starts from
+        zero, as its counters (its new statistics) do."""
+        labels = (name, version)
         for family in (self._request, self._queue, self._input, self._infer, self._output, self._batch):
-            # A reloaded version starts from zero, as its counters (its new statistics) do.
             with contextlib.suppress(KeyError):
                 family.remove(*labels)
-        model.stats.histograms = Histograms(
+        return Histograms(
             request_us=self._request.labels(*labels),
             queue_us=self._queue.labels(*labels),
             compute_input_us=self._input.labels(*labels),

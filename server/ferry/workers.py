@@ -7,8 +7,8 @@ settings, shut down when the process stops.
 - ``codec`` (threads ``ferry-codec``, one per usable core): protocol work too large for the loop:
   messages parsed and answers encoded, bodies inflated (by half its threads at most),
   shared-memory regions copied.
-- Each model's instances run on its scheduler's own pool (``ferry-model-<name>``, one thread per
-  instance: ``scheduling.scheduler.Scheduler``), which the scheduler's ``stop`` shuts down.
+- Each model instance runs on a long-lived thread of its own (``ferry-model-<name>_<n>``:
+  ``scheduling.instance_thread``), which the scheduler's ``stop`` ends.
 
 Model loads and unloads, heap trims and closing a peer's connections are not per request: they
 use asyncio's default executor. A Python model's ``async_exec`` does too: its thread waits for

@@ -240,12 +240,16 @@ class ModelManager:
                     f"({status.state.value}" + (f": {status.reason})" if status.reason else ")")
                 )
             return status.model
-        ready = {v: s.model for v, s in record.versions.items() if s.state == ModelState.READY and s.model is not None}
-        if not ready:
+        served: ModelVersion | None = None
+        highest = -1
+        for number, status in record.versions.items():  # a loop, not a dict per request
+            if number > highest and status.state == ModelState.READY and status.model is not None:
+                served, highest = status.model, number
+        if served is None:
             raise Unavailable(
                 f"Request for unknown model: '{name}' has no available versions ({self._why_not_ready(record)})"
             )
-        return ready[max(ready)]
+        return served
 
     @staticmethod
     def _why_not_ready(record: ModelRecord) -> str:

@@ -84,4 +84,9 @@ class SchedulingPolicy:
         return priority
 
     def policy_for(self, level: int) -> QueuePolicy:
-        return self.queue_policies.get(level, QueuePolicy())
+        policy = self.queue_policies.get(level)
+        return _NO_QUEUE_POLICY if policy is None else policy  # not a fresh default per request
+
+
+#: The queue policy of a level the config says nothing about (frozen: one shared instance).
+_NO_QUEUE_POLICY = QueuePolicy()

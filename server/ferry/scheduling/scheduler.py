@@ -13,11 +13,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -26,6 +26,7 @@ import numpy as np
 from ..backends.base import Instance
 from ..errors import FerryError, Unavailable
 from ..statistics import ModelStats
+from .instance_thread import InstanceThread
 from .interface import HOST, Execution, Memory, ModelScheduler, Outputs, PendingPixels
 from .policy import SchedulingPolicy
 
@@ -34,20 +35,20 @@ log = logging.getLogger(__name__)
 #: How far past the head of the queue the batcher looks for shape-compatible requests.
 SCAN_LIMIT = 1024
 #: A batch expected to take less than this much CPU time of the thread that runs it runs on the event
-#: loop's thread instead of the worker pool: for a tiny model, or a lone request to a model whose
-#: engine does nothing much (a GPU's, or a no-compute benchmark's), the hand-off (waking a pool
-#: thread, resolving a future across threads, waking the loop: 50-80 us of CPU on 2 loaded cores)
+#: loop's thread instead of the instance's thread: for a tiny model, or a lone request to a model whose
+#: engine does nothing much (a GPU's, or a no-compute benchmark's), the hand-off (waking the instance's
+#: thread, waking the loop with the outcome: 36 us of CPU on 2 cores, ``instance_thread``)
 #: costs more than the execution itself. Expected: the batch's items times the CPU per item of recent
 #: executions (a moving average over about the last ``INLINE_AFTER_RUNS``; waiting for the GIL behind
 #: a busy event loop does not count, unlike wall time), so a large batch of a model whose lone
-#: requests run inline still goes to the pool. Only instances that declare ``inline_when_fast``
+#: requests run inline still goes to the instance's thread. Only instances that declare ``inline_when_fast``
 #: (their ``compute`` waits on nothing but the engine) qualify, so a backend that sleeps or does I/O
 #: in ``compute`` never blocks the loop.
 INLINE_BELOW_NS = 200_000  # the tiny model: ~40 us idle on 2 cores (ORT run + split), ~2x under load
-#: Executions measured (on the pool) before a model may run inline; also the span of the average.
+#: Executions measured (on the instance's thread) before a model may run inline; also the span of the average.
 INLINE_AFTER_RUNS = 8
 #: A batch whose inputs hold more bytes per item than this many times the measured average goes to
-#: the pool whatever the average CPU time says: a large request to a usually tiny dynamic-shape
+#: the instance's thread whatever the average CPU time says: a large request to a usually tiny dynamic-shape
 #: model must not run on the event loop and stall every other client.
 INLINE_MAX_BYTES_FACTOR = 2
 #: Past the first ``INLINE_AFTER_RUNS`` executions only every this-many-th one measures its CPU
@@ -197,7 +198,7 @@ class StagingBudget:
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.held = 0
-        self._lock = threading.Lock()  # instances gather on their own pool threads
+        self._lock = threading.Lock()  # instances gather on their own threads
 
     def take(self, nbytes: int) -> bool:
         with self._lock:
@@ -229,7 +230,7 @@ class Staging:
     def provide(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray | None:
         if dtype.hasobject:
             return None
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        nbytes = math.prod(shape) * dtype.itemsize  # numpy.prod costs 7 us on a 4-tuple
         buffer = self._buffers.get(name)
         if buffer is None or buffer.nbytes < nbytes:
             held = 0 if buffer is None else buffer.nbytes
@@ -270,13 +271,14 @@ class Scheduler(ModelScheduler):
         self.stats = stats
         self.policy = policy or SchedulingPolicy()
         self._batched = self.policy.max_batch_size > 0
-        self._queues: dict[int, deque[Pending]] = {level: deque() for level in self.policy.levels}
+        self._levels = self.policy.levels  # read at every batch: built once
+        self._queues: dict[int, deque[Pending]] = {level: deque() for level in self._levels}
         self._delayed: deque[Pending] = deque()
         self._live: dict[int, int] = dict.fromkeys(self.policy.levels, 0)
         self._queued = 0
-        self._executor = ThreadPoolExecutor(
-            max_workers=max(1, len(self.instances)), thread_name_prefix=f"ferry-model-{name}"
-        )
+        self._threads = {
+            id(instance): InstanceThread(f"ferry-model-{name}_{index}") for index, instance in enumerate(self.instances)
+        }
         self._workers: list[asyncio.Task] = []
         self._staging = {id(instance): Staging() for instance in self.instances}
         self._may_inline = all(instance.inline_when_fast for instance in self.instances)
@@ -416,7 +418,7 @@ class Scheduler(ModelScheduler):
 
     def _queued_in_order(self) -> Iterator[Pending]:
         """Live queued requests: by priority level, FIFO within a level, delayed ones last."""
-        for level in self.policy.levels:
+        for level in self._levels:
             queue = self._queues[level]
             while queue and (not queue[0].queued or queue[0].delayed):
                 queue.popleft()
@@ -465,7 +467,6 @@ class Scheduler(ModelScheduler):
                 await asyncio.wait_for(self._arrived.wait(), max(remaining, 0))
 
     async def _work(self, instance: Instance) -> None:
-        loop = asyncio.get_running_loop()
         while True:
             async with self._form_lock:
                 batch = await self._next_batch()
@@ -484,9 +485,9 @@ class Scheduler(ModelScheduler):
                 if self._inline(sum(p.batch_size for p in batch), nbytes):
                     results = self._compute_batch(instance, batch, nbytes)
                 else:
-                    results = await loop.run_in_executor(self._executor, self._compute_batch, instance, batch, nbytes)
+                    results = await self._threads[id(instance)].compute(self._compute_batch, instance, batch, nbytes)
             except Exception as exc:  # the whole batch failed: find out which request caused it
-                results = await self._isolate(loop, instance, batch, exc)
+                results = await self._isolate(instance, batch, exc)
             self._answer(batch, results)
             # the last batch's tensors (a request's body, or the intake arena or spill it was read from)
             # must not live on while this worker waits for the next batch
@@ -521,9 +522,7 @@ class Scheduler(ModelScheduler):
             and nbytes <= INLINE_MAX_BYTES_FACTOR * self._input_bytes * items
         )
 
-    async def _isolate(
-        self, loop: asyncio.AbstractEventLoop, instance: Instance, batch: list[Pending], exc: Exception
-    ) -> list[Outputs | BaseException]:
+    async def _isolate(self, instance: Instance, batch: list[Pending], exc: Exception) -> list[Outputs | BaseException]:
         """Re-run a failed batch one request at a time so one bad request fails alone."""
         if len(batch) == 1:
             return [_as_request_error(self.name, exc)]
@@ -534,8 +533,8 @@ class Scheduler(ModelScheduler):
                 continue
             try:
                 results.extend(
-                    await loop.run_in_executor(
-                        self._executor, self._compute_batch, instance, [pending], _input_bytes([pending])
+                    await self._threads[id(instance)].compute(
+                        self._compute_batch, instance, [pending], _input_bytes([pending])
                     )
                 )
             except Exception as single:
@@ -624,7 +623,8 @@ class Scheduler(ModelScheduler):
         self._stopping = True
         self._arrived.set()
         await asyncio.gather(*self._workers, return_exceptions=True)
-        self._executor.shutdown(wait=True)
+        for thread in self._threads.values():
+            thread.stop()  # its worker has returned: nothing but a cancelled caller's batch is left to finish
         for staging in self._staging.values():
             staging.close()
 
