@@ -181,6 +181,8 @@ class FerryServer:
             s.allow_python_models, self.plane.infer, asyncio.get_running_loop(), self.plane.infer_stream
         )
         await self.manager.start()
+        if self.intakes is not None:
+            await self.intakes.wait_ready()  # started above: they came up while the models loaded
         if self._http is not None and self._http_task is not None:
             await wait_started(self._http, self._http_task, f"REST server on {s.host}:{s.http_port}")
         self.plane.started = True
