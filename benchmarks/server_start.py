@@ -5,7 +5,9 @@ Starts ``python -m ferry serve REPOSITORY`` on free loopback ports, polls ``/v2/
 process and each of its intake processes spent getting there. Each start is stopped (SIGTERM) before
 the next. Rounds interleave the modes (and, with ``--baseline CHECKOUT``, the checkouts: that one's
 ``server/`` and ``clients/python/`` first on ``PYTHONPATH``, this one's otherwise) and the table gives
-medians, so a shared machine's load moves every column alike.
+medians, so a shared machine's load moves every column alike. Both checkouts are byte-compiled
+first, as pip compiles an installed package (``--as-is`` leaves them as they are: with
+PYTHONDONTWRITEBYTECODE set and no ``__pycache__``, each interpreter compiles the stack from source).
 
     python benchmarks/server_start.py --rounds 7
     python benchmarks/server_start.py --baseline /tmp/starts-base --rounds 7
@@ -15,6 +17,7 @@ medians, so a shared machine's load moves every column alike.
 from __future__ import annotations
 
 import argparse
+import compileall
 import dataclasses
 import os
 import signal
@@ -93,6 +96,11 @@ def _quick_repository(root: Path) -> Path:
     return root
 
 
+def _byte_compile(checkout: Path) -> None:
+    for package in ("server/ferry", "clients/python/ferry_client"):
+        compileall.compile_dir(checkout / package, quiet=1)
+
+
 def start_once(repository: Path, intakes: int, checkout: Path | None, timeout: float = 120) -> Start:
     """Start, wait for ready, read the CPU seconds, stop."""
     env = dict(os.environ)
@@ -149,11 +157,15 @@ def main() -> int:
     parser.add_argument(
         "--repository", type=Path, help="the repository served (default: one tiny ONNX model, made in a temp dir)"
     )
+    parser.add_argument("--as-is", action="store_true", help="do not byte-compile the checkouts first")
     args = parser.parse_args()
     checkouts: dict[str, Path | None] = {"this": None}
     if args.baseline is not None:
         checkouts["baseline"] = args.baseline.resolve()
     modes = {"one process": 0, f"{args.intakes} intakes": args.intakes}
+    if not args.as_is:
+        for checkout in checkouts.values():
+            _byte_compile(checkout or HERE)
     with tempfile.TemporaryDirectory() as temp:
         repository = args.repository.resolve() if args.repository else _quick_repository(Path(temp))
         runs: dict[tuple[str, str], list[Start]] = {(c, m): [] for c in checkouts for m in modes}
@@ -168,7 +180,9 @@ def main() -> int:
                     f"{start.model_cpu_s:.2f} CPU s, intakes [{intakes}], stopped in {start.stop_s:.2f} s",
                     flush=True,
                 )
-    print(f"\n{'the bundled model_repo' if args.repository else 'one tiny ONNX model'}; medians of {args.rounds}")
+    served = f"{args.repository}" if args.repository else "one tiny ONNX model"
+    compiled = "checkouts as they were" if args.as_is else "byte-compiled"
+    print(f"\n{served}, {compiled}; medians of {args.rounds}")
     print(
         "| checkout | mode | ready s | model process CPU s | each intake CPU s | all processes CPU s | stop s |"
         "\n|---|---|---:|---:|---:|---:|---:|"
