@@ -2,9 +2,10 @@
 
 Starts ``python -m ferry serve REPOSITORY`` on free loopback ports, polls ``/v2/health/ready`` every
 10 ms until it answers 200, and then reads from /proc the CPU seconds (user + system) the model
-process and each of its intake processes spent getting there. Each start is stopped (SIGTERM) before
-the next. Rounds interleave the modes (and, with ``--baseline CHECKOUT``, the checkouts: that one's
-``server/`` and ``clients/python/`` first on ``PYTHONPATH``, this one's otherwise) and the table gives
+process and each of its intake processes spent getting there. Each start is stopped (SIGTERM, the
+seconds to its exit are the last column) before the next. Rounds interleave the modes (and, with
+``--baseline CHECKOUT``, the checkouts: each one's ``server/`` and ``clients/python/`` first on
+``PYTHONPATH``) and the table gives
 medians, so a shared machine's load moves every column alike. Both checkouts are byte-compiled
 first, as pip compiles an installed package (``--as-is`` leaves them as they are: with
 PYTHONDONTWRITEBYTECODE set and no ``__pycache__``, each interpreter compiles the stack from source).
@@ -104,8 +105,7 @@ def _byte_compile(checkout: Path) -> None:
 def start_once(repository: Path, intakes: int, checkout: Path | None, timeout: float = 120) -> Start:
     """Start, wait for ready, read the CPU seconds, stop."""
     env = dict(os.environ)
-    if checkout is not None:
-        env["PYTHONPATH"] = os.pathsep.join(str(checkout / part) for part in ("server", "clients/python"))
+    env["PYTHONPATH"] = os.pathsep.join(str((checkout or HERE) / part) for part in ("server", "clients/python"))
     http_port, grpc_port, metrics_port = _free_port(), _free_port(), _free_port()
     command = [sys.executable, "-m", "ferry", "serve", str(repository), "--host", "127.0.0.1"]
     command += ["--http-port", str(http_port), "--grpc-port", str(grpc_port), "--metrics-port", str(metrics_port)]
