@@ -61,9 +61,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 def _byte_compile() -> None:
     """Write the ``__pycache__`` of ``ferry`` and ``ferry_client`` when the environment keeps Python
-    from writing it (PYTHONDONTWRITEBYTECODE, set where issue 40 timed the suite): else every server the suite
-    starts, and each of its intake processes, compiles the whole stack from source, 0.2-0.4 CPU
-    seconds an interpreter (issue 40), where an installed package (pip compiles it) reads bytecode."""
+    from writing it (PYTHONDONTWRITEBYTECODE, set on the shared machine issue 40 timed the suite on):
+    else every server the suite starts, and each of its intake processes, compiles the whole stack
+    from source, 0.2-0.4 CPU seconds an interpreter, where an installed package (pip compiles it)
+    reads bytecode."""
     if sys.flags.dont_write_bytecode:
         for package in (ROOT / "server" / "ferry", ROOT / "clients" / "python" / "ferry_client"):
             compileall.compile_dir(package, quiet=1)
