@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import compileall
 import importlib.util
 import io
 import os
@@ -51,10 +52,23 @@ hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ferry"))
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     """The OCR models of ``model_repo/`` are committed; should one be missing (a sparse checkout),
-    copy it from the rapidocr-onnxruntime wheel, so every test that serves the repository finds them."""
+    copy it from the rapidocr-onnxruntime wheel, so every test that serves the repository finds them.
+    And the server and client packages are byte-compiled once (``_byte_compile``)."""
     from tests.ocr_reference import ensure_models
 
     ensure_models()
+    _byte_compile()
+
+
+def _byte_compile() -> None:
+    """Write the ``__pycache__`` of ``ferry`` and ``ferry_client`` when the environment keeps Python
+    from writing it (PYTHONDONTWRITEBYTECODE, set on the shared machine issue 40 timed the suite on):
+    else every server the suite starts, and each of its intake processes, compiles the whole stack
+    from source, 0.2-0.4 CPU seconds an interpreter, where an installed package (pip compiles it)
+    reads bytecode."""
+    if sys.flags.dont_write_bytecode:
+        for package in (ROOT / "server" / "ferry", ROOT / "clients" / "python" / "ferry_client"):
+            compileall.compile_dir(package, quiet=1)
 
 
 def pytest_report_header() -> str:
@@ -179,7 +193,7 @@ def start_server(
                     return server
         except OSError:
             pass
-        time.sleep(0.1)
+        time.sleep(0.05)
     server.stop()
     raise RuntimeError(f"server did not become ready in {timeout}s:\n{server.log()}")
 

@@ -180,7 +180,14 @@ class FerryServer:
         python_models.configure(
             s.allow_python_models, self.plane.infer, asyncio.get_running_loop(), self.plane.infer_stream
         )
-        await self.manager.start()
+        loading = asyncio.create_task(self.manager.start(), name="load-models")
+        if self.intakes is not None:
+            try:  # started above, they come up while the models load; one that exits fails the start at once
+                await self.intakes.wait_ready()
+            except BaseException:
+                loading.cancel()
+                raise
+        await loading
         if self._http is not None and self._http_task is not None:
             await wait_started(self._http, self._http_task, f"REST server on {s.host}:{s.http_port}")
         self.plane.started = True

@@ -222,6 +222,25 @@ async def test_a_dead_intake_process_is_replaced(server: RunningServer) -> None:
             assert {status for status, _, _ in results} == {200}
 
 
+def _engine_libraries(pid: int) -> set[str]:
+    """The ONNX Runtime libraries a process has mapped (its engine's, once a model is loaded)."""
+    with open(f"/proc/{pid}/maps") as maps:
+        return {line.split()[-1] for line in maps if "onnxruntime" in line and "/" in line}
+
+
+async def test_intake_processes_load_no_engine(server: RunningServer) -> None:
+    """An intake hands tensors over and never runs a model: after serving requests over REST and gRPC
+    none has ONNX Runtime mapped (the model process has, so the check sees one that is loaded)."""
+    async with _fresh_connections() as session:
+        for _ in range(3):  # 18 new connections, CAP at a time (the in-flight cap refuses more)
+            results = await asyncio.gather(*(_post(session, server, QUICK) for _ in range(CAP)))
+            assert {status for status, _, _ in results} == {200}
+    assert set(await asyncio.gather(*(_grpc_infer(server, QUICK) for _ in range(CAP)))) == {grpc.StatusCode.OK}
+    assert _engine_libraries(server.process.pid)
+    loaded = {pid: _engine_libraries(pid) for pid in _intake_pids(server)}
+    assert len(loaded) == 2 and not any(loaded.values()), loaded
+
+
 def test_tensors_larger_than_the_shared_arena_still_go_through(server: RunningServer) -> None:
     client = triton_http.InferenceServerClient(server.http_url)
     x = np.random.default_rng(1).random((1024, WIDTH), dtype=np.float32)  # 256 KiB: 4x the arena

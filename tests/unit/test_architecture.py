@@ -135,3 +135,34 @@ def test_importing_the_settings_loads_nothing_heavy() -> None:
     heavy = ("cv2", "PIL", "grpc", "onnxruntime", "numpy", "google.protobuf", "fastapi", "ferry.repository")
     found = sorted(m for m in loaded if any(m == h or m.startswith(h + ".") for h in heavy))
     assert not found, f"importing ferry.settings loaded {found}"
+
+
+def test_an_intake_process_imports_no_engine_nor_the_model_process_stack() -> None:
+    """An intake process (``python -m ferry.intake.worker``) runs the front doors and hands tensors
+    to the model process: importing it must not pay for an engine, FastAPI, the data plane or the
+    repository manager, which each intake would import again at every server start (issue 40)."""
+    probe = "import sys, ferry.intake.worker; print('\\n'.join(sorted(sys.modules)))"
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    loaded = set(result.stdout.split())
+    assert "ferry.intake.worker" in loaded
+    unneeded = (
+        "onnxruntime",
+        "torch",
+        "tensorrt",
+        "ferry.backends.onnxruntime",
+        "ferry.backends.pytorch",
+        "ferry.backends.tensorrt",
+        "ferry.backends.python_backend",
+        "ferry.backends.vision_steps",
+        "fastapi",
+        "opentelemetry.sdk",
+        "ferry.api.dataplane",
+        "ferry.api.http",
+        "ferry.repository.manager",
+        "ferry.ensembles.scheduler",
+        "ferry.ocr.scheduler",
+        "ferry.caching",
+        "shapely",  # a text detector's unclip imports it when it runs
+    )
+    found = sorted(m for m in loaded if any(m == u or m.startswith(u + ".") for u in unneeded))
+    assert not found, f"importing ferry.intake.worker loaded {found}"

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from starlette.requests import Request
 
-from ferry.api.http import _read_body
 from ferry.api.http_codec import INFLATE_STEP
+from ferry.api.http_requests import read_body
 from ferry.errors import PayloadTooLarge
 from ferry.workers import Workers
 
@@ -77,7 +77,7 @@ def _gzip_request(plain: bytes) -> Request:
 
 async def test_inflating_runs_on_the_pool_while_the_loop_serves_others(pool: GatedPool) -> None:
     plain = bytes(range(256)) * (3 * INFLATE_STEP // 256)  # three steps
-    reading = asyncio.create_task(_read_body(_gzip_request(plain), 64 * MIB, _workers(pool)))
+    reading = asyncio.create_task(read_body(_gzip_request(plain), 64 * MIB, _workers(pool)))
     entered = await asyncio.to_thread(pool.entered.wait, 10)
     assert entered, "no inflation step reached the codec pool"
     assert not reading.done()  # a step is held on the pool, and the loop is free: this coroutine runs
@@ -89,5 +89,5 @@ async def test_inflating_runs_on_the_pool_while_the_loop_serves_others(pool: Gat
 async def test_a_bomb_is_cut_at_the_body_limit(pool: GatedPool) -> None:
     pool.gate.set()
     with pytest.raises(PayloadTooLarge, match=f"decompressed request body exceeds the limit of {8 * MIB} bytes"):
-        await _read_body(_gzip_request(bytes(32 * MIB)), 8 * MIB, _workers(pool))
+        await read_body(_gzip_request(bytes(32 * MIB)), 8 * MIB, _workers(pool))
     assert pool.calls == 1  # the first step already passes the limit: no more is inflated

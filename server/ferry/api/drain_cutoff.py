@@ -14,7 +14,7 @@ import asyncio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import Unavailable
-from .http import error_response
+from .http_requests import error_response
 
 #: How long the front doors have, once the drain has ended, to send the errors of what was cut off.
 ANSWER_GRACE_S = 1.0

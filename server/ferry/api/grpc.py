@@ -11,7 +11,7 @@ import contextvars
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 from google.protobuf import json_format
@@ -24,7 +24,6 @@ from ..errors import DecoupledModel, FerryError, InvalidArgument, Unimplemented
 from ..types import InferenceRequest
 from ..workers import run_in
 from .admission import Ticket
-from .dataplane import DataPlane
 from .drain_cutoff import DrainCutoff
 from .grpc_calls import CallGuard, WrappedRegistration, peer_host, release_after_write
 from .grpc_codec import decode_infer_request, encode_infer_response
@@ -34,10 +33,11 @@ from .grpc_turns import current_stream
 from .grpc_wire import ReceivedInferRequest, parse_infer_request, peak_bytes
 from .inference_plane import InferencePlane
 from .limits import OFF_LOOP_BYTES
-from .logging_ext import grpc_log_settings
 from .response_size import GRPC_BINARY_COPIES, estimated_size, reserve_outputs, reserve_response
 from .shared_memory_grpc import caller, register, status_response
-from .trace_ext import grpc_trace_setting
+
+if TYPE_CHECKING:  # the model process's plane; an intake imports this module for its relay only
+    from .dataplane import DataPlane
 
 log = logging.getLogger(__name__)
 
@@ -406,12 +406,16 @@ class InferenceServicer(InferenceRpcs):
 
     @_rpc
     async def TraceSetting(self, request: pb.TraceSettingRequest, context: Context) -> pb.TraceSettingResponse:
+        from .trace_ext import grpc_trace_setting  # here: an intake, which relays this call, has no tracing
+
         return grpc_trace_setting(self.plane.tracing, self.plane.model, request)
 
     @_rpc
     async def LogSettings(self, request: pb.LogSettingsRequest, context: Context) -> pb.LogSettingsResponse:
         if self.plane.logging is None:
             raise Unimplemented("the logging extension is not enabled on this server")
+        from .logging_ext import grpc_log_settings  # here: an intake, which relays this call, needs no FastAPI
+
         return grpc_log_settings(self.plane.logging, request)
 
     # --- shared memory extensions (api/shared_memory.py) ---------------------------------------

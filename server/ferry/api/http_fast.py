@@ -15,7 +15,7 @@ import re
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .http import error_to_response, infer_response
+from .http_requests import error_to_response, infer_response
 from .inference_plane import InferencePlane
 
 #: The inference path as FastAPI routes it: a path segment each for model and version.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import Request
+from starlette.requests import Request
 from starlette.responses import Response
 
 from ferry_client.codec import CodecError, dumps, loads_json

@@ -14,7 +14,7 @@ from starlette.responses import Response
 from starlette.staticfiles import StaticFiles
 
 from ..api.dataplane import DataPlane
-from ..api.http import json_response
+from ..api.http_requests import json_response
 from .models import models_overview
 from .snapshot import metrics_snapshot
 

@@ -30,7 +30,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -40,7 +40,6 @@ from ..errors import InvalidArgument
 from ..pipelines.device_pixels import DevicePixels
 from ..pipelines.preprocess import ImageTransform
 from ..pipelines.slices import ImageWork
-from ..repository.manager import ModelManager
 from ..repository.model import ModelVersion
 from ..response_streams import ResponseSink
 from ..scheduling.interface import HOST, Execution, Memory, RequestTiming
@@ -59,6 +58,9 @@ from .validation import (
     validate_inputs,
 )
 from .working_memory import hold_working_memory, working_memory_counted
+
+if TYPE_CHECKING:  # the model process's; an intake runs only the FrontHalf and does not import it
+    from ..repository.manager import ModelManager
 
 Outputs = dict[str, np.ndarray]
 

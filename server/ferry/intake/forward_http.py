@@ -22,7 +22,7 @@ from http.cookiejar import CookieJar, DefaultCookiePolicy
 import httpx
 from starlette.types import Receive, Scope, Send
 
-from ..api.http import error_response
+from ..api.http_requests import error_response
 from ..api.stream_limits import PEER_HEADER
 
 log = logging.getLogger(__name__)

@@ -32,7 +32,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ferry_client.protocol import model_config_pb2 as mc
 
 from ..api.admission import Admission
-from ..api.http import error_to_response, image_endpoint
+from ..api.http_requests import error_to_response, image_endpoint
 from ..errors import FerryError, InvalidArgument, Unavailable
 from ..inference.path import FrontHalf, Outputs, record_invalid, with_preprocessed_input
 from ..inference.stages.tasks import check_image_request, image_task

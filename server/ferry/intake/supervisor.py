@@ -69,10 +69,13 @@ class IntakeProcesses:
         self._private_http: QuietUvicornServer | None = None
         self._private_http_task: asyncio.Task | None = None
         self._private_grpc: grpc.aio.Server | None = None
+        self._serving = False  # every intake process was ready once (from then on, one that dies is restarted)
         self._stopping = False
 
     async def start(self, app: ASGIApp, plane: DataPlane) -> None:
-        """Hold the ports, open the private listeners and the hub, then start the intake processes."""
+        """Hold the ports, open the private listeners and the hub, and start the intake processes;
+        ``wait_ready`` waits for them. In between the model process loads its models, so the
+        intakes' start (an interpreter importing the front doors each) and the loads overlap."""
         s = self.settings
         for port in (s.http_port, s.grpc_port):
             if port:
@@ -108,7 +111,6 @@ class IntakeProcesses:
         )
         await self._private_grpc.start()
         await wait_started(self._private_http, self._private_http_task, "the model process's private REST listener")
-        await self._wait_ready()
 
     def _path(self, name: str) -> str:
         return os.path.join(self._directory, name)
@@ -129,7 +131,8 @@ class IntakeProcesses:
         )
         self._watchers[row] = asyncio.create_task(self._watch(row), name=f"intake-{row}")
 
-    async def _wait_ready(self) -> None:
+    async def wait_ready(self) -> None:
+        """Until every intake process serves its ports; OSError if one exited first."""
         assert self.hub is not None
         ready = asyncio.create_task(self.hub.wait_ready(set(self._processes)))
         exits = {asyncio.create_task(p.wait()) for p in self._processes.values()}
@@ -140,13 +143,14 @@ class IntakeProcesses:
             ready.cancel()
             codes = {row: p.returncode for row, p in self._processes.items() if p.returncode is not None}
             raise OSError(f"intake processes exited at start-up (row: exit code) {codes}; see their log lines above")
+        self._serving = True
 
     async def _watch(self, row: int) -> None:
         """Restart an intake process that dies while the server runs (its clients' connections died with it)."""
         process = self._processes[row]
         code = await process.wait()
         self.table.clear_row(row)
-        if self._stopping:
+        if self._stopping or not self._serving:  # at start-up: wait_ready reports the exit
             return
         log.warning("intake process %d (pid %d) exited with %s; starting a new one", row, process.pid, code)
         await asyncio.sleep(RESTART_DELAY_S)

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 import pyclipper  # type: ignore[import-untyped]
-from shapely.geometry import Polygon  # type: ignore[import-untyped]
 
 #: Rectangles whose shorter side is below this (map pixels) are noise; after unclipping, +2.
 MIN_SIDE = 3
@@ -100,6 +99,10 @@ def _mean_inside(probabilities: np.ndarray, polygon: np.ndarray) -> float:
 
 def _unclip(corners: np.ndarray, ratio: float) -> np.ndarray:
     """The rectangle grown outwards by ``area * ratio / perimeter`` with round joins."""
+    # here, not at the top: only a text detector needs shapely, and every process that may serve
+    # /detect (the model process, each intake) imports this module at start
+    from shapely.geometry import Polygon  # type: ignore[import-untyped]
+
     polygon = Polygon(corners)
     distance = polygon.area * ratio / polygon.length
     offset = pyclipper.PyclipperOffset()
