@@ -107,6 +107,32 @@ async def test_small_blocks_keep_their_pages_until_the_arena_is_idle(monkeypatch
         blocks.close()
 
 
+async def test_an_arena_used_again_before_the_give_back_keeps_its_pages(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With batched answers an arena falls idle for a moment at every batch: a give-back due then
+    must not find it idle by chance when it fires (busy and idle again meanwhile, as under load)."""
+    timers: list[tuple[float, Callable[[], object]]] = []
+    loop = asyncio.get_running_loop()
+    monkeypatch.setattr(loop, "call_later", lambda delay, callback: timers.append((delay, callback)))
+    blocks = Blocks("test-arena", 32 * MIB)
+    try:
+        held = []
+        for _ in range(12):  # one intake's requests of a batch, past the kept 8 MiB
+            where, buffer, base = blocks.allocate(MIB)
+            buffer[base : base + MIB] = b"\x01" * MIB
+            held.append(where)
+        for where in held:  # the batch is answered: idle, the give-back due
+            blocks.free(where)
+        assert [delay for delay, _ in timers] == [IDLE_GIVE_BACK_S]
+        blocks.free(blocks.allocate(MIB)[0])  # the next request came and was answered meanwhile
+        timers.pop()[1]()
+        assert _allocated(blocks) >= 12 * MIB  # used since it was due: the pages stay
+        assert [delay for delay, _ in timers] == [IDLE_GIVE_BACK_S]  # idle now: it looks again later
+        timers.pop()[1]()
+        assert _allocated(blocks) <= KEEP_RESIDENT
+    finally:
+        blocks.close()
+
+
 def test_a_hold_is_refused_like_a_reservation_and_may_outlive_its_request() -> None:
     admission = Admission(max_bytes=100)
     with admission.admit() as ticket:

@@ -231,11 +231,14 @@ class Blocks:
         self._name = name
         self._touched = 0  # the end of the highest block allocated since pages were last given back
         self._sweep_due = False
+        self._allocations = 0  # blocks allocated so far: the sweep's way to see the arena was used
+        self._idle_since = 0  # ``_allocations`` when the arena last fell idle with a sweep due
 
     def allocate(self, nbytes: int, count: Count | None = None) -> tuple[Block, mmap.mmap, int]:
         """Room for ``nbytes``: the block (for the other side), the buffer and the offset in it.
         ``count`` counts the bytes against admission (and may refuse them) until the block is freed."""
         uncount = None if count is None else count(nbytes)
+        self._allocations += 1
         try:
             offset = self._fit.allocate(nbytes)
             if offset is not None:
@@ -262,6 +265,7 @@ class Blocks:
             if size >= GIVE_BACK_AT_ONCE:
                 self.arena.give_back(*pages_to_give_back(key, size, free_start, free_end, KEEP_RESIDENT))
             if not self._fit.used_bytes and self._touched > KEEP_RESIDENT and not self._sweep_due:
+                self._idle_since = self._allocations
                 try:
                     asyncio.get_running_loop().call_later(IDLE_GIVE_BACK_S, self._sweep)
                     self._sweep_due = True
@@ -273,12 +277,21 @@ class Blocks:
             uncount()
 
     def _sweep(self) -> None:
-        """Give back every page past ``KEEP_RESIDENT`` if the arena is still idle; else the next
-        time it is."""
+        """Give back every page past ``KEEP_RESIDENT`` if the arena has stayed idle since the sweep
+        was due; if it was used and is idle again, look again ``IDLE_GIVE_BACK_S`` from now; if it
+        is in use, the next time it falls idle. Idle now is not enough: with batched answers an
+        intake's arena falls idle for a moment at every batch, and its pages were given back and
+        faulted in again every ``IDLE_GIVE_BACK_S`` under steady load."""
         self._sweep_due = False
-        if not self._fit.used_bytes and self._touched > KEEP_RESIDENT and not self.arena.buffer.closed:
-            self.arena.give_back(*pages_to_give_back(0, self._touched, 0, self._fit.size, KEEP_RESIDENT))
-            self._touched = 0
+        if self._fit.used_bytes or self._touched <= KEEP_RESIDENT or self.arena.buffer.closed:
+            return
+        if self._allocations != self._idle_since:  # used meanwhile, idle again: wait from now
+            self._idle_since = self._allocations
+            self._sweep_due = True
+            asyncio.get_running_loop().call_later(IDLE_GIVE_BACK_S, self._sweep)
+            return
+        self.arena.give_back(*pages_to_give_back(0, self._touched, 0, self._fit.size, KEEP_RESIDENT))
+        self._touched = 0
 
     def close(self) -> None:
         for spill in self._spills.values():
