@@ -83,9 +83,7 @@ class HeapTrimmer:
     again cost an intake more than the requests' own copies.
     """
 
-    def __init__(
-        self, after_bytes: int = TRIM_AFTER_BYTES, busy_after_bytes: int = TRIM_BUSY_AFTER_BYTES
-    ) -> None:
+    def __init__(self, after_bytes: int = TRIM_AFTER_BYTES, busy_after_bytes: int = TRIM_BUSY_AFTER_BYTES) -> None:
         self.after_bytes = after_bytes
         self.busy_after_bytes = busy_after_bytes
         self._released = 0
