@@ -162,39 +162,6 @@ async def test_the_tensor_is_a_view_of_the_buffer_the_body_was_read_into(stack: 
     assert peak - before < 1.5 * len(body), f"{peak - before} bytes allocated for a body of {len(body)}"
 
 
-async def test_each_answer_goes_out_in_one_write_and_a_head_only_answer_too(
-    stack: Stack, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A response's head and body leave in one write (uvicorn wrote the head as soon as the app
-    started the response, and the body in a second write: two sends per answer). The test's loop is
-    asyncio's, whose transports send through the socket object: the server's sends are counted there.
-    A HEAD request (no body write at all) still gets its head, before the connection's next answer."""
-    sends: list[int] = []
-    send = socket.socket.send
-
-    def counted(sock: socket.socket, data: bytes, *args: object) -> int:
-        if sock.family == socket.AF_INET and sock.getsockname()[1] == stack.port:
-            sends.append(len(data))
-        return send(sock, data, *args)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(socket.socket, "send", counted)
-    x = _image()[:, :1000]  # a 4 KB answer, as ResNet-50's (a larger one follows its head: no copy)
-    head, body = _request(x)
-    client = await asyncio.to_thread(_send, stack.port, head, body)
-    [(status, answer)] = await asyncio.to_thread(_responses, client, 1)
-    assert status == 200, answer[:200]
-    assert len(sends) == 1 and sends[0] > len(answer), sends
-    probe = b"HEAD /v2/health/live HTTP/1.1\r\nHost: ferry\r\n\r\n"  # a head, never a body (405: GET only)
-    await asyncio.to_thread(client.sendall, probe + head + body)
-    reply = b""
-    while reply.count(b"HTTP/1.1 ") < 2 or not reply.endswith(answer[-64:]):
-        chunk = await asyncio.to_thread(client.recv, 1 << 16)
-        assert chunk, reply[:300]
-        reply += chunk
-    client.close()
-    assert reply.startswith(b"HTTP/1.1 405") and b"HTTP/1.1 200" in reply
-
-
 async def test_a_request_pipelined_behind_a_body_is_parsed_from_its_first_byte(stack: Stack) -> None:
     """The body's bytes never went through the parser: the next request on the connection starts
     where the body ended (a fresh parser), whether it came in the same write or after."""

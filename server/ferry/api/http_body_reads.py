@@ -30,8 +30,6 @@ from starlette.requests import ClientDisconnect
 from starlette.types import Scope
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
-from .response_writes import HeadWithBody
-
 
 class ReceivedBody(Protocol):
     """Memory for one body: ``parts`` (writable, filled in order, together exactly its declared
@@ -100,12 +98,8 @@ class DirectBodyProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._parsed_body = 0
         super().on_headers_complete()
-        cycle = self.cycle
-        if cycle is not None and cycle.scope is self.scope:
+        if self.cycle is not None and self.cycle.scope is self.scope:
             self.scope[RECEIVE_INTO] = self.receive_into  # type: ignore[literal-required]
-            writes = HeadWithBody(self.transport, cycle)
-            cycle.transport = writes  # type: ignore[assignment]
-            cycle.on_response = writes.responded
 
     def on_body(self, body: bytes) -> None:
         self._parsed_body += len(body)
