@@ -29,6 +29,11 @@ Protocol (one socket per intake process):
    request to the model process's own gRPC server, whose responses stream from there.
 4. ``Stats``: what the intake's stages record for a model (images decoded, requests refused as
    invalid), added to that load's statistics.
+5. ``DescribeRegion``: a client's system shared memory region as the model process registered it,
+   for the intake to mirror (``intake.region_mirror``): ``Described`` or ``Failed``. An ``Infer``
+   whose inputs the intake read from regions (and whose outputs it will write there) names their
+   generations (``regions``); one unregistered or registered again since is answered
+   ``RegionsChanged`` without running.
 
 A block that does not fit in its arena at that moment travels in a memfd of its own (a *spill*),
 opened through /proc like the arenas and closed when answered or freed, so a large request never
@@ -433,6 +438,13 @@ def _read_tensors(buffer: Any, base: int, tensors: list[Tensor], copy: bool) -> 
     return arrays
 
 
+def _free_after(free: Callable[[], None], done: asyncio.Future[None]) -> None:
+    """Give a block back once the read into it has ended (its outcome no longer matters)."""
+    if not done.cancelled():
+        done.exception()
+    free()
+
+
 def _failed(call: int, exc: BaseException) -> Failed:
     """``exc`` as the answer to ``call``."""
     if isinstance(exc, FerryError):
@@ -593,14 +605,17 @@ class HandoffClient:
         block, buffer, base = self._requests.allocate(size, count)
         free = functools.partial(self._requests.free, block)
         datatypes = dict(request.input_datatypes)
+        reading: asyncio.Future[None] | None = None
         try:
             tensors = _fill(buffer, base, payloads)
             offset = total
             for name, input_ in shared:
                 start = base + offset
-                await mirror.read_into(
-                    request.client, name, input_, memoryview(buffer)[start : start + input_.ref.byte_size]
-                )
+                target = memoryview(buffer)[start : start + input_.ref.byte_size]
+                reading = mirror.read_into(request.client, name, input_, target)
+                if reading is not None:
+                    await asyncio.shield(reading)
+                    reading = None
                 dtype = numpy_dtype(input_.datatype).str
                 tensors.append(Tensor(name, dtype, tuple(input_.shape), offset, input_.ref.byte_size))
                 datatypes[name] = input_.datatype
@@ -609,7 +624,10 @@ class HandoffClient:
             free()
             raise MirrorUnread from exc
         except BaseException:
-            free()
+            if reading is not None and not reading.done():  # cancelled: the thread still writes into the block
+                reading.add_done_callback(functools.partial(_free_after, free))
+            else:
+                free()
             raise
         into = {o.name: o.shared_memory for o in request.outputs or () if o.shared_memory is not None}
         outputs = request.outputs

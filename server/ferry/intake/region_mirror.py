@@ -19,6 +19,7 @@ unregistered or registered again since; the intake then forgets it and mirrors i
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from typing import Any
@@ -87,13 +88,18 @@ class RegionMirror:
         for name in names:
             self.registry.unregister(owner, name)
 
-    async def read_into(self, owner: str, name: str, shared: SharedMemoryInput, target: memoryview) -> None:
-        """Input ``name``'s bytes from its region into ``target`` (off the event loop when large)."""
-        read = self.registry.read_into
+    def read_into(
+        self, owner: str, name: str, shared: SharedMemoryInput, target: memoryview
+    ) -> asyncio.Future[None] | None:
+        """Input ``name``'s bytes from its region into ``target``: done at once (None), or, when
+        large, on a worker thread (its future: until it is done the thread writes into ``target``,
+        even if the request is cancelled meanwhile)."""
         if shared.ref.byte_size < OFF_LOOP_BYTES:
-            read(owner, shared.ref, name, target)
-        else:
-            await run_in(self._pool, read, owner, shared.ref, name, target)
+            self.registry.read_into(owner, shared.ref, name, target)
+            return None
+        return asyncio.get_running_loop().run_in_executor(
+            self._pool, self.registry.read_into, owner, shared.ref, name, target
+        )
 
     async def write(self, owner: str, output: OutputTensor, ref: SharedMemoryRef) -> None:
         """An answer's output written into its region; the output then says where, as one process says."""
