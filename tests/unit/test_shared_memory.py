@@ -240,7 +240,9 @@ def test_a_mirror_opens_the_registered_object_and_knows_its_generation(
     found = registry.describe(A, "r")
     assert (found["key"], found["offset"], found["byte_size"]) == ("/obj", 16, 64)
     mirror = SharedMemoryRegistry(root=tmp_path)
-    mirror.register(A, "r", found["key"], found["offset"], found["byte_size"], (found["generation"], tuple(found["object"])))
+    mirror.register(
+        A, "r", found["key"], found["offset"], found["byte_size"], (found["generation"], tuple(found["object"]))
+    )
     target = bytearray(8)
     mirror.read_into(A, SharedMemoryRef("r", 4, 4), "x", memoryview(target))
     assert target == bytes([20, 21, 22, 23, 0, 0, 0, 0])
