@@ -104,12 +104,19 @@ async def test_the_intake_reads_regions_into_its_arena_and_writes_outputs_into_t
             assert response.outputs[0].shared_memory == {"shared_memory_region": "out", "shared_memory_byte_size": 64}
             assert np.frombuffer((tmp_path / "out").read_bytes(), np.int32).tolist() == [2 * i for i in range(16)]
 
-            registry.unregister(OWNER, "in")  # registered again, on another object: read from that one
+            registry.unregister(OWNER, "in")  # the intake is told: its mirror closes
+            assert client.regions is not None
+            for _ in range(500):  # the message crosses the socket: a few loop turns
+                if client.regions.registry.count() == 1:
+                    break
+                await asyncio.sleep(0.01)
+            assert client.regions.registry.count() == 1
+            # registered again, on another object: read from that one
             (tmp_path / "other").write_bytes(np.full(16, 5, np.int32).tobytes())
             registry.register(OWNER, "in", "/other", 0, 64)
             await client.infer(_request("in", 64))
             np.testing.assert_array_equal(model.seen[-1].inputs["y"], np.full(16, 5))
-            assert client.regions is not None and client.regions.registry.count() == 2  # one mirror each
+            assert client.regions.registry.count() == 2  # one mirror each
             assert client._requests.used_bytes == 0
 
 

@@ -121,6 +121,9 @@ class SharedMemoryRegistry:
         self._cuda_ipc: Any = None  # gpu.cuda_ipc.CudaIpc, found on the first CUDA registration
         self._cuda_checked = False
         self._generations = itertools.count(1)
+        #: Told (owner, name, generation) of each system region unregistered: the model process
+        #: tells the intakes, whose mirrors of it then close (``intake.region_mirror``).
+        self.on_unregistered: Callable[[str, str, int], None] = lambda owner, name, generation: None
 
     def check_enabled(self) -> None:
         if not self.enabled:
@@ -257,10 +260,14 @@ class SharedMemoryRegistry:
         with self._lock:
             keys = [k for k in self._regions if k[0] == owner] if not name else [(owner, name)]
             found = [self._regions[k] for k in keys if k in self._regions]
-            for region in [r for r in found if (r.window is not None) == cuda]:
+            retired = [r for r in found if (r.window is not None) == cuda and not r.retired]
+            for region in retired:
                 region.retired = True
                 if region.users == 0:
                     self._forget(region)
+        for region in retired:
+            if region.window is None:
+                self.on_unregistered(owner, region.name, region.generation)
 
     def _forget(self, region: Region) -> None:
         """Drop a retired region nobody uses and close its descriptor (the lock is held)."""

@@ -91,6 +91,7 @@ from .handoff_messages import (
     Message,
     Output,
     Ready,
+    RegionGone,
     RegionsChanged,
     Result,
     Stale,
@@ -689,6 +690,9 @@ class HandoffClient:
                 self._fail(call, StaleModel("the model was reloaded during the request; try again", retry_after=0))
             case RegionsChanged(call=call):
                 self._fail(call, RegionsMoved("a shared memory region changed during the request", retry_after=0))
+            case RegionGone(owner=owner, name=name, generation=generation):
+                if self.regions is not None:
+                    self.regions.gone(owner, name, generation)
             case Decoupled(call=call):
                 self._fail(call, DecoupledModel("a decoupled model: its responses stream from the model process"))
             case Described(call=call, description=description):
@@ -1020,7 +1024,17 @@ class HandoffHub:
             self.connections.add(conn)
             return conn.channel
 
-        self._server = await asyncio.get_running_loop().create_unix_server(connection, path)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_unix_server(connection, path)
+
+        def unregistered(owner: str, name: str, generation: int) -> None:  # from any thread
+            loop.call_soon_threadsafe(self._tell_intakes, RegionGone(owner, name, generation))
+
+        self.shared_memory.on_unregistered = unregistered
+
+    def _tell_intakes(self, message: ToIntake) -> None:
+        for conn in list(self.connections):
+            conn.channel.send(message)
 
     def on_ready(self, connection: HubConnection) -> None:
         self._ready_changed.set()

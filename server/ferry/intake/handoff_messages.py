@@ -187,6 +187,15 @@ class RegionsChanged(msgspec.Struct, tag=True, array_like=True):
     call: int
 
 
+class RegionGone(msgspec.Struct, tag=True, array_like=True):
+    """``owner``'s region ``name`` of that ``generation`` was unregistered: a mirror of it closes
+    (once the requests reading it end), so no intake keeps the client's object open."""
+
+    owner: str
+    name: str
+    generation: int
+
+
 class Freed(msgspec.Struct, tag=True, array_like=True):
     """The block of ``Free(..., ack=call)`` is given back and uncounted."""
 
@@ -201,7 +210,7 @@ class Described(msgspec.Struct, tag=True, array_like=True):
 
 
 ToModel = Hello | Ready | Infer | Cancel | Free | Describe | DescribeRegion | Stats
-ToIntake = Welcome | Result | Failed | Stale | Decoupled | RegionsChanged | Freed | Described
+ToIntake = Welcome | Result | Failed | Stale | Decoupled | RegionsChanged | RegionGone | Freed | Described
 Message = ToModel | ToIntake
 
 

@@ -83,6 +83,15 @@ class RegionMirror:
             self.registry.unregister(owner)
             self.registry.register(owner, name, found["key"], found["offset"], found["byte_size"], mirrored)
 
+    def gone(self, owner: str, name: str, generation: int) -> None:
+        """The model process unregistered that registration: its mirror here closes (``RegionGone``)."""
+        try:
+            mirrored = self.registry.describe(owner, name)["generation"]
+        except NotFound:
+            return
+        if mirrored == generation:
+            self.registry.unregister(owner, name)
+
     def forget(self, owner: str, names: list[str]) -> None:
         """Drop mirrors the model process no longer registers so (``RegionsChanged``)."""
         for name in names:
