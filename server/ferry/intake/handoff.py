@@ -1028,7 +1028,8 @@ class HandoffHub:
         self._server = await loop.create_unix_server(connection, path)
 
         def unregistered(owner: str, name: str, generation: int) -> None:  # from any thread
-            loop.call_soon_threadsafe(self._tell_intakes, RegionGone(owner, name, generation))
+            if not loop.is_closed():  # at shutdown the intakes go too
+                loop.call_soon_threadsafe(self._tell_intakes, RegionGone(owner, name, generation))
 
         self.shared_memory.on_unregistered = unregistered
 
