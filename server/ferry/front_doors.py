@@ -19,6 +19,7 @@ from .api.drain_cutoff import DrainCutoff
 from .api.grpc import create_grpc_server
 from .api.grpc_limits import GrpcLimits
 from .api.limits import Limits
+from .api.shared_memory import SharedMemoryRegistry
 from .api.stream_limits import StreamLimits
 from .security import ServerSecurity
 from .settings import Settings
@@ -47,6 +48,17 @@ def request_limits(s: Settings) -> Limits:
         s.max_inputs_per_request,
         s.http_max_json_bytes,
         s.max_variable_input_elements,
+    )
+
+
+def shared_memory_registry(s: Settings) -> SharedMemoryRegistry:
+    """The client shared memory regions, as the settings allow them (the model process's, and each
+    intake's mirror of those it uses)."""
+    return SharedMemoryRegistry(
+        enabled=s.allow_shared_memory,
+        owner_uids=frozenset(s.shared_memory_owner_uids),
+        max_regions=s.shared_memory_max_regions,
+        max_regions_per_owner=s.shared_memory_max_regions_per_client,
     )
 
 

@@ -24,7 +24,6 @@ from .api.drain_cutoff import ANSWER_GRACE_S, CutoffApp, DrainCutoff
 from .api.http import create_http_app
 from .api.http_fast import InferFastPath
 from .api.logging_ext import LoggingControl
-from .api.shared_memory import SharedMemoryRegistry
 from .api.stream_limits import StreamsCollector
 from .api.trace_ext import RequestTracing, file_exporter, otlp_exporter
 from .backends.python_backend import host as python_models
@@ -40,6 +39,7 @@ from .front_doors import (
     public_grpc_server,
     request_limits,
     rest_config,
+    shared_memory_registry,
     stream_limits,
     wait_started,
 )
@@ -97,12 +97,7 @@ class FerryServer:
             self.cache,
             tracing=RequestTracing(exporters, trace_file=str(settings.trace_file or "")),
             logging_control=LoggingControl.from_level(settings.log_level, settings.log_format),
-            shared_memory=SharedMemoryRegistry(
-                enabled=settings.allow_shared_memory,
-                owner_uids=frozenset(settings.shared_memory_owner_uids),
-                max_regions=settings.shared_memory_max_regions,
-                max_regions_per_owner=settings.shared_memory_max_regions_per_client,
-            ),
+            shared_memory=shared_memory_registry(settings),
             identify=self.security.identify,
             strict_readiness=settings.strict_readiness,
             stream_limits=stream_limits(settings),

@@ -229,3 +229,36 @@ def test_request_windows_are_checked_in_tritons_order_and_words(registry: Shared
     reserved = "/triton_python_backend_shm_region_x"
     with pytest.raises(InvalidArgument, match="as the key contains the reserved prefix"):
         registry.register(A, "p", reserved, 0, 8)
+
+
+def test_a_mirror_opens_the_registered_object_and_knows_its_generation(
+    registry: SharedMemoryRegistry, tmp_path: Path
+) -> None:
+    """An intake's mirror (``describe``, then ``register(..., mirrored=)``) reads the very object the
+    registry checked, into memory it owns; a registration gone or made again is not ``current``."""
+    registry.register(A, "r", "/obj", 16, 64)
+    found = registry.describe(A, "r")
+    assert (found["key"], found["offset"], found["byte_size"]) == ("/obj", 16, 64)
+    mirror = SharedMemoryRegistry(root=tmp_path)
+    mirror.register(
+        A, "r", found["key"], found["offset"], found["byte_size"], (found["generation"], tuple(found["object"]))
+    )
+    target = bytearray(8)
+    mirror.read_into(A, SharedMemoryRef("r", 4, 4), "x", memoryview(target))
+    assert target == bytes([20, 21, 22, 23, 0, 0, 0, 0])
+    with pytest.raises(NotFound):
+        registry.describe(B, "r")  # another owner's
+    assert registry.current(A, {"r": found["generation"]})
+    registry.unregister(A, "r")
+    with pytest.raises(NotFound):
+        registry.describe(A, "r")
+    registry.register(A, "r", "/obj", 16, 64)
+    assert not registry.current(A, {"r": found["generation"]})  # registered again since
+    assert registry.current(A, {"r": registry.describe(A, "r")["generation"]})
+
+    (tmp_path / "obj").unlink()  # the key now names another object: never mirrored
+    (tmp_path / "obj").write_bytes(bytes(256))
+    mirror.unregister(A, "r")
+    with pytest.raises(InvalidArgument, match="names another object by now"):
+        mirror.register(A, "r", "/obj", 16, 64, (found["generation"], tuple(found["object"])))
+    assert mirror.count() == 0

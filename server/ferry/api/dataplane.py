@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ferry_client.codec import CodecError, element_count, item_size, tensor_from_bytes, tensor_to_bytes
+from ferry_client.codec import CodecError, tensor_from_bytes, tensor_to_bytes
 from ferry_client.protocol import model_config_pb2 as mc
 
 from .. import __version__
@@ -43,7 +43,7 @@ from .limits import OFF_LOOP_BYTES, Limits
 from .logging_ext import LoggingControl
 from .ocr_pages import read_pages
 from .received_body import HeapBody
-from .shared_memory import SharedMemoryRegistry, ref_parameters, shared_regions
+from .shared_memory import SharedMemoryRegistry, check_input_size, ref_parameters, shared_regions
 from .stream_limits import StreamLimits
 from .trace_ext import RequestTracing
 
@@ -452,18 +452,7 @@ class DataPlane:
     async def _read_shared_memory(self, request: InferenceRequest) -> None:
         """Inputs left in the client's shared memory regions become arrays (copies: see shared_memory.py)."""
         for name, shared in request.shared_memory_inputs.items():
-            self.limits.check_tensor(name, shared.datatype, shared.shape)
-            try:  # a byte size the shape cannot use is refused before anything is copied
-                size = item_size(shared.datatype)
-                expected = None if size is None else element_count(name, shared.shape) * size
-            except CodecError as exc:
-                raise InvalidArgument(str(exc)) from None
-            if expected is not None and expected != shared.ref.byte_size:
-                raise InvalidArgument(
-                    f"input byte size mismatch for input '{name}' for model '{request.model_name}'. Expected "
-                    f"{expected}, got {shared.ref.byte_size} (shared memory, {shared.datatype} "
-                    f"shape {list(shared.shape)})"
-                )
+            check_input_size(self.limits, request.model_name, name, shared)
             if shared.ref.byte_size < OFF_LOOP_BYTES:
                 view = self.shared_memory.read(request.client, shared.ref, name)
             else:

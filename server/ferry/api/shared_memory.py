@@ -28,6 +28,7 @@ GPU (or without torch) refuses to register one, as a Triton built without GPUs d
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 import re
 import stat
@@ -40,8 +41,11 @@ from typing import Any
 
 import numpy as np
 
+from ferry_client.codec import CodecError, element_count, item_size
+
 from ..errors import ErrorKind, FerryError, InvalidArgument, NotFound
-from ..types import InferenceRequest, SharedMemoryRef
+from ..types import InferenceRequest, SharedMemoryInput, SharedMemoryRef
+from .limits import Limits
 
 SHM_ROOT = Path("/dev/shm")  # where Linux keeps shm_open objects
 REGION = "shared_memory_region"
@@ -80,6 +84,10 @@ class Region:
     retired: bool = field(default=False)
     #: A CUDA region's opened device memory (``gpu.cuda_ipc.CudaWindow``; ``fd`` is then -1).
     window: Any = None
+    #: Which registration this is (unique in its registry): an intake's mirror names the one it read.
+    generation: int = 0
+    #: The object's (st_dev, st_ino): a mirror opens the very object the registry checked.
+    object_id: tuple[int, int] = (0, 0)
 
     def status(self) -> dict[str, Any]:
         if self.window is not None:
@@ -112,6 +120,10 @@ class SharedMemoryRegistry:
         self._lock = threading.Lock()
         self._cuda_ipc: Any = None  # gpu.cuda_ipc.CudaIpc, found on the first CUDA registration
         self._cuda_checked = False
+        self._generations = itertools.count(1)
+        #: Told (owner, name, generation) of each system region unregistered: the model process
+        #: tells the intakes, whose mirrors of it then close (``intake.region_mirror``).
+        self.on_unregistered: Callable[[str, str, int], None] = lambda owner, name, generation: None
 
     def check_enabled(self) -> None:
         if not self.enabled:
@@ -119,8 +131,18 @@ class SharedMemoryRegistry:
 
     # --- registration ---------------------------------------------------------------------------
 
-    def register(self, owner: str, name: str, key: str, offset: int, byte_size: int) -> None:
-        """Open the object ``key`` for ``owner`` and remember the window; it must lie inside the object."""
+    def register(
+        self,
+        owner: str,
+        name: str,
+        key: str,
+        offset: int,
+        byte_size: int,
+        mirrored: tuple[int, tuple[int, int]] | None = None,
+    ) -> None:
+        """Open the object ``key`` for ``owner`` and remember the window; it must lie inside the object.
+        ``mirrored``: an intake's copy of the model process's registration (``describe``): its
+        generation, and the object it must be (else the key now names another one: refused)."""
         self.check_enabled()
         check_region_name(name)
         for label, value in (("offset", offset), ("byte_size", byte_size)):
@@ -131,8 +153,14 @@ class SharedMemoryRegistry:
         path = self._root / _object_name(name, key)
         with self._lock:
             self._check_new(owner, name)
-            fd = self._open(name, key, path, offset + byte_size)
-            self._regions[(owner, name)] = Region(owner, name, key, offset, byte_size, fd)
+            fd, object_id = self._open(name, key, path, offset + byte_size)
+            generation = next(self._generations) if mirrored is None else mirrored[0]
+            if mirrored is not None and tuple(mirrored[1]) != object_id:
+                os.close(fd)
+                raise InvalidArgument(f"shared memory region '{name}': key '{key}' names another object by now")
+            self._regions[(owner, name)] = Region(
+                owner, name, key, offset, byte_size, fd, generation=generation, object_id=object_id
+            )
 
     def register_cuda(self, owner: str, name: str, raw_handle: object, device_id: int, byte_size: int) -> None:
         """Open a client's CUDA IPC handle on GPU ``device_id`` for ``owner`` (blocking: the first call
@@ -193,8 +221,9 @@ class SharedMemoryRegistry:
                 ErrorKind.RESOURCE_EXHAUSTED,
             )
 
-    def _open(self, name: str, key: str, path: Path, needed: int) -> int:
-        """A descriptor of the object at ``path``, after every check a hostile key could defeat."""
+    def _open(self, name: str, key: str, path: Path, needed: int) -> tuple[int, tuple[int, int]]:
+        """A descriptor of the object at ``path`` and the object's identity, after every check a
+        hostile key could defeat."""
         where = f"shared memory region '{name}': key '{key}'"
         try:
             fd = os.open(path, _OPEN_FLAGS)
@@ -218,7 +247,7 @@ class SharedMemoryRegistry:
         except BaseException:
             os.close(fd)
             raise
-        return fd
+        return fd, (info.st_dev, info.st_ino)
 
     def unregister(self, owner: str, name: str = "", cuda: bool = False) -> None:
         """Forget one of ``owner``'s regions (or all of them, when ``name`` is empty). Unknown names are
@@ -231,10 +260,14 @@ class SharedMemoryRegistry:
         with self._lock:
             keys = [k for k in self._regions if k[0] == owner] if not name else [(owner, name)]
             found = [self._regions[k] for k in keys if k in self._regions]
-            for region in [r for r in found if (r.window is not None) == cuda]:
+            retired = [r for r in found if (r.window is not None) == cuda and not r.retired]
+            for region in retired:
                 region.retired = True
                 if region.users == 0:
                     self._forget(region)
+        for region in retired:
+            if region.window is None:
+                self.on_unregistered(owner, region.name, region.generation)
 
     def _forget(self, region: Region) -> None:
         """Drop a retired region nobody uses and close its descriptor (the lock is held)."""
@@ -283,6 +316,33 @@ class SharedMemoryRegistry:
         with self._lock:
             return len(self._regions)
 
+    def describe(self, owner: str, name: str) -> dict[str, Any]:
+        """What an intake needs to mirror ``owner``'s system region ``name`` (``register(...,
+        mirrored=...)``): NOT_FOUND when there is none in use (unknown, CUDA, or unregistered)."""
+        self.check_enabled()
+        check_region_name(name)
+        with self._lock:
+            region = self._regions.get((owner, name))
+            if region is None or region.window is not None or region.retired:
+                raise NotFound(f"Unable to find system shared memory region: '{name}'")
+            return {
+                "key": region.key,
+                "offset": region.offset,
+                "byte_size": region.byte_size,
+                "generation": region.generation,
+                "object": list(region.object_id),
+            }
+
+    def current(self, owner: str, generations: Mapping[str, int]) -> bool:
+        """Whether each of ``owner``'s regions named is still the registration of that generation
+        (an intake read it through its mirror; an unregister since then makes this False)."""
+        with self._lock:
+            for name, generation in generations.items():
+                region = self._regions.get((owner, name))
+                if region is None or region.retired or region.generation != generation:
+                    return False
+        return True
+
     # --- use by requests ------------------------------------------------------------------------
 
     def read(self, owner: str, ref: SharedMemoryRef, tensor: str) -> memoryview:
@@ -291,15 +351,17 @@ class SharedMemoryRegistry:
             start = region.offset + ref.offset
             if region.window is not None:
                 return region.window.read(start, ref.byte_size)
-            buffer = np.empty(ref.byte_size, np.uint8)  # numpy: aligned for any element type
-            view = buffer.data
-            done = 0
-            while done < ref.byte_size:
-                got = os.preadv(region.fd, [view[done:]], start + done)
-                if got <= 0:
-                    raise _shrunk(region, tensor, start + ref.byte_size)
-                done += got
+            view = np.empty(ref.byte_size, np.uint8).data  # numpy: aligned for any element type
+            _read_into(region, view, start, tensor)
         return view
+
+    def read_into(self, owner: str, ref: SharedMemoryRef, tensor: str, target: memoryview) -> None:
+        """An input tensor's bytes copied into ``target`` (``ref.byte_size`` bytes of memory the
+        caller owns: an intake's arena block), checked as ``read`` checks them; system regions only."""
+        with self._lease(owner, ref, tensor) as region:
+            if region.window is not None:
+                raise InvalidArgument(f"tensor '{tensor}': shared memory region '{ref.region}' is a CUDA region")
+            _read_into(region, target[: ref.byte_size], region.offset + ref.offset, tensor)
 
     def write(self, owner: str, ref: SharedMemoryRef, tensor: str, data: bytes | memoryview) -> int:
         """Copy an output tensor into its region; returns the bytes written."""
@@ -346,6 +408,17 @@ class SharedMemoryRegistry:
                 region.retired = True
                 if region.users == 0:
                     _close(region)
+
+
+def _read_into(region: Region, view: memoryview, start: int, tensor: str) -> None:
+    """Fill ``view`` from ``region``'s object at ``start`` through its descriptor (never a mapping:
+    see the module's docstring); an object shrunk below the window is the caller's error."""
+    done = 0
+    while done < view.nbytes:
+        got = os.preadv(region.fd, [view[done:]], start + done)
+        if got <= 0:
+            raise _shrunk(region, tensor, start + view.nbytes)
+        done += got
 
 
 def _close(region: Region) -> None:
@@ -438,6 +511,23 @@ def tensor_ref(tensor: str, parameters: Mapping[str, Any]) -> SharedMemoryRef | 
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise InvalidArgument(f"tensor '{tensor}': {key} must be a non-negative integer, got {value!r}")
     return SharedMemoryRef(region, values[OFFSET], values[BYTE_SIZE])
+
+
+def check_input_size(limits: Limits, model: str, name: str, shared: SharedMemoryInput) -> None:
+    """An input in shared memory: its declared shape within the limits, its byte size the one that
+    shape needs (refused before anything is read)."""
+    limits.check_tensor(name, shared.datatype, shared.shape)
+    try:
+        size = item_size(shared.datatype)
+        expected = None if size is None else element_count(name, shared.shape) * size
+    except CodecError as exc:
+        raise InvalidArgument(str(exc)) from None
+    if expected is not None and expected != shared.ref.byte_size:
+        raise InvalidArgument(
+            f"input byte size mismatch for input '{name}' for model '{model}'. Expected "
+            f"{expected}, got {shared.ref.byte_size} (shared memory, {shared.datatype} "
+            f"shape {list(shared.shape)})"
+        )
 
 
 def shared_regions(request: InferenceRequest) -> set[str]:

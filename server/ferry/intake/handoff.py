@@ -29,6 +29,11 @@ Protocol (one socket per intake process):
    request to the model process's own gRPC server, whose responses stream from there.
 4. ``Stats``: what the intake's stages record for a model (images decoded, requests refused as
    invalid), added to that load's statistics.
+5. ``DescribeRegion``: a client's system shared memory region as the model process registered it,
+   for the intake to mirror (``intake.region_mirror``): ``Described`` or ``Failed``. An ``Infer``
+   whose inputs the intake read from regions (and whose outputs it will write there) names their
+   generations (``regions``); one unregistered or registered again since is answered
+   ``RegionsChanged`` without running.
 
 A block that does not fit in its arena at that moment travels in a memfd of its own (a *spill*),
 opened through /proc like the arenas and closed when answered or freed, so a large request never
@@ -41,6 +46,7 @@ model process's row until freed; an inline answer was counted by the intake befo
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import itertools
 import logging
@@ -51,10 +57,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ferry_client.codec.datatypes import numpy_dtype
 from ferry_client.codec.tensors import decode_bytes_elements, encode_bytes_elements
 
 from ..api.admission import Admission, Ticket
 from ..api.received_body import HeapBody, ReceivedBody
+from ..api.shared_memory import SharedMemoryRegistry
 from ..errors import (
     DecoupledModel,
     ErrorKind,
@@ -74,6 +82,7 @@ from .handoff_messages import (
     Decoupled,
     Describe,
     Described,
+    DescribeRegion,
     Failed,
     Free,
     Freed,
@@ -82,6 +91,8 @@ from .handoff_messages import (
     Message,
     Output,
     Ready,
+    RegionGone,
+    RegionsChanged,
     Result,
     Stale,
     Stats,
@@ -92,6 +103,7 @@ from .handoff_messages import (
     Wire,
 )
 from .memory import FirstFit, Segment, aligned, pages_to_give_back
+from .region_mirror import RegionMirror
 
 log = logging.getLogger("ferry.intake")
 
@@ -119,6 +131,10 @@ KEEP_RESIDENT = 8 * 2**20
 #: allocate, and no ``Free`` to send back. A classifier's scores or an embedding fit.
 INLINE_BYTES = 16 * 1024
 
+#: How often an intake mirrors a request's regions again after ``RegionsChanged`` (an unregister
+#: or a registration under the same name since it mirrored them) before the model process reads them.
+STALE_REGION_TRIES = 2
+
 _ERRORS: dict[ErrorKind, type[FerryError]] = {
     ErrorKind.INVALID_ARGUMENT: InvalidArgument,
     ErrorKind.NOT_FOUND: NotFound,
@@ -130,6 +146,15 @@ _ERRORS: dict[ErrorKind, type[FerryError]] = {
 
 class HandoffLost(Unavailable):
     """The other process is gone: requests in flight cannot be answered."""
+
+
+class RegionsMoved(Unavailable):
+    """The model process answered ``RegionsChanged``: the intake mirrors the regions again."""
+
+
+class MirrorUnread(Exception):
+    """An input could not be read through the intake's mirror (shrunk, out of bounds, or a mirror
+    of a registration gone since): the model process reads it and answers as it would."""
 
 
 class StaleModel(Unavailable):
@@ -427,6 +452,13 @@ def _read_tensors(buffer: Any, base: int, tensors: list[Tensor], copy: bool) -> 
     return arrays
 
 
+def _free_after(free: Callable[[], None], done: asyncio.Future[None]) -> None:
+    """Give a block back once the read into it has ended (its outcome no longer matters)."""
+    if not done.cancelled():
+        done.exception()
+    free()
+
+
 def _failed(call: int, exc: BaseException) -> Failed:
     """``exc`` as the answer to ``call``."""
     if isinstance(exc, FerryError):
@@ -459,6 +491,7 @@ class HandoffClient:
         self._calls = itertools.count()
         self._welcome: asyncio.Future[Welcome] | None = None
         self.lost = asyncio.Event()
+        self.regions: RegionMirror | None = None  # with shared memory allowed: its regions, mirrored here
 
     async def connect(self, path: str) -> None:
         loop = asyncio.get_running_loop()
@@ -493,6 +526,20 @@ class HandoffClient:
         finally:
             self._questions.pop(call, None)
 
+    async def describe_region(self, owner: str, name: str) -> dict[str, Any]:
+        """The model process's description of ``owner``'s region ``name`` (``RegionMirror``)."""
+        if self.lost.is_set():
+            raise HandoffLost("the model process is not reachable; retry later", retry_after=1)
+        call = next(self._calls)
+        future = asyncio.get_running_loop().create_future()
+        self._questions[call] = future
+        self._channel.send(DescribeRegion(call, owner, name))
+        try:
+            description: dict[str, Any] = await future
+            return description
+        finally:
+            self._questions.pop(call, None)
+
     def record(self, identity: str, kind: str, args: list[Any]) -> None:
         """Statistics the intake's stages record for a model, added there (fire and forget)."""
         if not self.lost.is_set():
@@ -508,6 +555,21 @@ class HandoffClient:
             raise HandoffLost("the model process is not reachable; retry later", retry_after=1)
         for key in ("priority", "timeout"):  # checked here: JSON would carry NaN as null (left out)
             int_parameter(request, key)
+        mirror = self.regions
+        if mirror is not None and (
+            request.shared_memory_inputs or any(o.shared_memory is not None for o in request.outputs or ())
+        ):
+            for _ in range(STALE_REGION_TRIES):
+                generations = await mirror.mirror(request)
+                if generations is None:
+                    break
+                try:
+                    return await self._infer_mirrored(mirror, request, generations, expect, streamed)
+                except RegionsMoved:
+                    mirror.forget(request.client, list(generations))
+                except MirrorUnread:
+                    mirror.forget(request.client, list(generations))
+                    break
         # the block is a copy of the inputs that lives until the model process answers: counted
         # (and refused past the cap) on the request's own ticket, as one process counts its copies
         arrays = list(request.inputs.items())
@@ -520,9 +582,8 @@ class HandoffClient:
             count = None if request.ticket is None else request.ticket.hold
             block, tensors = _write_tensors(self._requests, arrays, count)
             free = functools.partial(self._requests.free, block)
-        call = next(self._calls)
         message = Infer(
-            call,
+            next(self._calls),
             request.model_name,
             request.model_version,
             request.id,
@@ -538,6 +599,84 @@ class HandoffClient:
             streamed,
             0 if request.ticket is None else request.ticket.own,  # what this request holds here
         )
+        return await self._call(message, free)
+
+    async def _infer_mirrored(
+        self,
+        mirror: RegionMirror,
+        request: InferenceRequest,
+        generations: dict[str, int],
+        expect: str | None,
+        streamed: bool,
+    ) -> InferenceResponse:
+        """``infer`` with the inputs in shared memory read here, through ``mirror``, into the
+        request's block (after its other inputs), and its outputs asked into shared memory written
+        here from the answer: the model process sees a plain request."""
+        payloads, total = _layout(list(request.inputs.items()))
+        shared = list(request.shared_memory_inputs.items())
+        size = total + sum(aligned(s.ref.byte_size) for _, s in shared)
+        count = None if request.ticket is None else request.ticket.hold
+        block, buffer, base = self._requests.allocate(size, count)
+        free = functools.partial(self._requests.free, block)
+        datatypes = dict(request.input_datatypes)
+        reading: asyncio.Future[None] | None = None
+        try:
+            tensors = _fill(buffer, base, payloads)
+            offset = total
+            for name, input_ in shared:
+                start = base + offset
+                target = memoryview(buffer)[start : start + input_.ref.byte_size]
+                reading = mirror.read_into(request.client, name, input_, target)
+                if reading is not None:
+                    await asyncio.shield(reading)
+                    reading = None
+                dtype = numpy_dtype(input_.datatype).str
+                tensors.append(Tensor(name, dtype, tuple(input_.shape), offset, input_.ref.byte_size))
+                datatypes[name] = input_.datatype
+                offset += aligned(input_.ref.byte_size)
+        except FerryError as exc:
+            free()
+            raise MirrorUnread from exc
+        except BaseException:
+            if reading is not None and not reading.done():  # cancelled: the thread still writes into the block
+                reading.add_done_callback(functools.partial(_free_after, free))
+            else:
+                free()
+            raise
+        into = {o.name: o.shared_memory for o in request.outputs or () if o.shared_memory is not None}
+        outputs = request.outputs
+        if into:
+            assert outputs is not None
+            outputs = [dataclasses.replace(o, shared_memory=None) for o in outputs]
+        message = Infer(
+            next(self._calls),
+            request.model_name,
+            request.model_version,
+            request.id,
+            block,
+            tensors,
+            datatypes,
+            outputs,
+            request.parameters,
+            {},
+            request.client,
+            sorted(request.preprocessed),
+            expect,
+            streamed,
+            0 if request.ticket is None else request.ticket.own,
+            generations,
+        )
+        response = await self._call(message, free)
+        for output in response.outputs:
+            ref = into.get(output.name)
+            if ref is not None:
+                await mirror.write(request.client, output, ref)
+        return response
+
+    async def _call(self, message: Infer, free: Callable[[], None]) -> InferenceResponse:
+        """Send ``message`` and await its answer; ``free`` gives its request block back once the
+        model process no longer reads it."""
+        call = message.call
         try:
             self._channel.send(message)
         except BaseException:
@@ -562,6 +701,11 @@ class HandoffClient:
                     future.set_exception(_rebuild_error(message))
             case Stale(call=call):
                 self._fail(call, StaleModel("the model was reloaded during the request; try again", retry_after=0))
+            case RegionsChanged(call=call):
+                self._fail(call, RegionsMoved("a shared memory region changed during the request", retry_after=0))
+            case RegionGone(owner=owner, name=name, generation=generation):
+                if self.regions is not None:
+                    self.regions.gone(owner, name, generation)
             case Decoupled(call=call):
                 self._fail(call, DecoupledModel("a decoupled model: its responses stream from the model process"))
             case Described(call=call, description=description):
@@ -674,6 +818,11 @@ class HubConnection:
                     self.channel.send(Freed(ack))
             case Describe():
                 self.channel.send(self._describe(message))
+            case DescribeRegion(call=call, owner=owner, name=name):
+                try:
+                    self.channel.send(Described(call, self._hub.shared_memory.describe(owner, name)))
+                except FerryError as exc:
+                    self.channel.send(_failed(call, exc))
             case Stats(identity=identity, kind=kind, args=args):
                 if self._hub.models is not None:
                     self._hub.models.record(identity, kind, args)
@@ -714,6 +863,9 @@ class HubConnection:
                 return
             if self._streams_elsewhere(message):
                 self._send(call, Decoupled(call))
+                return
+            if message.regions and not self._hub.shared_memory.current(message.client, message.regions):
+                self._send(call, RegionsChanged(call))
                 return
             request = self._request(message)
             admission = self._hub.admission
@@ -866,12 +1018,14 @@ class HandoffHub:
         models: ModelDirectory | None = None,
         admission: Admission | None = None,
         infer_soon: StartRequest | None = None,
+        shared_memory: SharedMemoryRegistry | None = None,
     ) -> None:
         self.infer = infer
         self.infer_soon = infer_soon  # None: every request runs as a task through ``infer``
         self.arena_bytes = arena_bytes
         self.models = models
         self.admission = admission  # counts the response blocks until the intakes free them
+        self.shared_memory = shared_memory or SharedMemoryRegistry(enabled=False)  # what intakes mirror
         self.connections: set[HubConnection] = set()
         self._server: asyncio.AbstractServer | None = None
         self._ready_changed = asyncio.Event()
@@ -883,7 +1037,18 @@ class HandoffHub:
             self.connections.add(conn)
             return conn.channel
 
-        self._server = await asyncio.get_running_loop().create_unix_server(connection, path)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_unix_server(connection, path)
+
+        def unregistered(owner: str, name: str, generation: int) -> None:  # from any thread
+            if not loop.is_closed():  # at shutdown the intakes go too
+                loop.call_soon_threadsafe(self._tell_intakes, RegionGone(owner, name, generation))
+
+        self.shared_memory.on_unregistered = unregistered
+
+    def _tell_intakes(self, message: ToIntake) -> None:
+        for conn in list(self.connections):
+            conn.channel.send(message)
 
     def on_ready(self, connection: HubConnection) -> None:
         self._ready_changed.set()

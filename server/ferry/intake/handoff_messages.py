@@ -71,7 +71,9 @@ class Infer(msgspec.Struct, tag=True, array_like=True):
     """A request whose input tensors are in ``block`` of the intake's arena. ``expect``: the load
     identity the inputs were pre-processed for; ``streamed``: it came on a ModelStreamInfer stream;
     ``elsewhere``: the bytes the intake's ticket holds for it (the model process's admission adds
-    what it holds itself)."""
+    what it holds itself); ``regions``: the client's shared memory regions the intake read inputs
+    from (or will write outputs to) through its mirror, by name, with the registration's generation
+    (``RegionsChanged`` when one is no longer registered so)."""
 
     call: int
     model: str
@@ -88,6 +90,7 @@ class Infer(msgspec.Struct, tag=True, array_like=True):
     expect: str | None = None
     streamed: bool = False
     elsewhere: int = 0
+    regions: dict[str, int] = {}
 
 
 class Cancel(msgspec.Struct, tag=True, array_like=True):
@@ -110,6 +113,15 @@ class Describe(msgspec.Struct, tag=True, array_like=True):
     model: str
     version: str
     known: str
+
+
+class DescribeRegion(msgspec.Struct, tag=True, array_like=True):
+    """Where ``owner``'s system shared memory region ``name`` is (``SharedMemoryRegistry.describe``),
+    for the intake to mirror it: answered ``Described`` or ``Failed``."""
+
+    call: int
+    owner: str
+    name: str
 
 
 class Stats(msgspec.Struct, tag=True, array_like=True):
@@ -168,6 +180,22 @@ class Decoupled(msgspec.Struct, tag=True, array_like=True):
     call: int
 
 
+class RegionsChanged(msgspec.Struct, tag=True, array_like=True):
+    """A region the call's ``regions`` names was unregistered (or registered again) since the
+    intake mirrored it: nothing ran; the intake mirrors it again and sends the call again."""
+
+    call: int
+
+
+class RegionGone(msgspec.Struct, tag=True, array_like=True):
+    """``owner``'s region ``name`` of that ``generation`` was unregistered: a mirror of it closes
+    (once the requests reading it end), so no intake keeps the client's object open."""
+
+    owner: str
+    name: str
+    generation: int
+
+
 class Freed(msgspec.Struct, tag=True, array_like=True):
     """The block of ``Free(..., ack=call)`` is given back and uncounted."""
 
@@ -181,8 +209,8 @@ class Described(msgspec.Struct, tag=True, array_like=True):
     description: dict[str, Any]
 
 
-ToModel = Hello | Ready | Infer | Cancel | Free | Describe | Stats
-ToIntake = Welcome | Result | Failed | Stale | Decoupled | Freed | Described
+ToModel = Hello | Ready | Infer | Cancel | Free | Describe | DescribeRegion | Stats
+ToIntake = Welcome | Result | Failed | Stale | Decoupled | RegionsChanged | RegionGone | Freed | Described
 Message = ToModel | ToIntake
 
 

@@ -85,7 +85,12 @@ class IntakeProcesses:
                     raise OSError(f"cannot bind {s.host}:{port}: {exc.strerror or exc}") from None
         self._directory = _private_directory()
         self.hub = HandoffHub(
-            plane.infer, s.intake_arena_bytes, ModelDirectory(plane), plane.admission, infer_soon=plane.infer_soon
+            plane.infer,
+            s.intake_arena_bytes,
+            ModelDirectory(plane),
+            plane.admission,
+            infer_soon=plane.infer_soon,
+            shared_memory=plane.shared_memory,
         )
         self.hub.on_connection_lost = self._on_connection_lost
         await self.hub.start(self._path("hub.sock"))

@@ -38,6 +38,7 @@ from ..front_doors import (
     request_limits,
     rest_config,
     reuse_port_socket,
+    shared_memory_registry,
     stream_limits,
     wait_started,
 )
@@ -52,6 +53,7 @@ from .forward_http import ForwardToCore
 from .front_half import HandoffPath, ImageRoutes, IntakeImages
 from .handoff import HandoffClient
 from .model_views import ModelViews
+from .region_mirror import RegionMirror
 from .shared_state import SharedConnections, SharedImageWork, SharedTable
 
 log = logging.getLogger("ferry.intake")
@@ -159,6 +161,10 @@ async def run(assignment: Assignment) -> int:
     plane = IntakePlane(
         admission, request_limits(settings), client, security.identify, workers, images, stream_limits(settings)
     )
+    if settings.allow_shared_memory:
+        client.regions = RegionMirror(
+            client.describe_region, shared_memory_registry(settings), plane.limits, workers.codec
+        )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
