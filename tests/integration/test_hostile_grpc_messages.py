@@ -7,10 +7,11 @@ holds only grpc's initial window.
 
 The test causes the waiting: a raw HTTP/2 connection from the same address (127.0.0.1) opens
 ModelInfer calls and never sends their messages, so they hold the peer's turns (the server says
-so in its debug log; a tiny call from that address timing out proves it). Large calls sent meanwhile stay unread, and the server's memory with
-them, once the server has said (its debug log) that each waits for its turn; once the holder hangs up,
-every one of them is received and answered. One process: turns are
-per process, and with intake processes the holder and the callers may reach different intakes.
+so in its debug log; a tiny call from that address timing out proves it). Large calls sent
+meanwhile stay unread, and the server's memory with them, once the server has said (its debug log)
+that each waits for its turn; once the holder hangs up, every one of them is received and
+answered. One process: turns are per process, and with intake processes the holder and the
+callers may reach different intakes.
 """
 
 from __future__ import annotations
