@@ -235,6 +235,7 @@ async def test_never_finished_calls_of_one_address_leave_each_intake_room(two_in
 
 FIRST_MESSAGE_S = 2
 SILENT = "127.0.0.5"
+FREED = f"a gRPC call of {SILENT} is over"  # the server's debug line when a call's slot comes back
 
 
 @pytest.fixture(scope="module", params=["one process", "2 intake processes"])
@@ -244,6 +245,7 @@ def first_message_server(request, tmp_path_factory) -> Iterator[RunningServer]:
         tmp_path_factory.mktemp("hostile_grpc_first_message"),
         *("--grpc-stream-first-message-secs", str(FIRST_MESSAGE_S), "--grpc-max-calls-per-peer", str(PER_PEER)),
         *("--grpc-stream-reads-per-peer", "2"),  # fewer than the attacker's streams: some wait for a turn
+        *("--log-level", "debug"),  # says when a call's slot comes back
         *extra,
     )
     yield running
@@ -272,6 +274,7 @@ async def test_a_stream_whose_first_message_never_comes_is_ended(first_message_s
         sent.put_nowait(request)
         assert not (await kept.read()).error_message  # its first message came in time: answered
         # the attack: the address's full share of calls (8), streams that never send a message
+        since = len(server.log())
         attackers = await _attack(server.grpc_port, "ModelStreamInfer", 2, PER_PEER // 2, SILENT)
         await _wait(lambda: len(_statuses(attackers)) == PER_PEER, timeout=FIRST_MESSAGE_S + 30)
         ended = {str(grpc.StatusCode.DEADLINE_EXCEEDED.value[0])}
@@ -281,7 +284,9 @@ async def test_a_stream_whose_first_message_never_comes_is_ended(first_message_s
             f"the stream's first request message did not arrive within {FIRST_MESSAGE_S} s "
             "(--grpc-stream-first-message-secs)"
         }
-        # the slots came back: the address opens its full share again, ended the same way, not refused
+        # the slots came back (the server says so: each stream's end reached its client first, from grpc
+        # core): the address opens its full share again, ended the same way, not refused
+        await server.said(FREED, PER_PEER, since)
         again = await _attack(server.grpc_port, "ModelStreamInfer", 1, PER_PEER, SILENT)
         await _wait(lambda: len(_statuses(again)) == PER_PEER, timeout=FIRST_MESSAGE_S + 30)
         assert set(_statuses(again)) == ended, {m for a in again for m in a.messages.values()}

@@ -6,18 +6,18 @@ messages are asked for one at a time (``--grpc-reads-per-peer``), and a call wai
 holds only grpc's initial window.
 
 The test causes the waiting: a raw HTTP/2 connection from the same address (127.0.0.1) opens
-ModelInfer calls and never sends their messages, so they hold the peer's turns (a tiny call from
-that address timing out proves it). Large calls sent meanwhile stay unread, and the server's memory with
-them, once the server has said (its debug log) that each waits for its turn; once the holder hangs up,
-every one of them is received and answered. One process: turns are
-per process, and with intake processes the holder and the callers may reach different intakes.
+ModelInfer calls and never sends their messages, so they hold the peer's turns (the server says
+so in its debug log; a tiny call from that address timing out proves it). Large calls sent
+meanwhile stay unread, and the server's memory with them, once the server has said (its debug log)
+that each waits for its turn; once the holder hangs up, every one of them is received and
+answered. One process: turns are per process, and with intake processes the holder and the
+callers may reach different intakes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Iterator
 
 import grpc
@@ -37,6 +37,7 @@ pytestmark = pytest.mark.timeout(180)
 CALLS, MIB_EACH = 8, 32
 TURNS = 2
 WAITS = "waits for its turn to be received"  # the server's debug line for a message left unread
+TAKEN = "of 127.0.0.1 is received in its turn"  # and for one of the holder's that takes a turn
 
 
 @pytest.fixture(scope="module")
@@ -72,51 +73,50 @@ def _call(server: RunningServer, request: pb.ModelInferRequest, timeout: float) 
 
 
 async def _hold_the_turn(server: RunningServer) -> Attacker:
-    """Calls from 127.0.0.1 whose messages never come, once they hold all of that address's turns."""
+    """Calls from 127.0.0.1 whose messages never come, once the server says they hold all of that
+    address's turns."""
     loop = asyncio.get_running_loop()
-    for _ in range(20):
-        _, holder = await loop.create_connection(Attacker, "127.0.0.1", server.grpc_port)
-        for index in range(TURNS):
-            holder.open(1 + 2 * index, "ModelInfer")
-        await asyncio.sleep(0.2)
-        # a tiny call from the same address now waits for the turn, past its 1 s deadline
-        status = await asyncio.to_thread(_call, server, _request(16), 1.0)
-        if status == grpc.StatusCode.DEADLINE_EXCEEDED:
-            return holder
-        assert holder.transport is not None
-        holder.transport.close()
-    raise AssertionError("the raw call never held the turn")
+    since = len(server.log())
+    _, holder = await loop.create_connection(Attacker, "127.0.0.1", server.grpc_port)
+    for index in range(TURNS):
+        holder.open(1 + 2 * index, "ModelInfer")
+    await server.said(TAKEN, TURNS, since)
+    return holder
 
 
 async def test_large_messages_of_one_client_are_received_in_turns(server: RunningServer) -> None:
     process = psutil.Process(server.process.pid)
     holder = await _hold_the_turn(server)
-    before = process.memory_info().rss
-    log_before = len(server.log())
-    statuses: list[grpc.StatusCode] = []
-    big = _request(MIB_EACH * 2**20 // 4)
-    threads = [
-        threading.Thread(target=lambda: statuses.append(_call(server, big, 60.0)), daemon=True) for _ in range(CALLS)
-    ]
-    for thread in threads:
-        thread.start()
-    deadline = time.monotonic() + 60  # a hang guard only
-    while (waiting := server.log()[log_before:].count(WAITS)) < CALLS:
-        assert time.monotonic() < deadline, f"{waiting} of {CALLS} calls said they wait for a turn"
-        await asyncio.sleep(0.05)
-    waiting_growth = process.memory_info().rss - before
-    assert statuses == []  # all of them wait for the turn
-    # unread, the messages stay with the client: without turns this was the whole 256 MiB and more
-    assert waiting_growth < MIB_EACH * 2**20, f"+{waiting_growth / 2**20:.0f} MiB while the calls waited"
+    try:
+        # the attack state: a tiny call from the same address waits for the turn, past its deadline
+        assert await asyncio.to_thread(_call, server, _request(16), 1.0) == grpc.StatusCode.DEADLINE_EXCEEDED
+        before = process.memory_info().rss
+        log_before = len(server.log())
+        statuses: list[grpc.StatusCode] = []
+        big = _request(MIB_EACH * 2**20 // 4)
+        threads = [
+            threading.Thread(target=lambda: statuses.append(_call(server, big, 60.0)), daemon=True)
+            for _ in range(CALLS)
+        ]
+        for thread in threads:
+            thread.start()
+        await server.said(WAITS, CALLS, log_before)
+        waiting_growth = process.memory_info().rss - before
+        assert statuses == []  # all of them wait for the turn
+        # unread, the messages stay with the client: without turns this was the whole 256 MiB and more
+        assert waiting_growth < MIB_EACH * 2**20, f"+{waiting_growth / 2**20:.0f} MiB while the calls waited"
 
-    assert holder.transport is not None
-    holder.transport.close()  # the holder hangs up: its turn passes on, and so on down the queue
-    for thread in threads:
-        await asyncio.to_thread(thread.join, 60)  # a hang guard only
-    assert len(statuses) == CALLS, f"{len(statuses)} of {CALLS} answered"
-    # each was received and answered: its shape does not fit the model, which says so
-    assert set(statuses) == {grpc.StatusCode.INVALID_ARGUMENT}, statuses
-    assert await asyncio.to_thread(_call, server, _request(16), 10.0) == grpc.StatusCode.OK
+        assert holder.transport is not None
+        holder.transport.close()  # the holder hangs up: its turn passes on, and so on down the queue
+        for thread in threads:
+            await asyncio.to_thread(thread.join, 60)  # a hang guard only
+        assert len(statuses) == CALLS, f"{len(statuses)} of {CALLS} answered"
+        # each was received and answered: its shape does not fit the model, which says so
+        assert set(statuses) == {grpc.StatusCode.INVALID_ARGUMENT}, statuses
+        assert await asyncio.to_thread(_call, server, _request(16), 10.0) == grpc.StatusCode.OK
+    finally:
+        if holder.transport is not None:
+            holder.transport.close()  # a failure must not leave the turns held
 
 
 def _raw_call(server: RunningServer, message: bytes) -> tuple[grpc.StatusCode, str]:

@@ -28,6 +28,7 @@ from .test_decoupled import build_repository
 
 MODES = ["one process", "intake processes"]
 SENT = r'ferry_test_repeat_sent\{model="repeat"\}'
+CANCELLED = r'ferry_test_repeat_cancelled\{model="repeat"\}'  # requests repeat stopped for is_cancelled()
 # the small caps of the server that streams from three addresses fill
 STREAM_CAP, PEER_CAP, TOTAL_CAP = 8, 12, 20
 
@@ -118,41 +119,46 @@ def _open_event_stream(server: RunningServer, body: bytes, model: str = "repeat"
     return sock
 
 
-def _flood(server: RunningServer) -> socket.socket:
-    """repeat asked for 100,000 events of 64 Ki floats (about 1 MB of JSON each), never read."""
+def _flood(server: RunningServer) -> tuple[socket.socket, float]:
+    """repeat asked for 100,000 events of 64 Ki floats (about 1 MB of JSON each), never read; the
+    socket, and how many requests repeat had stopped for is_cancelled() before."""
     body = b'{"IN": [' + b",".join([b"0.123456789"] * 65536) + b'], "COUNT": 100000}'
+    stopped = _metric(server, CANCELLED)
     sock = _open_event_stream(server, body)
     start = _metric(server, SENT)
     _wait_for(lambda: _metric(server, SENT) > start, "the model does not send")  # the flood is on
-    return sock
+    return sock, stopped
 
 
-def _stream_ended(server: RunningServer) -> None:
-    """The stream's request is over (its admission slot free) and the model stopped sending."""
+def _stream_ended(server: RunningServer, stopped_before: float) -> None:
+    """The stream's request is over (its admission slot free) and the model stopped sending: its
+    producer says it saw is_cancelled() (the request's end comes first: a send woken by it may
+    still count one more), and sends nothing after that."""
     _wait_for(lambda: _metric(server, "ferry_inflight_requests") == 0, "the stream's request is still open")
+    _wait_for(lambda: _metric(server, CANCELLED) > stopped_before, "the model never saw is_cancelled()")
     stopped = _metric(server, SENT)
     _others_served(server)
-    assert _metric(server, SENT) == stopped  # the model saw is_cancelled()
+    assert _metric(server, SENT) == stopped
 
 
 def test_a_generate_stream_client_that_leaves_ends_its_stream_and_freezes_nothing(server: RunningServer) -> None:
-    sock = _flood(server)
+    sock, stopped = _flood(server)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")  # RST
     sock.close()
     _others_served(server)
-    _stream_ended(server)
+    _stream_ended(server, stopped)
 
 
 def test_a_generate_stream_client_cut_for_slow_reading_ends_its_stream(server: RunningServer) -> None:
     log_before = server.log().count("the response was read slower than")
-    sock = _flood(server)
+    sock, stopped = _flood(server)
     try:
         _wait_for(
             lambda: server.log().count("the response was read slower than") > log_before,
             "the client that does not read was not cut",
         )
         _others_served(server)
-        _stream_ended(server)
+        _stream_ended(server, stopped)
     finally:
         sock.close()
 
