@@ -14,11 +14,6 @@ made of it, in the front doors and the intakes) paid that for each of its copies
 several times the copy itself; from the heap, freed memory is reused by the next request. What the
 heaps keep is given back by ``HeapTrimmer`` as the smaller pieces' always was, and buffers of a
 MiB or more (the memory attacks' tensors, images and bodies) still leave at once.
-
-Fixing the mmap threshold also fixes glibc's trim threshold at its initial 128 KiB: every free of a
-buffer at the top of a heap then gave its pages back, and the next request faulted them in again
-(with 2 intake processes, a fifth of an intake's CPU per 0.6 MB request went to page faults). The
-top of a heap is kept up to ``KEEP_AT_TOP``; ``HeapTrimmer`` gives it back once the traffic pauses.
 """
 
 from __future__ import annotations
@@ -31,20 +26,15 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-M_TRIM_THRESHOLD = -1  # glibc's mallopt parameters
-M_MMAP_THRESHOLD = -3
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
 #: Allocations from this size on get their own mapping (kept fixed: see above).
 THRESHOLD = 2**20
-#: Free memory a heap keeps at its top between trims (glibc's trim threshold; see above).
-KEEP_AT_TOP = 32 * 2**20
 
 
 #: Request memory released (bodies, the pieces they were received in, answers) before the heap is
-#: trimmed again, once no request has released any for ``TRIM_DELAY_S`` (the traffic paused)...
+#: trimmed again: a ResNet-50 image every ~50 requests, a tiny model's request every ~100,000.
 TRIM_AFTER_BYTES = 32 * 2**20
 TRIM_DELAY_S = 0.05
-#: ... or, under traffic that never pauses, once this much was released since the last trim.
-TRIM_BUSY_AFTER_BYTES = 1024 * 2**20
 
 
 def _glibc(function: str) -> Any:
@@ -59,43 +49,36 @@ def _glibc(function: str) -> Any:
 
 
 def return_large_buffers() -> bool:
-    """Fix glibc's mmap threshold at ``THRESHOLD`` and its trim threshold at ``KEEP_AT_TOP``; True
-    when they were set."""
+    """Fix glibc's mmap threshold at ``THRESHOLD``; True when it was set."""
     mallopt = _glibc("mallopt")
     if mallopt is None:
         return False
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mallopt.restype = ctypes.c_int
-    return bool(mallopt(M_MMAP_THRESHOLD, THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, KEEP_AT_TOP))
+    return bool(mallopt(M_MMAP_THRESHOLD, THRESHOLD))
 
 
 class HeapTrimmer:
-    """Gives the free pages inside glibc's heaps back once requests released ``TRIM_AFTER_BYTES``
-    and then paused (none released for ``TRIM_DELAY_S``), or released ``TRIM_BUSY_AFTER_BYTES``.
+    """Gives the free pages inside glibc's heaps back once requests released ``TRIM_AFTER_BYTES``.
 
     Why: what is smaller than ``THRESHOLD`` comes from the heaps: the 64 KiB pieces a large body is
     received in, and bodies, tensors and copies under a MiB. Freed while later allocations still sit
     above them, those pages stay resident: after a burst of large requests an intake process kept 60-180 MB that nothing
     used, and the next burst came on top of it, past what admission counted. ``malloc_trim`` frees
     every whole free page of every heap; it runs on a worker thread (it walks the heaps), one at a time.
-    Why wait for a pause: under steady traffic the next requests reuse those pages; trimmed every
-    32 MiB (every ~50 ResNet-50 requests), each trim's walk and the page faults of faulting them in
-    again cost an intake more than the requests' own copies.
     """
 
-    def __init__(self, after_bytes: int = TRIM_AFTER_BYTES, busy_after_bytes: int = TRIM_BUSY_AFTER_BYTES) -> None:
+    def __init__(self, after_bytes: int = TRIM_AFTER_BYTES) -> None:
         self.after_bytes = after_bytes
-        self.busy_after_bytes = busy_after_bytes
         self._released = 0
-        self._seen = 0  # what had been released when the pending trim last looked
-        self._running = False  # a trim is pending or running
+        self._running = False
         self._trim = _glibc("malloc_trim")
         if self._trim is not None:
             self._trim.argtypes = (ctypes.c_size_t,)
             self._trim.restype = ctypes.c_int
 
     def released(self, nbytes: int) -> None:
-        """Request memory of ``nbytes`` was freed; trim when enough was, and no trim is pending."""
+        """Request memory of ``nbytes`` was freed; trim when enough was, and no trim is running."""
         self._released += nbytes
         if self._released < self.after_bytes or self._running or self._trim is None:
             return
@@ -103,20 +86,10 @@ class HeapTrimmer:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # not serving (a test's admission): nothing to give back
             return
-        self._running = True
-        self._look_later(loop)
-
-    def _look_later(self, loop: asyncio.AbstractEventLoop) -> None:
-        # a moment later at least: what was uncounted is freed when the request's frames and answer go
-        self._seen = self._released
-        loop.call_later(TRIM_DELAY_S, self._due, loop)
-
-    def _due(self, loop: asyncio.AbstractEventLoop) -> None:
-        if self._released != self._seen and self._released < self.busy_after_bytes:
-            self._look_later(loop)  # requests still end: the next ones reuse what they freed
-            return
         self._released = 0
-        loop.run_in_executor(None, self._trim, 0).add_done_callback(self._done)
+        self._running = True
+        # a moment later: what was uncounted is freed when the request's frames and answer go
+        loop.call_later(TRIM_DELAY_S, lambda: loop.run_in_executor(None, self._trim, 0).add_done_callback(self._done))
 
     def _done(self, _: object) -> None:
         self._running = False
