@@ -38,15 +38,10 @@ class HeapBody:
 
 
 def takes_direct_read(request: Request, declared: int) -> bool:
-    """Whether the body may be read into a buffer of its declared length: large, plain (identity,
-    not chunked)."""
-    headers = request.headers
-    encoding = headers.get("content-encoding")
-    return (
-        declared >= DIRECT_BODY_BYTES
-        and (not encoding or encoding == "identity")
-        and "transfer-encoding" not in headers
-    )
+    """Whether the body may be read into a buffer of its declared length: large and not compressed
+    (``receive_into`` itself turns down a chunked body or one without exactly one Content-Length)."""
+    encoding = request.headers.get("content-encoding")
+    return declared >= DIRECT_BODY_BYTES and (not encoding or encoding == "identity")
 
 
 async def read_body_into(

@@ -55,6 +55,7 @@ import os
 from collections.abc import Callable
 from typing import Any, Protocol
 
+import msgspec
 import numpy as np
 
 from ferry_client.codec.datatypes import numpy_dtype
@@ -582,7 +583,13 @@ class HandoffClient:
             count = None if request.ticket is None else request.ticket.hold
             block, tensors = _write_tensors(self._requests, arrays, count)
             free = functools.partial(self._requests.free, block)
-        message = Infer(
+        return await self._call(self._message(request, block, tensors, expect, streamed), free)
+
+    def _message(
+        self, request: InferenceRequest, block: Block, tensors: list[Tensor], expect: str | None, streamed: bool
+    ) -> Infer:
+        """The ``Infer`` of ``request`` with its inputs at ``tensors`` of ``block``, as it stands."""
+        return Infer(
             next(self._calls),
             request.model_name,
             request.model_version,
@@ -599,7 +606,6 @@ class HandoffClient:
             streamed,
             0 if request.ticket is None else request.ticket.own,  # what this request holds here
         )
-        return await self._call(message, free)
 
     async def _infer_mirrored(
         self,
@@ -648,23 +654,13 @@ class HandoffClient:
         if into:
             assert outputs is not None
             outputs = [dataclasses.replace(o, shared_memory=None) for o in outputs]
-        message = Infer(
-            next(self._calls),
-            request.model_name,
-            request.model_version,
-            request.id,
-            block,
-            tensors,
-            datatypes,
-            outputs,
-            request.parameters,
-            {},
-            request.client,
-            sorted(request.preprocessed),
-            expect,
-            streamed,
-            0 if request.ticket is None else request.ticket.own,
-            generations,
+        # the model process sees a plain request: the shared inputs are in the block, no output goes to a region
+        message = msgspec.structs.replace(
+            self._message(request, block, tensors, expect, streamed),
+            datatypes=datatypes,
+            outputs=outputs,
+            shared={},
+            regions=generations,
         )
         response = await self._call(message, free)
         for output in response.outputs:
