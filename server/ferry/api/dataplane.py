@@ -334,12 +334,15 @@ class DataPlane:
         for output in response.outputs:
             if output.name in shared:
                 # an output kept on the device (``request.device_outputs``) is written from there
-                kept = not isinstance(output.data, np.ndarray)
-                data = output.data if kept else tensor_to_bytes(output.data, output.datatype)
+                data: Any = output.data
+                if isinstance(data, np.ndarray):
+                    data = tensor_to_bytes(data, output.datatype)
+                    nbytes = memoryview(data).nbytes
+                else:
+                    nbytes = data.nbytes
                 write = functools.partial(
                     self.shared_memory.write, request.client, shared[output.name], output.name, data
                 )
-                nbytes = output.data.nbytes if kept else memoryview(data).nbytes
                 written = write() if nbytes < OFF_LOOP_BYTES else await run_in(self.workers.codec, write)
                 output.shared_memory = ref_parameters(shared[output.name], written)
         return response
