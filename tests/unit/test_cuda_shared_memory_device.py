@@ -58,12 +58,18 @@ class CpuRegions:
 
     def __init__(self) -> None:
         self.memory: dict[str, torch.Tensor] = {}
-        self.windows: list[CudaWindow] = []
+        self.closed: list[str] = []
 
     def open(self, name: str, raw_handle: bytes, device_id: int, byte_size: int) -> CudaWindow:
         self.memory[name] = torch.zeros(byte_size, dtype=torch.uint8)
-        self.windows.append(CudaWindow(self.memory[name], device_id))
-        return self.windows[-1]
+        closed = self.closed
+
+        class Window(CudaWindow):
+            def close(self) -> None:
+                closed.append(name)
+                super().close()
+
+        return Window(self.memory[name], device_id)
 
     def put(self, name: str, offset: int, array: np.ndarray) -> None:
         data = torch.from_numpy(np.ascontiguousarray(array).view(np.uint8).reshape(-1).copy())
@@ -234,6 +240,25 @@ async def test_an_output_asked_into_a_cuda_region_is_written_there_from_the_devi
     await plane.infer(in_body(ONNX_MODEL, images[:1], into_region(2)))
     assert written[-1] is memoryview
     np.testing.assert_allclose(regions.get("out", 2 * LOGITS, (1, 10)), expected[0], rtol=1e-4, atol=1e-5)
+
+
+async def test_a_region_unregistered_while_its_request_computes_stays_until_the_request_ends(served: Any) -> None:
+    plane, regions, manager = served
+    images = np.random.default_rng(2).random((1, 1, 28, 28), dtype=np.float32)
+    regions.put("in", 0, images)
+    engine = Engine(manager.get(TORCH_MODEL).instances[0])
+    expected = logits(await plane.infer(in_body(TORCH_MODEL, images)))
+
+    engine.hold()
+    request = asyncio.ensure_future(plane.infer(in_region(TORCH_MODEL, 0, 1)))
+    await until(engine.entered.is_set, "the request computing on a view of the region")
+    plane.shared_memory.unregister(ANONYMOUS, "in", cuda=True)
+    assert [r["name"] for r in plane.shared_memory.status(ANONYMOUS, cuda=True)] == ["in", "out"]  # held
+    assert regions.closed == []
+    engine.release.set()
+    np.testing.assert_allclose(logits(await request), expected, rtol=1e-5, atol=1e-6)
+    assert [r["name"] for r in plane.shared_memory.status(ANONYMOUS, cuda=True)] == ["out"]
+    assert regions.closed == ["in"]
 
 
 @pytest.mark.parametrize(
