@@ -20,7 +20,7 @@ operator enables it (``--allow-shared-memory``).
 
 CUDA regions (Triton's ``cudasharedmemory``) live in the same registry, under the same names, owners
 and caps: a client's ``cudaIpcMemHandle_t`` opened on a GPU of this server (``gpu/cuda_ipc.py``, torch's
-CUDA runtime). Its inputs are tensors viewing the device memory (``read_input``: no copy; the client
+CUDA runtime). Its inputs are tensors viewing the device memory (``device_input``: no copy; the client
 must not rewrite them until the answer, as with Triton), its outputs are copied into it on the
 device. A server without a GPU (or without torch) refuses to register one, as a Triton built
 without GPUs does (``cuda_shared_memory.py``).
