@@ -82,6 +82,13 @@ class InferenceRequest:
     #: intake process), an OCR page's steps. Bounded where they were made (``max_pixels``,
     #: ``max_detector_pixels``), so the variable-size bound skips them; a client's tensor never is one.
     preprocessed: frozenset[str] = frozenset()
+    #: Inputs that are torch tensors on a device viewing a client's CUDA shared memory region (the
+    #: data plane's, for a model whose scheduler takes device inputs); the other inputs are placed
+    #: beside them. Client tensors all the same: validated and bounded as any.
+    device_inputs: frozenset[str] = frozenset()
+    #: Outputs asked into a CUDA region that an engine making them on its device may hand over as
+    #: device tensors, copied into the region on the device (``api.shared_memory.write``).
+    device_outputs: frozenset[str] = frozenset()
     #: the admission the front door took for it (None for a request not admitted: a Python model's exec())
     ticket: Reserves | None = field(default=None, repr=False, compare=False)
     #: the memory its REST body was received into (``api.received_body``), of which its binary

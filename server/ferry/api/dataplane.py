@@ -183,7 +183,10 @@ class DataPlane:
             return await self._infer(model, request)
         release = self.shared_memory.hold(request.client, regions)  # an unregister meanwhile waits for it
         try:
-            await self._read_shared_memory(request)
+            on_device = self._on_device(model)
+            await self._read_shared_memory(request, on_device)
+            if on_device:
+                request.device_outputs = self._device_outputs(request)
             return await self._infer(model, request)
         finally:
             release()
@@ -330,13 +333,17 @@ class DataPlane:
         shared = {o.name: o.shared_memory for o in request.outputs or () if o.shared_memory is not None}
         for output in response.outputs:
             if output.name in shared:
-                data = tensor_to_bytes(output.data, output.datatype)
+                # an output kept on the device (``request.device_outputs``) is written from there
+                data: Any = output.data
+                if isinstance(data, np.ndarray):
+                    data = tensor_to_bytes(data, output.datatype)
+                    nbytes = memoryview(data).nbytes
+                else:
+                    nbytes = data.nbytes
                 write = functools.partial(
                     self.shared_memory.write, request.client, shared[output.name], output.name, data
                 )
-                written = (
-                    write() if memoryview(data).nbytes < OFF_LOOP_BYTES else await run_in(self.workers.codec, write)
-                )
+                written = write() if nbytes < OFF_LOOP_BYTES else await run_in(self.workers.codec, write)
                 output.shared_memory = ref_parameters(shared[output.name], written)
         return response
 
@@ -449,10 +456,42 @@ class DataPlane:
         model.stats.record_cache_miss(lookup_ns + time.perf_counter_ns() - inserted)
         return stored
 
-    async def _read_shared_memory(self, request: InferenceRequest) -> None:
-        """Inputs left in the client's shared memory regions become arrays (copies: see shared_memory.py)."""
+    def _on_device(self, model: ModelVersion) -> bool:
+        """Whether ``model``'s executions may carry tensors in device memory: its scheduler batches
+        them (the dynamic batcher), and no response cache (whose keys hash host bytes) nor image
+        stage (whose post-stages read host arrays) is in the way."""
+        return model.scheduler.takes_device_inputs and self._cache_for(model) is None and model.pipeline is None
+
+    def _device_outputs(self, request: InferenceRequest) -> frozenset[str]:
+        """The outputs asked into a CUDA region as they are (not as classifications)."""
+        return frozenset(
+            o.name
+            for o in request.outputs or ()
+            if o.shared_memory is not None
+            and not o.classification
+            and self.shared_memory.is_cuda(request.client, o.shared_memory.region)
+        )
+
+    async def _read_shared_memory(self, request: InferenceRequest, on_device: bool = False) -> None:
+        """Inputs left in the client's shared memory regions become arrays (copies: see shared_memory.py).
+        ``on_device``: those in a CUDA region become tensors viewing it, and the request's other
+        inputs are placed beside them (not for BYTES, which stays in host memory)."""
+        on_device = (
+            on_device
+            and not any(shared.datatype == "BYTES" for shared in request.shared_memory_inputs.values())
+            and not any(array.dtype.hasobject for array in request.inputs.values())
+        )
+        viewed: list[str] = []
         for name, shared in request.shared_memory_inputs.items():
             check_input_size(self.limits, request.model_name, name, shared)
+            view: Any = None
+            if on_device:
+                view = self.shared_memory.device_input(request.client, shared.ref, name, shared.datatype, shared.shape)
+            if view is not None:
+                request.inputs[name] = view
+                request.input_datatypes[name] = shared.datatype
+                viewed.append(name)
+                continue
             if shared.ref.byte_size < OFF_LOOP_BYTES:
                 view = self.shared_memory.read(request.client, shared.ref, name)
             else:
@@ -462,6 +501,13 @@ class DataPlane:
             except CodecError as exc:
                 raise InvalidArgument(f"{exc} (from shared memory region '{shared.ref.region}')") from None
             request.input_datatypes[name] = shared.datatype
+        if viewed:
+            from ..gpu.device_tensors import beside
+
+            place = functools.partial(beside, request.inputs, request.input_datatypes, request.inputs[viewed[0]].device)
+            uploaded = sum(array.nbytes for name, array in request.inputs.items() if name not in viewed)
+            request.inputs = place() if uploaded < OFF_LOOP_BYTES else await run_in(self.workers.codec, place)
+            request.device_inputs = frozenset(viewed)
 
     async def serve_images(
         self,

@@ -20,9 +20,10 @@ operator enables it (``--allow-shared-memory``).
 
 CUDA regions (Triton's ``cudasharedmemory``) live in the same registry, under the same names, owners
 and caps: a client's ``cudaIpcMemHandle_t`` opened on a GPU of this server (``gpu/cuda_ipc.py``, torch's
-CUDA runtime), its inputs copied out of device memory and its outputs into it. A server without a
-GPU (or without torch) refuses to register one, as a Triton built without GPUs does
-(``cuda_shared_memory.py``).
+CUDA runtime). Its inputs are tensors viewing the device memory (``device_input``: no copy; the client
+must not rewrite them until the answer, as with Triton), its outputs are copied into it on the
+device. A server without a GPU (or without torch) refuses to register one, as a Triton built
+without GPUs does (``cuda_shared_memory.py``).
 """
 
 from __future__ import annotations
@@ -110,7 +111,10 @@ class SharedMemoryRegistry:
         owner_uids: frozenset[int] | None = None,
         max_regions: int = 256,
         max_regions_per_owner: int = 64,
+        cuda_ipc: Any = None,
     ) -> None:
+        """``cuda_ipc``: what opens CUDA regions (``gpu.cuda_ipc.CudaIpc``, its ``open``),
+        found at the first CUDA registration when None."""
         self._root = root
         self.enabled = enabled
         self._owner_uids = owner_uids or frozenset({os.geteuid()})
@@ -118,8 +122,8 @@ class SharedMemoryRegistry:
         self._max_per_owner = max_regions_per_owner
         self._regions: dict[tuple[str, str], Region] = {}
         self._lock = threading.Lock()
-        self._cuda_ipc: Any = None  # gpu.cuda_ipc.CudaIpc, found on the first CUDA registration
-        self._cuda_checked = False
+        self._cuda_ipc: Any = cuda_ipc  # gpu.cuda_ipc.CudaIpc, found on the first CUDA registration
+        self._cuda_checked = cuda_ipc is not None
         self._generations = itertools.count(1)
         #: Told (owner, name, generation) of each system region unregistered: the model process
         #: tells the intakes, whose mirrors of it then close (``intake.region_mirror``).
@@ -355,6 +359,22 @@ class SharedMemoryRegistry:
             _read_into(region, view, start, tensor)
         return view
 
+    def device_input(self, owner: str, ref: SharedMemoryRef, tensor: str, datatype: str, shape: tuple[int, ...]) -> Any:
+        """An input in a CUDA region as a torch tensor of ``datatype`` and ``shape`` viewing the
+        client's device memory (no copy: the request's ``hold`` keeps the region registered until it
+        ends, and the memory stays mapped while any view of it lives); None for a system region or
+        BYTES, which ``read`` copies out. Checked as ``read`` checks."""
+        with self._lease(owner, ref, tensor) as region:
+            if region.window is None:
+                return None
+            return region.window.tensor(region.offset + ref.offset, ref.byte_size, datatype, shape)
+
+    def is_cuda(self, owner: str, name: str) -> bool:
+        """Whether ``owner``'s region ``name`` is a CUDA one (False when there is none of that name)."""
+        with self._lock:
+            region = self._regions.get((owner, name))
+        return region is not None and region.window is not None
+
     def read_into(self, owner: str, ref: SharedMemoryRef, tensor: str, target: memoryview) -> None:
         """An input tensor's bytes copied into ``target`` (``ref.byte_size`` bytes of memory the
         caller owns: an intake's arena block), checked as ``read`` checks them; system regions only."""
@@ -363,10 +383,12 @@ class SharedMemoryRegistry:
                 raise InvalidArgument(f"tensor '{tensor}': shared memory region '{ref.region}' is a CUDA region")
             _read_into(region, target[: ref.byte_size], region.offset + ref.offset, tensor)
 
-    def write(self, owner: str, ref: SharedMemoryRef, tensor: str, data: bytes | memoryview) -> int:
-        """Copy an output tensor into its region; returns the bytes written."""
-        source = memoryview(data).cast("B")
-        size = source.nbytes
+    def write(self, owner: str, ref: SharedMemoryRef, tensor: str, data: Any) -> int:
+        """Copy an output tensor into its region; returns the bytes written. ``data``: its bytes, or
+        a torch tensor an engine left on its device (``InferenceRequest.device_outputs``: copied into
+        a CUDA region on the device; brought to host memory for a system one)."""
+        on_device = not isinstance(data, bytes | bytearray | memoryview)
+        size = data.nbytes if on_device else memoryview(data).nbytes
         if size > ref.byte_size:
             raise InvalidArgument(
                 f"output '{tensor}' needs {size} bytes but its shared memory byte size is {ref.byte_size}"
@@ -374,8 +396,13 @@ class SharedMemoryRegistry:
         with self._lease(owner, ref, tensor) as region:
             start = region.offset + ref.offset
             if region.window is not None:
-                region.window.write(start, source)
+                region.window.write(start, data if on_device else memoryview(data).cast("B"))
                 return size
+            if on_device:
+                from ..gpu.device_tensors import host_array
+
+                data = host_array(data)
+            source = memoryview(data).cast("B")
             if os.fstat(region.fd).st_size < start + size:  # writing on would grow the client's object
                 raise _shrunk(region, tensor, start + size)
             done = 0

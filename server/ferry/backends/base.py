@@ -55,7 +55,7 @@ class Instance(ABC):
 
     What an instance may offer beyond ``compute`` is declared here, with the default that asks for
     nothing, so the scheduler reads it as an attribute and never probes: ``inline_when_fast``,
-    ``takes_device_inputs`` and ``input_buffer``.
+    ``takes_device_inputs``, ``compute_keeping`` and ``input_buffer``.
     """
 
     spec: InstanceSpec
@@ -70,6 +70,13 @@ class Instance(ABC):
 
     @abstractmethod
     def compute(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]: ...
+
+    def compute_keeping(self, inputs: dict[str, Any], outputs: list[str], kept: frozenset[str]) -> dict[str, Any]:
+        """``compute``, with the outputs ``kept`` left on the device where the engine makes them there
+        (torch tensors of their own memory), for a caller that copies them into device memory (a
+        CUDA shared memory region: ``Execution.device_outputs``). By default every output comes
+        back in host memory, as from ``compute``."""
+        return self.compute(inputs, outputs)
 
     @abstractmethod
     def close(self) -> None: ...

@@ -13,7 +13,9 @@ and ``torch.cuda.is_available()``.
 Inputs may be torch tensors on a device already (``takes_device_inputs``: a device pre-processor's
 batch, joined on the device by the scheduler): those are used where they are (on a GPU: read by the
 graph's device-to-device copy or the eager pass, after the stream that made them), with no pinned
-staging and no host round trip; only the outputs come back to host memory, once per batch.
+staging and no host round trip; only the outputs come back to host memory, once per batch, except
+those a caller writes into a CUDA shared memory region (``compute_keeping``), which stay on the
+device (cloned on the instance's stream, which is synchronised before they are handed over).
 """
 
 from __future__ import annotations
@@ -191,17 +193,29 @@ class PyTorchInstance(Instance):
         return out
 
     def compute(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+        return self._compute(inputs, outputs, frozenset())
+
+    def compute_keeping(self, inputs: dict[str, Any], outputs: list[str], kept: frozenset[str]) -> dict[str, Any]:
+        return self._compute(inputs, outputs, kept)
+
+    def _compute(self, inputs: dict[str, Any], outputs: list[str], kept: frozenset[str]) -> dict[str, Any]:
         missing = [name for name, _ in self._inputs if name not in inputs]
         if missing:
             raise InvalidArgument(f"input '{missing[0]}' is required by this model")
         with self._grad_mode():
             if self._cuda:
-                return self._compute_cuda(inputs, outputs)
+                return self._compute_cuda(inputs, outputs, kept)
             tensors = [self._on_cpu(inputs[name], dtype) for name, dtype in self._inputs]
             results = self._forward(tensors)
-            return {name: to_numpy(results[name].contiguous()) for name in outputs}
+            # a kept output is a tensor of its own (an eager output may view an input's memory)
+            return {
+                name: results[name].clone(memory_format=torch.contiguous_format)
+                if name in kept
+                else to_numpy(results[name].contiguous())
+                for name in outputs
+            }
 
-    def _compute_cuda(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+    def _compute_cuda(self, inputs: dict[str, Any], outputs: list[str], kept: frozenset[str]) -> dict[str, Any]:
         assert self._stream is not None
         with self._device_context(), torch.cuda.stream(self._stream):
             host = [self._stage(name, inputs[name], dtype) for name, dtype in self._inputs]
@@ -215,9 +229,17 @@ class PyTorchInstance(Instance):
                 device_outputs = self._graphs.compute(host, batch, after)
             else:
                 device_outputs = self._forward([t.to(self._device, non_blocking=True) for t in host])
-            copies = {name: self._host_outputs.stage(name, device_outputs[name]) for name in outputs}
+            copies = {
+                name: self._host_outputs.stage(name, device_outputs[name]) for name in outputs if name not in kept
+            }
+            # kept outputs stay on the device, in memory of their own (a graph's outputs serve its next replay)
+            held = {
+                name: device_outputs[name].clone(memory_format=torch.contiguous_format)
+                for name in outputs
+                if name in kept
+            }
             self._stream.synchronize()
-        return {name: to_numpy(view).copy() for name, view in copies.items()}  # the buffers serve the next batch
+        return {name: to_numpy(view).copy() for name, view in copies.items()} | held  # the buffers serve the next batch
 
     def _on_cpu(self, array: np.ndarray | torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """A CPU instance's input: a host array shared as a tensor, a device tensor brought here."""

@@ -23,28 +23,9 @@ from ferry_client.protocol import model_config_pb2 as mc
 
 from ..cli_errors import install_hint
 from ..errors import ModelLoadError
+from ..gpu.device_tensors import TORCH_DTYPES
 from .base import ModelIO, TensorInfo
 
-#: V2 datatype -> torch dtype. BYTES has no tensor type; unsigned 16/32/64-bit need torch >= 2.3.
-TORCH_DTYPES: dict[str, torch.dtype] = {
-    name: dtype
-    for name, dtype in {
-        "BOOL": torch.bool,
-        "UINT8": torch.uint8,
-        "UINT16": getattr(torch, "uint16", None),
-        "UINT32": getattr(torch, "uint32", None),
-        "UINT64": getattr(torch, "uint64", None),
-        "INT8": torch.int8,
-        "INT16": torch.int16,
-        "INT32": torch.int32,
-        "INT64": torch.int64,
-        "FP16": torch.float16,
-        "FP32": torch.float32,
-        "FP64": torch.float64,
-        "BF16": torch.bfloat16,
-    }.items()
-    if dtype is not None
-}
 _INDEXED = re.compile(r"^.*__(\d+)$")
 _ONNX_BFLOAT16 = 16  # onnx.TensorProto.BFLOAT16
 _ONNX_STRING = 8  # onnx.TensorProto.STRING

@@ -3,22 +3,27 @@
 ``tritonclient.utils.cuda_shared_memory`` registers a region as the 64 raw bytes of the handle, the
 device id and a byte size. The server opens the handle with ``cudaIpcOpenMemHandle`` from the CUDA
 runtime torch has loaded (the same runtime, so torch's current device applies to the call), and
-reads and writes the window through a torch tensor over that device memory
-(``__cuda_array_interface__``). Imported only when a CUDA region is registered: a server without
-torch or without a GPU refuses the registration as before (``api/cuda_shared_memory.py``).
+reaches the window through a torch tensor over that device memory (``__cuda_array_interface__``):
+an input is a view of it (no copy), an output is copied into it on the device. Torch keeps the
+object behind ``__cuda_array_interface__`` alive while any view of its memory lives, so the handle
+is closed only when the last view is gone (a batch still reading a region whose request was
+cancelled and unregistered never reads unmapped memory). Imported only when a CUDA region is
+registered: a server without torch or without a GPU refuses the registration as before
+(``api/cuda_shared_memory.py``).
 """
 
 from __future__ import annotations
 
 import ctypes
 import threading
+import weakref
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 
 from ..errors import InvalidArgument
+from .device_tensors import TORCH_DTYPES
 
 #: sizeof(cudaIpcMemHandle_t)
 HANDLE_BYTES = 64
@@ -59,7 +64,7 @@ class CudaIpc:
         self._cudart.cudaIpcCloseMemHandle.argtypes = [ctypes.c_void_p]
         self._cudart.cudaGetErrorString.restype = ctypes.c_char_p
         self._driver = ctypes.CDLL("libcuda.so.1")
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # a handle may close (its last view freed) on a thread that holds it
 
     def device_count(self) -> int:
         return torch.cuda.device_count()
@@ -92,8 +97,8 @@ class CudaIpc:
                 f"exceeds the {allocated - pointer.value} bytes of the client's allocation"
             )
         memory = _DeviceMemory(pointer.value, byte_size)
-        tensor = torch.as_tensor(memory, device=torch.device("cuda", device_id))
-        return CudaWindow(self, device_id, pointer.value, tensor)
+        weakref.finalize(memory, self.close, pointer.value, device_id)  # once no tensor views it
+        return CudaWindow(torch.as_tensor(memory, device=torch.device("cuda", device_id)), device_id)
 
     def _allocation_end(self, pointer: int) -> int:
         """Where the allocation ``pointer`` lies in ends (the driver's cuMemGetAddressRange), so a byte
@@ -108,26 +113,45 @@ class CudaIpc:
 
 
 class CudaWindow:
-    """An opened region: ``byte_size`` bytes of device memory, copied out for inputs and into for outputs."""
+    """An opened region: ``byte_size`` bytes of device memory as a uint8 tensor. Inputs are views of
+    it, outputs are copied into it on the device; what it needs of the memory is a torch tensor, so
+    a CPU tensor stands in for the IPC-opened one in tests (torch's CPU device)."""
 
-    def __init__(self, ipc: CudaIpc, device_id: int, pointer: int, tensor: torch.Tensor) -> None:
-        self._ipc = ipc
-        self.device_id = device_id
-        self._pointer = pointer
+    def __init__(self, tensor: torch.Tensor, device_id: int) -> None:
         self._tensor = tensor
+        self.device_id = device_id
+
+    def tensor(self, start: int, size: int, datatype: str, shape: tuple[int, ...]) -> torch.Tensor | None:
+        """The bytes [start, start + size) as a ``datatype`` tensor of ``shape`` viewing the region
+        (no copy; copied on the device only where ``start`` is not a multiple of the element size);
+        None for a datatype with no tensor type (BYTES), which ``read`` copies out."""
+        dtype = TORCH_DTYPES.get(datatype)
+        if dtype is None:
+            return None
+        raw = self._tensor[start : start + size]
+        if start % dtype.itemsize:
+            raw = raw.clone()
+        return raw.view(dtype).reshape(shape)
 
     def read(self, start: int, size: int) -> memoryview:
         host = self._tensor[start : start + size].to("cpu")  # synchronous: the bytes are there on return
         return memoryview(host.numpy()).cast("B")
 
-    def write(self, start: int, data: Any) -> None:
-        source = torch.from_numpy(np.frombuffer(data, dtype=np.uint8).copy())
+    def write(self, start: int, data: torch.Tensor | bytes | memoryview) -> None:
+        """Copy an output into the region: a tensor (on the device: a device-to-device copy) or host
+        bytes, on the current stream, which is then synchronised (the client reads the region once
+        the answer arrives), not the whole device."""
+        if isinstance(data, torch.Tensor):
+            source = data.contiguous().reshape(-1).view(torch.uint8)
+        else:
+            source = torch.from_numpy(np.frombuffer(data, dtype=np.uint8).copy())
         self._tensor[start : start + source.numel()].copy_(source)
-        torch.cuda.synchronize(self.device_id)  # the client reads the region once the answer arrives
+        if self._tensor.is_cuda:
+            torch.cuda.current_stream(self._tensor.device).synchronize()
 
     def close(self) -> None:
+        """Let the memory go: an IPC handle is closed once no view of it is left (``CudaIpc.open``)."""
         del self._tensor
-        self._ipc.close(self._pointer, self.device_id)
 
 
 def open_cuda_ipc() -> CudaIpc | None:

@@ -348,8 +348,9 @@ class RequestPath(FrontHalf):
             raise
         trace = self.tracing.start(model.name, request.id)
         timeline = trace.timeline if trace else None
-        # only inputs the server made itself (a device pre-processor's) may be device tensors
-        memory = _memory_of(inputs) if request.preprocessed else HOST
+        # only inputs the server made itself (a device pre-processor's) or a view of a client's CUDA
+        # region may be device tensors
+        memory = _memory_of(inputs) if request.preprocessed or request.device_inputs else HOST
         execution = Execution(
             inputs,
             list(names),
@@ -362,6 +363,7 @@ class RequestPath(FrontHalf):
             request.parameters,
             request.ticket,
             memory,
+            request.device_outputs,
         )
         return execution, trace
 

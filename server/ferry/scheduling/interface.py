@@ -47,7 +47,8 @@ class RequestTiming:
 
 class Memory(Enum):
     """Where an execution's input tensors live: host memory (numpy arrays), or a torch device (a
-    device pre-processor's output, ``preprocess { device: GPU }``), which the batcher joins on the
+    device pre-processor's output, ``preprocess { device: GPU }``, or a view of a client's CUDA
+    shared memory region), which the batcher joins on the
     device (``gpu.device_tensors``) and hands to an engine that takes it (``Instance.takes_device_inputs``)
     without a host round trip, or decoded pixels that become such tensors once per batch (``PIXELS``)."""
 
@@ -101,6 +102,9 @@ class Execution:
     parameters: Mapping[str, Any] | None = None
     ticket: Reserves | None = None
     memory: Memory = HOST
+    #: outputs the caller writes into device memory (a CUDA shared memory region): an instance
+    #: that makes them on its device hands them over there (``Instance.compute_keeping``)
+    device_outputs: frozenset[str] = frozenset()
 
 
 class ModelScheduler(ABC):

@@ -213,6 +213,8 @@ class StagingBudget:
 
 
 STAGING = StagingBudget(STAGING_BYTES)
+#: No outputs kept on the device (``Execution.device_outputs``): the host path's.
+NOTHING: frozenset[str] = frozenset()
 
 
 class Staging:
@@ -242,9 +244,12 @@ class Staging:
         return buffer[:nbytes].view(dtype).reshape(shape)
 
     def detach(self, outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """``outputs``, each copied out of the staging memory if it lies there."""
+        """``outputs``, each copied out of the staging memory if it lies there (a device output kept
+        there, ``Instance.compute_keeping``, is memory of its own)."""
         return {
-            name: array.copy() if any(np.may_share_memory(array, b) for b in self._buffers.values()) else array
+            name: array.copy()
+            if isinstance(array, np.ndarray) and any(np.may_share_memory(array, b) for b in self._buffers.values())
+            else array
             for name, array in outputs.items()
         }
 
@@ -259,7 +264,9 @@ class Scheduler(ModelScheduler):
     """The dynamic batcher: queues requests for one model version and feeds batches to its instances.
 
     Device tensors (``Memory.DEVICE``) are batched on their device, and decoded pixels
-    (``Memory.PIXELS``) pre-processed once per batch there (``_gather_on_device``)."""
+    (``Memory.PIXELS``) pre-processed once per batch there (``_gather_on_device``). Outputs an
+    execution writes into device memory (``Execution.device_outputs``) stay on the device where the
+    instance makes them there (``Instance.compute_keeping``)."""
 
     takes_device_inputs = True
 
@@ -561,8 +568,9 @@ class Scheduler(ModelScheduler):
                 for name in batch[0].execution.inputs
             }
             names = list(dict.fromkeys(name for p in batch for name in p.execution.outputs))
+        kept = _kept_on_device(batch) if instance.takes_device_inputs else NOTHING
         t1 = time.perf_counter_ns()
-        outputs = instance.compute(inputs, names)
+        outputs = instance.compute_keeping(inputs, names, kept) if kept else instance.compute(inputs, names)
         if staging is not None:
             outputs = staging.detach(outputs)
         t2 = time.perf_counter_ns()
@@ -574,7 +582,8 @@ class Scheduler(ModelScheduler):
             offset = 0
             for pending in batch:
                 end = offset + pending.batch_size
-                split.append({name: outputs[name][offset:end] for name in pending.execution.outputs})
+                share = {name: outputs[name][offset:end] for name in pending.execution.outputs}
+                split.append(_placed(share, pending.execution.device_outputs) if kept else share)
                 offset = end
             for name, array in outputs.items():
                 if array.shape[:1] != (total,):
@@ -651,6 +660,22 @@ def _gather_on_device(instance: Instance, batch: list[Pending]) -> Outputs:
     else:
         inputs = {name: device_tensors.join([p.execution.inputs[name] for p in batch]) for name in first.inputs}
     return inputs if instance.takes_device_inputs else device_tensors.to_host(inputs)
+
+
+def _kept_on_device(batch: list[Pending]) -> frozenset[str]:
+    """The outputs some execution of the batch writes into device memory (a CUDA region)."""
+    kept = batch[0].execution.device_outputs
+    for pending in batch[1:]:
+        kept = kept | pending.execution.device_outputs
+    return kept
+
+
+def _placed(outputs: Outputs, kept: frozenset[str]) -> Outputs:
+    """One execution's share of a batch whose outputs ``kept`` some other execution asked to keep on
+    the device: those this one did not ask for there brought to host memory."""
+    from ..gpu import device_tensors
+
+    return device_tensors.host_except(outputs, kept)
 
 
 def _input_bytes(batch: list[Pending]) -> int:
