@@ -13,8 +13,7 @@ import threading
 import numpy as np
 import pytest
 
-from ferry.backends.base import InstanceSpec, ModelIO
-from ferry.backends.base import Instance as InstanceBase
+from ferry.backends.base import Instance, InstanceSpec, ModelIO
 from ferry.errors import FerryError
 from ferry.scheduling import Scheduler, SchedulingPolicy
 from ferry.scheduling.interface import Execution
@@ -27,7 +26,7 @@ from .test_scheduler import until
 GATE_SECS = 10
 
 
-class PipelinedInstance(InstanceBase):
+class PipelinedInstance(Instance):
     """``launch`` records the batch's input as given (no copy) and its buffer set; ``finish`` doubles
     it then. ``launch_gate`` holds every launch; ``hold(n)`` holds the finish of the n-th launch."""
 

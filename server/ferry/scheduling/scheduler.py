@@ -672,9 +672,7 @@ class Scheduler(ModelScheduler):
         self._record(launched.batch, *launched.gathered_ns, t2, time.perf_counter_ns())
         return split
 
-    def _gather(
-        self, instance: Instance, batch: list[Pending], slot: int
-    ) -> tuple[Outputs, list[str], Staging | None]:
+    def _gather(self, instance: Instance, batch: list[Pending], slot: int) -> tuple[Outputs, list[str], Staging | None]:
         """A batch's inputs as the instance takes them (assembled in buffer set ``slot`` where
         they are gathered), the outputs its requests ask for, and the staging memory used, if any."""
         if batch[0].execution.memory is not HOST:  # a signature never mixes memories
@@ -765,8 +763,7 @@ def _split(batch: list[Pending], outputs: Outputs) -> list[Outputs | BaseExcepti
     for name, array in outputs.items():
         if array.shape[:1] != (total,):
             raise FerryError(
-                f"model output '{name}' has shape {list(array.shape)}, which does not "
-                f"start with the batch size {total}"
+                f"model output '{name}' has shape {list(array.shape)}, which does not start with the batch size {total}"
             )
     return split
 
