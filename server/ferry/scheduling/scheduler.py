@@ -644,15 +644,16 @@ class Scheduler(ModelScheduler):
         t1 = time.perf_counter_ns()
         outputs = instance.compute(inputs, names)
         t2 = time.perf_counter_ns()
-        split = _split(batch, outputs if staging is None else staging.detach(outputs))
+        total = sum(p.batch_size for p in batch)
+        split = _split(batch, outputs if staging is None else staging.detach(outputs), total)
         t3 = time.perf_counter_ns()
         self._computed += 1
         span = min(self._computed, INLINE_AFTER_RUNS)
-        items = max(sum(p.batch_size for p in batch), 1)
+        items = max(total, 1)
         if sample:
             self._cpu_ns += ((time.thread_time_ns() - cpu0) / items - self._cpu_ns) / span
         self._input_bytes += (nbytes / items - self._input_bytes) / span
-        self._record(batch, t0, t1, t2, t3)
+        self._record(batch, total, t0, t1, t2, t3)
         return split
 
     def _launch_batch(self, instance: Instance, batch: list[Pending], slot: int) -> Launched:
@@ -668,8 +669,9 @@ class Scheduler(ModelScheduler):
         outputs = instance.finish(launched.handle)
         t2 = time.perf_counter_ns()
         staging = launched.staging
-        split = _split(launched.batch, outputs if staging is None else staging.detach(outputs))
-        self._record(launched.batch, *launched.gathered_ns, t2, time.perf_counter_ns())
+        total = sum(p.batch_size for p in launched.batch)
+        split = _split(launched.batch, outputs if staging is None else staging.detach(outputs), total)
+        self._record(launched.batch, total, *launched.gathered_ns, t2, time.perf_counter_ns())
         return split
 
     def _gather(self, instance: Instance, batch: list[Pending], slot: int) -> tuple[Outputs, list[str], Staging | None]:
@@ -687,13 +689,13 @@ class Scheduler(ModelScheduler):
         }
         return inputs, _requested(batch), staging
 
-    def _record(self, batch: list[Pending], t0: int, t1: int, t2: int, t3: int) -> None:
-        """A computed batch in the statistics and its requests' timings and timelines: assembled from
-        ``t0`` to ``t1``, computed until ``t2``, split until ``t3``."""
+    def _record(self, batch: list[Pending], total: int, t0: int, t1: int, t2: int, t3: int) -> None:
+        """A computed batch of ``total`` items in the statistics and its requests' timings and
+        timelines: assembled from ``t0`` to ``t1``, computed until ``t2``, split until ``t3``."""
+        compute_ns = (t1 - t0, t2 - t1, t3 - t2)
+        self.stats.record_execution(total, len(batch), *compute_ns)
         for pending in batch:
-            pending.compute_ns = (t1 - t0, t2 - t1, t3 - t2)
-        self.stats.record_execution(sum(p.batch_size for p in batch), len(batch), t1 - t0, t2 - t1, t3 - t2)
-        for pending in batch:
+            pending.compute_ns = compute_ns
             timeline = pending.execution.timeline
             if timeline is not None:
                 timeline.compute_input_end, timeline.compute_output_start = t1, t2
@@ -749,11 +751,10 @@ def _requested(batch: list[Pending]) -> list[str]:
     return list(dict.fromkeys(name for p in batch for name in p.execution.outputs))
 
 
-def _split(batch: list[Pending], outputs: Outputs) -> list[Outputs | BaseException]:
-    """A batch's outputs cut into each request's rows (a batch of one keeps them whole)."""
+def _split(batch: list[Pending], outputs: Outputs, total: int) -> list[Outputs | BaseException]:
+    """A batch's outputs (``total`` items) cut into each request's rows (a batch of one keeps them whole)."""
     if len(batch) == 1:
         return [outputs]
-    total = sum(p.batch_size for p in batch)
     split: list[Outputs | BaseException] = []
     offset = 0
     for pending in batch:
