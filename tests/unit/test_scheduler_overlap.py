@@ -18,6 +18,7 @@ from ferry.errors import FerryError
 from ferry.scheduling import Scheduler, SchedulingPolicy
 from ferry.scheduling.interface import Execution
 from ferry.scheduling.scheduler import Unloading
+from ferry.scheduling.timeline import Timeline
 from ferry.statistics import ModelStats
 
 from .test_scheduler import until
@@ -91,17 +92,20 @@ def start(fake: PipelinedInstance, **policy: object) -> Scheduler:
     return scheduler
 
 
-def send(s: Scheduler, value: float) -> asyncio.Future:
-    return s.enqueue(Execution({"x": np.full((1, 3), value, dtype=np.float32)}, ["y"], 1))
+def send(s: Scheduler, value: float, timeline: Timeline | None = None) -> asyncio.Future:
+    return s.enqueue(Execution({"x": np.full((1, 3), value, dtype=np.float32)}, ["y"], 1, timeline=timeline))
 
 
-async def held_launch(s: Scheduler, fake: PipelinedInstance, values: list[float]) -> list[asyncio.Future]:
+async def held_launch(
+    s: Scheduler, fake: PipelinedInstance, values: list[float], timelines: list[Timeline] | None = None
+) -> list[asyncio.Future]:
     """A lone request whose launch is held while ``values`` are queued behind it, so the batches after
-    it are there to be formed the moment its launch returns."""
+    it are there to be formed the moment its launch returns (``timelines``: one per request, traced)."""
+    traced = timelines or [None] * (1 + len(values))
     fake.launch_gate.clear()
-    first = send(s, -1)
+    first = send(s, -1, traced[0])
     await until(lambda: len(fake.tried) == 1)
-    queued = [send(s, value) for value in values]
+    queued = [send(s, value, timeline) for value, timeline in zip(values, traced[1:], strict=True)]
     await until(lambda: s.queue_size == len(values))
     fake.launch_gate.set()
     return [first, *queued]
@@ -115,7 +119,8 @@ async def test_the_next_batch_is_launched_before_the_current_one_finishes_two_at
     fake = PipelinedInstance()
     fake.hold(0)
     s = start(fake)
-    futures = await held_launch(s, fake, [1, 2, 3])  # batches [-1], [1, 2], [3]
+    timelines = [Timeline() for _ in range(4)]
+    futures = await held_launch(s, fake, [1, 2, 3], timelines)  # batches [-1], [1, 2], [3]
     await until(lambda: fake.finishing == [0])  # the first batch's finish has begun and is held
     assert len(fake.given) == 2 and fake.finished == 0  # the second was launched before the first finished
     assert s.queue_size == 1  # the third waits: two batches in flight at most
@@ -124,7 +129,13 @@ async def test_the_next_batch_is_launched_before_the_current_one_finishes_two_at
     assert [slot for slot, _ in fake.given] == [0, 1, 0]  # buffer sets in turn
     assert fake.in_flight_at_launch == [0, 1, 1]
     assert [b["batch_size"] for b in s.stats.as_dict()["batch_stats"]] == [1, 2]
-    assert s.stats.as_dict()["execution_count"] == 3
+    stats = s.stats.as_dict()
+    assert stats["execution_count"] == 3 and stats["inference_stats"]["compute_infer"]["count"] == 4
+    for timeline in timelines:
+        stages = (timeline.compute_start, timeline.compute_input_end, timeline.compute_output_start)
+        assert 0 < timeline.queue_start <= stages[0] <= stages[1] <= stages[2] <= timeline.compute_end
+    first, second = timelines[0], timelines[1]
+    assert second.compute_start < first.compute_end  # the timelines show the two batches overlapping
     await s.stop()
 
 
