@@ -99,6 +99,7 @@ def test_read_only_request_memory_is_not_aliased(tmp_path: Path) -> None:
     frozen.setflags(write=False)
     np.testing.assert_allclose(model.compute({"input": frozen}, ["logits"])["logits"], onnx_logits(x), atol=1e-4)
     assert model.input_buffer("input", (3, 1, 28, 28), np.dtype(np.float32)) is None  # CPU: no staging
+    assert not model.overlaps_batches  # nothing on the CPU to overlap: the scheduler calls compute
 
 
 @pytest.mark.parametrize("mode", ["fp16", "autocast_fp16"])
@@ -345,7 +346,7 @@ def test_batches_assembled_in_pinned_staging_are_used_in_place(tmp_path: Path, m
     view = model.input_buffer("input", x.shape, x.dtype)
     assert view is not None and view.shape == x.shape
     np.copyto(view, x)
-    staging = model._staging["input"]
+    staging = model._staging[0]["input"]
     assert staging.is_pinned() and view.__array_interface__["data"][0] == staging.data_ptr()
     got = model.compute({"input": view}, ["logits"])["logits"]
     np.testing.assert_allclose(got, onnx_logits(x), atol=GPU_FP32_TOLERANCE)
@@ -357,10 +358,10 @@ def test_gpu_results_come_back_through_one_pinned_buffer(tmp_path: Path, marks: 
     model = instance(tmp_path, kind="GPU")
     x = digits_inputs(5)
     first = model.compute({"input": x}, ["logits"])["logits"]
-    buffer = model._host_outputs.buffer("logits")
+    buffer = model._host_outputs[0].buffer("logits")
     assert buffer is not None and buffer.is_pinned()
     second = model.compute({"input": x[:3]}, ["logits"])["logits"]
-    assert model._host_outputs.buffer("logits") is buffer
+    assert model._host_outputs[0].buffer("logits") is buffer
     np.testing.assert_allclose(first, onnx_logits(x), atol=GPU_FP32_TOLERANCE)
     np.testing.assert_allclose(second, onnx_logits(x[:3]), atol=GPU_FP32_TOLERANCE)
     model.close()
@@ -467,4 +468,77 @@ def test_graph_outputs_of_one_batch_survive_the_next_replay(tmp_path: Path, mark
         np.testing.assert_array_equal(first.cpu().numpy(), first_values)
     np.testing.assert_allclose(first_values, onnx_logits(x), atol=GPU_FP32_TOLERANCE)
     np.testing.assert_allclose(second.cpu().numpy(), onnx_logits(y), atol=GPU_FP32_TOLERANCE)
+    model.close()
+
+
+@pytest.mark.parametrize("graphs", [True, False], ids=["graphs", "eager"])
+@pytest.mark.parametrize("marks", [pytest.param(None, marks=needs_cuda, id="cuda")])
+def test_two_batches_in_flight_answer_as_one_at_a_time(tmp_path: Path, graphs: bool, marks: None) -> None:
+    """Each batch is assembled in its set's pinned buffer and launched before the one in flight is
+    finished, as the scheduler does: the answers are those of one batch at a time."""
+    model = instance(tmp_path, GRAPHS if graphs else "optimization { cuda { graphs: false } }\n", kind="GPU")
+    assert model.overlaps_batches and (model._graphs is not None) == graphs
+    batches = [digits_inputs(size, seed=size) for size in (5, 3, 8, 2, 33)]
+    alone = [model.compute({"input": x}, ["logits"])["logits"] for x in batches]
+    flight: list[Any] = []
+    answers = []
+    for index, x in enumerate(batches):
+        slot = index % 2
+        view = model.input_buffer("input", x.shape, x.dtype, slot)
+        assert view is not None
+        np.copyto(view, x)
+        flight.append(model.launch({"input": view}, ["logits"], slot))
+        if len(flight) == 2:  # the batch before is still in flight while this one was launched
+            answers.append(model.finish(flight.pop(0))["logits"])
+    answers.append(model.finish(flight.pop(0))["logits"])
+    assert model._staging[0]["input"].data_ptr() != model._staging[1]["input"].data_ptr()
+    for got, expected, x in zip(answers, alone, batches, strict=True):
+        np.testing.assert_allclose(got, expected, atol=1e-4)  # the same batch sizes and kernels
+        np.testing.assert_allclose(got, onnx_logits(x), atol=GPU_FP32_TOLERANCE)
+    model.close()
+
+
+@pytest.mark.parametrize("marks", [pytest.param(None, marks=needs_cuda, id="cuda")])
+async def test_the_scheduler_keeps_two_batches_in_flight_on_a_gpu_instance(tmp_path: Path, marks: None) -> None:
+    """The real instance behind the batcher: the first batch's finish is held until the second batch
+    is launched, and every answer equals the one-at-a-time path."""
+    import asyncio
+    import threading
+
+    from ferry.scheduling import Scheduler, SchedulingPolicy
+    from ferry.scheduling.interface import Execution
+    from ferry.statistics import ModelStats
+
+    model = instance(tmp_path, kind="GPU")
+    launched = threading.Event()
+    launches: list[int] = []
+    real_launch, real_finish = model.launch, model.finish
+
+    def launch(
+        inputs: dict[str, np.ndarray], outputs: list[str], slot: int = 0, kept: frozenset[str] = frozenset()
+    ) -> Any:
+        launches.append(slot)
+        if len(launches) == 2:
+            launched.set()
+        return real_launch(inputs, outputs, slot, kept)
+
+    def finish(handle: Any) -> dict[str, np.ndarray]:
+        launched.wait(30)  # the first finish waits for the second launch (a hang guard only)
+        return real_finish(handle)
+
+    model.launch, model.finish = launch, finish
+    policy = SchedulingPolicy(max_batch_size=8, dynamic=True)
+    scheduler = Scheduler("digits", [model], ModelStats("digits", "1"), policy)
+    scheduler.start()
+    # queued together: batches [1, 4, 3], [6, 2] and [7], each gathered in its set's pinned buffer
+    requests = [digits_inputs(size, seed=10 + size) for size in (1, 4, 3, 6, 2, 7)]
+    answers = await asyncio.wait_for(
+        asyncio.gather(*(scheduler.submit(Execution({"input": x}, ["logits"], len(x))) for x in requests)), 60
+    )
+    await scheduler.stop()
+    assert launched.is_set() and launches[:2] == [0, 1]
+    for answer, x in zip(answers, requests, strict=True):
+        alone = model.compute({"input": x}, ["logits"])["logits"]  # other batch sizes: TF32's rounding
+        np.testing.assert_allclose(answer["logits"], alone, atol=GPU_FP32_TOLERANCE)
+        np.testing.assert_allclose(answer["logits"], onnx_logits(x), atol=GPU_FP32_TOLERANCE)
     model.close()

@@ -186,7 +186,7 @@ class BufferedInstance(GatedInstance):
         self.asked: list[tuple[str, tuple[int, ...], np.dtype]] = []
         self.assembled_in_place: list[bool] = []
 
-    def input_buffer(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray | None:
+    def input_buffer(self, name: str, shape: tuple[int, ...], dtype: np.dtype, slot: int = 0) -> np.ndarray | None:
         self.asked.append((name, shape, dtype))
         return self.memory[: int(np.prod(shape))].reshape(shape)
 

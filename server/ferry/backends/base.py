@@ -12,6 +12,11 @@ import numpy as np
 
 from ferry_client.protocol import model_config_pb2 as mc
 
+#: Batches an instance that ``overlaps_batches`` may have in flight (launched, not yet finished), each
+#: in its own buffer set: its inputs are assembled in set ``slot`` (0 or 1) while the other one's
+#: batch computes.
+BATCHES_IN_FLIGHT = 2
+
 
 def config_parameter(config: mc.ModelConfig, key: str) -> str | None:
     """A ``parameters { key: ... value: { string_value: ... } }`` entry of the config, if present."""
@@ -55,7 +60,8 @@ class Instance(ABC):
 
     What an instance may offer beyond ``compute`` is declared here, with the default that asks for
     nothing, so the scheduler reads it as an attribute and never probes: ``inline_when_fast``,
-    ``takes_device_inputs``, ``compute_keeping`` and ``input_buffer``.
+    ``takes_device_inputs``, ``compute_keeping``, ``input_buffer`` and ``overlaps_batches`` (``launch`` /
+    ``finish``).
     """
 
     spec: InstanceSpec
@@ -67,6 +73,10 @@ class Instance(ABC):
     #: ``compute`` takes torch tensors on a device as inputs (``scheduling.interface.Memory.DEVICE``,
     #: a device pre-processor's batch) as well as host arrays; else the scheduler copies them to host.
     takes_device_inputs: bool = False
+    #: A batch can be computed in two calls, ``launch`` (enqueue it on the device, return at once) and
+    #: ``finish`` (wait for it): the scheduler launches the next batch before finishing this one, so
+    #: the next batch's assembly and copy overlap this one's compute (at most ``BATCHES_IN_FLIGHT``).
+    overlaps_batches: bool = False
 
     @abstractmethod
     def compute(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]: ...
@@ -81,11 +91,25 @@ class Instance(ABC):
     @abstractmethod
     def close(self) -> None: ...
 
-    def input_buffer(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray | None:
+    def input_buffer(self, name: str, shape: tuple[int, ...], dtype: np.dtype, slot: int = 0) -> np.ndarray | None:
         """The memory a batch input ``name`` is assembled in, or ``None``: the scheduler's own
         staging memory. A GPU instance returns a view of its page-locked host buffer, so requests
-        are concatenated straight into memory the device can copy from asynchronously."""
+        are concatenated straight into memory the device can copy from asynchronously; one per
+        ``slot``, so a batch in flight still reads its own while the next is assembled."""
         return None
+
+    def launch(
+        self, inputs: dict[str, Any], outputs: list[str], slot: int = 0, kept: frozenset[str] = frozenset()
+    ) -> Any:
+        """Start a batch whose inputs may lie in buffer set ``slot`` and return what ``finish`` waits
+        on, without waiting (only for an instance that declares ``overlaps_batches``); ``finish``
+        hands the outputs ``kept`` over on the device, as ``compute_keeping`` does."""
+        raise NotImplementedError(f"{type(self).__name__} does not overlap batches")
+
+    def finish(self, launched: Any) -> dict[str, Any]:
+        """The outputs of a launched batch, once computed (in host memory the caller may keep, but
+        those it was asked to keep on the device)."""
+        raise NotImplementedError(f"{type(self).__name__} does not overlap batches")
 
 
 class RequestBatchInstance(Instance):

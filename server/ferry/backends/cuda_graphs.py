@@ -8,8 +8,8 @@ outputs allocated during its capture. There are two such sets of inputs, outputs
 into the set the previous batch did not use, after that set's last replay has read it (an event),
 and the replay waits for the copy (another event). So the next batch's host-to-device copy can run
 while the current batch computes, and the current batch's outputs are not overwritten by the next
-replay before they are copied out. The overlap happens once the scheduler hands an instance its
-next batch before the current one is done; today ``PyTorchInstance.run`` synchronises per batch.
+replay before they are copied out. The scheduler launches an instance's next batch before the
+current one is finished (``PyTorchInstance.launch`` / ``finish``), so the copy does overlap.
 All graphs of an instance share one memory pool and are replayed on the instance's stream, one
 at a time, which is what makes sharing the pool safe.
 """

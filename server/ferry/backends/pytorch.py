@@ -4,11 +4,14 @@
 Each instance owns one copy of the module on its device. On a GPU an instance also owns one CUDA
 stream, page-locked (pinned) host buffers that the scheduler assembles batches in (``input_buffer``),
 and optionally one CUDA graph per batch-size bucket. A batch then costs one asynchronous
-host-to-device copy per input, one graph replay (or an eager forward pass), and one device-to-host
-copy per requested output into that output's reused pinned buffer (``gpu/host_buffers.py``), followed
-by a single stream synchronisation. On the CPU the module runs
-eagerly on the request memory itself. The device is chosen at run time from the instance group
-and ``torch.cuda.is_available()``.
+host-to-device copy per input (on a copy stream beside the compute stream), one graph replay (or an
+eager forward pass), and one device-to-host copy per requested output into that output's reused
+pinned buffer (``gpu/host_buffers.py``), followed by a single wait on an event. A GPU instance
+``overlaps_batches``: ``launch`` enqueues all of that and returns, ``finish`` waits, and the
+scheduler launches the next batch in between, in the other of two sets of pinned input and output
+buffers (``slot``), so its copy runs while this one computes. On the CPU the module runs eagerly on
+the request memory itself. The device is chosen at run time from the instance group and
+``torch.cuda.is_available()``.
 
 Inputs may be torch tensors on a device already (``takes_device_inputs``: a device pre-processor's
 batch, joined on the device by the scheduler): those are used where they are (on a GPU: read by the
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +38,7 @@ from ..cores import usable_cores
 from ..errors import FerryError, InvalidArgument, ModelLoadError
 from ..gpu.host_buffers import HostBuffers
 from ..gpu.setup_lock import CUDA_SETUP_LOCK
-from .base import Backend, Instance, InstanceSpec, ModelIO
+from .base import BATCHES_IN_FLIGHT, Backend, Instance, InstanceSpec, ModelIO
 from .cuda_graphs import CudaGraphs
 from .torch_loading import LoadedModule, load_onnx, load_torchscript, to_numpy, to_tensor, torch_dtype
 from .torch_options import TorchOptions
@@ -64,6 +68,18 @@ def cap_torch_threads(cores: int) -> None:
         torch.set_num_threads(cores)
 
 
+@dataclass(slots=True)
+class Launch:
+    """A batch enqueued on a GPU instance: the pinned views its outputs are copied into, the event
+    recorded after those copies, its inputs (kept alive until the device has read them), and the
+    outputs it keeps on the device (``Instance.compute_keeping``)."""
+
+    copies: dict[str, torch.Tensor]
+    done: torch.cuda.Event
+    inputs: list[torch.Tensor]
+    held: dict[str, torch.Tensor]
+
+
 class PyTorchInstance(Instance):
     """One module on one device. ``compute`` is called from the scheduler's worker thread for this instance."""
 
@@ -90,10 +106,15 @@ class PyTorchInstance(Instance):
             self._output_order = loaded.output_order
             self._batched = config.max_batch_size > 0
             self._stream = torch.cuda.Stream(self._device) if self._cuda else None
+            self._copies = torch.cuda.Stream(self._device) if self._cuda else None  # eager host-to-device copies
+            self.overlaps_batches = self._cuda
             if self._cuda:
                 torch.cuda.synchronize(self._device)  # weights were copied on the default stream
-            self._staging: dict[str, torch.Tensor] = {}
-            self._host_outputs = HostBuffers(pinned=self._cuda and self.options.pinned_output)
+            # one set of pinned input and output buffers per batch in flight (``slot``)
+            self._staging: list[dict[str, torch.Tensor]] = [{} for _ in range(BATCHES_IN_FLIGHT)]
+            self._host_outputs = [
+                HostBuffers(pinned=self._cuda and self.options.pinned_output) for _ in range(BATCHES_IN_FLIGHT)
+            ]
             if self._cuda and self.options.pinned_input:
                 self._preallocate(max(1, config.max_batch_size))
             self._graphs = self._capture_graphs() if self.options.cuda_graphs else None
@@ -110,12 +131,13 @@ class PyTorchInstance(Instance):
         return module
 
     def _preallocate(self, max_batch: int) -> None:
-        """Pinned staging buffers for inputs of fixed size, so the first batches need no allocation."""
+        """Pinned staging buffers (every set) for inputs of fixed size, so the first batches need no allocation."""
         for name, dtype in self._inputs:
             dims = self._info(name).shape[1:] if self._batched else self._info(name).shape
             if all(d is not None for d in dims):
                 count = (max_batch if self._batched else 1) * int(np.prod(dims, dtype=np.int64))
-                self._staging[name] = torch.empty(count * dtype.itemsize, dtype=torch.uint8, pin_memory=True)
+                for staging in self._staging:
+                    staging[name] = torch.empty(count * dtype.itemsize, dtype=torch.uint8, pin_memory=True)
 
     def _capture_graphs(self) -> CudaGraphs | None:
         if not self._cuda:
@@ -199,12 +221,10 @@ class PyTorchInstance(Instance):
         return self._compute(inputs, outputs, kept)
 
     def _compute(self, inputs: dict[str, Any], outputs: list[str], kept: frozenset[str]) -> dict[str, Any]:
-        missing = [name for name, _ in self._inputs if name not in inputs]
-        if missing:
-            raise InvalidArgument(f"input '{missing[0]}' is required by this model")
+        if self._cuda:
+            return self.finish(self.launch(inputs, outputs, 0, kept))
+        self._check(inputs)
         with self._grad_mode():
-            if self._cuda:
-                return self._compute_cuda(inputs, outputs, kept)
             tensors = [self._on_cpu(inputs[name], dtype) for name, dtype in self._inputs]
             results = self._forward(tensors)
             # a kept output is a tensor of its own (an eager output may view an input's memory)
@@ -215,10 +235,22 @@ class PyTorchInstance(Instance):
                 for name in outputs
             }
 
-    def _compute_cuda(self, inputs: dict[str, Any], outputs: list[str], kept: frozenset[str]) -> dict[str, Any]:
-        assert self._stream is not None
-        with self._device_context(), torch.cuda.stream(self._stream):
-            host = [self._stage(name, inputs[name], dtype) for name, dtype in self._inputs]
+    def _check(self, inputs: dict[str, Any]) -> None:
+        missing = [name for name, _ in self._inputs if name not in inputs]
+        if missing:
+            raise InvalidArgument(f"input '{missing[0]}' is required by this model")
+
+    def launch(
+        self, inputs: dict[str, Any], outputs: list[str], slot: int = 0, kept: frozenset[str] = frozenset()
+    ) -> Launch:
+        """Enqueue a batch on this GPU instance's streams (copies in, replay or forward pass, copies
+        out into buffer set ``slot``'s pinned outputs, or into device memory of their own for the
+        outputs ``kept`` there) and return without waiting (see backends.base.Instance.launch). The
+        other set's batch may still be in flight."""
+        self._check(inputs)
+        assert self._stream is not None, "launch is for GPU instances (overlaps_batches)"
+        with self._grad_mode(), self._device_context(), torch.cuda.stream(self._stream):
+            host = [self._stage(name, inputs[name], dtype, slot) for name, dtype in self._inputs]
             # device inputs were joined on the scheduler's thread, which sets no stream (the
             # pre-processor's own lane was synchronised): read them after its default stream
             after = torch.cuda.default_stream(self._device) if any(t.is_cuda for t in host) else None
@@ -228,9 +260,9 @@ class PyTorchInstance(Instance):
             if self._graphs is not None and self._graphs.accepts(host, batch):
                 device_outputs = self._graphs.compute(host, batch, after)
             else:
-                device_outputs = self._forward([t.to(self._device, non_blocking=True) for t in host])
+                device_outputs = self._forward(self._to_device(host))
             copies = {
-                name: self._host_outputs.stage(name, device_outputs[name]) for name in outputs if name not in kept
+                name: self._host_outputs[slot].stage(name, device_outputs[name]) for name in outputs if name not in kept
             }
             # kept outputs stay on the device, in memory of their own (a graph's outputs serve its next replay)
             held = {
@@ -238,8 +270,28 @@ class PyTorchInstance(Instance):
                 for name in outputs
                 if name in kept
             }
-            self._stream.synchronize()
-        return {name: to_numpy(view).copy() for name, view in copies.items()} | held  # the buffers serve the next batch
+            done = torch.cuda.Event()
+            done.record(self._stream)
+        return Launch(copies, done, host, held)
+
+    def finish(self, launched: Launch) -> dict[str, Any]:
+        """Wait for a launched batch's outputs (its event; the GIL is released meanwhile) and copy
+        them out of the pinned buffers, which serve the batch after next; kept ones as they are."""
+        launched.done.synchronize()
+        return {name: to_numpy(view).copy() for name, view in launched.copies.items()} | launched.held
+
+    def _to_device(self, host: list[torch.Tensor]) -> list[torch.Tensor]:
+        """An eager batch's inputs on the device: host tensors copied on the copy stream, so the copy
+        runs while the batch launched before computes; the compute stream waits for it."""
+        assert self._stream is not None and self._copies is not None
+        with torch.cuda.stream(self._copies):
+            tensors = [t.to(self._device, non_blocking=True) for t in host]
+            copied = torch.cuda.Event()
+            copied.record(self._copies)
+        self._stream.wait_event(copied)
+        for tensor in tensors:
+            tensor.record_stream(self._stream)  # made on the copy stream, freed after the compute stream used it
+        return tensors
 
     def _on_cpu(self, array: np.ndarray | torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """A CPU instance's input: a host array shared as a tensor, a device tensor brought here."""
@@ -247,46 +299,49 @@ class PyTorchInstance(Instance):
             return array.to(self._device)
         return to_tensor(_writable(array), dtype)
 
-    def _stage(self, name: str, array: np.ndarray | torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        """The input as a host tensor in pinned memory (copied there unless the scheduler assembled it
-        there), or a device tensor as it is (a device pre-processor's batch)."""
+    def _stage(self, name: str, array: np.ndarray | torch.Tensor, dtype: torch.dtype, slot: int) -> torch.Tensor:
+        """The input as a host tensor in set ``slot``'s pinned memory (copied there unless the
+        scheduler assembled it there), or a device tensor as it is (a device pre-processor's batch)."""
         if isinstance(array, torch.Tensor):
             return array
         if not self.options.pinned_input:
             return to_tensor(np.ascontiguousarray(array), dtype)
-        buffer = self._staging.get(name)
+        buffer = self._staging[slot].get(name)
         owned = (
             buffer is not None
             and array.flags.c_contiguous
             and array.__array_interface__["data"][0] == buffer.data_ptr()
         )
         if not owned:
-            view = self.input_buffer(name, array.shape, array.dtype)
+            view = self.input_buffer(name, array.shape, array.dtype, slot)
             assert view is not None
             np.copyto(view, array)
-            buffer = self._staging[name]
+            buffer = self._staging[slot][name]
         assert buffer is not None
         return buffer[: array.nbytes].view(dtype).view(array.shape)
 
-    def input_buffer(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray | None:
-        """A view of this instance's pinned staging buffer for ``name`` (see backends.base.Instance.input_buffer).
+    def input_buffer(self, name: str, shape: tuple[int, ...], dtype: np.dtype, slot: int = 0) -> np.ndarray | None:
+        """A view of this instance's pinned staging buffer for ``name`` in set ``slot`` (see
+        backends.base.Instance.input_buffer).
 
-        One batch is in flight per instance and ``compute`` synchronises before returning, so the
-        buffer is free again by the time the scheduler assembles the next batch.
+        The scheduler assembles a batch in a set only once the batch launched before in that set
+        is finished (two in flight at most, sets taken in turn), so the device has read it by then.
         """
         if not (self._cuda and self.options.pinned_input) or dtype.hasobject:
             return None
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        buffer = self._staging.get(name)
+        staging = self._staging[slot]
+        buffer = staging.get(name)
         if buffer is None or buffer.numel() < nbytes:
             buffer = torch.empty(max(nbytes, 1), dtype=torch.uint8, pin_memory=True)
-            self._staging[name] = buffer
+            staging[name] = buffer
         return buffer[:nbytes].numpy().view(dtype).reshape(shape)
 
     def close(self) -> None:
         self._graphs = None
-        self._staging.clear()
-        self._host_outputs.clear()
+        for staging, outputs in zip(self._staging, self._host_outputs, strict=True):
+            staging.clear()
+            outputs.clear()
         del self._module
         if self._cuda:
             with CUDA_SETUP_LOCK:

@@ -1,10 +1,11 @@
 """Reused host buffers, one per name, that a GPU path copies into and out of.
 
 Allocating page-locked (pinned) memory for every batch costs a driver call and holds memory the
-caching allocator cannot hand back at once. A user of these buffers runs one batch at a time (an
-instance, or one lane of a pre-processor), so one buffer per name, grown to the largest batch
-seen, serves every batch. Where pinning is unavailable (a CPU build of torch, a CPU device, or
-``output_pinned_memory { enable: false }``) the same code runs on plain host memory.
+caching allocator cannot hand back at once. A user of these buffers runs one batch at a time (one
+lane of a pre-processor), or keeps one ``HostBuffers`` per batch in flight (a GPU instance), so one
+buffer per name, grown to the largest batch seen, serves every batch. Where pinning is unavailable
+(a CPU build of torch, a CPU device, or ``output_pinned_memory { enable: false }``) the same code
+runs on plain host memory.
 """
 
 from __future__ import annotations

@@ -5,8 +5,9 @@ Why not ``loop.run_in_executor`` on a ``ThreadPoolExecutor``: per batch that bui
 sides, a state copy) and checks the pool's size; measured on the CPU machine, a round trip cost 55 us
 of process CPU against 36 us for what this does: the batch put on a ``SimpleQueue`` (C, one lock),
 computed, and its outcome set on the loop's future by one ``call_soon_threadsafe``. An instance
-computes one batch at a time anyway (its worker awaits each), so one thread per instance is what the
-pool was.
+computes one batch at a time anyway (its worker awaits each; an instance that overlaps batches has
+its ``launch`` and ``finish`` calls run here in order, the device doing the overlapping), so one
+thread per instance is what the pool was.
 """
 
 from __future__ import annotations

@@ -5,13 +5,15 @@ requests whose non-batch shapes differ, and waits for more requests only when th
 ``dynamic_batching`` asks for it (preferred sizes / ``max_queue_delay_microseconds``, measured from
 the oldest queued request). Batches are assembled, executed and split in a worker thread, off the
 event loop. Queue limits and timeouts follow Triton's queue policies, and a request whose caller
-went away is dropped before it runs.
+went away is dropped before it runs. An instance that ``overlaps_batches`` (a GPU's) gets its next
+batch launched before the current one is finished, when one can go without waiting (``_overlap``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import threading
@@ -19,11 +21,11 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 
-from ..backends.base import Instance
+from ..backends.base import BATCHES_IN_FLIGHT, Instance
 from ..errors import FerryError, Unavailable
 from ..statistics import ModelStats
 from .instance_thread import InstanceThread
@@ -96,6 +98,21 @@ class Pending:
         """The future's done callback (a bound method: no closure per request)."""
         assert self.scheduler is not None
         self.scheduler._settled(self)
+
+
+@dataclass(eq=False, slots=True)
+class Launched:
+    """A batch an instance has launched and not finished (``Instance.launch``): what ``finish`` waits
+    on, the staging memory its inputs may lie in, when its assembly began and ended, the outputs it
+    keeps on the device (``Execution.device_outputs``); or, had the launch failed, why (its requests
+    are then run one by one, ``_isolate``)."""
+
+    batch: list[Pending]
+    handle: Any = None
+    staging: Staging | None = None
+    gathered_ns: tuple[int, int] = (0, 0)
+    kept: frozenset[str] = frozenset()
+    error: Exception | None = None
 
 
 def batch_signature(inputs: dict[str, np.ndarray], batched: bool, memory: Memory = HOST) -> tuple:
@@ -220,9 +237,10 @@ NOTHING: frozenset[str] = frozenset()
 class Staging:
     """One instance's memory for gathering batches, reused batch after batch (see STAGING_BYTES).
 
-    Only the instance's worker uses it, one batch at a time, and only until the batch's outputs are
-    split: an output that shares its memory (an engine returning a view of its input) is copied
-    out before the next batch overwrites it (``detach``).
+    Only the instance's worker uses it, one batch at a time (an instance that overlaps batches has
+    one per batch in flight), and only until the batch's outputs are split: an output that shares
+    its memory (an engine returning a view of its input) is copied out before the next batch
+    overwrites it (``detach``).
     """
 
     def __init__(self, budget: StagingBudget = STAGING) -> None:
@@ -287,7 +305,10 @@ class Scheduler(ModelScheduler):
             id(instance): InstanceThread(f"ferry-model-{name}_{index}") for index, instance in enumerate(self.instances)
         }
         self._workers: list[asyncio.Task] = []
-        self._staging = {id(instance): Staging() for instance in self.instances}
+        self._staging = {
+            id(instance): [Staging() for _ in range(BATCHES_IN_FLIGHT if instance.overlaps_batches else 1)]
+            for instance in self.instances
+        }
         self._may_inline = all(instance.inline_when_fast for instance in self.instances)
         self._computed = 0
         self._cpu_ns = 0.0  # moving average of an execution's CPU time per batch item
@@ -312,7 +333,10 @@ class Scheduler(ModelScheduler):
 
     def start(self) -> None:
         self._workers = [
-            asyncio.create_task(self._work(instance), name=f"{self.name}:{instance.spec.name}")
+            asyncio.create_task(
+                (self._overlap if instance.overlaps_batches else self._work)(instance),
+                name=f"{self.name}:{instance.spec.name}",
+            )
             for instance in self.instances
         ]
 
@@ -438,40 +462,56 @@ class Scheduler(ModelScheduler):
             if pending.queued:
                 yield pending
 
+    def _form(self) -> tuple[list[Pending] | None, int | None]:
+        """The batch to run now (taken out of the queue), else None and how many more nanoseconds its
+        head may wait for others to join (None: nothing is queued)."""
+        head: Pending | None = None
+        group: list[Pending] = []
+        for scanned, pending in enumerate(self._queued_in_order()):
+            if head is None:
+                head = pending
+                group.append(pending)
+                if not self.policy.dynamic:
+                    break
+            elif pending.signature == head.signature:
+                group.append(pending)
+            if scanned >= SCAN_LIMIT:
+                break
+        if head is None:
+            return None, None
+        waited = time.perf_counter_ns() - head.enqueued_ns
+        if self._closing or self._hurried:  # no more are coming: waiting for them only delays
+            waited = max(waited, self.policy.max_queue_delay_ns)
+        count = choose_batch([p.batch_size for p in group], self.policy, waited)
+        if count is None:
+            return None, max(self.policy.max_queue_delay_ns - waited, 0)
+        batch = group[:count]
+        for pending in batch:
+            self._dequeue(pending)
+        return batch, None
+
     async def _next_batch(self) -> list[Pending] | None:
         """Wait for and take the next batch; None once stopping with nothing left."""
         while True:
-            head: Pending | None = None
-            group: list[Pending] = []
-            for scanned, pending in enumerate(self._queued_in_order()):
-                if head is None:
-                    head = pending
-                    group.append(pending)
-                    if not self.policy.dynamic:
-                        break
-                elif pending.signature == head.signature:
-                    group.append(pending)
-                if scanned >= SCAN_LIMIT:
-                    break
-            if head is None:
-                if self._stopping:
-                    return None
-                self._arrived.clear()
-                await self._arrived.wait()
-                continue
-            waited = time.perf_counter_ns() - head.enqueued_ns
-            if self._closing or self._hurried:  # no more are coming: waiting for them only delays
-                waited = max(waited, self.policy.max_queue_delay_ns)
-            count = choose_batch([p.batch_size for p in group], self.policy, waited)
-            if count is not None:
-                batch = group[:count]
-                for pending in batch:
-                    self._dequeue(pending)
+            batch, wait_ns = self._form()
+            if batch is not None:
                 return batch
             self._arrived.clear()
-            remaining = (self.policy.max_queue_delay_ns - waited) / 1e9
+            if wait_ns is None:
+                if self._stopping:
+                    return None
+                await self._arrived.wait()
+                continue
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._arrived.wait(), max(remaining, 0))
+                await asyncio.wait_for(self._arrived.wait(), wait_ns / 1e9)
+
+    def _batch_now(self) -> list[Pending] | None:
+        """A batch that can go without waiting for more requests, for an instance that has one in
+        flight already; None when there is none, or when an idle instance is forming one (it goes
+        first: it has nothing in flight)."""
+        if self._form_lock.locked():
+            return None
+        return self._form()[0]
 
     async def _work(self, instance: Instance) -> None:
         while True:
@@ -479,14 +519,10 @@ class Scheduler(ModelScheduler):
                 batch = await self._next_batch()
             if batch is None:
                 return
-            batch = [p for p in batch if not p.future.done()]
+            batch = _live(batch)
             if not batch:
                 continue
-            started = time.perf_counter_ns()
-            for pending in batch:
-                pending.started_ns = started
-                if pending.execution.timeline is not None:
-                    pending.execution.timeline.compute_start = started
+            _started(batch)
             try:
                 nbytes = _input_bytes(batch)
                 if self._inline(sum(p.batch_size for p in batch), nbytes):
@@ -498,7 +534,66 @@ class Scheduler(ModelScheduler):
             self._answer(batch, results)
             # the last batch's tensors (a request's body, or the intake arena or spill it was read from)
             # must not live on while this worker waits for the next batch
-            del batch, results, pending
+            del batch, results
+
+    async def _overlap(self, instance: Instance) -> None:
+        """The worker of an instance that ``overlaps_batches``: it launches a batch, then, while that
+        batch computes, launches the next if one can go now (without waiting out a queue delay), so
+        the next batch's assembly and host-to-device copy overlap the current compute. At most
+        ``BATCHES_IN_FLIGHT`` are in flight, each in its own buffer set (``slot``, taken in turn: the
+        batch in flight, if any, is the one launched last); they are finished and answered in the
+        order they were launched."""
+        flight: deque[Launched] = deque()
+        slot = 0
+        while True:
+            batch: list[Pending] | None = None
+            if not flight:
+                async with self._form_lock:
+                    batch = await self._next_batch()
+                if batch is None:
+                    return
+            elif len(flight) < BATCHES_IN_FLIGHT:
+                batch = self._batch_now()
+            batch = _live(batch) if batch else None
+            if batch:
+                flight.append(await self._launch(instance, batch, slot))
+                slot = (slot + 1) % BATCHES_IN_FLIGHT
+            elif flight:
+                await self._finish_oldest(instance, flight)
+
+    async def _launch(self, instance: Instance, batch: list[Pending], slot: int) -> Launched:
+        """Assemble a batch in buffer set ``slot`` and launch it on the instance's thread."""
+        _started(batch)
+        try:
+            return await self._threads[id(instance)].compute(self._launch_batch, instance, batch, slot)
+        except Exception as exc:  # answered in its turn, its requests one by one
+            return Launched(batch, error=exc)
+
+    async def _finish_oldest(self, instance: Instance, flight: deque[Launched]) -> None:
+        """Finish and answer the oldest batch in flight. A failed one is re-run a request at a time
+        (``_isolate``) once the batches launched after it are finished (so nothing else is in flight
+        meanwhile), and answered before them."""
+        oldest = flight.popleft()
+        outcome = await self._outcome(instance, oldest)
+        if not isinstance(outcome, Exception):
+            self._answer(oldest.batch, outcome)
+            return
+        later = [(launched, await self._outcome(instance, launched)) for launched in flight]
+        flight.clear()
+        self._answer(oldest.batch, await self._isolate(instance, oldest.batch, outcome))
+        for launched, result in later:
+            if isinstance(result, Exception):
+                result = await self._isolate(instance, launched.batch, result)
+            self._answer(launched.batch, result)
+
+    async def _outcome(self, instance: Instance, launched: Launched) -> list[Outputs | BaseException] | Exception:
+        """A launched batch's results, or the error that failed its launch or its finish."""
+        if launched.error is not None:
+            return launched.error
+        try:
+            return await self._threads[id(instance)].compute(self._finish_batch, instance, launched)
+        except Exception as exc:
+            return exc
 
     def _answer(self, batch: list[Pending], results: list[Outputs | BaseException]) -> None:
         """Settle each request of an executed batch; the successes go to the statistics at once
@@ -554,43 +649,13 @@ class Scheduler(ModelScheduler):
         sample = self._computed < INLINE_AFTER_RUNS or self._computed % CPU_SAMPLE_EVERY == 0
         cpu0 = time.thread_time_ns() if sample else 0
         t0 = time.perf_counter_ns()
-        staging = None
-        if batch[0].execution.memory is not HOST:  # a signature never mixes memories
-            inputs = _gather_on_device(instance, batch)
-            names = list(dict.fromkeys(name for p in batch for name in p.execution.outputs))
-        elif len(batch) == 1:
-            inputs = batch[0].execution.inputs
-            names = batch[0].execution.outputs
-        else:
-            staging = self._staging[id(instance)]
-            inputs = {
-                name: assemble([p.execution.inputs[name] for p in batch], name, instance.input_buffer, staging.provide)
-                for name in batch[0].execution.inputs
-            }
-            names = list(dict.fromkeys(name for p in batch for name in p.execution.outputs))
+        inputs, names, staging = self._gather(instance, batch, 0)
         kept = _kept_on_device(batch) if instance.takes_device_inputs else NOTHING
         t1 = time.perf_counter_ns()
         outputs = instance.compute_keeping(inputs, names, kept) if kept else instance.compute(inputs, names)
-        if staging is not None:
-            outputs = staging.detach(outputs)
         t2 = time.perf_counter_ns()
         total = sum(p.batch_size for p in batch)
-        if len(batch) == 1:
-            split: list[Outputs | BaseException] = [outputs]
-        else:
-            split = []
-            offset = 0
-            for pending in batch:
-                end = offset + pending.batch_size
-                share = {name: outputs[name][offset:end] for name in pending.execution.outputs}
-                split.append(_placed(share, pending.execution.device_outputs) if kept else share)
-                offset = end
-            for name, array in outputs.items():
-                if array.shape[:1] != (total,):
-                    raise FerryError(
-                        f"model output '{name}' has shape {list(array.shape)}, which does not "
-                        f"start with the batch size {total}"
-                    )
+        split = _split(batch, outputs if staging is None else staging.detach(outputs), total, kept)
         t3 = time.perf_counter_ns()
         self._computed += 1
         span = min(self._computed, INLINE_AFTER_RUNS)
@@ -598,15 +663,54 @@ class Scheduler(ModelScheduler):
         if sample:
             self._cpu_ns += ((time.thread_time_ns() - cpu0) / items - self._cpu_ns) / span
         self._input_bytes += (nbytes / items - self._input_bytes) / span
+        self._record(batch, total, t0, t1, t2, t3)
+        return split
+
+    def _launch_batch(self, instance: Instance, batch: list[Pending], slot: int) -> Launched:
+        """Assemble a batch in buffer set ``slot`` and launch it (``Instance.launch``; on the
+        instance's thread), without waiting for its outputs."""
+        t0 = time.perf_counter_ns()
+        inputs, names, staging = self._gather(instance, batch, slot)
+        kept = _kept_on_device(batch) if instance.takes_device_inputs else NOTHING
+        t1 = time.perf_counter_ns()
+        return Launched(batch, instance.launch(inputs, names, slot, kept), staging, (t0, t1), kept)
+
+    def _finish_batch(self, instance: Instance, launched: Launched) -> list[Outputs | BaseException]:
+        """Wait for a launched batch's outputs and split them (on the instance's thread)."""
+        outputs = instance.finish(launched.handle)
+        t2 = time.perf_counter_ns()
+        staging = launched.staging
+        total = sum(p.batch_size for p in launched.batch)
+        split = _split(launched.batch, outputs if staging is None else staging.detach(outputs), total, launched.kept)
+        self._record(launched.batch, total, *launched.gathered_ns, t2, time.perf_counter_ns())
+        return split
+
+    def _gather(self, instance: Instance, batch: list[Pending], slot: int) -> tuple[Outputs, list[str], Staging | None]:
+        """A batch's inputs as the instance takes them (assembled in buffer set ``slot`` where
+        they are gathered), the outputs its requests ask for, and the staging memory used, if any."""
+        if batch[0].execution.memory is not HOST:  # a signature never mixes memories
+            return _gather_on_device(instance, batch), _requested(batch), None
+        if len(batch) == 1:
+            return batch[0].execution.inputs, batch[0].execution.outputs, None
+        staging = self._staging[id(instance)][slot]
+        offered = functools.partial(instance.input_buffer, slot=slot)
+        inputs = {
+            name: assemble([p.execution.inputs[name] for p in batch], name, offered, staging.provide)
+            for name in batch[0].execution.inputs
+        }
+        return inputs, _requested(batch), staging
+
+    def _record(self, batch: list[Pending], total: int, t0: int, t1: int, t2: int, t3: int) -> None:
+        """A computed batch of ``total`` items in the statistics and its requests' timings and
+        timelines: assembled from ``t0`` to ``t1``, computed until ``t2``, split until ``t3``."""
+        compute_ns = (t1 - t0, t2 - t1, t3 - t2)
+        self.stats.record_execution(total, len(batch), *compute_ns)
         for pending in batch:
-            pending.compute_ns = (t1 - t0, t2 - t1, t3 - t2)
-        self.stats.record_execution(total, len(batch), t1 - t0, t2 - t1, t3 - t2)
-        for pending in batch:
+            pending.compute_ns = compute_ns
             timeline = pending.execution.timeline
             if timeline is not None:
                 timeline.compute_input_end, timeline.compute_output_start = t1, t2
                 timeline.compute_end = t3
-        return split
 
     # --- shutdown ---------------------------------------------------------------------------------
 
@@ -634,8 +738,49 @@ class Scheduler(ModelScheduler):
         await asyncio.gather(*self._workers, return_exceptions=True)
         for thread in self._threads.values():
             thread.stop()  # its worker has returned: nothing but a cancelled caller's batch is left to finish
-        for staging in self._staging.values():
-            staging.close()
+        for sets in self._staging.values():
+            for staging in sets:
+                staging.close()
+
+
+def _live(batch: list[Pending]) -> list[Pending]:
+    """The requests of a batch whose callers still wait (a cancelled one is dropped before it runs)."""
+    return [p for p in batch if not p.future.done()]
+
+
+def _started(batch: list[Pending]) -> None:
+    """Stamp a batch's requests (and their timelines) with the moment their compute began."""
+    started = time.perf_counter_ns()
+    for pending in batch:
+        pending.started_ns = started
+        if pending.execution.timeline is not None:
+            pending.execution.timeline.compute_start = started
+
+
+def _requested(batch: list[Pending]) -> list[str]:
+    """The outputs any request of a batch asks for, each once, in the order first asked."""
+    return list(dict.fromkeys(name for p in batch for name in p.execution.outputs))
+
+
+def _split(batch: list[Pending], outputs: Outputs, total: int, kept: frozenset[str]) -> list[Outputs | BaseException]:
+    """A batch's outputs (``total`` items) cut into each request's rows (a batch of one keeps them
+    whole); where some were ``kept`` on the device, each request gets in host memory those it did
+    not ask for there (``_placed``)."""
+    if len(batch) == 1:
+        return [outputs]
+    split: list[Outputs | BaseException] = []
+    offset = 0
+    for pending in batch:
+        end = offset + pending.batch_size
+        share = {name: outputs[name][offset:end] for name in pending.execution.outputs}
+        split.append(_placed(share, pending.execution.device_outputs) if kept else share)
+        offset = end
+    for name, array in outputs.items():
+        if array.shape[:1] != (total,):
+            raise FerryError(
+                f"model output '{name}' has shape {list(array.shape)}, which does not start with the batch size {total}"
+            )
+    return split
 
 
 def _as_request_error(model: str, exc: BaseException) -> FerryError:
