@@ -32,6 +32,8 @@ pytestmark = pytest.mark.torch
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0)")
 from ferry.gpu.cuda_ipc import CudaWindow  # noqa: E402
 
+from .test_device_tensor_batches import until  # noqa: E402
+
 IMAGE = 28 * 28 * 4  # one [1, 28, 28] FP32 digit
 LOGITS = 10 * 4
 QUEUED = 3  # requests queued behind the gated one, which the batcher gathers into one batch
@@ -106,15 +108,6 @@ class Engine:
     def hold(self) -> None:
         self.entered.clear()
         self.release.clear()
-
-
-async def until(condition: Any, what: str) -> None:
-    """Wait (on the loop, bounded) for a condition the test itself brings about."""
-    for _ in range(3000):
-        if condition():
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError(f"never happened: {what}")
 
 
 def in_region(model: str, offset: int, images: int, output: RequestedOutput | None = None) -> InferenceRequest:
