@@ -43,6 +43,7 @@ from .front_doors import (
     stream_limits,
     wait_started,
 )
+from .frozen_objects import freeze_built_objects
 from .heap import return_large_buffers
 from .intake.shared_state import OPEN_CONNECTIONS, ServerImageWork
 from .intake.supervisor import IntakeCollector, IntakeProcesses, intake_process_count
@@ -185,6 +186,7 @@ class FerryServer:
         await loading
         if self._http is not None and self._http_task is not None:
             await wait_started(self._http, self._http_task, f"REST server on {s.host}:{s.http_port}")
+        freeze_built_objects()  # the loaded models and the doors: out of every full collection from now on
         self.plane.started = True
         log.info("models in %s:\n%s", self.manager.repository, model_table(self.manager.index()))
         intake = f"{self.intakes.count} intake processes" if self.intakes is not None else "one process"

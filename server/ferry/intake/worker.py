@@ -42,6 +42,7 @@ from ..front_doors import (
     stream_limits,
     wait_started,
 )
+from ..frozen_objects import freeze_built_objects
 from ..heap import return_large_buffers
 from ..security import ServerSecurity
 from ..security.identity import Identify
@@ -191,6 +192,7 @@ async def run(assignment: Assignment) -> int:
         await server.start()
     if http is not None:
         await wait_started(http.server, http.task, "the intake's REST listener")  # OSError: main() logs it
+    freeze_built_objects()  # its doors and model views: out of every full collection from now on
     client.send_ready()
     lost = asyncio.create_task(client.lost.wait())
     await asyncio.wait({lost, asyncio.create_task(stop.wait())}, return_when=asyncio.FIRST_COMPLETED)
