@@ -1,13 +1,14 @@
 """Keep what a process is built of out of the garbage collector's full passes (``gc.freeze``).
 
 Why: a full collection (generation 2) walks every object the collector tracks, and a model process
-with its engines, configs and front doors loaded holds ~90,000 of them (~50 ms a pass on the shared
+with its engines, configs and front doors loaded holds ~106,000 of them (~50 ms a pass on the shared
 CPU machine). Requests in flight outlive the young generations (a batch's requests live until it
-is answered), so at large batches their objects set off a full pass every few thousand requests:
-~15 us of the model process's CPU per request on the intake hand-off's path at a batch of 64
-(benchmarks/results/host-path-frozen.md). What exists once the process is up does not become
-garbage while it serves, so it is collected once and frozen before the process says it is ready
-(nothing in flight yet): later passes walk only what came after.
+is answered), so at batches of 16 and more their objects set off a full pass every few thousand
+requests: the collector's CPU per request in the model process went from 12 to 5 us over REST with
+2 intakes (batch ~16), from 19 to 4 us at a batch of 64 (benchmarks/results/host-path-frozen.md).
+What exists once the process is up does not become garbage while it serves, so it is collected once
+and frozen before the process says it is ready (nothing in flight yet): later passes walk only what
+came after.
 
 A frozen object that becomes cyclic garbage is never collected, so where something built at start
 is let go (a model version retired, ``repository.memory``) the objects are thawed and collected
