@@ -136,6 +136,7 @@ class FerryServer:
         self._stop.set()
 
     async def start(self) -> None:
+        freeze_built_objects()  # what it imported and built: out of every full collection (before any door opens)
         s = self.settings
         app: ASGIApp | None = None
         if s.http_port or self.intakes is not None:
@@ -186,7 +187,6 @@ class FerryServer:
         await loading
         if self._http is not None and self._http_task is not None:
             await wait_started(self._http, self._http_task, f"REST server on {s.host}:{s.http_port}")
-        freeze_built_objects()  # the loaded models and the doors: out of every full collection from now on
         self.plane.started = True
         log.info("models in %s:\n%s", self.manager.repository, model_table(self.manager.index()))
         intake = f"{self.intakes.count} intake processes" if self.intakes is not None else "one process"

@@ -170,6 +170,7 @@ async def run(assignment: Assignment) -> int:
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGINT, lambda: None)
+    freeze_built_objects()  # what it imported and built: out of every full collection (before any request)
 
     forward = ForwardToCore(assignment.path("rest.sock"))
     channel = grpc.aio.insecure_channel(
@@ -192,7 +193,6 @@ async def run(assignment: Assignment) -> int:
         await server.start()
     if http is not None:
         await wait_started(http.server, http.task, "the intake's REST listener")  # OSError: main() logs it
-    freeze_built_objects()  # its doors and model views: out of every full collection from now on
     client.send_ready()
     lost = asyncio.create_task(client.lost.wait())
     await asyncio.wait({lost, asyncio.create_task(stop.wait())}, return_when=asyncio.FIRST_COMPLETED)
