@@ -10,11 +10,9 @@ what came after. The model process's collector CPU per request over REST with 2 
 ~16) went from 7.7-8.7 to 4.3-4.9 us, none either way over gRPC (batch ~1): see
 benchmarks/results/host-path-frozen.md.
 
-A frozen object that becomes cyclic garbage is never collected, so where something built at start
-is let go (a model version retired, ``repository.memory``) the objects are thawed and collected
-for good. They are not frozen again then: requests in flight would be frozen with them, and what
-of theirs ends in a reference cycle (a failed request's exception, its traceback's frames and the
-future holding it) would never be freed.
+Models are loaded after that, so what a model version holds is never frozen and goes with it at
+unload as before. A frozen object that became cyclic garbage would never be collected; what is
+frozen (the modules, the server's parts built before it starts) lives as long as the process.
 """
 
 from __future__ import annotations
@@ -27,9 +25,3 @@ def freeze_built_objects() -> None:
     process is built and before it takes requests)."""
     gc.collect()
     gc.freeze()
-
-
-def thaw_and_collect() -> None:
-    """A full collection that includes what was frozen (something built at start was let go)."""
-    gc.unfreeze()
-    gc.collect()

@@ -10,9 +10,8 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import gc
 import sys
-
-from ..frozen_objects import thaw_and_collect
 
 
 @functools.cache
@@ -27,9 +26,8 @@ def _libc() -> ctypes.CDLL | None:
 
 
 def release_free_memory() -> bool:
-    """Collect garbage (what the process froze once it was up too: a closed model's objects may be
-    among it) and trim the C heap; True when the trim ran (glibc only)."""
-    thaw_and_collect()
+    """Collect garbage and trim the C heap; True when the trim ran (glibc only)."""
+    gc.collect()
     libc = _libc()
     trim = getattr(libc, "malloc_trim", None) if libc is not None else None
     if trim is None:
