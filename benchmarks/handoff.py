@@ -12,7 +12,8 @@ answer) from ``--concurrency`` callers. CPU per request from /proc (the hub) and
 
 With ``--model`` the hub is a whole model process instead: a real data plane serving the no-compute
 model of ``host_path.py`` (FP32 ``[3, 224, 224]`` in, ``[1000]`` out, ONNX Runtime, dynamic
-batching; its Prometheus histograms attached, as a server's are), so the hub's CPU per request is
+batching; its Prometheus histograms attached and its objects frozen once up, as a server's are), so
+the hub's CPU per request is
 the model process's, without the intakes' front doors competing for the cores.
 
     python benchmarks/handoff.py --baseline /tmp/main-base --rounds 5
@@ -107,6 +108,12 @@ def _model_hub(path: str, ready, done, batch) -> None:  # type: ignore[no-untype
         except (TypeError, AttributeError):  # a checkout from before ``infer_soon``
             hub = HandoffHub(plane.infer, 64 << 20, ModelDirectory(plane), plane.admission)
         await hub.start(path)
+        try:  # as a server's model process does once it is up (``ferry.frozen_objects``)
+            from ferry.frozen_objects import freeze_built_objects
+
+            freeze_built_objects()
+        except ImportError:  # a checkout from before it
+            pass
         ready.set()
         while not done.is_set():
             await asyncio.sleep(0.05)

@@ -43,6 +43,7 @@ from .front_doors import (
     stream_limits,
     wait_started,
 )
+from .frozen_objects import freeze_built_objects
 from .heap import return_large_buffers
 from .intake.shared_state import OPEN_CONNECTIONS, ServerImageWork
 from .intake.supervisor import IntakeCollector, IntakeProcesses, intake_process_count
@@ -135,6 +136,7 @@ class FerryServer:
         self._stop.set()
 
     async def start(self) -> None:
+        freeze_built_objects()  # what it imported and built: out of every full collection (before any door opens)
         s = self.settings
         app: ASGIApp | None = None
         if s.http_port or self.intakes is not None:

@@ -42,6 +42,7 @@ from ..front_doors import (
     stream_limits,
     wait_started,
 )
+from ..frozen_objects import freeze_built_objects
 from ..heap import return_large_buffers
 from ..security import ServerSecurity
 from ..security.identity import Identify
@@ -169,6 +170,7 @@ async def run(assignment: Assignment) -> int:
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGINT, lambda: None)
+    freeze_built_objects()  # what it imported and built: out of every full collection (before any request)
 
     forward = ForwardToCore(assignment.path("rest.sock"))
     channel = grpc.aio.insecure_channel(
