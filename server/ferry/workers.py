@@ -12,8 +12,9 @@ settings, shut down when the process stops.
   ``scheduling.instance_thread``), which the scheduler's ``stop`` ends.
 
 Model loads and unloads, heap trims, closing a peer's connections and opening a CUDA region's IPC
-handle at its registration are not per request: they use asyncio's default executor. A Python model's ``async_exec`` does too: its thread waits for
-the server's loop, and must never wait on a pool the request's own work needs.
+handle at its registration are not per request: they use asyncio's default executor. A Python
+model's ``async_exec`` does too: its thread waits for the server's loop, and must never wait on a
+pool the request's own work needs.
 """
 
 from __future__ import annotations
