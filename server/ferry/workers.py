@@ -2,7 +2,8 @@
 settings, shut down when the process stops.
 
 - ``image`` (threads ``ferry-image``, ``--image-workers``, one per usable core by default):
-  images decoded and pre-processed, post-stages (top-k, box decoding and NMS, pooling, CTC),
+  images decoded and pre-processed, post-stages but the cheap ones (box decoding and NMS, CTC;
+  top-k and pooling take microseconds and stay on the loop: ``PostStage.cheap``),
   the OCR model's page steps (crops, turns, reading order), many images' headers read.
 - ``codec`` (threads ``ferry-codec``, one per usable core): protocol work too large for the loop:
   messages parsed and answers encoded, bodies inflated (by half its threads at most),
@@ -10,9 +11,10 @@ settings, shut down when the process stops.
 - Each model instance runs on a long-lived thread of its own (``ferry-model-<name>_<n>``:
   ``scheduling.instance_thread``), which the scheduler's ``stop`` ends.
 
-Model loads and unloads, heap trims and closing a peer's connections are not per request: they
-use asyncio's default executor. A Python model's ``async_exec`` does too: its thread waits for
-the server's loop, and must never wait on a pool the request's own work needs.
+Model loads and unloads, heap trims, closing a peer's connections and opening a CUDA region's IPC
+handle at its registration are not per request: they use asyncio's default executor. A Python
+model's ``async_exec`` does too: its thread waits for the server's loop, and must never wait on a
+pool the request's own work needs.
 """
 
 from __future__ import annotations

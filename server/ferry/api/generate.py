@@ -15,9 +15,9 @@ status code. Works for every model, decoupled or not.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
+from concurrent.futures import Executor
 from typing import Any
 
 import numpy as np
@@ -29,6 +29,7 @@ from ferry_client.codec import numpy_dtype
 from ..errors import FerryError, InvalidArgument
 from ..repository.model import ModelVersion
 from ..types import InferenceRequest, InferenceResponse, OutputTensor, Reserves, TensorSpec
+from ..workers import run_in
 from .dataplane import DataPlane
 from .limits import OFF_LOOP_BYTES
 from .response_size import estimated_size
@@ -90,10 +91,10 @@ def add_generate_routes(app: FastAPI, plane: DataPlane, read_body: ReadBody) -> 
         async def events() -> AsyncIterator[bytes]:
             try:
                 if first is not None:
-                    yield await _event(first)
+                    yield await _event(first, plane.workers.codec)
                     async for item, _final in responses:
                         if isinstance(item, FerryError) or item.outputs:
-                            yield await _event(item)
+                            yield await _event(item, plane.workers.codec)
             finally:
                 await responses.aclose()
                 leave()
@@ -126,12 +127,12 @@ async def _first_data(
     return None
 
 
-async def _event(item: InferenceResponse | FerryError) -> bytes:
-    """One event, encoded off the loop when large (a stream of 256 KiB responses spent the loop's
-    every turn in ``json.dumps``)."""
+async def _event(item: InferenceResponse | FerryError, pool: Executor) -> bytes:
+    """One event, encoded on ``pool`` (the codec threads) when large (a stream of 256 KiB responses
+    spent the loop's every turn in ``json.dumps``)."""
     if isinstance(item, FerryError) or estimated_size(item, binary_only=False) < OFF_LOOP_BYTES:
         return _encoded_event(item)
-    return await asyncio.to_thread(_encoded_event, item)
+    return await run_in(pool, _encoded_event, item)
 
 
 def _encoded_event(item: InferenceResponse | FerryError) -> bytes:

@@ -314,7 +314,7 @@ class InferenceRpcs(pb_grpc.GRPCInferenceServiceServicer):
                     if size < OFF_LOOP_BYTES:
                         encode_infer_response(item, streamed.infer_response)
                     else:
-                        await asyncio.to_thread(encode_infer_response, item, streamed.infer_response)
+                        await run_in(self.plane.workers.codec, encode_infer_response, item, streamed.infer_response)
                     streamed.infer_response.parameters[FINAL_FLAG].bool_param = final
                     # counted from here until written, apart from the request's admission
                     await put_answer(out, streamed, self.plane.admission.hold(size))

@@ -14,7 +14,8 @@ against the config once pre-processed.
 
 One request may need several executions: images beyond ``max_batch_size`` on the image endpoints,
 or several images for a model that cannot batch. Each execution is validated, traced and queued
-like a request of its own, and its post-stage runs in the worker pool on its whole batch.
+like a request of its own, and its post-stage runs on its whole batch, on the image pool unless
+cheap (``PostStage.cheap``).
 
 ``FrontHalf`` is everything but the execution (pre-stages, executions, post-stages);
 ``RequestPath`` adds validating, tracing and scheduling each execution in this process. An intake

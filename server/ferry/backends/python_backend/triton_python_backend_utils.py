@@ -4,7 +4,8 @@ It offers the names and semantics of Triton's Python-backend API (tensors, reque
 errors, calls to other models, auto-complete of the config), so a ``model.py`` written for Triton
 runs unchanged. Tensors are plain numpy arrays here: nothing is copied into shared memory.
 Calls to other models (``InferenceRequest.exec``) go through a caller that the hosting side
-installs: the server's own schedulers in-process, or the parent server from an isolated child.
+installs: the server's data plane in-process (``python_backend.host``), or the parent server from an
+isolated child (``python_backend.child``).
 """
 
 from __future__ import annotations
@@ -210,7 +211,7 @@ class InferenceResponse:
         return json.dumps(self._parameters)
 
 
-#: Runs a call to another model. Installed by the host (see ``python_backend.calls``).
+#: Runs a call to another model. Installed by the host (see ``python_backend.host`` and ``python_backend.child``).
 Caller = Callable[["InferenceRequest"], InferenceResponse]
 AsyncCaller = Callable[["InferenceRequest"], Awaitable[InferenceResponse]]
 StreamCaller = Callable[["InferenceRequest"], Iterator[InferenceResponse]]
