@@ -4,7 +4,7 @@ backend (dynamic batching onto the GPU), over gRPC, REST binary and the image pa
 On a machine with an NVIDIA GPU, from a Ferry checkout, in one command (about 10 minutes; torch
 with CUDA, e.g. the cu130 wheel, and the GPU tests first)::
 
-    pip install -e ./clients/python -e ".[test,torch]" && python -m pytest -q -m gpu tests/unit \
+    pip install -e ./clients/python -e ".[test,torch]" && python -m pytest -q -m gpu tests/unit tests/integration \
         && python benchmarks/gpu_torch.py --check && python benchmarks/gpu_torch.py
 
 Options: ``[--duration S] [--windows N] [--instances 1 2 3 4] [--output FILE]``. The results go to
