@@ -66,12 +66,15 @@ def _never_reading_client(server: RunningServer) -> socket.socket:
     return sock  # and never read from it
 
 
-def _wait(server: RunningServer, name: str, condition, timeout: float) -> float:
+def _wait(server: RunningServer, name: str, condition, timeout: float) -> str:
+    """The first scrape in which ``name`` meets ``condition``: what else a test reads of that state
+    comes from the same scrape (the state lasts only until the grace has passed)."""
     deadline = time.monotonic() + timeout
     while True:
-        value = metric(scrape(server), name)
+        text = scrape(server)
+        value = metric(text, name)
         if condition(value):
-            return value
+            return text
         assert time.monotonic() < deadline, f"{name} stayed at {value}"
         time.sleep(0.05)
 
@@ -81,11 +84,9 @@ def test_unread_answers_are_counted_then_cut(readers) -> None:
     try:
         # the attack state: both answers built and stuck; admission holds their bytes
         # (each request holds its body and its answer: both answers are built once 4 x 8 MiB are held)
-        _wait(readers, "ferry_inflight_bytes", lambda v: v >= 4 * ANSWER, timeout=30)
-        text = scrape(readers)
+        text = _wait(readers, "ferry_inflight_bytes", lambda v: v >= 4 * ANSWER, timeout=30)
         held = metric(text, "ferry_inflight_bytes")
         assert metric(text, "ferry_inflight_requests") == 2
-        assert held >= 4 * ANSWER
         client = triton_grpc.InferenceServerClient(readers.grpc_url)  # others are served meanwhile
         x = np.ones((1, WIDTH), np.float32)
         inputs = [triton_grpc.InferInput("x", [1, WIDTH], "FP32")]
