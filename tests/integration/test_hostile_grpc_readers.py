@@ -151,38 +151,38 @@ async def test_unread_stream_answers_are_counted_then_cut(readers, connect: Conn
 
 
 async def test_only_the_stalled_calls_of_a_connection_are_cut(readers, connect: Connect) -> None:
-    """One connection: a unary call (stream 1) and a stream (3) whose answers it never reads, and a
-    stream (5) it reads. The stalled two are ended; stream 5, open all along, goes on after the
-    cut, and a new call (7) on the same connection is answered."""
+    """One connection: a stream (1) it reads, opened and answered first, then a unary call (3) and
+    a stream (5) whose answers it never reads. The stalled two are ended; stream 1, open all along
+    (it was before they began, whenever their deadline comes), goes on after the cut, and a new
+    call (7) on the same connection is answered."""
     server, _ = readers
     log_before = len(server.log())
-    peer = await connect(stalled=(1, 3), reads_others=True)
-    peer.call(1, "ModelInfer", 1)
-    peer.call(3, "ModelStreamInfer", 1, end=False)
-    await wait_for_metric(server, "ferry_inflight_bytes", 2 * ANSWER, timeout=30)
-    assert not peer.resets  # the deadline (4 s) is far: nothing was cut yet
+    peer = await connect(stalled=(3, 5), reads_others=True)
+    peer.call(1, "ModelStreamInfer", 1, end=False)
+    await peer.until(lambda: len(peer.messages(1)) == 1)
+    peer.call(3, "ModelInfer", 1)
     peer.call(5, "ModelStreamInfer", 1, end=False)
-    await peer.until(lambda: len(peer.messages(5)) == 1)
-    assert peer.received[1] < ANSWER and peer.received.get(3, 0) < ANSWER  # both still stalled
+    await wait_for_metric(server, "ferry_inflight_bytes", 2 * ANSWER, timeout=30)
+    assert peer.received.get(3, 0) < ANSWER and peer.received.get(5, 0) < ANSWER  # both stalled
 
-    await peer.until(lambda: _ended_late(peer, 1) and _ended_late(peer, 3))
+    await peer.until(lambda: _ended_late(peer, 3) and _ended_late(peer, 5))
     await wait_for_metric(server, "ferry_inflight_bytes", 0, timeout=30, at_most=True)
     assert not peer.closed.done()
 
-    peer.send(5, 1, end=True)  # the stream that was open all along
+    peer.send(1, 1, end=True)  # the stream that was open all along
     peer.call(7, "ModelInfer", 1)  # and a new call on the same connection
-    await peer.until(lambda: 5 in peer.trailers and 7 in peer.trailers)
-    for stream in (5, 7):
+    await peer.until(lambda: 1 in peer.trailers and 7 in peer.trailers)
+    for stream in (1, 7):
         assert peer.trailers[stream]["grpc-status"] == "0", peer.trailers[stream]
     expected = np.ones((ROWS, WIDTH), np.float32)
-    for answer in peer.messages(5):
+    for answer in peer.messages(1):
         stream_answer = pb.ModelStreamInferResponse.FromString(answer)
         assert not stream_answer.error_message
         np.testing.assert_array_equal(_output(stream_answer.infer_response), expected)
-    assert len(peer.messages(5)) == 2
+    assert len(peer.messages(1)) == 2
     (unary_answer,) = peer.messages(7)
     np.testing.assert_array_equal(_output(pb.ModelInferResponse.FromString(unary_answer)), expected)
-    assert not peer.closed.done() and 5 not in peer.resets and 7 not in peer.resets
+    assert not peer.closed.done() and 1 not in peer.resets and 7 not in peer.resets
     log = server.log()[log_before:]
     assert log.count(f"ended a gRPC call of ipv4:{ATTACKER}") == 2
     assert "connection(s) of" not in log and "ExecuteBatchError" not in log
