@@ -26,7 +26,7 @@ from ferry_client.protocol import grpc_service_pb2 as pb
 from ..conftest import RunningServer, start_server
 from ..models import write_tile_model
 from ..raw_grpc_peer import RawPeer
-from ..server_metrics import metric, scrape, wait_for_metric
+from ..server_metrics import wait_for_metric
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -112,16 +112,17 @@ def _ended_late(peer: RawPeer, stream: int) -> bool:
 async def _held_then_cut(
     server: RunningServer, connect: Connect, peers: list[RawPeer], at_least: int, endings: list[tuple[RawPeer, int]]
 ) -> None:
-    """The attack state (``at_least`` bytes held, others served), then each stalled call ended
-    alone (its connection stays open) and 0 held. Not before its deadline: a call opened after them
-    (its message never sent), whose client gave it 1 s of its own (grpc ends it then), ends first."""
+    """The attack state (``at_least`` bytes held; a call another client sends then is answered
+    right), then each stalled call ended alone (its connection stays open) and 0 held. Not before
+    its deadline: a call opened after them (its message never sent), whose client gave it 1 s of its
+    own (grpc ends it then), ends first. (Whether the other client's answer came before the cut is
+    not asked: on a busy machine its call can outlast the 4 s the attack is held, with no fault.)"""
     log_before = len(server.log())
     reference = await connect(endings=endings)
     reference.call(1, "ModelInfer", 0, end=False, timeout="1S")
     await wait_for_metric(server, "ferry_inflight_bytes", at_least, timeout=30)
     assert all(peer.received.get(1, 0) < ANSWER for peer in peers)  # none of the answers was taken
     await asyncio.to_thread(_others_are_served, server)
-    assert metric(scrape(server), "ferry_inflight_bytes") >= at_least  # still held meanwhile
     await asyncio.gather(*(peer.until(lambda peer=peer: _ended_late(peer, 1)) for peer in peers))
     assert endings[0] == (reference, 1), [(peer is reference, stream) for peer, stream in endings]
     await wait_for_metric(server, "ferry_inflight_bytes", 0, timeout=30, at_most=True)
