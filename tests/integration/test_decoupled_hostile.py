@@ -90,13 +90,14 @@ def _until(condition: Callable[[], bool], what: str, timeout: float = 60) -> Non
 
 def _held_back(server: RunningServer, start: float) -> float:
     """Responses sent once repeat's producer sits in a ``send()`` that does not return (two scrapes
-    in a row find it there with nothing sent in between), or as soon as it has sent more than
+    in a row find it there with nothing sent in between, after its first response: the first
+    ``send()`` of a busy machine can take that long), or as soon as it has sent more than
     ``HELD_AT_MOST`` (it is not held back)."""
     deadline = time.monotonic() + 60  # a hang guard only
     last = -1.0
     while True:
         sent, sending = _metric(server, REPEAT_SENT) - start, _metric(server, REPEAT_SENDING)
-        if sent > HELD_AT_MOST or (sent == last and sending == 1):
+        if sent > HELD_AT_MOST or (0 < sent == last and sending == 1):
             return sent
         assert time.monotonic() < deadline, f"repeat sent {sent} responses, {sending} sending"
         last = sent
@@ -127,7 +128,7 @@ def test_a_stream_that_never_reads_holds_the_model_back(server: RunningServer) -
     call = pb_grpc.GRPCInferenceServiceStub(channel).ModelStreamInfer(requests())
     try:
         held = _held_back(server, start)
-        assert 0 < held <= HELD_AT_MOST, held  # bounded by the stream buffers and gRPC's flow-control window
+        assert held <= HELD_AT_MOST, held  # bounded by the stream buffers and gRPC's flow-control window
         assert process.memory_info().rss - before < 300 * 2**20
         assert _simple_served(server)
         assert _metric(server, REPEAT_SENT) - start <= HELD_AT_MOST  # still held back after that

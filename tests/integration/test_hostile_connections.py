@@ -10,6 +10,7 @@ The server runs with small limits so every timeout fires within seconds.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Iterator
 
@@ -18,7 +19,7 @@ import numpy as np
 import psutil
 import pytest
 
-from ferry_client import AsyncGrpcClient, HttpClient
+from ferry_client import AsyncGrpcClient, GrpcClient, HttpClient
 from ferry_client.protocol import grpc_service_pb2 as pb
 from ferry_client.protocol import grpc_service_pb2_grpc as pb_grpc
 
@@ -40,15 +41,24 @@ STALLED_S = 60.0
 #: RSS growth allowed during one attack (the attacks sent would cost hundreds of MB unbounded).
 RSS_BOUND = 100 * 2**20
 WIDTH = 64
+GATED = "gated"  # keeps what it is sent until unloaded
 
 
 @pytest.fixture(scope="module")
 def guarded(tmp_path_factory) -> Iterator[RunningServer]:
     repo = tmp_path_factory.mktemp("hostile_connections") / "models"
     write_mlp_model(repo / "quick", width=WIDTH, layers=1, extra_config="dynamic_batching { }\n")
+    write_mlp_model(
+        repo / GATED,
+        width=WIDTH,
+        layers=1,
+        max_batch_size=1024,
+        extra_config="dynamic_batching { preferred_batch_size: [ 1024 ] max_queue_delay_microseconds: 600000000 }\n",
+    )
     running = start_server(
         repo,
         repo.parent / "server.log",
+        *("--model-control-mode", "explicit", "--load-model", "*"),
         "--http-max-connections",
         str(MAX_CONNECTIONS),
         "--http-header-timeout-secs",
@@ -101,17 +111,31 @@ def _open_connections(server: RunningServer) -> float:
     return metric(scrape(server, AUTH), "ferry_http_open_connections", listener="rest")
 
 
-def test_half_sent_headers_fill_the_connection_cap_cleanly_then_time_out(guarded) -> None:
-    """Many connections that never finish their headers: past the cap new ones get an immediate 503
-    (no descriptor exhaustion), gRPC keeps serving, and the held ones get 408 after the header timeout."""
+def _gated_request() -> bytes:
+    """A complete request the gated model keeps until it is unloaded: its connection is open, and no
+    timer of the server's runs on it (headers and body are in), so it holds its place for as long as
+    the test needs, however slow the machine."""
+    body = json.dumps({"inputs": [{"name": "x", "shape": [1, WIDTH], "datatype": "FP32", "data": [1.0] * WIDTH}]})
+    head = (
+        f"POST /v2/models/{GATED}/infer HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    return (head + body).encode()
+
+
+def test_a_full_connection_cap_refuses_cleanly_and_frees_itself(guarded) -> None:
+    """The cap filled by connections the gated model holds: past it new ones get an immediate 503
+    (no descriptor exhaustion) and gRPC keeps serving; once the model lets them go they are
+    answered, and the cap has them back. (Filled with half-sent headers, the cap would empty itself
+    after the header timeout, however far the test had got: see the next test.)"""
     rss_before = _rss(guarded)
     fds_before = psutil.Process(guarded.process.pid).num_fds()
 
     async def run() -> None:
-        held = [
-            await _open(guarded, b"POST /v2/models/quick/infer HTTP/1.1\r\nHost: x\r\n") for _ in range(MAX_CONNECTIONS)
-        ]
-        await wait_for_metric(guarded, "ferry_http_open_connections", MAX_CONNECTIONS, headers=AUTH, listener="rest")
+        held = [await _open(guarded, _gated_request()) for _ in range(MAX_CONNECTIONS)]
+        await wait_for_metric(
+            guarded, "nv_inference_pending_request_count", MAX_CONNECTIONS, headers=AUTH, model=GATED, version="1"
+        )
         extra = [await _open(guarded, b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n") for _ in range(200)]
         refusals = await asyncio.gather(*(_answer(reader) for reader, _ in extra))
         for answer in refusals:
@@ -125,16 +149,41 @@ def test_half_sent_headers_fill_the_connection_cap_cleanly_then_time_out(guarded
             assert time.monotonic() < deadline, psutil.Process(guarded.process.pid).num_fds()
             await asyncio.sleep(0.05)
         await _served(guarded)  # with the REST cap full
+        assert await asyncio.to_thread(_open_connections, guarded) == MAX_CONNECTIONS  # full all along
+        await asyncio.to_thread(_repository, guarded, "unload")  # runs what the gated model holds
+        for answer in await asyncio.gather(*(_answer(reader) for reader, _ in held)):
+            assert answer.startswith(b"HTTP/1.1 200 "), answer[:80]
+        for _, writer in held:
+            writer.close()
+        await asyncio.to_thread(_repository, guarded, "load")
+
+    asyncio.run(run())
+    _rest_infer(guarded)  # the cap freed itself
+    assert _rss(guarded) - rss_before < RSS_BOUND
+
+
+def _repository(server: RunningServer, action: str) -> None:
+    """Over gRPC: the REST cap may be full."""
+    with GrpcClient(server.grpc_url, headers=AUTH, timeout=STALLED_S) as client:
+        (client.unload_model if action == "unload" else client.load_model)(GATED)
+
+
+def test_half_sent_headers_hold_a_place_until_the_header_timeout(guarded) -> None:
+    """Connections that never finish their headers count against the cap while they are open, get
+    408 naming the flag after the header timeout, and give their places back."""
+
+    async def run() -> None:
+        held = [await _open(guarded, b"POST /v2/models/quick/infer HTTP/1.1\r\nHost: x\r\n") for _ in range(8)]
+        await wait_for_metric(guarded, "ferry_http_open_connections", 8, headers=AUTH, listener="rest")
         timeouts = await asyncio.gather(*(_answer(reader) for reader, _ in held))
         for answer in timeouts:
             assert answer.startswith(b"HTTP/1.1 408 "), answer[:80]
             assert b"request headers not received within 3 s (--http-header-timeout-secs)" in answer
         for _, writer in held:
             writer.close()
+        await wait_for_metric(guarded, "ferry_http_open_connections", 0, headers=AUTH, at_most=True, listener="rest")
 
     asyncio.run(run())
-    _rest_infer(guarded)  # the cap freed itself
-    assert _rss(guarded) - rss_before < RSS_BOUND
 
 
 def test_huge_headers_are_refused_before_auth_with_bounded_memory(guarded) -> None:

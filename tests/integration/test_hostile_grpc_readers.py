@@ -26,7 +26,7 @@ from ferry_client.protocol import grpc_service_pb2 as pb
 from ..conftest import RunningServer, start_server
 from ..models import write_tile_model
 from ..raw_grpc_peer import RawPeer
-from ..server_metrics import metric, scrape, wait_for_metric
+from ..server_metrics import wait_for_metric
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -112,16 +112,17 @@ def _ended_late(peer: RawPeer, stream: int) -> bool:
 async def _held_then_cut(
     server: RunningServer, connect: Connect, peers: list[RawPeer], at_least: int, endings: list[tuple[RawPeer, int]]
 ) -> None:
-    """The attack state (``at_least`` bytes held, others served), then each stalled call ended
-    alone (its connection stays open) and 0 held. Not before its deadline: a call opened after them
-    (its message never sent), whose client gave it 1 s of its own (grpc ends it then), ends first."""
+    """The attack state (``at_least`` bytes held; a call another client sends then is answered
+    right), then each stalled call ended alone (its connection stays open) and 0 held. Not before
+    its deadline: a call opened after them (its message never sent), whose client gave it 1 s of its
+    own (grpc ends it then), ends first. (Whether the other client's answer came before the cut is
+    not asked: on a busy machine its call can outlast the 4 s the attack is held, with no fault.)"""
     log_before = len(server.log())
     reference = await connect(endings=endings)
     reference.call(1, "ModelInfer", 0, end=False, timeout="1S")
     await wait_for_metric(server, "ferry_inflight_bytes", at_least, timeout=30)
     assert all(peer.received.get(1, 0) < ANSWER for peer in peers)  # none of the answers was taken
     await asyncio.to_thread(_others_are_served, server)
-    assert metric(scrape(server), "ferry_inflight_bytes") >= at_least  # still held meanwhile
     await asyncio.gather(*(peer.until(lambda peer=peer: _ended_late(peer, 1)) for peer in peers))
     assert endings[0] == (reference, 1), [(peer is reference, stream) for peer, stream in endings]
     await wait_for_metric(server, "ferry_inflight_bytes", 0, timeout=30, at_most=True)
@@ -151,38 +152,38 @@ async def test_unread_stream_answers_are_counted_then_cut(readers, connect: Conn
 
 
 async def test_only_the_stalled_calls_of_a_connection_are_cut(readers, connect: Connect) -> None:
-    """One connection: a unary call (stream 1) and a stream (3) whose answers it never reads, and a
-    stream (5) it reads. The stalled two are ended; stream 5, open all along, goes on after the
-    cut, and a new call (7) on the same connection is answered."""
+    """One connection: a stream (1) it reads, opened and answered first, then a unary call (3) and
+    a stream (5) whose answers it never reads. The stalled two are ended; stream 1, open all along
+    (it was before they began, whenever their deadline comes), goes on after the cut, and a new
+    call (7) on the same connection is answered."""
     server, _ = readers
     log_before = len(server.log())
-    peer = await connect(stalled=(1, 3), reads_others=True)
-    peer.call(1, "ModelInfer", 1)
-    peer.call(3, "ModelStreamInfer", 1, end=False)
-    await wait_for_metric(server, "ferry_inflight_bytes", 2 * ANSWER, timeout=30)
-    assert not peer.resets  # the deadline (4 s) is far: nothing was cut yet
+    peer = await connect(stalled=(3, 5), reads_others=True)
+    peer.call(1, "ModelStreamInfer", 1, end=False)
+    await peer.until(lambda: len(peer.messages(1)) == 1)
+    peer.call(3, "ModelInfer", 1)
     peer.call(5, "ModelStreamInfer", 1, end=False)
-    await peer.until(lambda: len(peer.messages(5)) == 1)
-    assert peer.received[1] < ANSWER and peer.received.get(3, 0) < ANSWER  # both still stalled
+    await wait_for_metric(server, "ferry_inflight_bytes", 2 * ANSWER, timeout=30)
+    assert peer.received.get(3, 0) < ANSWER and peer.received.get(5, 0) < ANSWER  # both stalled
 
-    await peer.until(lambda: _ended_late(peer, 1) and _ended_late(peer, 3))
+    await peer.until(lambda: _ended_late(peer, 3) and _ended_late(peer, 5))
     await wait_for_metric(server, "ferry_inflight_bytes", 0, timeout=30, at_most=True)
     assert not peer.closed.done()
 
-    peer.send(5, 1, end=True)  # the stream that was open all along
+    peer.send(1, 1, end=True)  # the stream that was open all along
     peer.call(7, "ModelInfer", 1)  # and a new call on the same connection
-    await peer.until(lambda: 5 in peer.trailers and 7 in peer.trailers)
-    for stream in (5, 7):
+    await peer.until(lambda: 1 in peer.trailers and 7 in peer.trailers)
+    for stream in (1, 7):
         assert peer.trailers[stream]["grpc-status"] == "0", peer.trailers[stream]
     expected = np.ones((ROWS, WIDTH), np.float32)
-    for answer in peer.messages(5):
+    for answer in peer.messages(1):
         stream_answer = pb.ModelStreamInferResponse.FromString(answer)
         assert not stream_answer.error_message
         np.testing.assert_array_equal(_output(stream_answer.infer_response), expected)
-    assert len(peer.messages(5)) == 2
+    assert len(peer.messages(1)) == 2
     (unary_answer,) = peer.messages(7)
     np.testing.assert_array_equal(_output(pb.ModelInferResponse.FromString(unary_answer)), expected)
-    assert not peer.closed.done() and 5 not in peer.resets and 7 not in peer.resets
+    assert not peer.closed.done() and 1 not in peer.resets and 7 not in peer.resets
     log = server.log()[log_before:]
     assert log.count(f"ended a gRPC call of ipv4:{ATTACKER}") == 2
     assert "connection(s) of" not in log and "ExecuteBatchError" not in log

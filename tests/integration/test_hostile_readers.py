@@ -28,12 +28,24 @@ WIDTH = 1024
 ROWS = 2048  # 8 MiB each way
 GRACE_S = 3
 ANSWER = ROWS * WIDTH * 4
+#: The model the never-reading clients call: it answers neither until both have sent their request, so
+#: their answers (and the grace each is given to be read) begin together, however long the test took
+#: to send the second one.
+PAIRED = "paired"
 
 
 @pytest.fixture(scope="module", params=["one process", "2 intake processes"])
 def readers(request, tmp_path_factory) -> Iterator[RunningServer]:
     repo = tmp_path_factory.mktemp("hostile_readers") / "models"
     write_mlp_model(repo / "quick", width=WIDTH, layers=1, max_batch_size=ROWS)
+    write_mlp_model(
+        repo / PAIRED,
+        width=WIDTH,
+        layers=1,
+        max_batch_size=2 * ROWS,
+        extra_config=f"dynamic_batching {{ preferred_batch_size: [ {2 * ROWS} ] "
+        "max_queue_delay_microseconds: 600000000 }\n",
+    )
     extra = ["--intake-processes", "2"] if request.param == "2 intake processes" else []
     running = start_server(
         repo,
@@ -56,7 +68,7 @@ def _never_reading_client(server: RunningServer) -> socket.socket:
     )
     body = header + x.tobytes()
     head = (
-        f"POST /v2/models/quick/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n"
+        f"POST /v2/models/{PAIRED}/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n"
         f"{HEADER_LENGTH}: {len(header)}\r\nContent-Length: {len(body)}\r\n\r\n"
     ).encode()
     sock = socket.socket()
@@ -66,12 +78,15 @@ def _never_reading_client(server: RunningServer) -> socket.socket:
     return sock  # and never read from it
 
 
-def _wait(server: RunningServer, name: str, condition, timeout: float) -> float:
+def _wait(server: RunningServer, name: str, condition, timeout: float) -> str:
+    """The first scrape in which ``name`` meets ``condition``: what else a test reads of that state
+    comes from the same scrape (the state lasts only until the grace has passed)."""
     deadline = time.monotonic() + timeout
     while True:
-        value = metric(scrape(server), name)
+        text = scrape(server)
+        value = metric(text, name)
         if condition(value):
-            return value
+            return text
         assert time.monotonic() < deadline, f"{name} stayed at {value}"
         time.sleep(0.05)
 
@@ -81,11 +96,9 @@ def test_unread_answers_are_counted_then_cut(readers) -> None:
     try:
         # the attack state: both answers built and stuck; admission holds their bytes
         # (each request holds its body and its answer: both answers are built once 4 x 8 MiB are held)
-        _wait(readers, "ferry_inflight_bytes", lambda v: v >= 4 * ANSWER, timeout=30)
-        text = scrape(readers)
+        text = _wait(readers, "ferry_inflight_bytes", lambda v: v >= 4 * ANSWER, timeout=30)
         held = metric(text, "ferry_inflight_bytes")
         assert metric(text, "ferry_inflight_requests") == 2
-        assert held >= 4 * ANSWER
         client = triton_grpc.InferenceServerClient(readers.grpc_url)  # others are served meanwhile
         x = np.ones((1, WIDTH), np.float32)
         inputs = [triton_grpc.InferInput("x", [1, WIDTH], "FP32")]
