@@ -288,11 +288,19 @@ def test_a_ctrl_c_while_a_worker_is_spawned_reaches_the_coordinator_not_the_work
     context = multiprocessing.get_context("spawn")
     parent, child = context.Pipe()
     process = context.Process(target=_report_sigint_state, args=(child,))
-    with pytest.raises(KeyboardInterrupt), _sigint_held():
-        process.start()
-        # to the main thread: a process-wide signal may go to any other thread the test process has
-        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
-        held_here = signal.SIGINT in signal.sigpending()
+    # Ctrl-C as a terminal's process has it (Python's handler, unblocked), whatever this test process
+    # was left with by what ran in it before
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    try:
+        with pytest.raises(KeyboardInterrupt), _sigint_held():
+            process.start()
+            # to the main thread: a process-wide signal may go to any other thread the test process has
+            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+            held_here = signal.SIGINT in signal.sigpending()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        signal.signal(signal.SIGINT, handler)
     process.join(60)
     assert held_here
     assert parent.recv() == (True, False)  # blocked in the worker from its first instruction
