@@ -103,10 +103,16 @@ def _model_hub(path: str, ready, done, batch) -> None:  # type: ignore[no-untype
         plane.started = True
         metrics = Metrics(manager.ready_models)  # the histograms a server's model process observes into
         metrics.attach(plane.model(MODEL))
+        directory = ModelDirectory(plane)
         try:
-            hub = HandoffHub(plane.infer, 64 << 20, ModelDirectory(plane), plane.admission, infer_soon=plane.infer_soon)
-        except (TypeError, AttributeError):  # a checkout from before ``infer_soon``
-            hub = HandoffHub(plane.infer, 64 << 20, ModelDirectory(plane), plane.admission)
+            hub = HandoffHub(
+                plane.infer, 64 << 20, directory, plane.admission, infer_soon=plane.infer_soon, plans=plane
+            )
+        except TypeError:  # a checkout from before plans
+            try:
+                hub = HandoffHub(plane.infer, 64 << 20, directory, plane.admission, infer_soon=plane.infer_soon)
+            except (TypeError, AttributeError):  # a checkout from before ``infer_soon``
+                hub = HandoffHub(plane.infer, 64 << 20, directory, plane.admission)
         await hub.start(path)
         try:  # as a server's model process does once it is up (``ferry.frozen_objects``)
             from ferry.frozen_objects import freeze_built_objects

@@ -1,8 +1,10 @@
 """The model process's side of the hand-off takes a frame's requests in one pass: each plain request
 is validated and queued on the model's scheduler in the turn its frame arrived, with no task per
-request (``DataPlane.infer_soon``), and still answered, refused, cancelled and counted one by one.
-Real data plane, real ``simple`` ONNX model, real hand-off socket; the engine is held by a gate so
-the requests are in flight while the test looks."""
+request (``DataPlane.infer_soon``; with plans, a signature is validated once and its requests
+queued with no future each, ``DataPlane.plan``), and still answered, refused, cancelled and counted
+one by one. Real data plane, real ``simple`` ONNX model, real hand-off socket; the engine is held by
+a gate so the requests are in flight while the test looks. Each test runs with the hub a server
+builds (plans) and with one that has none (``infer_soon`` alone)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import pytest
 
 from ferry.api.dataplane import DataPlane
 from ferry.errors import InvalidArgument
+from ferry.inference import path as path_module
 from ferry.intake.handoff import HandoffClient, HandoffHub, StaleModel
 from ferry.intake.model_directory import ModelDirectory
 from ferry.repository.manager import ControlMode, ModelManager
@@ -30,15 +33,26 @@ from ..conftest import MODEL_REPO
 pytestmark = pytest.mark.timeout(60)
 
 
+@pytest.fixture(params=["plans", "infer_soon"])
+def planned(request: pytest.FixtureRequest) -> bool:
+    return bool(request.param == "plans")
+
+
 @contextlib.asynccontextmanager
-async def _model_process(tmp_path: Path) -> AsyncIterator[tuple[DataPlane, HandoffHub, HandoffClient]]:
-    """A model process's data plane serving ``simple`` behind a hub, and an intake's client."""
+async def _model_process(
+    tmp_path: Path, planned: bool = True
+) -> AsyncIterator[tuple[DataPlane, HandoffHub, HandoffClient]]:
+    """A model process's data plane serving ``simple`` behind a hub (with the data plane's plans, as
+    a server's, or without), and an intake's client."""
     shutil.copytree(MODEL_REPO / "simple", tmp_path / "models" / "simple")
     manager = ModelManager(tmp_path / "models", control_mode=ControlMode.EXPLICIT, startup_models=["simple"])
     await manager.start()
     plane = DataPlane(manager)
     plane.started = True
-    hub = HandoffHub(plane.infer, 1 << 22, ModelDirectory(plane), plane.admission, infer_soon=plane.infer_soon)
+    plans = plane if planned else None
+    hub = HandoffHub(
+        plane.infer, 1 << 22, ModelDirectory(plane), plane.admission, infer_soon=plane.infer_soon, plans=plans
+    )
     await hub.start(str(tmp_path / "hub.sock"))
     client = HandoffClient(1, 1 << 22)
     try:
@@ -101,9 +115,9 @@ def _stats(model: ModelVersion) -> dict[str, Any]:
 
 
 async def test_a_frame_of_requests_is_queued_without_a_task_each_and_a_bad_one_fails_alone(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, planned: bool
 ) -> None:
-    async with _model_process(tmp_path) as (plane, hub, client):
+    async with _model_process(tmp_path, planned) as (plane, hub, client):
         model = plane.model("simple")
         with _gate(model, monkeypatch) as (gate, started):
             # sent in one loop turn: one frame of five Infers, the third of the wrong datatype
@@ -127,9 +141,9 @@ async def test_a_frame_of_requests_is_queued_without_a_task_each_and_a_bad_one_f
 
 
 async def test_cancelling_one_request_of_a_frame_cancels_it_alone(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, planned: bool
 ) -> None:
-    async with _model_process(tmp_path) as (plane, hub, client):
+    async with _model_process(tmp_path, planned) as (plane, hub, client):
         model = plane.model("simple")
         with _gate(model, monkeypatch) as (gate, started):
             calls = [asyncio.ensure_future(client.infer(_request(value))) for value in range(3)]
@@ -146,8 +160,8 @@ async def test_cancelling_one_request_of_a_frame_cancels_it_alone(
             assert model.scheduler.in_flight == 0
 
 
-async def test_a_stale_request_of_a_frame_is_refused_and_the_others_run(tmp_path: Path) -> None:
-    async with _model_process(tmp_path) as (plane, hub, client):
+async def test_a_stale_request_of_a_frame_is_refused_and_the_others_run(tmp_path: Path, planned: bool) -> None:
+    async with _model_process(tmp_path, planned) as (plane, hub, client):
         model = plane.model("simple")
         stale = client.infer(_request(1), expect=model.identity + "-an-earlier-load")
         current = client.infer(_request(2), expect=model.identity)
@@ -157,3 +171,66 @@ async def test_a_stale_request_of_a_frame_is_refused_and_the_others_run(tmp_path
         assert int(answers[1].outputs[0].data[0, 0]) == 3
         assert _stats(model) == {"success": 1, "fail": 0, "failures": {}, "inference_count": 1}
         assert client._requests.used_bytes == 0
+
+
+def _connection(hub: HandoffHub) -> Any:
+    (connection,) = hub.connections
+    return connection
+
+
+async def test_requests_of_one_signature_are_validated_once_and_answered_with_their_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    validated: list[str] = []
+    real = path_module.validate_inputs
+
+    def counting(model: Any, request: InferenceRequest, *args: Any) -> Any:
+        validated.append(request.id)
+        return real(model, request, *args)
+
+    monkeypatch.setattr(path_module, "validate_inputs", counting)
+    async with _model_process(tmp_path) as (plane, hub, client):
+        model = plane.model("simple")
+        with _gate(model, monkeypatch) as (gate, started):
+            calls = [asyncio.ensure_future(client.infer(_request(value))) for value in range(5)]
+            await _until(lambda: model.scheduler.in_flight == 5)
+            assert started.wait(10)
+            assert len(validated) == 1  # the first request made the plan; the other four were queued by it
+            gate.set()
+            answers = await asyncio.gather(*calls)
+        assert [int(a.outputs[0].data[0, 0]) for a in answers] == [1, 2, 3, 4, 5]
+        assert len(_connection(hub)._plans) == 1
+        wider = InferenceRequest(
+            "simple", inputs={"INPUT0": np.ones((2, 16), np.int32), "INPUT1": np.ones((2, 16), np.int32)}
+        )
+        answer = await client.infer(wider)  # another shape: another signature, its own plan
+        assert answer.outputs[0].data.shape == (2, 16)
+        assert len(validated) == 2 and len(_connection(hub)._plans) == 2
+        assert _stats(model) == {"success": 6, "fail": 0, "failures": {}, "inference_count": 7}
+
+
+async def test_a_plan_of_a_replaced_load_is_made_again_for_the_load_that_serves(tmp_path: Path) -> None:
+    async with _model_process(tmp_path) as (plane, hub, client):
+        await client.infer(_request(1))
+        (old,) = _connection(hub)._plans.values()
+        await plane.manager.load("simple")  # a reload: a new version object serves "simple"
+        current = plane.model("simple")
+        assert current is not old.model
+        answer = await client.infer(_request(2))
+        assert int(answer.outputs[0].data[0, 0]) == 3
+        (plan,) = _connection(hub)._plans.values()
+        assert plan.model is current
+        assert _stats(current) == {"success": 1, "fail": 0, "failures": {}, "inference_count": 1}
+
+
+async def test_while_tracing_is_on_no_request_is_planned_and_each_is_sampled(tmp_path: Path) -> None:
+    async with _model_process(tmp_path) as (plane, hub, client):
+        await client.infer(_request(1))
+        assert len(_connection(hub)._plans) == 1
+        plane.tracing.update({"trace_level": ["TIMESTAMPS"], "trace_rate": ["1"], "trace_count": ["-1"]})
+        for value in range(3):
+            await client.infer(_request(value))
+        assert plane.tracing._seen == {"simple": 3}  # each one went through the trace decision
+        plane.tracing.update({"trace_level": ["OFF"]})
+        answer = await client.infer(_request(4))  # planned again
+        assert int(answer.outputs[0].data[0, 0]) == 5

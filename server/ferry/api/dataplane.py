@@ -24,6 +24,7 @@ from .. import __version__
 from ..caching import ResponseCache, entry_size, images_key, request_key
 from ..errors import ErrorKind, FerryError, InvalidArgument, Unavailable, Unimplemented
 from ..inference.path import RequestPath, Scheduled
+from ..inference.plain_plans import PlainPlan
 from ..inference.stages import PostStage
 from ..inference.stages.detection_tensors import DetectionTensors
 from ..inference.stages.embed import EmbeddingTensors
@@ -35,6 +36,7 @@ from ..repository.manager import ModelManager
 from ..repository.model import ModelVersion
 from ..response_pacing import MOST_PER_TURN, ResponsePacer
 from ..response_streams import ResponseStream
+from ..scheduling.interface import Answered, BatchAnswers
 from ..security.identity import Identify, anonymous
 from ..types import InferenceRequest, InferenceResponse, OutputTensor, Reserves, TensorSpec
 from ..workers import run_in
@@ -202,17 +204,8 @@ class DataPlane:
         execution's future (cancelling it cancels the request), or None when the request needs
         more than that (then ``infer`` serves it). Errors found before queueing are raised."""
         model = self.path.resolve(request.model_name, request.model_version)
-        requested = request.outputs if request.outputs else None
-        if (
-            model.decoupled
-            or request.shared_memory_inputs
-            or self._cache_for(model) is not None
-            or any(o.shared_memory is not None for o in requested or ())
-            or self.path.image_input.applies(model, request)
-        ):
-            return None
-        names = [o.name for o in requested] if requested is not None else list(model.outputs)
-        if model.pipeline is not None and any(name in model.pipeline.decoded_outputs for name in names):
+        names = self._plain_outputs(model, request)
+        if names is None:
             return None
 
         def respond(outcome: Scheduled | BaseException) -> None:
@@ -228,6 +221,50 @@ class DataPlane:
             answer(response)
 
         return self.path.schedule_now(model, request, names, respond)
+
+    def plan(self, request: InferenceRequest, expect: str | None) -> PlainPlan | None:
+        """The plan for handed-off requests like ``request`` (``inference.plain_plans``), pre-processed
+        for load ``expect`` (None: any), or None when they are not one plain execution (see
+        ``infer_soon``), need more than a plan holds (``RequestPath.plan``), or were pre-processed
+        for another load. Errors found on the way (an unknown model, an invalid request) raise."""
+        model = self.path.resolve(request.model_name, request.model_version)
+        if expect is not None and model.identity != expect:
+            return None
+        names = self._plain_outputs(model, request)
+        if names is None or any(o.classification for o in request.outputs or ()):
+            return None
+        return self.path.plan(model, request, names)
+
+    def current(self, plan: PlainPlan, name: str, version: str) -> bool:
+        """Whether ``plan``'s load still serves ``name`` and ``version`` as asked."""
+        try:
+            return self.path.resolve(name, version) is plan.model
+        except FerryError:
+            return False
+
+    def queue_planned(
+        self, plan: PlainPlan, inputs: dict[str, np.ndarray], ticket: Ticket | None, answers: BatchAnswers, tag: Any
+    ) -> Answered | None:
+        """``RequestPath.queue_planned``: one request of ``plan``'s signature queued, else None."""
+        return self.path.queue_planned(plan, inputs, ticket, answers, tag)
+
+    def _plain_outputs(self, model: ModelVersion, request: InferenceRequest) -> list[str] | None:
+        """The outputs a request answers with, when it is one plain execution of ``model`` (tensors
+        in host memory, a model that is not decoupled, no response cache, no image stage or decoded
+        output, no output asked into shared memory); else None."""
+        requested = request.outputs if request.outputs else None
+        if (
+            model.decoupled
+            or request.shared_memory_inputs
+            or self._cache_for(model) is not None
+            or any(o.shared_memory is not None for o in requested or ())
+            or self.path.image_input.applies(model, request)
+        ):
+            return None
+        names = [o.name for o in requested] if requested is not None else list(model.outputs)
+        if model.pipeline is not None and any(name in model.pipeline.decoded_outputs for name in names):
+            return None
+        return names
 
     async def _infer(self, model: ModelVersion, request: InferenceRequest) -> InferenceResponse:
         requested = request.outputs if request.outputs else None

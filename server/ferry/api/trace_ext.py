@@ -123,6 +123,12 @@ class RequestTracing:
             self._any_on = self._some_level_on()
         return self.settings(model)
 
+    @property
+    def any_on(self) -> bool:
+        """Whether some setting traces (read without the lock, as ``start`` reads it): while none
+        does, a request needs no trace decision at all (``RequestPath.queue_planned``)."""
+        return self._any_on
+
     def _some_level_on(self) -> bool:
         """Whether any setting (global or a model's) traces: when none does, ``start`` answers at once."""
         levels = [

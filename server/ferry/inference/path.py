@@ -43,11 +43,12 @@ from ..pipelines.preprocess import ImageTransform
 from ..pipelines.slices import ImageWork
 from ..repository.model import ModelVersion
 from ..response_streams import ResponseSink
-from ..scheduling.interface import HOST, Execution, Memory, RequestTiming
-from ..scheduling.scheduler import Unloading
+from ..scheduling.interface import HOST, Answered, BatchAnswers, Execution, Memory, RequestTiming
+from ..scheduling.scheduler import Unloading, batch_signature
 from ..scheduling.timeline import Timeline
-from ..types import InferenceRequest
+from ..types import InferenceRequest, Reserves
 from ..workers import run_in
+from .plain_plans import PlainPlan
 from .stages import ImageTask, PostStage
 from .stages.image_input import ImageInput
 from .validation import (
@@ -79,6 +80,9 @@ class Tracing(Protocol):
     def start(self, model: str, request_id: str) -> Traced | None: ...
 
     def finish(self, handle: Any, version: str, error: str = "") -> None: ...
+
+    @property
+    def any_on(self) -> bool: ...
 
 
 @dataclass(slots=True)
@@ -329,6 +333,51 @@ class RequestPath(FrontHalf):
 
         future.add_done_callback(settled)
         return future
+
+    def plan(self, model: ModelVersion, request: InferenceRequest, names: Sequence[str]) -> PlainPlan | None:
+        """The plan for requests like ``request`` (``plain_plans``): its one execution validated as
+        ``_execution`` validates it (an invalid request raises, and counts, as there), or None when
+        such requests need more than a plan holds: parameters, an input the config reshapes, working
+        memory to count, a scheduler that does not answer batches. The caller has checked the rest
+        (``DataPlane.plan``)."""
+        if self.tracing.any_on or request.parameters:
+            return None
+        if not model.scheduler.answers_batches or model.working_memory_factor:
+            return None
+        if any(model.inputs[name].reshape is not None for name in request.inputs if name in model.inputs):
+            return None
+        execution, _ = self._execution(model, request, names, None, None)  # no trace: only planned while off
+        if execution.memory is not HOST:
+            return None
+        requested = {o.name: o.binary for o in request.outputs or ()}
+        binary_default = request.binary_output_default
+        answers = tuple(
+            (
+                name,
+                model.outputs[name].datatype,
+                bool(binary_default if requested.get(name) is None else requested[name]),
+            )
+            for name in names
+        )
+        signature = batch_signature(execution.inputs, model.max_batch_size > 0)
+        return PlainPlan(
+            model, str(model.version), list(names), execution.batch_size, signature, answers, bool(request.outputs)
+        )
+
+    def queue_planned(
+        self, plan: PlainPlan, inputs: Outputs, ticket: Reserves | None, answers: BatchAnswers, tag: Any
+    ) -> Answered | None:
+        """Queue one request of ``plan``'s signature (its ``inputs`` as the plan's request had them),
+        answered with its batch's to ``answers``; None when it must take the whole path instead:
+        a trace setting is on (each request is then sampled), or the plan's version no longer takes
+        requests (the reload retry is the whole path's)."""
+        if self.tracing.any_on:
+            return None
+        execution = Execution(inputs, plan.names, plan.batch_size, ticket=ticket)
+        try:
+            return plan.model.scheduler.enqueue_answered(execution, answers, tag, plan.signature)
+        except Unloading:
+            return None
 
     def _execution(
         self,

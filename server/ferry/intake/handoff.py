@@ -52,8 +52,8 @@ import itertools
 import logging
 import mmap
 import os
-from collections.abc import Callable
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 import numpy as np
@@ -76,6 +76,10 @@ from ..errors import (
 )
 from ..inference.validation import int_parameter
 from ..types import InferenceRequest, InferenceResponse, OutputTensor
+
+if TYPE_CHECKING:  # the model process's: an intake never imports them
+    from ..inference.plain_plans import PlainPlan
+    from ..scheduling.interface import Answered, BatchAnswers, Outputs
 from .handoff_messages import (
     LENGTH_BYTES,
     Block,
@@ -782,6 +786,29 @@ class HandoffClient:
 # --- model process side ----------------------------------------------------------------------
 
 RunRequest = Callable[[InferenceRequest], Any]  # DataPlane.infer
+
+
+class Plans(Protocol):
+    """The data plane's plans for handed-off requests of a signature checked once
+    (``inference.plain_plans``): one is made from a request, checked to be still current (its load
+    still serves the name and version asked for), and requests of its signature queued with it."""
+
+    def plan(self, request: InferenceRequest, expect: str | None) -> PlainPlan | None: ...
+
+    def current(self, plan: PlainPlan, name: str, version: str) -> bool: ...
+
+    def queue_planned(
+        self, plan: PlainPlan, inputs: dict[str, np.ndarray], ticket: Ticket | None, answers: BatchAnswers, tag: Any
+    ) -> Answered | None: ...
+
+
+#: An answer's output: name, datatype, array, binary, and where it went in shared memory (None: not there).
+AnswerTensor = tuple[str, str, np.ndarray, bool, dict[str, Any] | None]
+
+#: Signatures whose plans one intake's connection keeps (a client varying its shapes without end
+#: makes plans no faster than it makes requests: past this many they all go and are made again).
+PLANS_KEPT = 256
+
 #: DataPlane.infer_soon: the request queued now, its answer to the callback (None: ``RunRequest`` serves it)
 StartRequest = Callable[
     [InferenceRequest, Callable[[InferenceResponse | BaseException], None]], "asyncio.Future | None"
@@ -799,7 +826,9 @@ class HubConnection:
         self.ready = False
         self._requests: PeerBlocks | None = None
         self._responses: Blocks | None = None
-        self._calls: dict[int, asyncio.Future] = {}  # a queued execution's future, or the task serving it
+        # a queued execution's future, the task serving it, or a planned request (``Answered``)
+        self._calls: dict[int, asyncio.Future | Answered] = {}
+        self._plans: dict[tuple, PlainPlan] = {}
         self.handed_off = 0
 
     def _on_message(self, message: ToModel) -> None:
@@ -851,6 +880,8 @@ class HubConnection:
         cached model) runs as a task through ``infer``. Either holds a ticket of this process's
         admission (the intake's holds the request's slot and its ``elsewhere`` bytes), so what the
         model process holds for it is counted here: images it decodes, an engine's working memory."""
+        if self._hub.plans is not None and self._planned(message, self._hub.plans):
+            return
         call = message.call
         ticket: Ticket | None = None
         try:
@@ -875,6 +906,63 @@ class HubConnection:
             if ticket is not None:
                 ticket.close()
             self._answered(call, None, exc)
+
+    def _planned(self, message: Infer, plans: Plans) -> bool:
+        """Queue a request of a signature this connection has a plan for (one made now, for a new
+        signature), answered with its batch's (``answer``). False when it takes ``_infer``'s way:
+        parameters, shared memory, images pre-processed, a stream, or no plan for such requests;
+        also when the plan's version stopped taking requests (the whole path retries on the next)."""
+        if message.parameters or message.shared or message.preprocessed or message.regions or message.streamed:
+            return False
+        key = _plan_key(message)
+        plan = self._plans.get(key)
+        ticket: Ticket | None = None
+        try:
+            if plan is None or not plans.current(plan, message.model, message.version):
+                plan = plans.plan(self._request(message), message.expect)
+                if plan is None:
+                    return False
+                if len(self._plans) >= PLANS_KEPT:
+                    self._plans.clear()
+                self._plans[key] = plan
+            assert self._requests is not None
+            buffer, base = self._requests.buffer(message.block)
+            inputs = _read_tensors(buffer, base, message.inputs, copy=False)
+            admission = self._hub.admission
+            ticket = None if admission is None else admission.handed_off(message.elsewhere)
+            handle = plans.queue_planned(plan, inputs, ticket, self, (message.call, ticket, plan, message.id))
+        except Exception as exc:  # refused before it was queued
+            if ticket is not None:
+                ticket.close()
+            self._answered(message.call, None, exc)
+            return True
+        if handle is None:
+            if ticket is not None:
+                ticket.close()
+            return False
+        self._calls[message.call] = handle
+        return True
+
+    def answer(self, outcomes: list[tuple[Any, Outputs | BaseException]]) -> None:
+        """A batch's planned requests answered (``BatchAnswers``): their replies go out in this
+        loop turn's frame."""
+        for (call, ticket, plan, request_id), outcome in outcomes:
+            if not isinstance(outcome, BaseException):
+                try:
+                    outputs = [
+                        (name, datatype, array, binary, None)
+                        for name, datatype, array, binary in plan.answered(outcome)
+                    ]
+                    reply: ToIntake = self._result(call, plan.model.name, plan.version, request_id, {}, outputs)
+                except Exception as exc:
+                    self._answered(call, ticket, exc)
+                    continue
+                if ticket is not None:
+                    ticket.close()
+                self._calls.pop(call, None)
+                self._send(call, reply)
+            else:
+                self._answered(call, ticket, outcome)
 
     async def _serve(self, call: int, request: InferenceRequest, ticket: Ticket | None) -> None:
         """A request ``DataPlane.infer`` serves (see ``_infer``)."""
@@ -904,7 +992,10 @@ class HubConnection:
                     log.error("unexpected error in a handed-off request", exc_info=outcome)
                 reply = _failed(call, outcome)
             else:
-                reply = self._result(call, outcome)
+                outputs = [(o.name, o.datatype, o.data, o.binary, o.shared_memory) for o in outcome.outputs]
+                reply = self._result(
+                    call, outcome.model_name, outcome.model_version, outcome.id, outcome.parameters, outputs
+                )
         except Exception as exc:
             log.exception("unexpected error answering a handed-off request")
             reply = _failed(call, exc)
@@ -950,10 +1041,19 @@ class HubConnection:
             frozenset(message.preprocessed),
         )
 
-    def _result(self, call: int, response: InferenceResponse) -> Result:
-        """The answer, its outputs inline when small, else in a block of the response arena."""
+    def _result(
+        self,
+        call: int,
+        model: str,
+        version: str,
+        request_id: str,
+        parameters: dict[str, Any],
+        outputs: Sequence[AnswerTensor],
+    ) -> Result:
+        """The answer (``outputs``: name, datatype, array, binary, where it went in shared memory),
+        its outputs inline when small, else in a block of the response arena."""
         assert self._responses is not None
-        payloads, total = _layout([(o.name, o.data) for o in response.outputs])
+        payloads, total = _layout([(name, array) for name, _, array, _, _ in outputs])
         data: bytearray | None = None
         block: Block | None = None
         if total <= INLINE_BYTES:
@@ -965,30 +1065,22 @@ class HubConnection:
             admission = self._hub.admission
             block, buffer, base = self._responses.allocate(total, None if admission is None else admission.hold)
             tensors = _fill(buffer, base, payloads)
-        outputs = [
-            Output(tensor, o.datatype, o.binary, o.shared_memory)
-            for tensor, o in zip(tensors, response.outputs, strict=True)
+        described = [
+            Output(tensor, datatype, binary, shared_memory)
+            for tensor, (_, datatype, _, binary, shared_memory) in zip(tensors, outputs, strict=True)
         ]
-        return Result(
-            call,
-            response.model_name,
-            response.model_version,
-            response.id,
-            response.parameters,
-            outputs,
-            block=block,
-            data=data,
-        )
+        return Result(call, model, version, request_id, parameters, described, block=block, data=data)
 
     def _on_lost(self) -> None:
         """The intake died or closed: cancel its calls, then, once they have settled (their views of
         the arenas gone), unmap both arenas, so an intake killed again and again leaves nothing."""
         calls = list(self._calls.values())
         for handle in calls:
-            handle.cancel()
+            handle.cancel()  # a planned request is answered at once; its running batch's views go with the batch
         self._hub.on_lost(self)
-        if calls:
-            asyncio.gather(*calls, return_exceptions=True).add_done_callback(lambda _: self._release_arenas())
+        awaited = [handle for handle in calls if isinstance(handle, asyncio.Future)]
+        if awaited:
+            asyncio.gather(*awaited, return_exceptions=True).add_done_callback(lambda _: self._release_arenas())
         else:
             self._release_arenas()
 
@@ -1015,9 +1107,11 @@ class HandoffHub:
         admission: Admission | None = None,
         infer_soon: StartRequest | None = None,
         shared_memory: SharedMemoryRegistry | None = None,
+        plans: Plans | None = None,
     ) -> None:
         self.infer = infer
         self.infer_soon = infer_soon  # None: every request runs as a task through ``infer``
+        self.plans = plans  # None: no request is planned
         self.arena_bytes = arena_bytes
         self.models = models
         self.admission = admission  # counts the response blocks until the intakes free them
@@ -1064,3 +1158,19 @@ class HandoffHub:
             self._server.close()
         for conn in list(self.connections):
             conn.channel.close()
+
+
+def _plan_key(message: Infer) -> tuple:
+    """What requests sharing a plan have in common: the model and load asked for, the inputs'
+    names, dtypes and shapes, their datatypes, the outputs asked for and how."""
+    outputs = None
+    if message.outputs is not None:
+        outputs = tuple((o.name, o.binary, o.classification, o.shared_memory is None) for o in message.outputs)
+    return (
+        message.model,
+        message.version,
+        message.expect,
+        tuple((t.name, t.dtype, t.shape) for t in message.inputs),
+        tuple(message.datatypes.items()),
+        outputs,
+    )

@@ -91,6 +91,7 @@ class IntakeProcesses:
             plane.admission,
             infer_soon=plane.infer_soon,
             shared_memory=plane.shared_memory,
+            plans=plane,
         )
         self.hub.on_connection_lost = self._on_connection_lost
         await self.hub.start(self._path("hub.sock"))

@@ -107,12 +107,30 @@ class Execution:
     device_outputs: frozenset[str] = frozenset()
 
 
+class BatchAnswers(Protocol):
+    """Who takes the outcomes of a batch's requests together, instead of a future per request (the
+    intake hand-off: one pass over the batch, its answers in one frame)."""
+
+    def answer(self, outcomes: list[tuple[Any, Outputs | BaseException]]) -> None:
+        """Each request's tag (what its caller queued it with) and its outputs or its error."""
+
+
+class Answered(Protocol):
+    """A request queued with ``ModelScheduler.enqueue_answered``: cancelling it answers it with
+    ``CancelledError`` at once (a running batch's outcome for it is then dropped)."""
+
+    def cancel(self) -> None: ...
+
+
 class ModelScheduler(ABC):
     """Takes one model version's executions and answers each with its outputs (the executor port)."""
 
     #: Executions whose inputs are device tensors (``Memory.DEVICE``) are taken as they are; else
     #: the image stage brings a device pre-processor's output back to host memory first.
     takes_device_inputs: bool = False
+    #: Whether ``enqueue_answered`` is offered: the scheduler queues requests itself and answers a
+    #: batch's together (the dynamic batcher).
+    answers_batches: bool = False
 
     @abstractmethod
     async def submit(self, execution: Execution) -> Outputs:
@@ -125,6 +143,12 @@ class ModelScheduler(ABC):
         or task per execution; others run ``submit`` as a task. Errors found before queueing
         (the model is unloading, its queue is full) may be raised at once."""
         return asyncio.ensure_future(self.submit(execution))
+
+    def enqueue_answered(self, execution: Execution, answers: BatchAnswers, tag: Any, signature: tuple) -> Answered:
+        """Queue one execution whose outcome goes to ``answers`` with its batch's, tagged ``tag``
+        (only where ``answers_batches``). ``signature`` is its batch signature, which the caller
+        computed once for every request of the same shapes. Raises as ``enqueue`` does."""
+        raise NotImplementedError(f"{type(self).__name__} answers no batches")
 
     @abstractmethod
     def start(self) -> None:

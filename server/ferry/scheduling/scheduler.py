@@ -29,7 +29,7 @@ from ..backends.base import BATCHES_IN_FLIGHT, Instance
 from ..errors import FerryError, Unavailable
 from ..statistics import ModelStats
 from .instance_thread import InstanceThread
-from .interface import HOST, Execution, Memory, ModelScheduler, Outputs, PendingPixels
+from .interface import HOST, BatchAnswers, Execution, Memory, ModelScheduler, Outputs, PendingPixels
 from .policy import SchedulingPolicy
 
 log = logging.getLogger(__name__)
@@ -78,13 +78,14 @@ class Unloading(Unavailable):
 
 @dataclass(eq=False, slots=True)
 class Pending:
-    """One queued execution, with what the batcher keeps of it."""
+    """One queued execution, with what the batcher keeps of it: the future its caller waits on, or
+    (``enqueue_answered``) the ``answers`` its batch's outcomes go to together, with its ``tag``."""
 
     execution: Execution = field(repr=False)
     batch_size: int
     signature: tuple
     level: int
-    future: asyncio.Future = field(repr=False)
+    future: asyncio.Future | None = field(repr=False)
     enqueued_ns: int = field(default_factory=time.perf_counter_ns)
     started_ns: int = 0
     queued: bool = True
@@ -93,11 +94,23 @@ class Pending:
     failure: str = "BACKEND"  # the failure reason reported if this request fails
     compute_ns: tuple[int, int, int] = (0, 0, 0)  # input, infer, output of the batch it ran in
     scheduler: Scheduler | None = field(default=None, repr=False)
+    answers: BatchAnswers | None = field(default=None, repr=False)
+    tag: Any = field(default=None, repr=False)
+    finished: bool = False  # an answered request's outcome was given (its future's ``done``)
 
     def settled(self, future: asyncio.Future) -> None:
         """The future's done callback (a bound method: no closure per request)."""
         assert self.scheduler is not None
         self.scheduler._settled(self)
+
+    def done(self) -> bool:
+        """Whether its outcome was given (or its caller cancelled it)."""
+        return self.finished if self.future is None else self.future.done()
+
+    def cancel(self) -> None:
+        """Cancel an answered request (``Answered``): it is answered ``CancelledError`` now."""
+        assert self.scheduler is not None
+        self.scheduler._cancel_answered(self)
 
 
 @dataclass(eq=False, slots=True)
@@ -359,6 +372,25 @@ class Scheduler(ModelScheduler):
         requests in flight) is settled by a callback on the future (``_settled``), not by a
         coroutine per request: a caller holding many requests (the intake hand-off) awaits none.
         """
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Outputs] = loop.create_future()
+        pending = self._queue(execution, batch_signature(execution.inputs, self._batched, execution.memory), future)
+        future.add_done_callback(pending.settled)
+        return future
+
+    answers_batches = True
+
+    def enqueue_answered(self, execution: Execution, answers: BatchAnswers, tag: Any, signature: tuple) -> Pending:
+        """``enqueue`` with no future: the outcome goes to ``answers`` with its batch's (see
+        ``ModelScheduler.enqueue_answered``); what the request's end counts is settled then, in
+        the same pass (``_close_answered``)."""
+        pending = self._queue(execution, signature, None)
+        pending.answers = answers
+        pending.tag = tag
+        return pending
+
+    def _queue(self, execution: Execution, signature: tuple, future: asyncio.Future[Outputs] | None) -> Pending:
+        """Put one execution in the queue of its priority level (refused when that is full)."""
         if self._closing:
             raise Unloading(f"model '{self.name}' is unloading")
         level = self.policy.level_for(execution.priority)
@@ -370,20 +402,14 @@ class Scheduler(ModelScheduler):
                 f"({queue_policy.max_queue_size} at priority level {level})",
                 retry_after=1,
             )
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Outputs] = loop.create_future()
-        pending = Pending(
-            execution,
-            execution.batch_size if self._batched else 1,
-            batch_signature(execution.inputs, self._batched, execution.memory),
-            level,
-            future,
-        )
+        pending = Pending(execution, execution.batch_size if self._batched else 1, signature, level, future)
         if execution.timeline is not None:
             execution.timeline.queue_start = pending.enqueued_ns
         timeout_ns = queue_policy.timeout_ns(execution.timeout_us)
         if timeout_ns:
-            pending.timer = loop.call_later(timeout_ns / 1e9, self._expire, pending, queue_policy.delay_on_timeout)
+            pending.timer = asyncio.get_running_loop().call_later(
+                timeout_ns / 1e9, self._expire, pending, queue_policy.delay_on_timeout
+            )
         self._queues[level].append(pending)
         self._live[level] += 1
         self._queued += 1
@@ -391,13 +417,13 @@ class Scheduler(ModelScheduler):
         self._idle.clear()
         self._arrived.set()
         pending.scheduler = self
-        future.add_done_callback(pending.settled)
-        return future
+        return pending
 
     def _settled(self, pending: Pending) -> None:
         """A request's end: a cancelled one leaves the queue and, with a failed one, counts as a
         failure (a success was counted with its batch's, ``_answer``)."""
         future = pending.future
+        assert future is not None
         if future.cancelled():
             if pending.queued:
                 self._dequeue(pending)
@@ -413,6 +439,38 @@ class Scheduler(ModelScheduler):
                 timing.compute_input_ns += pending.compute_ns[0]
                 timing.compute_infer_ns += pending.compute_ns[1]
                 timing.compute_output_ns += pending.compute_ns[2]
+        self._in_flight -= 1
+        if self._in_flight == 0:
+            self._idle.set()
+
+    def _cancel_answered(self, pending: Pending) -> None:
+        """An answered request's caller went away: out of the queue, answered ``CancelledError``."""
+        if pending.finished:
+            return
+        pending.finished = True
+        self._dequeue(pending)
+        self._close_answered(pending, "CANCELED")
+        assert pending.answers is not None
+        pending.answers.answer([(pending.tag, asyncio.CancelledError())])
+
+    def _fail(self, pending: Pending, error: Exception) -> None:
+        """Answer a request that has not run with ``error`` (its ``failure`` says why, in the statistics)."""
+        if pending.future is None:
+            if pending.finished:
+                return
+            pending.finished = True
+            self._close_answered(pending, pending.failure)
+            assert pending.answers is not None
+            pending.answers.answer([(pending.tag, error)])
+        elif not pending.future.done():
+            pending.future.set_exception(error)
+
+    def _close_answered(self, pending: Pending, failure: str | None) -> None:
+        """What an answered request's end counts, as ``_settled`` does for a future's: a failure
+        (``failure``: why) in the statistics, its inputs let go, the requests in flight."""
+        if failure is not None:
+            self.stats.record_failure(time.perf_counter_ns() - pending.enqueued_ns, failure)
+            pending.execution = SETTLED
         self._in_flight -= 1
         if self._in_flight == 0:
             self._idle.set()
@@ -439,11 +497,10 @@ class Scheduler(ModelScheduler):
             return
         self._dequeue(pending)
         pending.failure = "REJECTED"
-        if not pending.future.done():
-            waited_ms = (time.perf_counter_ns() - pending.enqueued_ns) / 1e6
-            pending.future.set_exception(
-                Unavailable(f"request for model '{self.name}' timed out after {waited_ms:.1f} ms in the queue")
-            )
+        waited_ms = (time.perf_counter_ns() - pending.enqueued_ns) / 1e6
+        self._fail(
+            pending, Unavailable(f"request for model '{self.name}' timed out after {waited_ms:.1f} ms in the queue")
+        )
 
     # --- batch formation ------------------------------------------------------------------------
 
@@ -600,15 +657,31 @@ class Scheduler(ModelScheduler):
         (one lock for the batch, not one per request)."""
         done = time.perf_counter_ns()
         succeeded = []
+        answered: dict[BatchAnswers, list[tuple[Any, Outputs | BaseException]]] = {}
         for pending, result in zip(batch, results, strict=True):
-            if pending.future.done():
+            future = pending.future
+            if future is None:
+                if pending.finished:
+                    continue
+                pending.finished = True
+                assert pending.answers is not None
+                answered.setdefault(pending.answers, []).append((pending.tag, result))
+            elif future.done():
                 continue
-            if isinstance(result, BaseException):
-                pending.future.set_exception(result)
+            elif isinstance(result, BaseException):
+                future.set_exception(result)
+                continue
             else:
-                pending.future.set_result(result)
+                future.set_result(result)
+            if isinstance(result, BaseException):
+                self._close_answered(pending, pending.failure)
+            else:
                 succeeded.append((done - pending.enqueued_ns, pending.started_ns - pending.enqueued_ns))
+                if future is None:
+                    self._close_answered(pending, None)
         self.stats.record_successes(succeeded)
+        for answers, outcomes in answered.items():
+            answers.answer(outcomes)
 
     @property
     def computes_inline(self) -> bool:
@@ -630,7 +703,7 @@ class Scheduler(ModelScheduler):
             return [_as_request_error(self.name, exc)]
         results: list[Outputs | BaseException] = []
         for pending in batch:
-            if pending.future.done():  # cancelled meanwhile (its execution is ``SETTLED``): nothing to run
+            if pending.done():  # cancelled meanwhile (its execution is ``SETTLED``): nothing to run
                 results.append({})
                 continue
             try:
@@ -731,8 +804,7 @@ class Scheduler(ModelScheduler):
             for pending in list(self._queued_in_order()):
                 self._dequeue(pending)
                 pending.failure = "REJECTED"
-                if not pending.future.done():
-                    pending.future.set_exception(Unavailable(f"model '{self.name}' unloaded before the request ran"))
+                self._fail(pending, Unavailable(f"model '{self.name}' unloaded before the request ran"))
         self._stopping = True
         self._arrived.set()
         await asyncio.gather(*self._workers, return_exceptions=True)
@@ -745,7 +817,7 @@ class Scheduler(ModelScheduler):
 
 def _live(batch: list[Pending]) -> list[Pending]:
     """The requests of a batch whose callers still wait (a cancelled one is dropped before it runs)."""
-    return [p for p in batch if not p.future.done()]
+    return [p for p in batch if not p.done()]
 
 
 def _started(batch: list[Pending]) -> None:
