@@ -40,11 +40,14 @@ def planned(request: pytest.FixtureRequest) -> bool:
 
 @contextlib.asynccontextmanager
 async def _model_process(
-    tmp_path: Path, planned: bool = True
+    tmp_path: Path, planned: bool = True, batching: bool = False
 ) -> AsyncIterator[tuple[DataPlane, HandoffHub, HandoffClient]]:
-    """A model process's data plane serving ``simple`` behind a hub (with the data plane's plans, as
-    a server's, or without), and an intake's client."""
+    """A model process's data plane serving ``simple`` (``batching``: with ``dynamic_batching``)
+    behind a hub (with the data plane's plans, as a server's, or without), and an intake's client."""
     shutil.copytree(MODEL_REPO / "simple", tmp_path / "models" / "simple")
+    if batching:
+        with open(tmp_path / "models" / "simple" / "config.pbtxt", "a") as config:
+            config.write("dynamic_batching { }\n")
     manager = ModelManager(tmp_path / "models", control_mode=ControlMode.EXPLICIT, startup_models=["simple"])
     await manager.start()
     plane = DataPlane(manager)
@@ -189,8 +192,16 @@ async def test_requests_of_one_signature_are_validated_once_and_answered_with_th
         return real(model, request, *args)
 
     monkeypatch.setattr(path_module, "validate_inputs", counting)
-    async with _model_process(tmp_path) as (plane, hub, client):
+    async with _model_process(tmp_path, batching=True) as (plane, hub, client):
         model = plane.model("simple")
+        batches: list[list[int]] = []
+        on_results = client._on_results
+
+        def received(results: Any) -> None:
+            batches.append(results.calls)
+            on_results(results)
+
+        monkeypatch.setattr(client, "_on_results", received)
         with _gate(model, monkeypatch) as (gate, started):
             calls = [asyncio.ensure_future(client.infer(_request(value))) for value in range(5)]
             await _until(lambda: model.scheduler.in_flight == 5)
@@ -199,6 +210,7 @@ async def test_requests_of_one_signature_are_validated_once_and_answered_with_th
             gate.set()
             answers = await asyncio.gather(*calls)
         assert [int(a.outputs[0].data[0, 0]) for a in answers] == [1, 2, 3, 4, 5]
+        assert [len(calls) for calls in batches] == [5]  # one frame's requests, one batch: one message back
         assert len(_connection(hub)._plans) == 1
         wider = InferenceRequest(
             "simple", inputs={"INPUT0": np.ones((2, 16), np.int32), "INPUT1": np.ones((2, 16), np.int32)}

@@ -21,10 +21,11 @@ from ..scheduling.interface import Outputs
 from .validation import engine_output
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class PlainPlan:
     """Requests of one signature to ``model``, validated: each is one execution of ``batch_size``
-    items with batch signature ``signature``, answered with ``answers`` (name, datatype, binary)."""
+    items with batch signature ``signature``, answered with ``answers`` (name, datatype, binary).
+    Equal only to itself (a key of the answers a batch groups by plan)."""
 
     model: ModelVersion
     version: str  # the model's version as answers name it

@@ -99,6 +99,7 @@ from .handoff_messages import (
     RegionGone,
     RegionsChanged,
     Result,
+    Results,
     Stale,
     Stats,
     Tensor,
@@ -695,6 +696,8 @@ class HandoffClient:
         match message:
             case Result():
                 self._on_result(message)
+            case Results():
+                self._on_results(message)
             case Failed(call=call):
                 future = self._settle(call) or self._questions.pop(call, None)
                 if future is not None and not future.done():
@@ -757,6 +760,20 @@ class HandoffClient:
         else:  # answered once the model process has uncounted the block: see ACK_FREE_BYTES
             self._freeing[result.call] = (future, response)
             self._channel.send(Free(block, result.call))
+
+    def _on_results(self, results: Results) -> None:
+        """A batch's answers: each call's outputs are views of its stride of the message's data."""
+        tensors = [o.tensor for o in results.outputs]
+        for index, (call, request_id) in enumerate(zip(results.calls, results.ids, strict=True)):
+            future = self._settle(call)
+            if future is None or future.done():
+                continue
+            arrays = _read_tensors(results.data, index * results.stride, tensors, copy=False)
+            outputs = [
+                OutputTensor(o.tensor.name, o.datatype, arrays[o.tensor.name], o.binary, o.shared_memory)
+                for o in results.outputs
+            ]
+            future.set_result(InferenceResponse(results.model, results.version, request_id, outputs, {}))
 
     def _on_freed(self, call: int) -> None:
         entry = self._freeing.pop(call, None)
@@ -944,25 +961,62 @@ class HubConnection:
         return True
 
     def answer(self, outcomes: list[tuple[Any, Outputs | BaseException]]) -> None:
-        """A batch's planned requests answered (``BatchAnswers``): their replies go out in this
-        loop turn's frame."""
+        """A batch's planned requests answered (``BatchAnswers``): each plan's successes together
+        (``_send_results``), in this loop turn's frame."""
+        answered: dict[PlainPlan, list[tuple[int, str, list[AnswerTensor]]]] = {}
         for (call, ticket, plan, request_id), outcome in outcomes:
-            if not isinstance(outcome, BaseException):
-                try:
-                    outputs = [
-                        (name, datatype, array, binary, None)
-                        for name, datatype, array, binary in plan.answered(outcome)
-                    ]
-                    reply: ToIntake = self._result(call, plan.model.name, plan.version, request_id, {}, outputs)
-                except Exception as exc:
-                    self._answered(call, ticket, exc)
-                    continue
-                if ticket is not None:
-                    ticket.close()
-                self._calls.pop(call, None)
-                self._send(call, reply)
-            else:
+            if isinstance(outcome, BaseException):
                 self._answered(call, ticket, outcome)
+                continue
+            try:
+                outputs: list[AnswerTensor] = [
+                    (name, datatype, array, binary, None) for name, datatype, array, binary in plan.answered(outcome)
+                ]
+            except Exception as exc:
+                self._answered(call, ticket, exc)
+                continue
+            if ticket is not None:
+                ticket.close()
+            self._calls.pop(call, None)
+            answered.setdefault(plan, []).append((call, request_id, outputs))
+        for plan, answers in answered.items():
+            try:
+                self._send_results(plan, answers)
+            except Exception as exc:  # every call is answered, or its intake would wait forever
+                log.exception("unexpected error answering a batch of handed-off requests")
+                for call, _, _ in answers:
+                    self._send(call, _failed(call, exc))
+
+    def _send_results(self, plan: PlainPlan, answers: list[tuple[int, str, list[AnswerTensor]]]) -> None:
+        """One ``Results`` for the answers whose outputs have the first one's shapes, when two or
+        more fit inline together; a ``Result`` each for the others (an output whose shape varies,
+        BYTES elements, large answers)."""
+        first = answers[0][2]
+        shapes = [array.shape for _, _, array, _, _ in first]
+        payloads, stride = _layout([(name, array) for name, _, array, _, _ in first])
+        joinable = all(isinstance(payload, np.ndarray) for _, _, payload in payloads)
+        together: list[tuple[int, str, list[AnswerTensor]]] = []
+        alone: list[tuple[int, str, list[AnswerTensor]]] = []
+        for answer in answers:
+            same = joinable and [array.shape for _, _, array, _, _ in answer[2]] == shapes
+            (together if same else alone).append(answer)
+        if len(together) < 2 or stride * len(together) > INLINE_BYTES:
+            together, alone = [], answers
+        for call, request_id, outputs in alone:
+            self._send(call, self._result(call, plan.model.name, plan.version, request_id, {}, outputs))
+        if not together:
+            return
+        data = bytearray(stride * len(together))
+        tensors: list[Tensor] = []
+        for index, (_, _, outputs) in enumerate(together):
+            tensors = _fill(data, index * stride, [(name, array, array) for name, _, array, _, _ in outputs])
+        described = [
+            Output(tensor, datatype, binary, None)
+            for tensor, (_, datatype, _, binary, _) in zip(tensors, first, strict=True)
+        ]
+        calls = [call for call, _, _ in together]
+        ids = [request_id for _, request_id, _ in together]
+        self.channel.send(Results(calls, ids, plan.model.name, plan.version, described, stride, data=data))
 
     async def _serve(self, call: int, request: InferenceRequest, ticket: Ticket | None) -> None:
         """A request ``DataPlane.infer`` serves (see ``_infer``)."""

@@ -159,6 +159,22 @@ class Result(msgspec.Struct, tag=True, array_like=True, omit_defaults=True):
     data: bytearray | None = None
 
 
+class Results(msgspec.Struct, tag=True, array_like=True, omit_defaults=True):
+    """The answers of a batch's planned requests of one signature, whose outputs have the same
+    shapes: call ``calls[i]`` (request ``ids[i]``) has ``outputs`` at offset ``i * stride`` of
+    ``data``, which travels as ``Result``'s does. One message a batch, where a ``Result`` each
+    cost the model process's one core a message to build and encode per request."""
+
+    calls: list[int]
+    ids: list[str]
+    model: str
+    version: str
+    outputs: list[Output]
+    stride: int
+    inline: int = 0
+    data: bytearray | None = None
+
+
 class Failed(msgspec.Struct, tag=True, array_like=True):
     """A call's (or a question's) error, as one process would raise it."""
 
@@ -210,7 +226,7 @@ class Described(msgspec.Struct, tag=True, array_like=True):
 
 
 ToModel = Hello | Ready | Infer | Cancel | Free | Describe | DescribeRegion | Stats
-ToIntake = Welcome | Result | Failed | Stale | Decoupled | RegionsChanged | RegionGone | Freed | Described
+ToIntake = Welcome | Result | Results | Failed | Stale | Decoupled | RegionsChanged | RegionGone | Freed | Described
 Message = ToModel | ToIntake
 
 
@@ -234,7 +250,7 @@ class Wire:
         ``data``); ``InvalidArgument`` for what JSON cannot carry (an integer past 64 bits,
         parameters nested past the recursion limit, an object of no JSON type)."""
         payload = None
-        if isinstance(message, Result) and message.data is not None:
+        if isinstance(message, Result | Results) and message.data is not None:
             payload = message.data
             message = msgspec.structs.replace(message, inline=len(payload), data=None)
         try:
@@ -256,7 +272,7 @@ class Wire:
         end = LENGTH_BYTES + int.from_bytes(body[:LENGTH_BYTES], "little")
         messages: list[Message] = self._decoder.decode(body[LENGTH_BYTES:end])
         for message in messages:
-            if isinstance(message, Result) and message.inline:
+            if isinstance(message, Result | Results) and message.inline:
                 message.data = bytearray(body[end : end + message.inline])
                 end += message.inline
         return messages

@@ -681,7 +681,10 @@ class Scheduler(ModelScheduler):
                     self._close_answered(pending, None)
         self.stats.record_successes(succeeded)
         for answers, outcomes in answered.items():
-            answers.answer(outcomes)
+            try:
+                answers.answer(outcomes)
+            except Exception:  # the worker goes on serving the model whatever a caller's answers do
+                log.exception("model '%s': answering a batch failed", self.name)
 
     @property
     def computes_inline(self) -> bool:
