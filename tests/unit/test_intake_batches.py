@@ -22,6 +22,7 @@ import pytest
 from ferry.api.dataplane import DataPlane
 from ferry.errors import InvalidArgument
 from ferry.inference import path as path_module
+from ferry.intake import handoff as handoff_module
 from ferry.intake.handoff import HandoffClient, HandoffHub, StaleModel
 from ferry.intake.model_directory import ModelDirectory
 from ferry.repository.manager import ControlMode, ModelManager
@@ -246,3 +247,28 @@ async def test_while_tracing_is_on_no_request_is_planned_and_each_is_sampled(tmp
         plane.tracing.update({"trace_level": ["OFF"]})
         answer = await client.infer(_request(4))  # planned again
         assert int(answer.outputs[0].data[0, 0]) == 5
+
+
+async def test_a_batch_whose_answers_pass_one_message_s_bytes_goes_in_several(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with _model_process(tmp_path, batching=True) as (plane, hub, client):
+        model = plane.model("simple")
+        sizes: list[int] = []
+        on_results = client._on_results
+
+        def received(results: Any) -> None:
+            sizes.append(len(results.calls))
+            on_results(results)
+
+        monkeypatch.setattr(client, "_on_results", received)
+        stride = 2 * handoff_module.aligned(16 * 4)  # an answer: two outputs of 16 INT32
+        monkeypatch.setattr(handoff_module, "JOINED_BYTES", 2 * stride)  # two answers a message
+        with _gate(model, monkeypatch) as (gate, started):
+            calls = [asyncio.ensure_future(client.infer(_request(value))) for value in range(5)]
+            await _until(lambda: model.scheduler.in_flight == 5)
+            assert started.wait(10)
+            gate.set()
+            answers = await asyncio.gather(*calls)
+        assert [int(a.outputs[1].data[0, 0]) for a in answers] == [-1, 0, 1, 2, 3]
+        assert sizes == [2, 2, 1]

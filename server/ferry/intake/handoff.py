@@ -136,6 +136,9 @@ KEEP_RESIDENT = 8 * 2**20
 #: An answer this small travels in its ``Result`` (after the frame's JSON): no response block to
 #: allocate, and no ``Free`` to send back. A classifier's scores or an embedding fit.
 INLINE_BYTES = 16 * 1024
+#: What one ``Results`` carries at most of a batch's answers of ``INLINE_BYTES`` or less each (a
+#: larger batch's answers go in several).
+JOINED_BYTES = 1024 * 1024
 
 #: How often an intake mirrors a request's regions again after ``RegionsChanged`` (an unregister
 #: or a registration under the same name since it mirrored them) before the model process reads them.
@@ -1000,22 +1003,32 @@ class HubConnection:
         for answer in answers:
             same = joinable and [array.shape for _, _, array, _, _ in answer[2]] == shapes
             (together if same else alone).append(answer)
-        if len(together) < 2 or stride * len(together) > INLINE_BYTES:
+        if len(together) < 2 or stride > INLINE_BYTES:
             together, alone = [], answers
         for call, request_id, outputs in alone:
             self._send(call, self._result(call, plan.model.name, plan.version, request_id, {}, outputs))
-        if not together:
-            return
-        data = bytearray(stride * len(together))
+        per_message = max(1, JOINED_BYTES // max(stride, 1))
+        for start in range(0, len(together), per_message):
+            self._send_joined(plan, together[start : start + per_message], first, stride)
+
+    def _send_joined(
+        self,
+        plan: PlainPlan,
+        answers: list[tuple[int, str, list[AnswerTensor]]],
+        first: list[AnswerTensor],
+        stride: int,
+    ) -> None:
+        """One ``Results``: ``answers`` (outputs shaped as ``first``'s) each at its ``stride``."""
+        data = bytearray(stride * len(answers))
         tensors: list[Tensor] = []
-        for index, (_, _, outputs) in enumerate(together):
+        for index, (_, _, outputs) in enumerate(answers):
             tensors = _fill(data, index * stride, [(name, array, array) for name, _, array, _, _ in outputs])
         described = [
             Output(tensor, datatype, binary, None)
             for tensor, (_, datatype, _, binary, _) in zip(tensors, first, strict=True)
         ]
-        calls = [call for call, _, _ in together]
-        ids = [request_id for _, request_id, _ in together]
+        calls = [call for call, _, _ in answers]
+        ids = [request_id for _, request_id, _ in answers]
         self.channel.send(Results(calls, ids, plan.model.name, plan.version, described, stride, data=data))
 
     async def _serve(self, call: int, request: InferenceRequest, ticket: Ticket | None) -> None:
