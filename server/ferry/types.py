@@ -65,6 +65,11 @@ class RequestedOutput:
     shared_memory: SharedMemoryRef | None = None  # write the output there instead of into the response
 
 
+#: Request parameters that only say how the answer is encoded: a request carrying no others is one
+#: plain execution as far as the model and its queue are concerned (``inference.plain_plans``).
+ANSWER_PARAMETERS = frozenset({"binary_data_output"})
+
+
 @dataclass
 class InferenceRequest:
     """One inference call: named numpy inputs (already decoded from the wire) and what to return."""

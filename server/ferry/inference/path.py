@@ -46,7 +46,7 @@ from ..response_streams import ResponseSink
 from ..scheduling.interface import HOST, Answered, BatchAnswers, Execution, Memory, RequestTiming
 from ..scheduling.scheduler import Unloading, batch_signature
 from ..scheduling.timeline import Timeline
-from ..types import InferenceRequest, Reserves
+from ..types import ANSWER_PARAMETERS, InferenceRequest, Reserves
 from ..workers import run_in
 from .plain_plans import PlainPlan
 from .stages import ImageTask, PostStage
@@ -338,9 +338,10 @@ class RequestPath(FrontHalf):
         """The plan for requests like ``request`` (``plain_plans``): its one execution validated as
         ``_execution`` validates it (an invalid request raises, and counts, as there), or None when
         such requests need more than a plan holds: parameters, an input the config reshapes, working
-        memory to count, a scheduler that does not answer batches. The caller has checked the rest
+        memory to count, a scheduler that does not answer batches. Parameters that say how the answer
+        is encoded (``ANSWER_PARAMETERS``) are the plan's own (part of its signature). The caller has checked the rest
         (``DataPlane.plan``)."""
-        if self.tracing.any_on or request.parameters:
+        if self.tracing.any_on or not request.parameters.keys() <= ANSWER_PARAMETERS:
             return None
         if not model.scheduler.answers_batches or model.working_memory_factor:
             return None
@@ -361,7 +362,14 @@ class RequestPath(FrontHalf):
         )
         signature = batch_signature(execution.inputs, model.max_batch_size > 0)
         return PlainPlan(
-            model, str(model.version), list(names), execution.batch_size, signature, answers, bool(request.outputs)
+            model,
+            str(model.version),
+            list(names),
+            execution.batch_size,
+            signature,
+            answers,
+            bool(request.outputs),
+            dict(request.parameters),
         )
 
     def queue_planned(
@@ -373,7 +381,7 @@ class RequestPath(FrontHalf):
         requests (the reload retry is the whole path's)."""
         if self.tracing.any_on:
             return None
-        execution = Execution(inputs, plan.names, plan.batch_size, ticket=ticket)
+        execution = Execution(inputs, plan.names, plan.batch_size, parameters=plan.parameters, ticket=ticket)
         try:
             return plan.model.scheduler.enqueue_answered(execution, answers, tag, plan.signature)
         except Unloading:

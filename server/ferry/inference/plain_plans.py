@@ -12,6 +12,7 @@ batch's (``Scheduler.enqueue_answered``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -34,6 +35,7 @@ class PlainPlan:
     signature: tuple
     answers: tuple[tuple[str, str, bool], ...]
     asked: bool  # the requests name their outputs (else one the model leaves out is left out)
+    parameters: dict[str, Any]  # the requests' (only ``ANSWER_PARAMETERS``; never changed)
 
     def answered(self, results: Outputs) -> list[tuple[str, str, np.ndarray, bool]]:
         """An execution's outputs as its answer carries them, in the config's dims (as

@@ -75,7 +75,7 @@ from ..errors import (
     Unimplemented,
 )
 from ..inference.validation import int_parameter
-from ..types import InferenceRequest, InferenceResponse, OutputTensor
+from ..types import ANSWER_PARAMETERS, InferenceRequest, InferenceResponse, OutputTensor
 
 if TYPE_CHECKING:  # the model process's: an intake never imports them
     from ..inference.plain_plans import PlainPlan
@@ -930,12 +930,18 @@ class HubConnection:
     def _planned(self, message: Infer, plans: Plans) -> bool:
         """Queue a request of a signature this connection has a plan for (one made now, for a new
         signature), answered with its batch's (``answer``). False when it takes ``_infer``'s way:
-        parameters, shared memory, images pre-processed, a stream, or no plan for such requests;
-        also when the plan's version stopped taking requests (the whole path retries on the next)."""
-        if message.parameters or message.shared or message.preprocessed or message.regions or message.streamed:
+        parameters other than ``ANSWER_PARAMETERS``, shared memory, images pre-processed, a
+        stream, or no plan for such requests; also when the plan's version stopped taking requests
+        (the whole path retries on the next)."""
+        if message.shared or message.preprocessed or message.regions or message.streamed:
+            return False
+        if message.parameters and not message.parameters.keys() <= ANSWER_PARAMETERS:
             return False
         key = _plan_key(message)
-        plan = self._plans.get(key)
+        try:
+            plan = self._plans.get(key)
+        except TypeError:  # a parameter's value of no hashable JSON type (a list): not for a plan
+            return False
         ticket: Ticket | None = None
         try:
             if plan is None or not plans.current(plan, message.model, message.version):
@@ -1229,7 +1235,7 @@ class HandoffHub:
 
 def _plan_key(message: Infer) -> tuple:
     """What requests sharing a plan have in common: the model and load asked for, the inputs'
-    names, dtypes and shapes, their datatypes, the outputs asked for and how."""
+    names, dtypes and shapes, their datatypes, the outputs asked for and how, the parameters."""
     outputs = None
     if message.outputs is not None:
         outputs = tuple((o.name, o.binary, o.classification, o.shared_memory is None) for o in message.outputs)
@@ -1240,4 +1246,5 @@ def _plan_key(message: Infer) -> tuple:
         tuple((t.name, t.dtype, t.shape) for t in message.inputs),
         tuple(message.datatypes.items()),
         outputs,
+        tuple(message.parameters.items()),
     )
