@@ -287,3 +287,15 @@ async def test_only_parameters_that_say_how_the_answer_is_encoded_are_planned(tm
             assert int((await client.infer(request)).outputs[0].data[0, 0]) == 3
         assert len(_connection(hub)._plans) == 1  # those three took the whole path
         assert _stats(plane.model("simple"))["success"] == 4
+
+
+async def test_the_plans_a_connection_keeps_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client varying its signatures without end cannot grow the model process's plans."""
+    monkeypatch.setattr(handoff_module, "PLANS_KEPT", 2)
+    async with _model_process(tmp_path) as (plane, hub, client):
+        for rows in (1, 2, 3, 4, 5):
+            x = np.full((rows, 16), rows, np.int32)
+            answer = await client.infer(InferenceRequest("simple", inputs={"INPUT0": x, "INPUT1": x}))
+            assert answer.outputs[0].data.shape == (rows, 16) and int(answer.outputs[0].data[0, 0]) == 2 * rows
+            assert 1 <= len(_connection(hub)._plans) <= 2
+        assert _stats(plane.model("simple"))["success"] == 5
