@@ -300,6 +300,7 @@ class Scheduler(ModelScheduler):
     instance makes them there (``Instance.compute_keeping``)."""
 
     takes_device_inputs = True
+    answers_batches = True
 
     def __init__(
         self, name: str, instances: Sequence[Instance], stats: ModelStats, policy: SchedulingPolicy | None = None
@@ -377,8 +378,6 @@ class Scheduler(ModelScheduler):
         pending = self._queue(execution, batch_signature(execution.inputs, self._batched, execution.memory), future)
         future.add_done_callback(pending.settled)
         return future
-
-    answers_batches = True
 
     def enqueue_answered(self, execution: Execution, answers: BatchAnswers, tag: Any, signature: tuple) -> Pending:
         """``enqueue`` with no future: the outcome goes to ``answers`` with its batch's (see
