@@ -37,19 +37,18 @@ class PlainPlan:
     asked: bool  # the requests name their outputs (else one the model leaves out is left out)
     parameters: dict[str, Any]  # the requests' (only ``ANSWER_PARAMETERS``; never changed)
 
-    def answered(self, results: Outputs) -> list[tuple[str, str, np.ndarray, bool]]:
-        """An execution's outputs as its answer carries them, in the config's dims (as
-        ``DataPlane._tensors``: an output the model left out fails the request it was asked by)."""
+    def answered(self, results: Outputs) -> list[np.ndarray | None]:
+        """An execution's outputs in ``answers``' order, in the config's dims (as
+        ``DataPlane._tensors``: an output the model left out fails the request that asked for it,
+        and is None, left out of the answer, for one that did not name its outputs)."""
         model = self.model
         batched = model.max_batch_size > 0
-        tensors = []
-        for name, datatype, binary in self.answers:
+        arrays: list[np.ndarray | None] = []
+        for name, _, _ in self.answers:
             array = results.get(name)
-            if array is None:
-                if not self.asked:
-                    continue
+            if array is None and self.asked:
                 raise FerryError(f"model '{model.name}' returned no output '{name}', which the request asked for")
-            tensors.append(
-                (name, datatype, engine_output(model.outputs[name], array, self.batch_size, batched), binary)
+            arrays.append(
+                array if array is None else engine_output(model.outputs[name], array, self.batch_size, batched)
             )
-        return tensors
+        return arrays

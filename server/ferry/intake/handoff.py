@@ -53,7 +53,7 @@ import logging
 import mmap
 import os
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import msgspec
 import numpy as np
@@ -824,6 +824,8 @@ class Plans(Protocol):
 
 #: An answer's output: name, datatype, array, binary, and where it went in shared memory (None: not there).
 AnswerTensor = tuple[str, str, np.ndarray, bool, dict[str, Any] | None]
+#: A planned request's answer: its call, its request id, its outputs in its plan's order (None: left out).
+Answer = tuple[int, str, list[np.ndarray | None]]
 
 #: Signatures whose plans one intake's connection keeps (a client varying its shapes without end
 #: makes plans no faster than it makes requests: past this many they all go and are made again).
@@ -972,22 +974,20 @@ class HubConnection:
     def answer(self, outcomes: list[tuple[Any, Outputs | BaseException]]) -> None:
         """A batch's planned requests answered (``BatchAnswers``): each plan's successes together
         (``_send_results``), in this loop turn's frame."""
-        answered: dict[PlainPlan, list[tuple[int, str, list[AnswerTensor]]]] = {}
+        answered: dict[PlainPlan, list[Answer]] = {}
         for (call, ticket, plan, request_id), outcome in outcomes:
             if isinstance(outcome, BaseException):
                 self._answered(call, ticket, outcome)
                 continue
             try:
-                outputs: list[AnswerTensor] = [
-                    (name, datatype, array, binary, None) for name, datatype, array, binary in plan.answered(outcome)
-                ]
+                arrays = plan.answered(outcome)
             except Exception as exc:
                 self._answered(call, ticket, exc)
                 continue
             if ticket is not None:
                 ticket.close()
             self._calls.pop(call, None)
-            answered.setdefault(plan, []).append((call, request_id, outputs))
+            answered.setdefault(plan, []).append((call, request_id, arrays))
         for plan, answers in answered.items():
             try:
                 self._send_results(plan, answers)
@@ -996,43 +996,55 @@ class HubConnection:
                 for call, _, _ in answers:
                     self._send(call, _failed(call, exc))
 
-    def _send_results(self, plan: PlainPlan, answers: list[tuple[int, str, list[AnswerTensor]]]) -> None:
-        """One ``Results`` for the answers whose outputs have the first one's shapes, when two or
-        more fit inline together; a ``Result`` each for the others (an output whose shape varies,
-        BYTES elements, large answers)."""
+    def _send_results(self, plan: PlainPlan, answers: list[Answer]) -> None:
+        """One ``Results`` for the answers whose outputs have the first one's shapes and dtypes
+        (none left out, none BYTES), when two or more of 16 KiB or less each fit; a ``Result``
+        each for the others."""
         first = answers[0][2]
-        shapes = [array.shape for _, _, array, _, _ in first]
-        payloads, stride = _layout([(name, array) for name, _, array, _, _ in first])
-        joinable = all(isinstance(payload, np.ndarray) for _, _, payload in payloads)
-        together: list[tuple[int, str, list[AnswerTensor]]] = []
-        alone: list[tuple[int, str, list[AnswerTensor]]] = []
-        for answer in answers:
-            same = joinable and [array.shape for _, _, array, _, _ in answer[2]] == shapes
-            (together if same else alone).append(answer)
-        if len(together) < 2 or stride > INLINE_BYTES:
+        forms = [None if a is None or a.dtype.hasobject else (a.shape, a.dtype) for a in first]
+        stride = sum(aligned(a.nbytes) for a in first if a is not None)
+        together: list[Answer] = []
+        alone: list[Answer] = []
+        if None not in forms and stride <= INLINE_BYTES:
+            for answer in answers:
+                same = all(
+                    a is not None and (a.shape, a.dtype) == form for a, form in zip(answer[2], forms, strict=True)
+                )
+                (together if same else alone).append(answer)
+        if len(together) < 2:
             together, alone = [], answers
-        for call, request_id, outputs in alone:
+        for call, request_id, arrays in alone:
+            outputs = [
+                (name, datatype, array, binary, None)
+                for (name, datatype, binary), array in zip(plan.answers, arrays, strict=True)
+                if array is not None
+            ]
             self._send(call, self._result(call, plan.model.name, plan.version, request_id, {}, outputs))
         per_message = max(1, JOINED_BYTES // max(stride, 1))
         for start in range(0, len(together), per_message):
-            self._send_joined(plan, together[start : start + per_message], first, stride)
+            self._send_joined(plan, together[start : start + per_message], stride)
 
-    def _send_joined(
-        self,
-        plan: PlainPlan,
-        answers: list[tuple[int, str, list[AnswerTensor]]],
-        first: list[AnswerTensor],
-        stride: int,
-    ) -> None:
-        """One ``Results``: ``answers`` (outputs shaped as ``first``'s) each at its ``stride``."""
+    def _send_joined(self, plan: PlainPlan, answers: list[Answer], stride: int) -> None:
+        """One ``Results``: ``answers`` (outputs of one shape and dtype each) one after the other
+        at ``stride``, each output of all of them written in one copy."""
         data = bytearray(stride * len(answers))
-        tensors: list[Tensor] = []
-        for index, (_, _, outputs) in enumerate(answers):
-            tensors = _fill(data, index * stride, [(name, array, array) for name, _, array, _, _ in outputs])
-        described = [
-            Output(tensor, datatype, binary, None)
-            for tensor, (_, datatype, _, binary, _) in zip(tensors, first, strict=True)
-        ]
+        described = []
+        offset = 0
+        for index, (name, datatype, binary) in enumerate(plan.answers):
+            first = answers[0][2][index]
+            assert first is not None
+            column = np.ndarray(
+                (len(answers), *first.shape),
+                first.dtype,
+                buffer=data,
+                offset=offset,
+                strides=(stride, *_contiguous_strides(first)),
+            )
+            np.stack([cast(np.ndarray, arrays[index]) for _, _, arrays in answers], out=column)
+            described.append(
+                Output(Tensor(name, first.dtype.str, first.shape, offset, first.nbytes), datatype, binary, None)
+            )
+            offset += aligned(first.nbytes)
         calls = [call for call, _, _ in answers]
         ids = [request_id for _, request_id, _ in answers]
         self.channel.send(Results(calls, ids, plan.model.name, plan.version, described, stride, data=data))
@@ -1248,3 +1260,13 @@ def _plan_key(message: Infer) -> tuple:
         outputs,
         tuple(message.parameters.items()),
     )
+
+
+def _contiguous_strides(array: np.ndarray) -> tuple[int, ...]:
+    """The strides of a C-contiguous array of ``array``'s shape and dtype."""
+    strides = []
+    step = array.itemsize
+    for size in reversed(array.shape):
+        strides.append(step)
+        step *= size
+    return tuple(reversed(strides))
