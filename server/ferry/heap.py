@@ -35,6 +35,32 @@ THRESHOLD = 2**20
 #: trimmed again: a ResNet-50 image every ~50 requests, a tiny model's request every ~100,000.
 TRIM_AFTER_BYTES = 32 * 2**20
 TRIM_DELAY_S = 0.05
+#: Free memory in the heaps that a trim is not worth: under steady traffic what the heaps hold free
+#: is the next requests' memory. Trimming it every 32 MiB released gave an intake's pages back
+#: (~73 pages a ResNet-50-sized request) only for the next requests to fault them in again, 156-421 us
+#: of an intake's CPU per request over gRPC (``benchmarks/results/grpc-intake-read.md``); after a
+#: burst the heaps hold far more than this free.
+TRIM_ABOVE_FREE_BYTES = 16 * 2**20
+
+
+class MallInfo2(ctypes.Structure):
+    """glibc's ``struct mallinfo2`` (2.33+): what its heaps hold, in bytes."""
+
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        )
+    ]
 
 
 def _glibc(function: str) -> Any:
@@ -59,7 +85,8 @@ def return_large_buffers() -> bool:
 
 
 class HeapTrimmer:
-    """Gives the free pages inside glibc's heaps back once requests released ``TRIM_AFTER_BYTES``.
+    """Gives the free pages inside glibc's heaps back once requests released ``TRIM_AFTER_BYTES``
+    and the heaps hold ``TRIM_ABOVE_FREE_BYTES`` or more free (where glibc says: ``mallinfo2``).
 
     Why: what is smaller than ``THRESHOLD`` comes from the heaps: the 64 KiB pieces a large body is
     received in, and bodies, tensors and copies under a MiB. Freed while later allocations still sit
@@ -68,14 +95,19 @@ class HeapTrimmer:
     every whole free page of every heap; it runs on a worker thread (it walks the heaps), one at a time.
     """
 
-    def __init__(self, after_bytes: int = TRIM_AFTER_BYTES) -> None:
+    def __init__(self, after_bytes: int = TRIM_AFTER_BYTES, above_free_bytes: int = TRIM_ABOVE_FREE_BYTES) -> None:
         self.after_bytes = after_bytes
+        self.above_free_bytes = above_free_bytes
         self._released = 0
         self._running = False
         self._trim = _glibc("malloc_trim")
         if self._trim is not None:
             self._trim.argtypes = (ctypes.c_size_t,)
             self._trim.restype = ctypes.c_int
+        self._mallinfo = _glibc("mallinfo2")
+        if self._mallinfo is not None:
+            self._mallinfo.argtypes = ()
+            self._mallinfo.restype = MallInfo2
 
     def released(self, nbytes: int) -> None:
         """Request memory of ``nbytes`` was freed; trim when enough was, and no trim is running."""
@@ -89,7 +121,19 @@ class HeapTrimmer:
         self._released = 0
         self._running = True
         # a moment later: what was uncounted is freed when the request's frames and answer go
-        loop.call_later(TRIM_DELAY_S, lambda: loop.run_in_executor(None, self._trim, 0).add_done_callback(self._done))
+        loop.call_later(
+            TRIM_DELAY_S, lambda: loop.run_in_executor(None, self._trim_when_worth_it).add_done_callback(self._done)
+        )
+
+    def _trim_when_worth_it(self) -> None:
+        """``malloc_trim`` (it walks the heaps: on a worker thread), unless they hold less than
+        ``above_free_bytes`` free."""
+        assert self._trim is not None
+        if self._mallinfo is not None:
+            info = self._mallinfo()
+            if info.fordblks + info.fsmblks < self.above_free_bytes:
+                return
+        self._trim(0)
 
     def _done(self, _: object) -> None:
         self._running = False
