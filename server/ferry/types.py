@@ -65,9 +65,11 @@ class RequestedOutput:
     shared_memory: SharedMemoryRef | None = None  # write the output there instead of into the response
 
 
-#: Request parameters that only say how the answer is encoded: a request carrying no others is one
-#: plain execution as far as the model and its queue are concerned (``inference.plain_plans``).
-ANSWER_PARAMETERS = frozenset({"binary_data_output"})
+#: Request parameters that only say how the answer is sent (binary or JSON; on a stream, whether an
+#: empty final response ends it: perf_analyzer's gRPC requests carry that one): a request carrying no
+#: others is one plain execution as far as the model and its queue are concerned
+#: (``inference.plain_plans``).
+ANSWER_PARAMETERS = frozenset({"binary_data_output", "triton_enable_empty_final_response"})
 
 
 @dataclass

@@ -277,10 +277,10 @@ async def test_a_batch_whose_answers_pass_one_message_s_bytes_goes_in_several(
 async def test_only_parameters_that_say_how_the_answer_is_encoded_are_planned(tmp_path: Path) -> None:
     async with _model_process(tmp_path) as (plane, hub, client):
         binary = _request(1)
-        binary.parameters = {"binary_data_output": True}
+        binary.parameters = {"binary_data_output": True, "triton_enable_empty_final_response": True}
         assert int((await client.infer(binary)).outputs[0].data[0, 0]) == 2
         (plan,) = _connection(hub)._plans.values()
-        assert plan.parameters == {"binary_data_output": True} and plan.answers[0][2] is True
+        assert plan.parameters == binary.parameters and plan.answers[0][2] is True
         for parameters in ({"priority": 0}, {"a model's own": "value"}, {"binary_data_output": [1]}):
             request = _request(2)
             request.parameters = parameters
