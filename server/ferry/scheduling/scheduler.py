@@ -443,16 +443,15 @@ class Scheduler(ModelScheduler):
             self._idle.set()
 
     def _cancel_answered(self, pending: Pending) -> None:
-        """An answered request's caller went away: out of the queue, answered ``CancelledError``."""
+        """An answered request's caller went away: out of the queue, answered ``CancelledError``
+        (once: a request already answered is left as it is)."""
         if pending.finished:
             return
-        pending.finished = True
         self._dequeue(pending)
-        self._close_answered(pending, "CANCELED")
-        assert pending.answers is not None
-        pending.answers.answer([(pending.tag, asyncio.CancelledError())])
+        pending.failure = "CANCELED"
+        self._fail(pending, asyncio.CancelledError())
 
-    def _fail(self, pending: Pending, error: Exception) -> None:
+    def _fail(self, pending: Pending, error: BaseException) -> None:
         """Answer a request that has not run with ``error`` (its ``failure`` says why, in the statistics)."""
         if pending.future is None:
             if pending.finished:
