@@ -16,7 +16,7 @@ from ferry.scheduling import QueuePolicy
 from ferry.scheduling.interface import Execution, Outputs
 from ferry.scheduling.scheduler import Scheduler, batch_signature
 
-from .test_scheduler import make, policy, request, submit, until, wait_started
+from .test_scheduler import GatedInstance, make, policy, request, submit, until, wait_started
 
 
 class Answers:
@@ -32,6 +32,14 @@ class Answers:
         return {tag: outcome for call in self.calls for tag, outcome in call}
 
 
+async def _held(s: Scheduler, fake: GatedInstance) -> asyncio.Task:
+    """A request the fake instance is running, held at its gate (the queue fills behind it)."""
+    fake.gate.clear()
+    running = asyncio.create_task(submit(s, 0))
+    await wait_started(fake)
+    return running
+
+
 def queue(s: Scheduler, answers: Answers, value: float, tag: Any) -> Any:
     inputs = request(value)
     return s.enqueue_answered(Execution(inputs, ["y"], 1), answers, tag, batch_signature(inputs, True))
@@ -39,9 +47,7 @@ def queue(s: Scheduler, answers: Answers, value: float, tag: Any) -> Any:
 
 async def test_a_batch_of_answered_requests_is_answered_in_one_call_with_future_requests_beside() -> None:
     s, (fake,) = await make(policy())
-    fake.gate.clear()
-    running = asyncio.create_task(submit(s, 0))
-    await wait_started(fake)
+    running = await _held(s, fake)
     answers = Answers()
     for value in (1, 2, 3):
         queue(s, answers, value, f"tag{value}")
@@ -63,9 +69,7 @@ async def test_a_batch_of_answered_requests_is_answered_in_one_call_with_future_
 
 async def test_a_bad_answered_request_fails_alone_and_counts_as_a_failure() -> None:
     s, (fake,) = await make(policy())
-    fake.gate.clear()
-    running = asyncio.create_task(submit(s, 0))
-    await wait_started(fake)
+    running = await _held(s, fake)
     answers = Answers()
     for tag, value in (("good", 1.0), ("bad", float("nan")), ("also good", 3.0)):
         queue(s, answers, value, tag)
@@ -82,9 +86,7 @@ async def test_a_bad_answered_request_fails_alone_and_counts_as_a_failure() -> N
 
 async def test_an_answered_request_past_its_queue_timeout_is_answered_unavailable() -> None:
     s, (fake,) = await make(policy(queue_policies={1: QueuePolicy(default_timeout_ns=50_000_000)}))
-    fake.gate.clear()
-    running = asyncio.create_task(submit(s, 0))
-    await wait_started(fake)
+    running = await _held(s, fake)
     answers = Answers()
     queue(s, answers, 1, "late")
     await until(lambda: bool(answers.calls))  # the timer fired while the instance is still held
@@ -100,9 +102,7 @@ async def test_an_answered_request_past_its_queue_timeout_is_answered_unavailabl
 
 async def test_cancelling_an_answered_request_answers_it_at_once_and_it_never_runs() -> None:
     s, (fake,) = await make(policy())
-    fake.gate.clear()
-    running = asyncio.create_task(submit(s, 0))
-    await wait_started(fake)
+    running = await _held(s, fake)
     answers = Answers()
     doomed = queue(s, answers, 99, "doomed")
     queue(s, answers, 1, "kept")
@@ -123,9 +123,7 @@ async def test_cancelling_an_answered_request_answers_it_at_once_and_it_never_ru
 
 async def test_answered_requests_left_in_the_queue_at_unload_are_answered_unavailable() -> None:
     s, (fake,) = await make(policy())
-    fake.gate.clear()
-    running = asyncio.create_task(submit(s, 0))
-    await wait_started(fake)
+    running = await _held(s, fake)
     answers = Answers()
     queue(s, answers, 1, "stranded")
     await until(lambda: s.queue_size == 1)
