@@ -14,6 +14,11 @@ Per run: req/s (perf_analyzer's), the average batch (statistics API: items infer
 and CPU microseconds per request (utime + stime from /proc/<pid>/stat, divided by the requests the
 server answered during the run) of the model process, of its intake processes and of the client
 (getrusage of the finished client process). Medians over rounds; with a baseline, ratios this / it.
+With ``--pytriton PYTHON`` (an interpreter with ``nvidia-pytriton`` installed) PyTriton serves the
+ONNX model's twin (``pytriton_host_path.py``) in the same rounds, and each of this checkout's servers
+is compared with it by req/s and by the CPU of all of a server's processes per request. PyTriton's
+Python backend stub loads ``libpython3.X.so`` from the library path: where the system's is older
+than the interpreter's (a pyenv Python), put the interpreter's ``lib`` first in ``LD_LIBRARY_PATH``.
 
     git worktree add --detach /tmp/main-base main
     LD_LIBRARY_PATH=... python benchmarks/host_path.py --perf-analyzer /tmp/pa/venv/bin/perf_analyzer \\
@@ -37,7 +42,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
-from serving import FerryProcess, _process_jiffies, child_pids
+from serving import ROOT, FerryProcess, _process_jiffies, child_pids, free_port
 
 TICK = os.sysconf("SC_CLK_TCK")
 MODEL = "host_path"
@@ -50,6 +55,10 @@ instance_group [ {{ kind: KIND_CPU count: 1 }} ]
 dynamic_batching {{ }}
 """
 PROTOCOLS = ("grpc", "http", "grpc-shm")
+PYTRITON = "PyTriton"
+#: The tiny model (``--tiny``): model_repo's Triton-style ``simple``, INT32 [16] + and -, batched
+#: dynamically here.
+TINY = "simple"
 SHM_OUTPUT_BYTES = 4000
 
 
@@ -96,11 +105,27 @@ def build_torchscript(directory: Path) -> bool:
     return True
 
 
-def build_repository(directory: Path) -> list[str]:
+class PyTritonProcess(FerryProcess):
+    """PyTriton serving the same model (``pytriton_host_path.py``) under ``python``, an interpreter
+    with ``nvidia-pytriton`` installed: Triton's C++ front end and batcher, the model in Python."""
+
+    def __init__(self, python: str) -> None:
+        self.http_port, self.grpc_port, self.metrics_port = free_port(), free_port(), free_port()
+        script = Path(__file__).with_name("pytriton_host_path.py")
+        ports = (self.grpc_port, self.http_port, self.metrics_port)
+        self.start([python, str(script), *(str(port) for port in ports)], "pytriton.log")
+
+
+def build_repository(directory: Path, tiny: bool) -> list[str]:
     build_onnx(directory / MODEL)
     models = [MODEL]
     if build_torchscript(directory / f"{MODEL}_torch"):
         models.append(f"{MODEL}_torch")
+    if tiny:  # with dynamic batching, as PyTriton's twin has (pytriton_host_path.py)
+        shutil.copytree(ROOT / "model_repo" / TINY, directory / TINY)
+        with (directory / TINY / "config.pbtxt").open("a") as config:
+            config.write("dynamic_batching { }\n")
+        models.append(TINY)
     return models
 
 
@@ -131,6 +156,7 @@ class Runs:
     batch: list[float] = field(default_factory=list)
     model_us: list[float] = field(default_factory=list)
     intake_us: list[float] = field(default_factory=list)
+    server_us: list[float] = field(default_factory=list)
     client_us: list[float] = field(default_factory=list)
 
 
@@ -193,6 +219,7 @@ def measure(server: FerryProcess, model: str, protocol: str, args: argparse.Name
     runs.batch.append((items1 - items0) / max(1, execs1 - execs0))
     runs.model_us.append((own1 - own0) / requests * 1e6)
     runs.intake_us.append((below1 - below0) / requests * 1e6)
+    runs.server_us.append(runs.model_us[-1] + runs.intake_us[-1])
     runs.client_us.append((client1 - client0) / requests * 1e6)
 
 
@@ -221,14 +248,15 @@ def report(results: dict[tuple[str, str, str], Runs], args: argparse.Namespace, 
         f"{args.window_ms} ms windows. CPU us per request from /proc (model process, intake processes) and "
         "getrusage (client), over the requests the server answered during each run.",
         "",
-        "| model | protocol | server | req/s | avg batch | model us/req | intakes us/req | client us/req "
-        "| runs (req/s) |",
-        "|---|---|---|---:|---:|---:|---:|---:|---|",
+        "| model | protocol | server | req/s | avg batch | model us/req | intakes us/req | server us/req "
+        "| client us/req | runs (req/s) |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for (server, model, protocol), runs in results.items():
         lines.append(
             f"| {model} | {protocol} | {server} | {_median(runs.rps):.0f} | {_median(runs.batch):.1f} | "
-            f"{_median(runs.model_us):.0f} | {_median(runs.intake_us):.0f} | {_median(runs.client_us):.0f} | "
+            f"{_median(runs.model_us):.0f} | {_median(runs.intake_us):.0f} | {_median(runs.server_us):.0f} | "
+            f"{_median(runs.client_us):.0f} | "
             f"{', '.join(f'{v:.0f}' for v in runs.rps)} |"
         )
     if args.baseline is not None:
@@ -249,7 +277,30 @@ def report(results: dict[tuple[str, str, str], Runs], args: argparse.Namespace, 
                 f"| {model} | {protocol} | {mode} | {_ratio(_median(runs.rps), _median(base.rps))} | "
                 f"{_ratio(_median(runs.model_us), _median(base.model_us))} | {intakes} |"
             )
+    if args.pytriton is not None:
+        lines += _against_pytriton(results)
     return "\n".join(lines) + "\n"
+
+
+def _against_pytriton(results: dict[tuple[str, str, str], Runs]) -> list[str]:
+    """Each of this checkout's servers of an ONNX model against PyTriton's, protocol by protocol."""
+    lines = [
+        "",
+        f"## This checkout / {PYTRITON} (medians; server CPU: every process of the server)",
+        "",
+        "| model | protocol | mode | req/s | server CPU/req |",
+        "|---|---|---|---:|---:|",
+    ]
+    for (server, model, protocol), runs in results.items():
+        peer = results.get((PYTRITON, model, protocol))
+        if server.startswith("this") and peer is not None:
+            mode = server.removeprefix("this, ")
+            rps, cpu = (
+                _ratio(_median(runs.rps), _median(peer.rps)),
+                _ratio(_median(runs.server_us), _median(peer.server_us)),
+            )
+            lines.append(f"| {model} | {protocol} | {mode} | {rps} | {cpu} |")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -263,13 +314,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--intakes", type=int, default=2, help="intake processes of the second server of each checkout")
     parser.add_argument("--modes", nargs="+", choices=("one", "intakes"), default=["one", "intakes"])
     parser.add_argument("--out", type=Path, help="also write the table here")
+    parser.add_argument("--tiny", action="store_true", help=f"also serve model_repo's tiny '{TINY}' model")
+    parser.add_argument(
+        "--pytriton", metavar="PYTHON", help="also serve the ONNX model's twin with PyTriton under this interpreter"
+    )
     args = parser.parse_args(argv)
     args.argv = sys.argv[1:] if argv is None else argv
     args.perf_analyzer = find_perf_analyzer(args.perf_analyzer)
     client = "perf_analyzer" if args.perf_analyzer else "ferry-client perf (no perf_analyzer found)"
     print(f"client: {client}", flush=True)
     workdir = args.workdir = Path(tempfile.mkdtemp(prefix="ferry-host-path-"))
-    models = build_repository(workdir / "models")
+    models = build_repository(workdir / "models", args.tiny)
     extra_shm = ("--allow-shared-memory",) if "grpc-shm" in args.protocols else ()
     checkouts = {"this": None} if args.baseline is None else {"this": None, "baseline": args.baseline.resolve()}
     servers: dict[str, FerryProcess] = {}
@@ -281,15 +336,18 @@ def main(argv: list[str] | None = None) -> int:
             count = "1" if mode == "one" else str(args.intakes)
             name = f"{label}, one process" if mode == "one" else f"{label}, {count} intakes"
             servers[name] = FerryProcess(workdir / "models", launcher, extra=("--intake-processes", count, *extra_shm))
+    served = dict.fromkeys(servers, models)
+    if args.pytriton is not None:
+        servers[PYTRITON], served[PYTRITON] = PyTritonProcess(args.pytriton), [MODEL, *([TINY] if args.tiny else [])]
     results: dict[tuple[str, str, str], Runs] = {}
     try:
-        for server in servers.values():
-            server.wait_ready(models)
+        for name, server in servers.items():
+            server.wait_ready(served[name])
         names = list(servers)
         for round_ in range(args.rounds):
             order = names[round_ % len(names) :] + names[: round_ % len(names)]
             for name in order:
-                for model in models:
+                for model in served[name]:
                     for protocol in args.protocols:
                         runs = results.setdefault((name, model, protocol), Runs())
                         measure(servers[name], model, protocol, args, runs)

@@ -279,26 +279,31 @@ class FerryProcess:
         self, repo: Path, launcher: Sequence[str] = (sys.executable, "-m", "ferry"), extra: Sequence[str] = ()
     ) -> None:
         self.http_port, self.grpc_port, self.metrics_port = free_port(), free_port(), free_port()
+        self.start(
+            [
+                *launcher,
+                "serve",
+                "--model-repository",
+                str(repo),
+                "--host",
+                "127.0.0.1",
+                "--http-port",
+                str(self.http_port),
+                "--grpc-port",
+                str(self.grpc_port),
+                "--metrics-port",
+                str(self.metrics_port),
+                "--log-level",
+                "warning",
+                *extra,
+            ]
+        )
+
+    def start(self, command: Sequence[str], log_name: str = "server.log") -> None:
+        """Start ``command``, a server on this object's ports, its output in ``TMP / log_name``."""
         TMP.mkdir(parents=True, exist_ok=True)
-        self.log_path = TMP / "server.log"
+        self.log_path = TMP / log_name
         self._log = self.log_path.open("wb")
-        command = [
-            *launcher,
-            "serve",
-            "--model-repository",
-            str(repo),
-            "--host",
-            "127.0.0.1",
-            "--http-port",
-            str(self.http_port),
-            "--grpc-port",
-            str(self.grpc_port),
-            "--metrics-port",
-            str(self.metrics_port),
-            "--log-level",
-            "warning",
-            *extra,
-        ]
         self.process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT)
         self.pid = self.process.pid
 
