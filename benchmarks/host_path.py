@@ -36,13 +36,18 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import grpc
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 from serving import ROOT, FerryProcess, _process_jiffies, child_pids, free_port
+
+from ferry_client.protocol import grpc_service_pb2 as pb
 
 TICK = os.sysconf("SC_CLK_TCK")
 MODEL = "host_path"
@@ -56,6 +61,7 @@ dynamic_batching {{ }}
 """
 PROTOCOLS = ("grpc", "http", "grpc-shm")
 PYTRITON = "PyTriton"
+FLOOR = "grpcio floor"
 #: The tiny model (``--tiny``): model_repo's Triton-style ``simple``, INT32 [16] + and -, batched
 #: dynamically here.
 TINY = "simple"
@@ -114,6 +120,39 @@ class PyTritonProcess(FerryProcess):
         script = Path(__file__).with_name("pytriton_host_path.py")
         ports = (self.grpc_port, self.http_port, self.metrics_port)
         self.start([python, str(script), *(str(port) for port in ports)], "pytriton.log")
+
+
+class GrpcFloorProcess(FerryProcess):
+    """grpcio alone, configured as Ferry's, answering ModelInfer with a fixed answer after the one
+    copy no intake can skip (``grpc_floor.py``): what a gRPC intake costs at the least."""
+
+    def __init__(self) -> None:
+        self.grpc_port = free_port()
+        self.start([sys.executable, str(Path(__file__).with_name("grpc_floor.py")), str(self.grpc_port)], "floor.log")
+        self._channel = grpc.insecure_channel(self.grpc_url)
+        self._statistics = self._channel.unary_unary(
+            "/inference.GRPCInferenceService/ModelStatistics",
+            request_serializer=pb.ModelStatisticsRequest.SerializeToString,
+            response_deserializer=pb.ModelStatisticsResponse.FromString,
+        )
+
+    def url(self, protocol: str) -> str:
+        return self.grpc_url
+
+    def wait_ready(self, models_: Sequence[str], timeout: float = 60.0) -> None:
+        grpc.channel_ready_future(self._channel).result(timeout=timeout)
+
+    def stats(self, model: str) -> dict[str, Any]:
+        stats = self._statistics(pb.ModelStatisticsRequest(name=model), timeout=10).model_stats[0]
+        return {
+            "inference_stats": {"success": {"count": stats.inference_stats.success.count}},
+            "inference_count": stats.inference_count,
+            "execution_count": stats.execution_count,
+        }
+
+    def stop(self) -> None:
+        self._channel.close()
+        super().stop()
 
 
 def build_repository(directory: Path, tiny: bool) -> list[str]:
@@ -314,6 +353,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--intakes", type=int, default=2, help="intake processes of the second server of each checkout")
     parser.add_argument("--modes", nargs="+", choices=("one", "intakes"), default=["one", "intakes"])
     parser.add_argument("--out", type=Path, help="also write the table here")
+    parser.add_argument(
+        "--grpc-floor", action="store_true", help="also serve the gRPC rows with grpcio alone (grpc_floor.py)"
+    )
     parser.add_argument("--tiny", action="store_true", help=f"also serve model_repo's tiny '{TINY}' model")
     parser.add_argument(
         "--pytriton", metavar="PYTHON", help="also serve the ONNX model's twin with PyTriton under this interpreter"
@@ -339,6 +381,8 @@ def main(argv: list[str] | None = None) -> int:
     served = dict.fromkeys(servers, models)
     if args.pytriton is not None:
         servers[PYTRITON], served[PYTRITON] = PyTritonProcess(args.pytriton), [MODEL, *([TINY] if args.tiny else [])]
+    if args.grpc_floor and "grpc" in args.protocols:
+        servers[FLOOR], served[FLOOR] = GrpcFloorProcess(), [MODEL]
     results: dict[tuple[str, str, str], Runs] = {}
     try:
         for name, server in servers.items():
@@ -348,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
             order = names[round_ % len(names) :] + names[: round_ % len(names)]
             for name in order:
                 for model in served[name]:
-                    for protocol in args.protocols:
+                    for protocol in args.protocols if name != FLOOR else ["grpc"]:
                         runs = results.setdefault((name, model, protocol), Runs())
                         measure(servers[name], model, protocol, args, runs)
                         print(
