@@ -29,8 +29,11 @@ Steps, in order:
    (``nv_gpu_*``) are scraped from the server's /metrics during the top-concurrency gRPC step;
 2b. every further precision (FP32) served the same way with the fewest instances, top concurrency only;
 2c. intake scaling (``--intakes``): the most instances, first precision, with ``--intake-processes K``
-   for each K: the image path and gRPC tensors at the top concurrency (K intakes decode JPEGs in
-   parallel; one process decodes them all in its worker pool);
+   for each K (1: one process, no hand-off; the other steps run the server's default, one intake per
+   four cores): the image path and gRPC tensors at the top concurrency (K intakes decode JPEGs in
+   parallel; one process decodes them all in its worker pool); then, when perf_analyzer is found
+   (``--perf-analyzer PATH``, else on PATH), gRPC tensors from perf_analyzer (a C++ client) with
+   the CPU per request of the model process, the intakes and the client;
 3. a markdown table and a JSON file of every number, in ``benchmarks/results/``.
 
 Clients are tritonclient threads in spawned worker processes (benchmarks/serving.py's machinery).
@@ -59,7 +62,8 @@ import psutil
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import images  # noqa: E402  (benchmarks/ is not a package)
+import host_path  # noqa: E402  (benchmarks/ is not a package)
+import images  # noqa: E402
 import models  # noqa: E402
 import serving  # noqa: E402
 import torch_models  # noqa: E402
@@ -146,6 +150,33 @@ def _raw_window(run: Callable[[], Any], sync: Callable[[], None], batch: int, wi
 
 
 # --- the server ----------------------------------------------------------------------------------
+
+
+def perf_analyzer_row(
+    server: serving.FerryProcess,
+    args: argparse.Namespace,
+    raw: list[dict[str, Any]],
+    instances: int,
+    precision: str,
+    intakes: int,
+) -> dict[str, Any]:
+    """gRPC batch-1 tensors from perf_analyzer at the top concurrency: a C++ client, so the client is
+    not what bounds the figure, with CPU per request of the model process, the intakes and the
+    client (``host_path.measure``)."""
+    settings = argparse.Namespace(
+        perf_analyzer=args.perf_analyzer,
+        concurrency=max(args.concurrency),
+        window_ms=round(args.duration * 1000),
+        workdir=WORK,
+    )
+    runs = host_path.Runs()
+    host_path.measure(server, "resnet50", "grpc", settings, runs)
+    best = max(r["throughput"] for r in raw)
+    row = {"instances": instances, "precision": precision, "intakes": intakes, "concurrency": settings.concurrency}
+    row.update(throughput=runs.rps[0], vs_raw_best=runs.rps[0] / best, avg_batch=runs.batch[0])
+    row.update(model_us=runs.model_us[0], intake_us=runs.intake_us[0], client_us=runs.client_us[0])
+    print(f"  perf_analyzer, {intakes} intake(s): {row['throughput']:.1f} img/s = {row['vs_raw_best']:.3f} x raw")
+    return row
 
 
 def scrape_gpu_metrics(server: serving.FerryProcess) -> dict[str, float]:
@@ -339,6 +370,7 @@ def render(report: dict[str, Any]) -> str:
             "",
             *served_table(report["intake"], "intakes"),
         ]
+    lines += perf_analyzer_table(report.get("perf_analyzer", []))
     lines += ["", "## NVML metrics from the server's /metrics (GPU 0, during the top-concurrency gRPC step)", ""]
     for count, values in report["gpu_metrics"].items():
         text = ", ".join(f"{k} {v:g}" for k, v in values.items()) or "absent (no NVML-visible GPU)"
@@ -357,6 +389,33 @@ def render(report: dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def perf_analyzer_table(rows: list[dict[str, Any]]) -> list[str]:
+    """The perf_analyzer rows, and how K intakes scale against one."""
+    if not rows:
+        return []
+    fmt = serving._fmt
+    lines = [
+        "",
+        f"## perf_analyzer (C++ client): gRPC batch-1 tensors at concurrency {rows[0]['concurrency']}, "
+        f"{rows[0]['instances']} instance(s), {rows[0]['precision']}",
+        "",
+        "CPU us per request from /proc (model process, intake processes) and getrusage (perf_analyzer).",
+        "",
+        "| intakes | img/s | vs raw best | avg batch | model us/req | intakes us/req | client us/req |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['intakes']} | {fmt(r['throughput'])} | {fmt(r['vs_raw_best'], 3)} | {fmt(r['avg_batch'], 2)} | "
+            f"{fmt(r['model_us'])} | {fmt(r['intake_us'])} | {fmt(r['client_us'])} |"
+        )
+    fewest, most = min(rows, key=lambda r: r["intakes"]), max(rows, key=lambda r: r["intakes"])
+    if most["intakes"] > fewest["intakes"]:
+        scaling = most["throughput"] / fewest["throughput"]
+        lines += ["", f"{most['intakes']} intakes / {fewest['intakes']}: {scaling:.2f}x the img/s."]
+    return lines
 
 
 # --- main ----------------------------------------------------------------------------------------
@@ -445,6 +504,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="intake process counts for intake scaling, with the most instances (8+ cores: 1 4 8; else 1 2)",
     )
     parser.add_argument(
+        "--perf-analyzer",
+        metavar="PATH",
+        help="also drive each intake-scaling server with perf_analyzer over gRPC (default: perf_analyzer on PATH, "
+        "if any)",
+    )
+    parser.add_argument(
         "--output",
         type=Path,
         help="markdown file (results/gpu-torch.md; smoke: results/gpu-torch-cpu-smoke.md); the JSON goes next to it",
@@ -460,6 +525,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.processes = args.processes or (2 if smoke else 8)
     args.max_batch_size = args.max_batch_size or (4 if smoke else 128)
     args.intakes = args.intakes or ([1, 2] if smoke or (os.cpu_count() or 1) < 8 else [1, 4, 8])
+    args.perf_analyzer = host_path.find_perf_analyzer(args.perf_analyzer)
     output = args.output or RESULTS / ("gpu-torch-cpu-smoke.md" if smoke else "gpu-torch.md")
     argv_text = shlex.join(["python", "benchmarks/gpu_torch.py", *(sys.argv[1:] if argv is None else argv)])
 
@@ -511,8 +577,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     pool = serving.WorkerPool(args.processes)
     our_pids += [process.pid for process in pool.processes]
     report["served"], report["half_load"], report["gpu_metrics"], report["intake"] = [], [], {}, []
+    report["perf_analyzer"] = []
 
-    def serve(instances: int, precision: str, intakes: int = 1) -> serving.FerryProcess:
+    def serve(instances: int, precision: str, intakes: int | None = None) -> serving.FerryProcess:
+        """A server of ``instances`` x ``precision``; ``intakes``: its ``--intake-processes`` (None: the
+        server's default, one intake per four cores; 1: one process, no hand-off)."""
         repo = WORK / f"repo-{instances}-{precision}"
         shutil.rmtree(repo, ignore_errors=True)
         torch_models.write_repository(
@@ -526,7 +595,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             preprocess_device="GPU" if gpu else "CPU",
             decode=(args.decode or "GPU") if gpu else "CPU",
         )
-        extra = ["--intake-processes", str(intakes)] if intakes > 1 else []
+        extra = [] if intakes is None else ["--intake-processes", str(intakes)]
         server = serving.FerryProcess(repo, extra=extra)
         try:
             server.wait_ready(["resnet50", "resnet50_images"], timeout=600)
@@ -535,11 +604,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         server_pids = [server.pid] + [child.pid for child in psutil.Process(server.pid).children(recursive=True)]
         our_pids.extend(server_pids)
-        print(f"{instances} instance(s), {precision}, {intakes} intake(s): ferry pids {server_pids}", flush=True)
+        shown = "the default intakes" if intakes is None else f"{intakes} intake(s)"
+        print(f"{instances} instance(s), {precision}, {shown}: ferry pids {server_pids}", flush=True)
         return server
 
     def top_concurrency_steps(
-        instances: int, precision: str, intakes: int = 1, label_suffix: str = ""
+        instances: int, precision: str, intakes: int | None = None, label_suffix: str = ""
     ) -> tuple[list[dict[str, Any]], dict[str, float]]:
         """gRPC tensors and the image path at the top concurrency only, on a server of its own."""
         server = serve(instances, precision, intakes)
@@ -558,6 +628,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 half_load=False,
                 label_suffix=label_suffix,
             )
+            if args.perf_analyzer and intakes is not None:  # the intake-scaling steps
+                row = perf_analyzer_row(server, args, raw_by_precision[precision], instances, precision, intakes)
+                report["perf_analyzer"].append(row)
         finally:
             server.stop()
         return rows, metrics
