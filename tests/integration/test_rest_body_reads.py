@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import uvicorn
 
+from ferry.api import http_body_reads
 from ferry.api.admission import Admission
 from ferry.api.connection_limits import ConnectionGuard, HttpConnectionLimits
 from ferry.api.dataplane import DataPlane
@@ -160,6 +161,33 @@ async def test_the_tensor_is_a_view_of_the_buffer_the_body_was_read_into(stack: 
     buffer = np.frombuffer(received.parts[0], np.uint8)  # type: ignore[attr-defined]
     assert np.shares_memory(request.inputs["x"], buffer)
     assert peak - before < 1.5 * len(body), f"{peak - before} bytes allocated for a body of {len(body)}"
+
+
+async def test_the_read_of_the_head_takes_little_of_the_body_with_it(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The body's start read with the head waits in uvicorn's buffer and is copied again into the
+    body's memory: that read is capped (``HEAD_READ_BYTES``), so little of a large body is copied
+    twice. The head and the body's first 96 KiB are sent while this loop (the server's) is held, so
+    they are all in the socket when the server first reads; the rest is sent after."""
+    copied: list[int] = []
+    scatter = http_body_reads.scatter
+
+    def counted(parts: tuple[memoryview, ...], filled: int, data: bytes | bytearray | memoryview) -> int:
+        copied.append(len(data))
+        return scatter(parts, filled, data)
+
+    monkeypatch.setattr(http_body_reads, "scatter", counted)
+    x = _image()
+    head, body = _request(x)
+    start = 96 * 1024
+    client = _send(stack.port, head, body[:start])  # on this loop's thread: the server reads after
+    await asyncio.to_thread(client.sendall, body[start:])
+    [(status, answer)] = await asyncio.to_thread(_responses, client, 1)
+    client.close()
+    assert status == 200, answer[:200]
+    np.testing.assert_array_equal(_output(answer), x.ravel() * 2 + 1)
+    assert copied and copied[0] <= http_body_reads.HEAD_READ_BYTES - len(head), copied
 
 
 async def test_a_request_pipelined_behind_a_body_is_parsed_from_its_first_byte(stack: Stack) -> None:

@@ -9,7 +9,8 @@ into memory that often had to be faulted in. Here the protocol reads as an
 (parsed at once, nothing keeps a view of it), and once the app has admitted a body of a known
 length and allocated its buffer (``receive_into``, reached through the request's scope), the rest
 of the body is read by ``recv_into`` directly into that buffer: no parser callback, no pause at
-the high-water mark, no join. What had already arrived is copied in once (a read or two at most).
+the high-water mark, no join. What had already arrived is copied in once: what the read of the
+request's head took with it, which is why that read is small (``HEAD_READ_BYTES``).
 
 Only an identity body with exactly one Content-Length and no Transfer-Encoding takes this path: a
 chunked or compressed body goes through ``receive`` as before, bounded as before. When the body is
@@ -51,8 +52,16 @@ RECEIVE_INTO = "ferry.receive_into"
 #: (counted, so refusing others) it never sends.
 DIRECT_AHEAD_BYTES = 2**20
 
-#: What one read takes when no body buffer waits for it (asyncio's and uvloop's own read size).
-READ_BYTES = 256 * 1024
+#: What one read takes when no body buffer waits for it: uvicorn's high-water mark (it pauses reading
+#: once its buffer holds more, so a larger read only overshoots it), and what a body's start may put
+#: in that buffer before the app has allocated the body's memory (copied twice, see below).
+READ_BYTES = 64 * 1024
+
+#: What the read of a request's head takes at most. The head's read also takes the start of the
+#: body, which waits in uvicorn's buffer (a copy) until the app has admitted the body and allocated
+#: its memory, and is then copied again into that memory: with 256 KiB reads (uvloop's), ~40% of a
+#: 602 KB tensor was copied twice. A head needs a read or two of this (``--http-max-header-bytes``).
+HEAD_READ_BYTES = 16 * 1024
 
 #: One process's reads land here and are parsed before the next read can start (a read and its
 #: ``buffer_updated`` run back to back in the loop's thread), so every connection can share it.
@@ -68,13 +77,14 @@ class DirectBodyProtocol(HttpToolsProtocol):
         self._part = 0  # the part being filled
         self._filled = 0  # bytes of it filled
         self._parsed_body = 0  # body bytes httptools gave this request (all in ``cycle.body`` until read)
+        self._awaiting_head = True  # no request's head has been parsed since the last request ended
 
     # --- reads -------------------------------------------------------------------------------
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        if not self._sink:
-            return _READS
-        return self._sink[self._part][self._filled :]
+        if self._sink:
+            return self._sink[self._part][self._filled :]
+        return _READS[:HEAD_READ_BYTES] if self._awaiting_head else _READS
 
     def buffer_updated(self, nbytes: int) -> None:
         sink = self._sink
@@ -97,6 +107,7 @@ class DirectBodyProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._parsed_body = 0
+        self._awaiting_head = False
         super().on_headers_complete()
         if self.cycle is not None and self.cycle.scope is self.scope:
             self.scope[RECEIVE_INTO] = self.receive_into  # type: ignore[literal-required]
@@ -104,6 +115,10 @@ class DirectBodyProtocol(HttpToolsProtocol):
     def on_body(self, body: bytes) -> None:
         self._parsed_body += len(body)
         super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        self._awaiting_head = True  # the next read starts the connection's next request
+        super().on_message_complete()
 
     async def receive_into(self, scope: Scope, declared: int, allocate: Callable[[], Body]) -> Body | None:
         """Read the body of the request of ``scope`` into the memory ``allocate`` gives (it counts it
