@@ -19,6 +19,9 @@ ONNX model's twin (``pytriton_host_path.py``) in the same rounds, and each of th
 is compared with it by req/s and by the CPU of all of a server's processes per request. PyTriton's
 Python backend stub loads ``libpython3.X.so`` from the library path: where the system's is older
 than the interpreter's (a pyenv Python), put the interpreter's ``lib`` first in ``LD_LIBRARY_PATH``.
+``--tiny`` also serves model_repo's tiny ``simple`` (dynamically batched, on both sides);
+``--grpc-floor`` also serves the gRPC rows with grpcio alone (``grpc_floor.py``), what a gRPC intake
+costs at the least.
 
     git worktree add --detach /tmp/main-base main
     LD_LIBRARY_PATH=... python benchmarks/host_path.py --perf-analyzer /tmp/pa/venv/bin/perf_analyzer \\
