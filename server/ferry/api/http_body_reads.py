@@ -66,6 +66,8 @@ HEAD_READ_BYTES = 16 * 1024
 #: One process's reads land here and are parsed before the next read can start (a read and its
 #: ``buffer_updated`` run back to back in the loop's thread), so every connection can share it.
 _READS = memoryview(bytearray(READ_BYTES))
+#: Its start, what the read of a head takes (made once: ``get_buffer`` runs for every read).
+_HEAD_READS = _READS[:HEAD_READ_BYTES]
 
 
 class DirectBodyProtocol(HttpToolsProtocol):
@@ -84,7 +86,7 @@ class DirectBodyProtocol(HttpToolsProtocol):
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._sink:
             return self._sink[self._part][self._filled :]
-        return _READS[:HEAD_READ_BYTES] if self._awaiting_head else _READS
+        return _HEAD_READS if self._awaiting_head else _READS
 
     def buffer_updated(self, nbytes: int) -> None:
         sink = self._sink
