@@ -190,6 +190,24 @@ async def test_the_read_of_the_head_takes_little_of_the_body_with_it(
     assert copied and copied[0] <= http_body_reads.HEAD_READ_BYTES - len(head), copied
 
 
+async def test_a_head_longer_than_one_head_read_is_parsed_across_reads(stack: Stack) -> None:
+    """A head of 40 KiB (within the 64 KiB limit) takes three head reads; the body after it still goes
+    straight into its buffer, and the connection's next request starts with a head read again."""
+    x = _image()
+    head, body = _request(x)
+    padded = head.replace(b"Host: ferry\r\n", b"Host: ferry\r\nX-Padding: " + b"p" * 40 * 1024 + b"\r\n")
+    assert len(padded) > 2 * http_body_reads.HEAD_READ_BYTES
+    client = await asyncio.to_thread(_send, stack.port, padded, body, head, body)
+    answers = await asyncio.to_thread(_responses, client, 2)
+    client.close()
+    assert [status for status, _ in answers] == [200, 200]
+    for _, answer in answers:
+        np.testing.assert_array_equal(_output(answer), x.ravel() * 2 + 1)
+    for request, _ in stack.seen:
+        buffer = np.frombuffer(request.received.parts[0], np.uint8)  # type: ignore[union-attr]
+        assert np.shares_memory(request.inputs["x"], buffer)
+
+
 async def test_a_request_pipelined_behind_a_body_is_parsed_from_its_first_byte(stack: Stack) -> None:
     """The body's bytes never went through the parser: the next request on the connection starts
     where the body ended (a fresh parser), whether it came in the same write or after."""
