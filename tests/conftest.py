@@ -6,7 +6,9 @@ import asyncio
 import compileall
 import importlib.util
 import io
+import itertools
 import os
+import random
 import shutil
 import signal
 import socket
@@ -78,10 +80,40 @@ def pytest_report_header() -> str:
     return f"opencv: {describe_installed()}"
 
 
+def _ephemeral_ports() -> tuple[int, int]:
+    """The kernel's range of ports for outgoing connections (Linux's default where unreadable)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+#: Where the tests' servers listen: below the ephemeral range, so no client's connect can take a
+#: port between the check that it is free and the server's bind (a port from ``bind(0)`` is in that
+#: range: a server start once failed with "address already in use"). Each session walks it from
+#: a random start, so two sessions on one machine rarely meet, and ``start_server`` retries then.
+_PORT_FLOOR = 10000
+_EPHEMERAL_LOW = _ephemeral_ports()[0]
+_next_ports = itertools.count(random.SystemRandom().randrange(max(_EPHEMERAL_LOW - _PORT_FLOOR, 1)))
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A loopback port nothing listens on, outside the ephemeral range (see ``_PORT_FLOOR``)."""
+    span = _EPHEMERAL_LOW - _PORT_FLOOR
+    if span < 1024:  # an unusual range leaves no room below it: any free port
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            return sock.getsockname()[1]
+    for _ in range(span):
+        port = _PORT_FLOOR + next(_next_ports) % span
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {_PORT_FLOOR}-{_EPHEMERAL_LOW - 1}")
 
 
 class Payload:
@@ -160,7 +192,42 @@ def start_server(
     """Start ``ferry serve`` on free ports and wait until /v2/health/ready answers 200.
 
     A server started with TLS or auth needs ``probe_tls`` / ``probe_headers`` for that wait;
-    ``launcher`` replaces ``python -m ferry`` (the ``ferry`` console script, say), run in ``cwd``."""
+    ``launcher`` replaces ``python -m ferry`` (the ``ferry`` console script, say), run in ``cwd``.
+    A start that finds a port taken after all (another test session's server) is tried again on
+    other ports."""
+    for attempt in range(PORT_ATTEMPTS):
+        try:
+            return _start_server_once(
+                repository, log_path, extra, wait_ready, timeout, env, probe_tls, probe_headers, cwd, launcher
+            )
+        except PortTaken:
+            if attempt == PORT_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+#: Starts of one server tried before a port taken at its bind fails the test.
+PORT_ATTEMPTS = 3
+#: What ``ferry serve`` (its own check) and uvicorn (a bind that lost a race) say of a taken port.
+_PORT_TAKEN = ("port already in use", "address already in use")
+
+
+class PortTaken(RuntimeError):
+    """The server exited at its start because one of its ports was taken."""
+
+
+def _start_server_once(
+    repository: Path,
+    log_path: Path,
+    extra: tuple[str, ...],
+    wait_ready: bool,
+    timeout: float,
+    env: dict[str, str] | None,
+    probe_tls: ssl.SSLContext | None,
+    probe_headers: dict[str, str] | None,
+    cwd: Path | None,
+    launcher: list[str] | None,
+) -> RunningServer:
     http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
     cmd = [
         *(launcher or [sys.executable, "-m", "ferry"]),
@@ -186,7 +253,9 @@ def start_server(
     probe = urllib.request.Request(url, headers=probe_headers or {})
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"server exited with {process.returncode}:\n{server.log()}")
+            log = server.log()
+            failure = PortTaken if any(taken in log for taken in _PORT_TAKEN) else RuntimeError
+            raise failure(f"server exited with {process.returncode}:\n{log}")
         try:
             with urllib.request.urlopen(probe, timeout=1, context=probe_tls) as response:
                 if response.status == 200:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -26,6 +27,7 @@ import pytest
 from google.protobuf import json_format
 
 from ferry.repository.config import parse_config_text, read_config_file
+from ferry.tune import runner
 from ferry.tune.candidates import current_candidate
 from ferry.tune.writer import TUNED_FILENAME, write_config
 from ferry_client.http import HttpClient
@@ -270,3 +272,30 @@ def _children(pid: int) -> list:
         return psutil.Process(pid).children(recursive=True)
     except psutil.NoSuchProcess:
         return []
+
+
+def test_a_tuning_server_whose_port_was_taken_at_its_start_starts_again_on_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A port checked free can be taken before the server binds it (any program's outgoing
+    connection draws from the same range): the tuner starts its server again rather than fail."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        taken = holder.getsockname()[1]
+        handed: list[int] = []
+        free = runner._free_port
+
+        def taken_first() -> int:
+            handed.append(taken if not handed else free())
+            return handed[-1]
+
+        monkeypatch.setattr(runner, "_free_port", taken_first)
+        repository = runner.PrivateRepository(MODEL_REPO / "simple")
+        try:
+            with runner.TuningServer(repository) as server:
+                assert handed[0] == taken and len(handed) == 4  # two starts, two ports each
+                assert server.http_port != taken
+                assert server.client.is_server_ready()
+        finally:
+            repository.remove()

@@ -32,10 +32,23 @@ from ..repository.config import read_config_file
 from .candidates import Candidate
 
 START_TIMEOUT_S = 120.0
+PROBE_TIMEOUT_S = 2.0
 
 
 class TuningError(RuntimeError):
     """The tuner cannot go on (the server would not start, a candidate would not load)."""
+
+
+class PortTaken(TuningError):
+    """The server exited at its start because a port was taken between the check that it was free
+    and the server's bind (by any program's outgoing connection: free ports come from the same
+    range); the start is tried again on other ports."""
+
+
+#: Starts of the tuning server tried before a port taken at its bind ends the run.
+START_ATTEMPTS = 3
+#: What ``ferry serve`` (its own check) and uvicorn (a bind that lost the race) say of a taken port.
+PORT_TAKEN = ("port already in use", "address already in use")
 
 
 def _link_or_copy(source: str, destination: str) -> None:
@@ -107,14 +120,27 @@ class TuningServer:
 
     def __init__(self, repository: PrivateRepository, extra_args: tuple[str, ...] = (), image_workers: int = 0) -> None:
         self.repository = repository
-        self.http_port = _free_port()
         self.log_path = repository.root / f"server-{image_workers}.log"
+        self._loaded: dict[str, Candidate] = {}
+        self._configs: dict[str, mc.ModelConfig] = {}
+        for attempt in range(START_ATTEMPTS):
+            self._start(extra_args, image_workers)
+            try:
+                self._wait_ready()
+                return
+            except PortTaken:
+                self.client.close()
+                if attempt == START_ATTEMPTS - 1:
+                    raise
+
+    def _start(self, extra_args: tuple[str, ...], image_workers: int) -> None:
+        self.http_port = _free_port()
         command = [
             sys.executable,
             "-m",
             "ferry",
             "serve",
-            str(repository.root),
+            str(self.repository.root),
             "--host",
             "127.0.0.1",
             "--http-port",
@@ -133,19 +159,21 @@ class TuningServer:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
         self.url = f"127.0.0.1:{self.http_port}"
         self.client = HttpClient(self.url, timeout=300.0)
-        self._loaded: dict[str, Candidate] = {}
-        self._configs: dict[str, mc.ModelConfig] = {}
-        self._wait_ready()
 
     def _wait_ready(self) -> None:
+        """Until the server is ready; probed with a short timeout, so a program that took the port
+        and never answers cannot hold the start for the requests' timeout."""
         deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise TuningError(f"the server exited with {self.process.returncode}:\n{self.log_tail()}")
-            with contextlib.suppress(Exception):
-                if self.client.is_server_ready():
-                    return
-            time.sleep(0.1)
+        with HttpClient(self.url, timeout=PROBE_TIMEOUT_S) as probe:
+            while time.monotonic() < deadline:
+                if self.process.poll() is not None:
+                    log = self.log_tail()
+                    failure = PortTaken if any(taken in log for taken in PORT_TAKEN) else TuningError
+                    raise failure(f"the server exited with {self.process.returncode}:\n{log}")
+                with contextlib.suppress(Exception):
+                    if probe.is_server_ready():
+                        return
+                time.sleep(0.1)
         self.stop()
         raise TuningError(f"the server was not ready within {START_TIMEOUT_S:.0f} s:\n{self.log_tail()}")
 
