@@ -46,7 +46,11 @@ SCAN_LIMIT = 1024
 #: requests run inline still goes to the instance's thread. Only instances that declare ``inline_when_fast``
 #: (their ``compute`` waits on nothing but the engine) qualify, so a backend that sleeps or does I/O
 #: in ``compute`` never blocks the loop.
-INLINE_BELOW_NS = 200_000  # the tiny model: ~40 us idle on 2 cores (ORT run + split), ~2x under load
+#: 500 us, not 200: a batch of 8 of the tiny model costs 22-40 us of CPU per item on the loop (2 shared
+#: cores, at concurrency 64 over REST), 176-320 us, so at 200 it went to the instance's thread, where a
+#: busy loop's GIL inflates what it measures (~37 us per item) and kept it there: 0.73x the req/s of
+#: 999df95, which ran it inline (``benchmarks/results/host-path-vs-999df95.md``).
+INLINE_BELOW_NS = 500_000
 #: Executions measured (on the instance's thread) before a model may run inline; also the span of the average.
 INLINE_AFTER_RUNS = 8
 #: A batch whose inputs hold more bytes per item than this many times the measured average goes to
