@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import compileall
+import contextlib
 import importlib.util
 import io
 import itertools
@@ -27,6 +28,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
+
+from ferry.cli_errors import PORT_TAKEN_LINES
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL_REPO = ROOT / "model_repo"
@@ -195,21 +198,15 @@ def start_server(
     ``launcher`` replaces ``python -m ferry`` (the ``ferry`` console script, say), run in ``cwd``.
     A start that finds a port taken after all (another test session's server) is tried again on
     other ports."""
-    for attempt in range(PORT_ATTEMPTS):
-        try:
-            return _start_server_once(
-                repository, log_path, extra, wait_ready, timeout, env, probe_tls, probe_headers, cwd, launcher
-            )
-        except PortTaken:
-            if attempt == PORT_ATTEMPTS - 1:
-                raise
-    raise AssertionError("unreachable")
+    arguments = (repository, log_path, extra, wait_ready, timeout, env, probe_tls, probe_headers, cwd, launcher)
+    for _ in range(PORT_ATTEMPTS - 1):
+        with contextlib.suppress(PortTaken):
+            return _start_server_once(*arguments)
+    return _start_server_once(*arguments)
 
 
 #: Starts of one server tried before a port taken at its bind fails the test.
 PORT_ATTEMPTS = 3
-#: What ``ferry serve`` (its own check) and uvicorn (a bind that lost a race) say of a taken port.
-_PORT_TAKEN = ("port already in use", "address already in use")
 
 
 class PortTaken(RuntimeError):
@@ -254,7 +251,7 @@ def _start_server_once(
     while time.monotonic() < deadline:
         if process.poll() is not None:
             log = server.log()
-            failure = PortTaken if any(taken in log for taken in _PORT_TAKEN) else RuntimeError
+            failure = PortTaken if any(taken in log for taken in PORT_TAKEN_LINES) else RuntimeError
             raise failure(f"server exited with {process.returncode}:\n{log}")
         try:
             with urllib.request.urlopen(probe, timeout=1, context=probe_tls) as response:

@@ -126,6 +126,14 @@ def model_directory_sign(path: Path) -> str:
     return ""
 
 
+#: What ``check_ports_free`` says of a taken port.
+PORT_IN_USE = "port already in use"
+#: What a server start that lost one of its ports prints: this check's line, or uvicorn's when the
+#: port was taken after the check, at its bind. A launcher that chose the ports (``ferry tune``, the
+#: tests) starts again on others when it reads one of these.
+PORT_TAKEN_LINES = (PORT_IN_USE, "address already in use")
+
+
 def check_ports_free(host: str, ports: dict[str, int]) -> None:
     """Each enabled port (non-zero) must be free to bind, checked before any model loads."""
     for flag, port in ports.items():
@@ -143,7 +151,7 @@ def check_ports_free(host: str, ports: dict[str, int]) -> None:
             except OSError as exc:
                 if exc.errno == errno.EADDRINUSE:
                     raise UserError(
-                        f"{flag} {port}: port already in use on {host} (stop the other server or choose "
+                        f"{flag} {port}: {PORT_IN_USE} on {host} (stop the other server or choose "
                         f"another port; 0 disables it)"
                     ) from None
                 if exc.errno == errno.EACCES:

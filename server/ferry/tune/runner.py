@@ -27,6 +27,7 @@ from google.protobuf import json_format
 from ferry_client.http import HttpClient
 from ferry_client.protocol import model_config_pb2 as mc
 
+from ..cli_errors import PORT_TAKEN_LINES
 from ..ocr.settings import ocr_settings
 from ..repository.config import read_config_file
 from .candidates import Candidate
@@ -47,8 +48,6 @@ class PortTaken(TuningError):
 
 #: Starts of the tuning server tried before a port taken at its bind ends the run.
 START_ATTEMPTS = 3
-#: What ``ferry serve`` (its own check) and uvicorn (a bind that lost the race) say of a taken port.
-PORT_TAKEN = ("port already in use", "address already in use")
 
 
 def _link_or_copy(source: str, destination: str) -> None:
@@ -123,15 +122,15 @@ class TuningServer:
         self.log_path = repository.root / f"server-{image_workers}.log"
         self._loaded: dict[str, Candidate] = {}
         self._configs: dict[str, mc.ModelConfig] = {}
-        for attempt in range(START_ATTEMPTS):
+        for _ in range(START_ATTEMPTS - 1):
             self._start(extra_args, image_workers)
             try:
                 self._wait_ready()
                 return
             except PortTaken:
                 self.client.close()
-                if attempt == START_ATTEMPTS - 1:
-                    raise
+        self._start(extra_args, image_workers)
+        self._wait_ready()
 
     def _start(self, extra_args: tuple[str, ...], image_workers: int) -> None:
         self.http_port = _free_port()
@@ -168,7 +167,7 @@ class TuningServer:
             while time.monotonic() < deadline:
                 if self.process.poll() is not None:
                     log = self.log_tail()
-                    failure = PortTaken if any(taken in log for taken in PORT_TAKEN) else TuningError
+                    failure = PortTaken if any(taken in log for taken in PORT_TAKEN_LINES) else TuningError
                     raise failure(f"the server exited with {self.process.returncode}:\n{log}")
                 with contextlib.suppress(Exception):
                     if probe.is_server_ready():
