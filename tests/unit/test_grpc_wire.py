@@ -28,7 +28,7 @@ def _two_raw_inputs() -> pb.ModelInferRequest:
 
 def test_raw_tensors_are_views_into_the_bytes_received() -> None:
     wire = _two_raw_inputs().SerializeToString()
-    received = grpc_wire.parse_infer_request(wire)
+    received = grpc_wire.parse_infer_request(wire, split_from=0)
     request = grpc_codec.decode_infer_request(received.message, raw=received.raw)
     whole = np.frombuffer(wire, dtype=np.uint8)
     for name in ("a", "b"):
@@ -38,16 +38,43 @@ def test_raw_tensors_are_views_into_the_bytes_received() -> None:
     assert received.serialized() is wire
     # counted: the bytes, and protobuf's parse of the rest (joined, then parsed)
     rest = len(wire) - 4 * 6 - 5 - 2 * 2
-    assert received.peak == grpc_wire.peak_bytes(wire) == len(wire) + 2 * rest
+    assert received.peak == grpc_wire.peak_bytes(wire, split_from=0) == len(wire) + 2 * rest
 
 
 def test_a_message_without_raw_contents_is_parsed_whole_and_counted_twice() -> None:
     message = pb.ModelInferRequest(model_name="m")
     message.inputs.add(name="a", datatype="FP32", shape=[3]).contents.fp32_contents.extend([1, 2, 3])
     wire = message.SerializeToString()
-    received = grpc_wire.parse_infer_request(wire)
+    received = grpc_wire.parse_infer_request(wire, split_from=0)
     assert received.message == message and received.wire is None
-    assert received.peak == grpc_wire.peak_bytes(wire) == 2 * len(wire)
+    assert received.peak == grpc_wire.peak_bytes(wire, split_from=0) == 2 * len(wire)
+
+
+def _one_raw_input(size: int) -> bytes:
+    """A serialised request with one raw UINT8 input whose message is ``size`` bytes long."""
+    message = pb.ModelInferRequest(model_name="m")
+    message.inputs.add(name="a", datatype="UINT8", shape=[size])
+    message.raw_input_contents.append(b"")
+    for _ in range(3):  # the payload less the rest, whose varints shrink with it
+        payload = size - (len(message.SerializeToString()) - len(message.raw_input_contents[0]))
+        message.inputs[0].shape[0] = payload
+        message.raw_input_contents[0] = bytes(payload)
+    wire = message.SerializeToString()
+    assert len(wire) == size, len(wire)
+    return wire
+
+
+def test_a_message_under_the_split_size_is_parsed_whole_and_counted_thrice() -> None:
+    """Small messages skip the scan (it costs more than their copies): protobuf parses them whole, and
+    admission counts the bytes, protobuf's parse and the raw entries' copies once read."""
+    small = _one_raw_input(grpc_wire.SPLIT_FROM_BYTES - 1)
+    received = grpc_wire.parse_infer_request(small)
+    assert received.wire is None and bytes(received.raw[0]) == bytes(len(received.raw[0]))
+    assert received.peak == grpc_wire.peak_bytes(small) == 3 * len(small)
+    large = _one_raw_input(grpc_wire.SPLIT_FROM_BYTES)
+    received = grpc_wire.parse_infer_request(large)
+    assert received.wire is large and isinstance(received.raw[0], memoryview)
+    assert received.peak == grpc_wire.peak_bytes(large) < 2 * len(large)
 
 
 @pytest.mark.parametrize(
@@ -65,7 +92,7 @@ def test_malformed_bytes_raise_protobufs_decode_error(wire: bytes) -> None:
     with pytest.raises(DecodeError):
         pb.ModelInferRequest.FromString(wire)
     with pytest.raises(DecodeError):
-        grpc_wire.parse_infer_request(wire)
+        grpc_wire.parse_infer_request(wire, split_from=0)
 
 
 @pytest.mark.parametrize("wire", [b"\x38\x01", b"\x3a\x01a\x3d\x00\x00\x00\x00", b"\x3a\x01a\x0b\x0c"])
@@ -105,7 +132,7 @@ def _old_and_new(wire: bytes) -> None:
     old, old_request = _outcome(lambda: grpc_codec.decode_infer_request(pb.ModelInferRequest.FromString(wire)))
 
     def new_decode() -> InferenceRequest:
-        received = grpc_wire.parse_infer_request(wire)
+        received = grpc_wire.parse_infer_request(wire, split_from=0)
         return grpc_codec.decode_infer_request(received.message, raw=received.raw)
 
     new, new_request = _outcome(new_decode)
@@ -150,7 +177,7 @@ def test_many_fields_are_parsed_whole() -> None:
         message.raw_input_contents.append(bytes([index % 256]))
     wire = message.SerializeToString()
     assert grpc_wire.raw_spans(wire) is None
-    received = grpc_wire.parse_infer_request(wire)
+    received = grpc_wire.parse_infer_request(wire, split_from=0)
     assert received.wire is None and len(received.raw) == grpc_wire.MAX_SCANNED_FIELDS + 1
 
 

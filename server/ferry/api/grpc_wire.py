@@ -8,6 +8,10 @@ of the bytes, and protobuf parses only the rest (the bytes without those fields:
 names, shapes, parameters and typed contents). A message's tensors then exist once, in the bytes
 grpc handed over, for as long as the request holds them.
 
+A message under ``SPLIT_FROM_BYTES`` is not scanned either: protobuf parses it whole, which for a
+few kilobytes costs less than the scan's Python loop (two scans, 16 varints each, on every tiny
+request), and its copies are small.
+
 Anything unusual (groups, a field 7 not length-delimited, a field number 0, a tag of more than
 five bytes, a truncated or overlong varint, a length past the end, more than ``MAX_SCANNED_FIELDS``
 fields) is not split: protobuf parses the whole message as before, and judges it (malformed bytes:
@@ -27,6 +31,10 @@ RAW_INPUT_CONTENTS = pb.ModelInferRequest.DESCRIPTOR.fields_by_name["raw_input_c
 #: Top-level fields scanned at most (a request has a few per input); past it the message is parsed
 #: whole: the scan runs in Python, on the event loop for the count, and must stay short.
 MAX_SCANNED_FIELDS = 1024
+
+#: Messages this size and larger are scanned and split; smaller ones are parsed whole (their
+#: copies cost less than the scan). 64 KiB: where copying a message twice costs what the scan does.
+SPLIT_FROM_BYTES = 64 * 1024
 
 _LENGTH_DELIMITED = 2
 #: The longest tag protobuf reads (a uint32 varint: upb refuses a longer one, so must the scan).
@@ -106,9 +114,12 @@ def _varint(wire: bytes, position: int) -> tuple[int, int]:
     return -1, -1
 
 
-def peak_bytes(wire: bytes) -> int:
+def peak_bytes(wire: bytes, split_from: int = SPLIT_FROM_BYTES) -> int:
     """What the message ``wire`` holds once parsed: its bytes, and what protobuf parses (twice: the
-    bytes without raw contents, joined, then parsed), or twice its size when parsed whole."""
+    bytes without raw contents, joined, then parsed). Parsed whole: twice its size, or three times
+    under ``split_from`` (unscanned, it may hold raw entries, each copied again when read)."""
+    if len(wire) < split_from:
+        return 3 * len(wire)
     spans = raw_spans(wire)
     if not spans:
         return 2 * len(wire)
@@ -116,13 +127,15 @@ def peak_bytes(wire: bytes) -> int:
     return len(wire) + 2 * rest
 
 
-def parse_infer_request(wire: bytes) -> ReceivedInferRequest:
+def parse_infer_request(wire: bytes, split_from: int = SPLIT_FROM_BYTES) -> ReceivedInferRequest:
     """``wire`` parsed: raw tensors as views into it, the rest by protobuf (its DecodeError for
-    malformed bytes)."""
-    spans = raw_spans(wire)
-    if not spans:  # no raw contents, or not to be split: protobuf parses it whole
+    malformed bytes); whole, by protobuf, when shorter than ``split_from``."""
+    small = len(wire) < split_from
+    spans = None if small else raw_spans(wire)
+    if not spans:  # small, no raw contents, or not to be split: protobuf parses it whole
         message = pb.ModelInferRequest.FromString(wire)
-        return ReceivedInferRequest(message, message.raw_input_contents, len(wire), 2 * len(wire), None)
+        peak = (3 if small else 2) * len(wire)  # as peak_bytes counts it
+        return ReceivedInferRequest(message, message.raw_input_contents, len(wire), peak, None)
     view = memoryview(wire)
     pieces, position = [], 0
     for start, _, end in spans:
