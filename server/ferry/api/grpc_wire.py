@@ -114,15 +114,18 @@ def _varint(wire: bytes, position: int) -> tuple[int, int]:
     return -1, -1
 
 
+def _parsed_whole(size: int, split_from: int) -> int:
+    """What a message of ``size`` bytes that protobuf parses whole holds: its bytes and the parse, and
+    under ``split_from`` its raw entries again (unscanned, it may hold some, each copied when read)."""
+    return (3 if size < split_from else 2) * size
+
+
 def peak_bytes(wire: bytes, split_from: int = SPLIT_FROM_BYTES) -> int:
     """What the message ``wire`` holds once parsed: its bytes, and what protobuf parses (twice: the
-    bytes without raw contents, joined, then parsed). Parsed whole: twice its size, or three times
-    under ``split_from`` (unscanned, it may hold raw entries, each copied again when read)."""
-    if len(wire) < split_from:
-        return 3 * len(wire)
-    spans = raw_spans(wire)
+    bytes without raw contents, joined, then parsed), or ``_parsed_whole`` when parsed whole."""
+    spans = raw_spans(wire) if len(wire) >= split_from else None
     if not spans:
-        return 2 * len(wire)
+        return _parsed_whole(len(wire), split_from)
     rest = len(wire) - sum(end - start for start, _, end in spans)
     return len(wire) + 2 * rest
 
@@ -130,11 +133,10 @@ def peak_bytes(wire: bytes, split_from: int = SPLIT_FROM_BYTES) -> int:
 def parse_infer_request(wire: bytes, split_from: int = SPLIT_FROM_BYTES) -> ReceivedInferRequest:
     """``wire`` parsed: raw tensors as views into it, the rest by protobuf (its DecodeError for
     malformed bytes); whole, by protobuf, when shorter than ``split_from``."""
-    small = len(wire) < split_from
-    spans = None if small else raw_spans(wire)
+    spans = raw_spans(wire) if len(wire) >= split_from else None
     if not spans:  # small, no raw contents, or not to be split: protobuf parses it whole
         message = pb.ModelInferRequest.FromString(wire)
-        peak = (3 if small else 2) * len(wire)  # as peak_bytes counts it
+        peak = _parsed_whole(len(wire), split_from)
         return ReceivedInferRequest(message, message.raw_input_contents, len(wire), peak, None)
     view = memoryview(wire)
     pieces, position = [], 0
