@@ -181,7 +181,7 @@ class Settings(BaseSettings):
         1000, gt=0, description="concurrent calls per gRPC connection"
     )
     grpc_max_concurrent_rpcs: Annotated[int, LIMIT] = Field(
-        2048, gt=0, description="unfinished gRPC calls server-wide; more get RESOURCE_EXHAUSTED"
+        2048, gt=0, description="unfinished gRPC calls server-wide; more get RESOURCE_EXHAUSTED naming this flag"
     )
     grpc_min_ping_interval_secs: Annotated[float, LIMIT] = Field(
         10.0, ge=0, description="clients may ping no more often than this"

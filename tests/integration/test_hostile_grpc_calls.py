@@ -133,6 +133,12 @@ async def _attack(
     return attackers
 
 
+def _close(attackers: list[Attacker]) -> None:
+    for attacker in attackers:
+        assert attacker.transport is not None
+        attacker.transport.close()
+
+
 def _statuses(attackers: list[Attacker]) -> list[str]:
     return [status for attacker in attackers for status in attacker.ended.values()]
 
@@ -168,9 +174,7 @@ async def test_one_peer_cannot_hold_every_call_slot(grpc_server) -> None:
     statuses = _statuses(attackers)  # read after the other peer's calls: the held ones stayed open
     assert total - held_at_most <= len(statuses) < total
     assert set(statuses) == {str(grpc.StatusCode.RESOURCE_EXHAUSTED.value[0])}, statuses
-    for attacker in attackers:
-        assert attacker.transport is not None
-        attacker.transport.close()
+    _close(attackers)
 
 
 async def test_a_request_message_that_never_arrives_times_out(grpc_server) -> None:
@@ -191,9 +195,7 @@ async def test_a_request_message_that_never_arrives_times_out(grpc_server) -> No
     await _wait(lambda: len(_statuses(again)) == PER_PEER, timeout=REQUEST_TIMEOUT_S + 20)
     assert set(_statuses(again)) == {str(grpc.StatusCode.DEADLINE_EXCEEDED.value[0])}
     await _infer(server)
-    for attacker in [*attackers, reference, *again]:
-        assert attacker.transport is not None
-        attacker.transport.close()
+    _close([*attackers, reference, *again])
 
 
 SHARED_CAP = 16  # --grpc-max-concurrent-rpcs: 8 per intake process
@@ -228,9 +230,7 @@ async def test_never_finished_calls_of_one_address_leave_each_intake_room(two_in
     assert all(f"too many unfinished calls from {HOLDER} (limit 4," in m for m in messages), messages
     for _ in range(8):  # fresh connections of another address, on both intakes: each is served
         await _infer(two_intakes)
-    for attacker in attackers:
-        assert attacker.transport is not None
-        attacker.transport.close()
+    _close(attackers)
 
 
 FIRST_MESSAGE_S = 2
@@ -295,6 +295,91 @@ async def test_a_stream_whose_first_message_never_comes_is_ended(first_message_s
         assert not (await kept.read()).error_message
         sent.put_nowait(None)
         assert await kept.code() == grpc.StatusCode.OK
-        for attacker in attackers + again:
-            assert attacker.transport is not None
-            attacker.transport.close()
+        _close(attackers + again)
+
+
+#: Every method of the service: the server accepts the next call of each method in one turn of its
+#: loop, so calls of many methods at once arrive faster than their refusals are sent.
+METHODS = (
+    "ModelInfer",
+    "ModelStreamInfer",
+    "ServerLive",
+    "ServerReady",
+    "ModelReady",
+    "ServerMetadata",
+    "ModelMetadata",
+    "ModelConfig",
+    "ModelStatistics",
+    "RepositoryIndex",
+)
+BURSTER = "127.0.0.6"
+
+
+async def test_a_burst_of_refused_calls_never_fills_grpcs_own_count(two_intakes: RunningServer) -> None:
+    """grpc counts a call from its arrival until its status is sent, refusals included. With grpc's
+    limit equal to the cap, an address at its per-peer cap whose refused calls (of every method, in
+    one burst) were still being answered filled grpc's count: 84-88 of these 112 refusals were
+    grpc's own "Concurrent RPC limit exceeded!", which refuses every other client too. The guard
+    now counts the cap itself and grpc's limit sits 128 above it: 120 calls cannot reach it on one
+    intake, whatever the timing, so every refusal names the per-peer cap."""
+    loop = asyncio.get_running_loop()
+    attackers = []
+    for _ in range(4):
+        _, attacker = await loop.create_connection(
+            Attacker, "127.0.0.1", two_intakes.grpc_port, local_addr=(BURSTER, 0)
+        )
+        attackers.append(attacker)
+    for attacker in attackers:  # the burst: every connection's calls written at once
+        for index in range(30):
+            attacker.open(1 + 2 * index, METHODS[index % len(METHODS)])
+    total = 4 * 30
+    await _wait(lambda: len(_statuses(attackers)) >= total - SHARED_CAP // 2)  # each intake holds 4 at most
+    messages = [m for a in attackers for m in a.messages.values()]
+    assert set(_statuses(attackers)) == {str(grpc.StatusCode.RESOURCE_EXHAUSTED.value[0])}
+    assert all(f"too many unfinished calls from {BURSTER} (limit 4," in m for m in messages), messages
+    await _infer(two_intakes)
+    _close(attackers)
+
+
+PROCESS_CAP = 8  # --grpc-max-concurrent-rpcs in one process: each address holds 4 at most
+HOLDERS = ("127.0.0.7", "127.0.0.8")
+HOLDER_FREED = "a gRPC call of 127.0.0.7 is over"
+
+
+@pytest.fixture(scope="module")
+def one_process_cap(tmp_path_factory) -> Iterator[RunningServer]:
+    running = start_quick_server(
+        tmp_path_factory.mktemp("hostile_grpc_process_cap"),
+        *("--grpc-max-concurrent-rpcs", str(PROCESS_CAP), "--grpc-request-timeout-secs", "120"),
+        *("--log-level", "debug"),  # says when a call's slot comes back
+    )
+    yield running
+    running.stop()
+
+
+async def test_the_calls_of_many_addresses_together_meet_the_process_cap(one_process_cap: RunningServer) -> None:
+    """Two addresses each hold their share (4) of never-finished calls: together the cap (8). A third
+    address is refused by the guard, naming --grpc-max-concurrent-rpcs (grpc's own limit, 128 above,
+    is not what refuses it); once one holder's calls are gone, it is served."""
+    server = one_process_cap
+    share = PROCESS_CAP // 2
+    # each holder opens one call past its share: that one's refusal, by the per-peer cap, says the
+    # server holds the other four (calls of one method are taken in the order they came)
+    holders = [await _attack(server.grpc_port, "ModelInfer", 1, share + 1, address) for address in HOLDERS]
+    for (holder,), address in zip(holders, HOLDERS, strict=True):
+        await _wait(lambda holder=holder: len(holder.ended) == 1)
+        assert list(holder.messages.values()) == [
+            f"too many unfinished calls from {address} (limit {share}, --grpc-max-calls-per-peer)"
+        ]
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await _infer(server)
+    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert refused.value.details() == (
+        f"too many unfinished calls (limit {PROCESS_CAP} per process, --grpc-max-concurrent-rpcs)"
+    )
+    assert [len(holder.ended) for (holder,) in holders] == [1, 1]  # the held calls are still open
+    since = len(server.log())
+    _close(holders[0])
+    await server.said(HOLDER_FREED, share, since)
+    await _infer(server)
+    _close(holders[1])

@@ -35,7 +35,7 @@ class Served:
 
     def __init__(self) -> None:
         self.held = 0
-        self.guard = CallGuard(max_calls_per_peer=16, request_timeout=10, write_timeout=WRITE_TIMEOUT_S)
+        self.guard = CallGuard(max_calls_per_peer=16, max_calls=32, request_timeout=10, write_timeout=WRITE_TIMEOUT_S)
 
     async def infer(self, request: pb.ModelInferRequest, context: grpc.aio.ServicerContext) -> pb.ModelInferResponse:
         self.held += 1

@@ -547,11 +547,12 @@ def create_grpc_server(
             ("grpc.so_reuseport", int(reuse_port)),
             *limits.channel_options(),
         ],
-        maximum_concurrent_rpcs=limits.max_concurrent_rpcs,
+        maximum_concurrent_rpcs=limits.grpc_maximum_concurrent_rpcs,
     )
     servicer = servicer or InferenceServicer(plane, max_response_bytes)
     guard = CallGuard(
         limits.max_calls_per_peer,
+        limits.max_concurrent_rpcs,
         limits.request_timeout_secs,
         limits.write_timeout_secs,
         limits.reads_per_peer,

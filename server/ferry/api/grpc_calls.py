@@ -3,7 +3,10 @@
 ``--grpc-max-concurrent-rpcs`` bounds unfinished calls server-wide, so alone it lets one client
 that opens thousands of calls and never finishes them hold every slot: everyone else is refused.
 ``CallGuard`` wraps each method handler of the service, so it sees each call as it arrives (before
-its request message), and adds
+its request message). It counts the calls it holds against that cap itself (``max_calls``, the
+process's share): grpc counts refused calls too until their status is sent, so with grpc's limit
+as the cap, one address's burst of refused calls made grpc refuse other clients for an instant
+(grpc's own limit now sits above, ``grpc_limits.REFUSALS_IN_FLIGHT``). And it adds
 
 - a cap on the unfinished calls of one peer address (``max_calls_per_peer``, at most half of the
   process's share of the server-wide cap: ``front_doors.grpc_limits``): past it that peer's new
@@ -367,6 +370,7 @@ class CallGuard:
     def __init__(
         self,
         max_calls_per_peer: int,
+        max_calls: int,
         request_timeout: float,
         write_timeout: float,
         reads_per_peer: int = 2,
@@ -389,7 +393,9 @@ class CallGuard:
         self.deadlines = MessageDeadlines(request_timeout)
         self.first_messages = FirstMessageDeadlines(stream_first_message_timeout)
         self.writes = WriteDeadlines(write_timeout)
+        self.max_calls = max_calls
         self.calls: dict[str, int] = {}
+        self.held = 0  # every peer's calls together
 
     @property
     def ports(self) -> Collection[int]:
@@ -515,12 +521,19 @@ class CallGuard:
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"too many unfinished calls from {peer} (limit {self.max_calls_per_peer}, --grpc-max-calls-per-peer)",
             )
+        if self.held >= self.max_calls:
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"too many unfinished calls (limit {self.max_calls} per process, --grpc-max-concurrent-rpcs)",
+            )
         self.calls[peer] = held + 1
+        self.held += 1
         return peer
 
     def _leave(self, peer: str) -> None:
         if not peer:
             return
+        self.held -= 1
         left = self.calls[peer] - 1
         if left:
             self.calls[peer] = left

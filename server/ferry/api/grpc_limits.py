@@ -3,7 +3,9 @@
 gRPC core bounds what it is told to: without these, one client can open thousands of streams per
 connection (each holding buffers until it finishes), ping without limit and keep idle connections
 forever. ``max_concurrent_rpcs`` bounds unfinished calls server-wide, so memory held by streams is
-bounded however many connections a client opens; calls past it get RESOURCE_EXHAUSTED at once.
+bounded however many connections a client opens; calls past it get RESOURCE_EXHAUSTED at once,
+from ``CallGuard`` (grpc_calls.py), whose count is exact. grpc's own limit sits
+``REFUSALS_IN_FLIGHT`` above it, as a backstop.
 ``max_calls_per_peer``, ``request_timeout_secs`` and ``stream_first_message_secs`` keep one client
 from holding all of them, and
 ``write_timeout_secs`` ends a call whose client does not take its answer (``grpc_calls.py``).
@@ -12,6 +14,13 @@ from holding all of them, and
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+#: Calls the guard may be refusing at once on top of those it holds. grpc counts a call from its
+#: arrival until its status is sent, refusals included: with its limit equal to the guard's, one
+#: address at its cap and a burst of its refused calls filled grpc's count for an instant, and grpc
+#: refused other clients ("Concurrent RPC limit exceeded!"). Each holds at most its stream's 64 KiB
+#: window: 8 MiB in all.
+REFUSALS_IN_FLIGHT = 128
 
 
 @dataclass(frozen=True)
@@ -33,6 +42,11 @@ class GrpcLimits:
     reads_total: int = 6  # every kind of turn together (front_doors.receive_turns: the defaults' 96 / 16 MiB)
     stream_reads_total: int = 5  # all but one of them
     stream_first_message_secs: float = 60.0
+
+    @property
+    def grpc_maximum_concurrent_rpcs(self) -> int:
+        """grpc's own limit: the calls the guard holds, and those it is refusing."""
+        return self.max_concurrent_rpcs + REFUSALS_IN_FLIGHT
 
     def channel_options(self) -> list[tuple[str, int]]:
         return [
