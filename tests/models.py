@@ -84,6 +84,30 @@ def write_tile_model(model_dir: Path, *, rows: int, width: int) -> Path:
     return model_dir
 
 
+def write_repeat_model(model_dir: Path, *, width: int, times: int, extra_config: str = "") -> Path:
+    """A batching model dir whose answer is each request's row repeated ``times`` times: a small
+    request, a big answer, held by the batcher as ``extra_config`` says."""
+    repeats = numpy_helper.from_array(np.array([1, times], dtype=np.int64), "repeats")
+    graph = helper.make_graph(
+        [helper.make_node("Tile", ["x", "repeats"], ["y"])],
+        "repeat",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", width * times])],
+        [repeats],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    (model_dir / "1").mkdir(parents=True, exist_ok=True)
+    onnx.save(model, model_dir / "1" / "model.onnx")
+    (model_dir / "config.pbtxt").write_text(
+        f'name: "{model_dir.name}"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 32\n'
+        f'input [{{ name: "x" data_type: TYPE_FP32 dims: [ {width} ] }}]\n'
+        f'output [{{ name: "y" data_type: TYPE_FP32 dims: [ {width * times} ] }}]\n'
+        f"instance_group [{{ kind: KIND_CPU count: 1 }}]\n{extra_config}"
+    )
+    return model_dir
+
+
 def write_yolov8_export(path: Path, names: dict[int, str], *, strides: tuple[int, ...] = (8, 16, 32)) -> Path:
     """An ONNX file shaped as Ultralytics exports a YOLOv8 / YOLO11 detector with ``dynamic=True``:
     input ``images`` FP32 ``[batch, 3, height, width]`` (RGB, 0..1), output ``output0`` FP32

@@ -21,6 +21,7 @@ from .api.admission import Admission, AdmissionCollector
 from .api.connection_limits import ConnectionCollector
 from .api.dataplane import DataPlane
 from .api.drain_cutoff import ANSWER_GRACE_S, CutoffApp, DrainCutoff
+from .api.grpc import stop_serving
 from .api.http import create_http_app
 from .api.http_fast import InferFastPath
 from .api.logging_ext import LoggingControl
@@ -248,7 +249,7 @@ class FerryServer:
         if self.intakes is not None:
             stops.append(self.intakes.stop(grace))
         if self._grpc is not None:
-            stops.append(self._grpc.stop(grace=grace))
+            stops.append(stop_serving(self._grpc, self.cutoff, grace))
         if self._http is not None:
             self._http.config.timeout_graceful_shutdown = grace  # type: ignore[assignment]
             self._http.should_exit = True

@@ -7,20 +7,24 @@ import asyncio
 import json
 import shutil
 import signal
+import socket
 import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import grpc
 import httpx
 import numpy as np
 import pytest
 
 from ferry_client import FerryClientError, GrpcClient, HttpClient
+from ferry_client.protocol import grpc_service_pb2 as pb
 
 from ..conftest import start_server
-from ..models import write_mlp_model
+from ..models import write_mlp_model, write_repeat_model
+from ..raw_grpc_peer import RawPeer
 from ..server_metrics import wait_for_metric
 
 PYTHON_MODELS = Path(__file__).parent / "python_models"
@@ -89,6 +93,74 @@ def test_sigterm_finishes_every_accepted_request(tmp_path, protocol) -> None:
         assert answered[flipped:] and "200" not in answered[flipped:], seen
         assert server.process.wait(60) == 0, server.log()
         assert "ferry stopped" in server.log()
+    finally:
+        server.stop()
+
+
+class SlowReader(RawPeer):
+    """A client on a small receive buffer that reads what comes a little at a time, granting window
+    as it reads, as grpc's clients do: the end of a large answer is still in the server's socket,
+    unsent, when grpc has written it, and the client's window updates come in meanwhile."""
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        assert self.transport is not None
+        self.transport.pause_reading()
+        asyncio.get_running_loop().call_later(0.002, self._resume)
+
+    def _resume(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
+
+
+@pytest.mark.parametrize("intakes", [0, 2])
+def test_a_slow_reader_gets_its_whole_answer_across_the_shutdown(tmp_path, intakes: int) -> None:
+    """grpc closes a connection once its last call is over after shutdown has begun, and closing a
+    socket with client frames unread resets the connection, dropping answer bytes still unsent:
+    one of 24 accepted gRPC calls was lost so ("Connection reset by peer"). Now the listener
+    refuses new calls and waits until every accepted unary call's answer is written before grpc's
+    shutdown begins, and grpc closes only after the client has acknowledged the GOAWAY's ping,
+    which comes after the answer. The call here is held by its batcher until SIGTERM; its answer is
+    1 MiB, read slowly: the client has every byte and the call's OK status, and a new call made
+    during the drain is refused naming the shutdown. One process, and two intakes."""
+    repo = tmp_path / "models"
+    width, times = 1024, 256
+    held = "dynamic_batching { preferred_batch_size: [ 32 ] max_queue_delay_microseconds: 600000000 }\n"
+    write_repeat_model(repo / "repeat", width=width, times=times, extra_config=held)
+    extra = ["--intake-processes", str(intakes)] if intakes else []
+    server = start_server(repo, tmp_path / "server.log", "--exit-timeout-secs", "60", *extra)
+    x = np.arange(width, dtype=np.float32)[None]
+    request = pb.ModelInferRequest(model_name="repeat")
+    request.inputs.add(name="x", datatype="FP32", shape=[1, width])
+    request.raw_input_contents.append(x.tobytes())
+
+    async def run() -> None:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
+        sock.connect(("127.0.0.1", server.grpc_port))
+        sock.setblocking(False)
+        message = request.SerializeToString()
+        _, peer = await asyncio.get_running_loop().create_connection(
+            lambda: SlowReader(message, reads_others=True), sock=sock
+        )
+        peer.call(1, "ModelInfer", 1)
+        await wait_for_metric(server, "nv_inference_pending_request_count", 1, model="repeat", version="1")
+        since = len(server.log())
+        server.process.send_signal(signal.SIGTERM)
+        await server.said("gRPC: new calls refused", max(1, intakes), since)  # by every listening process
+        peer.call(3, "ModelInfer", 1)  # during the drain, on the same connection
+        await peer.until(lambda: 1 in peer.trailers and 3 in peer.trailers, timeout=60)
+        assert peer.trailers[1].get("grpc-status") == "0", peer.trailers[1]
+        (answer,) = peer.messages(1)
+        y = np.frombuffer(pb.ModelInferResponse.FromString(answer).raw_output_contents[0], np.float32)
+        np.testing.assert_array_equal(y, np.tile(x, (1, times))[0])
+        refused = peer.trailers[3]
+        assert refused.get("grpc-status") == str(grpc.StatusCode.UNAVAILABLE.value[0]), refused
+        assert refused.get("grpc-message") == "the server is shutting down: it takes no new calls", refused
+
+    try:
+        asyncio.run(run())
+        assert server.process.wait(60) == 0, server.log()
     finally:
         server.stop()
 

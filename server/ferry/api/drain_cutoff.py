@@ -5,11 +5,18 @@ the front doors (uvicorn answers a cancelled request 500 with a traceback, grpc 
 Each REST request and unary gRPC call registers the task serving it; ``cut_off`` cancels those
 still running, and the front door turns that cancellation into the error. Work in engine threads
 cannot be stopped this way: the server abandons it and exits (``server.FerryServer.shutdown``).
+
+gRPC also counts its unary calls until their answers are written (``unanswered``): grpc closes a
+connection as soon as its last call is over once shutdown has begun, and a close with client
+frames still unread makes the kernel reset the connection, dropping the answer bytes not yet
+sent. So the listener refuses new calls (``closing``) and waits for the answers before grpc's
+shutdown begins (``grpc.stop_serving``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -27,6 +34,23 @@ class DrainCutoff:
         self.tasks: set[asyncio.Task] = set()
         self.error: Unavailable | None = None  # set once the drain's time is up
         self.cut = 0  # how many requests it ended
+        self.closing = False  # gRPC: the shutdown has begun, calls that arrive now are refused
+        self.unanswered = 0  # unary gRPC calls accepted whose answer grpc has not yet written
+        self._answered: asyncio.Event | None = None
+
+    def answer_written(self) -> None:
+        """A unary gRPC call counted in ``unanswered`` is over (its answer written, or it failed)."""
+        self.unanswered -= 1
+        if not self.unanswered and self._answered is not None:
+            self._answered.set()
+
+    async def answered(self, timeout: float) -> None:
+        """Until every unary gRPC call accepted has its answer written, or ``timeout`` has passed."""
+        if not self.unanswered:
+            return
+        self._answered = asyncio.Event()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._answered.wait(), timeout)
 
     def cut_off(self, timeout: float) -> int:
         """The exit timeout has passed: end every request still running with the error. Returns how many."""

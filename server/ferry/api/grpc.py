@@ -589,3 +589,20 @@ def create_grpc_server(
     if not address.startswith("unix:"):
         guard.ports = (port,)
     return server
+
+
+async def stop_serving(server: grpc.aio.Server, cutoff: DrainCutoff, grace: float) -> None:
+    """Shut a public gRPC listener down, its accepted unary calls answered first.
+
+    grpc's shutdown sends GOAWAY and closes each connection as soon as its last call is over: with
+    client frames still unread, closing resets the connection and drops the answer bytes the kernel
+    had not yet sent (one of 24 answers was lost so). So new calls are refused ("shutting down")
+    until every unary call accepted has its answer written, and only then grpc's shutdown begins;
+    the client reads those answers before it acknowledges the GOAWAY's ping, which grpc awaits
+    before it closes. Streams are left to grpc's grace, as before."""
+    loop = asyncio.get_running_loop()
+    ends = loop.time() + grace
+    cutoff.closing = True
+    log.info("gRPC: new calls refused; %d accepted call(s) to answer before closing", cutoff.unanswered)
+    await cutoff.answered(grace)
+    await server.stop(grace=max(0.0, ends - loop.time()))

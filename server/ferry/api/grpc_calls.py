@@ -421,9 +421,11 @@ class CallGuard:
 
         writes = self.writes
         cutoff = self.cutoff
+        error_written: Any = self._error_written  # the stubs type grpc's sync callback as a class
 
         async def unary(_: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
             peer = await self._enter(context)
+            cutoff.unanswered += 1
             pending: list[Callable[[], object]] = []
             # left set: grpc's task for this call ends with it, and ExpectedFailures knows the call by it;
             # a context variable: grpc calls the servicer with (message, context) only
@@ -436,13 +438,15 @@ class CallGuard:
                 # the message goes to the handler without a name here to keep it alive after use
                 response = await behaviour(await first_message(context, turn), context)
             except asyncio.CancelledError:
-                self._finish(pending, peer, None)
+                self._release(pending, peer, None)
+                context.add_done_callback(error_written)
                 error = cutoff.taken(task)
                 if error is None:
                     raise
                 await context.abort(grpc.StatusCode.UNAVAILABLE, error.message)
             except BaseException:
-                self._finish(pending, peer, None)
+                self._release(pending, peer, None)
+                context.add_done_callback(error_written)
                 raise
             finally:
                 cutoff.tasks.discard(task)
@@ -503,15 +507,27 @@ class CallGuard:
         )
 
     def _finish(self, pending: list[Callable[[], object]], peer: str, watched: object | None) -> None:
-        """A unary call is over (answer written, failed or cancelled): release what it held."""
+        """A unary call is over (answer written, or the call gone): release what it held."""
+        self._release(pending, peer, watched)
+        self.cutoff.answer_written()
+
+    def _error_written(self, _: object) -> None:
+        """A unary call that failed is over (its error written, or the call gone): what it held
+        was released when it failed."""
+        self.cutoff.answer_written()
+
+    def _release(self, pending: list[Callable[[], object]], peer: str, watched: object | None) -> None:
         if watched is not None:
             self.writes.done(watched)
         for release in pending:
             release()
         pending.clear()
         self._leave(peer)
+        self.cutoff.answer_written()
 
     async def _enter(self, context: grpc.aio.ServicerContext) -> str:
+        if self.cutoff.closing:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the server is shutting down: it takes no new calls")
         peer = peer_host(context.peer())
         if not peer:
             return peer

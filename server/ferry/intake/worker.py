@@ -25,7 +25,7 @@ from starlette.types import ASGIApp
 
 from ..api.admission import Admission, Ticket
 from ..api.drain_cutoff import ANSWER_GRACE_S, CutoffApp, DrainCutoff
-from ..api.grpc import STREAM_DOOR
+from ..api.grpc import STREAM_DOOR, stop_serving
 from ..api.http_fast import InferFastPath
 from ..api.limits import Limits
 from ..api.received_body import ReceivedBody
@@ -205,7 +205,7 @@ async def run(assignment: Assignment) -> int:
     grace = 0.0 if code else timeout + ANSWER_GRACE_S
     stops: list[Awaitable[object]] = []
     if server is not None:
-        stops.append(server.stop(grace=grace))
+        stops.append(stop_serving(server, cutoff, grace))
     if http is not None:
         http.server.config.timeout_graceful_shutdown = grace  # type: ignore[assignment]
         http.server.should_exit = True
