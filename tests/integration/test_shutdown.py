@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shutil
 import signal
 import socket
@@ -122,7 +123,9 @@ def test_a_slow_reader_gets_its_whole_answer_across_the_shutdown(tmp_path, intak
     shutdown begins, and grpc closes only after the client has acknowledged the GOAWAY's ping,
     which comes after the answer. The call here is held by its batcher until SIGTERM; its answer is
     1 MiB, read slowly: the client has every byte and the call's OK status, and a new call made
-    during the drain is refused naming the shutdown. One process, and two intakes."""
+    during the drain is refused naming the shutdown. Each process counted exactly the calls it
+    had to answer: calls over before (answered, failed) are not among them. One process, and two
+    intakes."""
     repo = tmp_path / "models"
     width, times = 1024, 256
     held = "dynamic_batching { preferred_batch_size: [ 32 ] max_queue_delay_microseconds: 600000000 }\n"
@@ -133,6 +136,11 @@ def test_a_slow_reader_gets_its_whole_answer_across_the_shutdown(tmp_path, intak
     request = pb.ModelInferRequest(model_name="repeat")
     request.inputs.add(name="x", datatype="FP32", shape=[1, width])
     request.raw_input_contents.append(x.tobytes())
+
+    with GrpcClient(server.grpc_url) as client:  # calls over before the held one: one answered, one failed
+        assert client.is_server_live()
+        with pytest.raises(FerryClientError):
+            client.model_metadata("missing")
 
     async def run() -> None:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -148,6 +156,9 @@ def test_a_slow_reader_gets_its_whole_answer_across_the_shutdown(tmp_path, intak
         since = len(server.log())
         server.process.send_signal(signal.SIGTERM)
         await server.said("gRPC: new calls refused", max(1, intakes), since)  # by every listening process
+        # each process counted its calls exactly: only the held one is still to be answered
+        counts = re.findall(r"gRPC: new calls refused; (-?\d+) accepted", server.log()[since:])
+        assert sorted(counts) == (["0", "1"] if intakes else ["1"]), counts
         peer.call(3, "ModelInfer", 1)  # during the drain, on the same connection
         await peer.until(lambda: 1 in peer.trailers and 3 in peer.trailers, timeout=60)
         assert peer.trailers[1].get("grpc-status") == "0", peer.trailers[1]

@@ -523,7 +523,6 @@ class CallGuard:
             release()
         pending.clear()
         self._leave(peer)
-        self.cutoff.answer_written()
 
     async def _enter(self, context: grpc.aio.ServicerContext) -> str:
         if self.cutoff.closing:
