@@ -6,11 +6,11 @@ Each REST request and unary gRPC call registers the task serving it; ``cut_off``
 still running, and the front door turns that cancellation into the error. Work in engine threads
 cannot be stopped this way: the server abandons it and exits (``server.FerryServer.shutdown``).
 
-gRPC also counts its unary calls until their answers are written (``unanswered``): grpc closes a
-connection as soon as its last call is over once shutdown has begun, and a close with client
-frames still unread makes the kernel reset the connection, dropping the answer bytes not yet
-sent. So the listener refuses new calls (``closing``) and waits for the answers before grpc's
-shutdown begins (``grpc.stop_serving``).
+gRPC also counts the unary calls accepted before the shutdown began until their answers are
+written (``unanswered``): grpc closes a connection as soon as its last call is over once its own
+shutdown has begun, and a close with client frames still unread makes the kernel reset the
+connection, dropping the answer bytes not yet sent. So grpc's shutdown begins once those answers
+are written (``grpc.stop_serving``).
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ class DrainCutoff:
         self.tasks: set[asyncio.Task] = set()
         self.error: Unavailable | None = None  # set once the drain's time is up
         self.cut = 0  # how many requests it ended
-        self.closing = False  # gRPC: the shutdown has begun, calls that arrive now are refused
-        self.unanswered = 0  # unary gRPC calls accepted whose answer grpc has not yet written
+        self.closing = False  # gRPC: the shutdown has begun, calls accepted now are not counted
+        self.unanswered = 0  # unary gRPC calls accepted before it whose answer grpc has not yet written
         self._answered: asyncio.Event | None = None
 
     def answer_written(self) -> None:
@@ -45,7 +45,7 @@ class DrainCutoff:
             self._answered.set()
 
     async def answered(self, timeout: float) -> None:
-        """Until every unary gRPC call accepted has its answer written, or ``timeout`` has passed."""
+        """Until every unary gRPC call counted has its answer written, or ``timeout`` has passed."""
         if not self.unanswered:
             return
         self._answered = asyncio.Event()

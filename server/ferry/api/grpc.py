@@ -592,17 +592,19 @@ def create_grpc_server(
 
 
 async def stop_serving(server: grpc.aio.Server, cutoff: DrainCutoff, grace: float) -> None:
-    """Shut a public gRPC listener down, its accepted unary calls answered first.
+    """Shut a public gRPC listener down once the unary calls it had accepted are answered.
 
     grpc's shutdown sends GOAWAY and closes each connection as soon as its last call is over: with
     client frames still unread, closing resets the connection and drops the answer bytes the kernel
-    had not yet sent (one of 24 answers was lost so). So new calls are refused ("shutting down")
-    until every unary call accepted has its answer written, and only then grpc's shutdown begins;
-    the client reads those answers before it acknowledges the GOAWAY's ping, which grpc awaits
-    before it closes. Streams are left to grpc's grace, as before."""
+    had not yet sent (one of 24 answers was lost so). So grpc's shutdown begins only once every
+    unary call accepted before this one was called has its answer written: the client reads those
+    answers before it acknowledges the GOAWAY's ping, which grpc awaits before it closes. Calls that
+    arrive meanwhile (usually milliseconds: the answers of work already accepted) are served, not
+    refused, and not waited for: GOAWAY is what moves a client's next calls to another server, and
+    it should not wait on a steady stream of them. Streams are left to grpc's grace, as before."""
     loop = asyncio.get_running_loop()
     ends = loop.time() + grace
     cutoff.closing = True
-    log.info("gRPC: new calls refused; %d accepted call(s) to answer before closing", cutoff.unanswered)
+    log.info("gRPC: %d accepted call(s) to answer before GOAWAY", cutoff.unanswered)
     await cutoff.answered(grace)
     await server.stop(grace=max(0.0, ends - loop.time()))

@@ -425,7 +425,9 @@ class CallGuard:
 
         async def unary(_: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
             peer = await self._enter(context)
-            cutoff.unanswered += 1
+            counted = not cutoff.closing  # accepted before the shutdown began: answered before grpc's begins
+            if counted:
+                cutoff.unanswered += 1
             pending: list[Callable[[], object]] = []
             # left set: grpc's task for this call ends with it, and ExpectedFailures knows the call by it;
             # a context variable: grpc calls the servicer with (message, context) only
@@ -439,14 +441,16 @@ class CallGuard:
                 response = await behaviour(await first_message(context, turn), context)
             except asyncio.CancelledError:
                 self._release(pending, peer, None)
-                context.add_done_callback(error_written)
+                if counted:
+                    context.add_done_callback(error_written)
                 error = cutoff.taken(task)
                 if error is None:
                     raise
                 await context.abort(grpc.StatusCode.UNAVAILABLE, error.message)
             except BaseException:
                 self._release(pending, peer, None)
-                context.add_done_callback(error_written)
+                if counted:
+                    context.add_done_callback(error_written)
                 raise
             finally:
                 cutoff.tasks.discard(task)
@@ -455,7 +459,7 @@ class CallGuard:
                 watched = object()  # this call's write deadline
                 writes.watch(watched, context, id(pending), response)
             # grpc ends the call (and calls this) once the answer is written, or the call is gone
-            done: Any = lambda _: self._finish(pending, peer, watched)  # noqa: E731 (the stubs type grpc's sync callback)
+            done: Any = lambda _: self._finish(pending, peer, watched, counted)  # noqa: E731 (the stubs type grpc's sync callback)
             context.add_done_callback(done)
             return response
 
@@ -506,10 +510,11 @@ class CallGuard:
             bidi, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer
         )
 
-    def _finish(self, pending: list[Callable[[], object]], peer: str, watched: object | None) -> None:
+    def _finish(self, pending: list[Callable[[], object]], peer: str, watched: object | None, counted: bool) -> None:
         """A unary call is over (answer written, or the call gone): release what it held."""
         self._release(pending, peer, watched)
-        self.cutoff.answer_written()
+        if counted:
+            self.cutoff.answer_written()
 
     def _error_written(self, _: object) -> None:
         """A unary call that failed is over (its error written, or the call gone): what it held
@@ -525,8 +530,6 @@ class CallGuard:
         self._leave(peer)
 
     async def _enter(self, context: grpc.aio.ServicerContext) -> str:
-        if self.cutoff.closing:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, "the server is shutting down: it takes no new calls")
         peer = peer_host(context.peer())
         if not peer:
             return peer
