@@ -597,7 +597,7 @@ async def stop_serving(server: grpc.aio.Server, cutoff: DrainCutoff, grace: floa
     grpc's shutdown sends GOAWAY and closes each connection as soon as its last call is over: with
     client frames still unread, closing resets the connection and drops the answer bytes the kernel
     had not yet sent (one of 24 answers was lost so). So grpc's shutdown begins only once every
-    unary call accepted before this one was called has its answer written: the client reads those
+    unary call accepted before the shutdown began has its answer written: the client reads those
     answers before it acknowledges the GOAWAY's ping, which grpc awaits before it closes. Calls that
     arrive meanwhile (usually milliseconds: the answers of work already accepted) are served, not
     refused, and not waited for: GOAWAY is what moves a client's next calls to another server, and

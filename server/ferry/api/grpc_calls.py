@@ -39,6 +39,10 @@ as the cap, one address's burst of refused calls made grpc refuse other clients 
   ``END_GRACE_S`` (5 s) later, is the client's connection closed (``peer_sockets.py``). Calls of
   this server's own intake processes (a unix socket) are never ended: they wait on their client.
 
+The unary calls accepted before the shutdown began are counted until their answers are written
+(``DrainCutoff.unanswered``): grpc's shutdown, which closes each connection after its last call,
+waits for them (``grpc.stop_serving``).
+
 Streaming calls count against the peer cap for as long as they are open (a stream may rightly stay
 idle between requests, though not on a turn others wait for).
 
