@@ -63,47 +63,44 @@ def write_mlp_model(
 
 def write_tile_model(model_dir: Path, *, rows: int, width: int) -> Path:
     """A model dir whose answer is ``rows`` copies of its one-row input: a small request, a big answer."""
-    repeats = numpy_helper.from_array(np.array([rows, 1], dtype=np.int64), "repeats")
-    graph = helper.make_graph(
-        [helper.make_node("Tile", ["x", "repeats"], ["y"])],
-        "tile",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, width])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, width])],
-        [repeats],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    (model_dir / "1").mkdir(parents=True, exist_ok=True)
-    onnx.save(model, model_dir / "1" / "model.onnx")
-    (model_dir / "config.pbtxt").write_text(
-        f'name: "{model_dir.name}"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 0\n'
+    return _write_tile(
+        model_dir,
+        ([rows, 1], [1, width], [rows, width]),
+        f"max_batch_size: 0\n"
         f'input [{{ name: "x" data_type: TYPE_FP32 dims: [ 1, {width} ] }}]\n'
-        f'output [{{ name: "y" data_type: TYPE_FP32 dims: [ {rows}, {width} ] }}]\n'
-        f"instance_group [{{ kind: KIND_CPU count: 1 }}]\n"
+        f'output [{{ name: "y" data_type: TYPE_FP32 dims: [ {rows}, {width} ] }}]\n',
     )
-    return model_dir
 
 
 def write_repeat_model(model_dir: Path, *, width: int, times: int, extra_config: str = "") -> Path:
     """A batching model dir whose answer is each request's row repeated ``times`` times: a small
     request, a big answer, held by the batcher as ``extra_config`` says."""
-    repeats = numpy_helper.from_array(np.array([1, times], dtype=np.int64), "repeats")
+    return _write_tile(
+        model_dir,
+        ([1, times], ["n", width], ["n", width * times]),
+        f"max_batch_size: 32\n"
+        f'input [{{ name: "x" data_type: TYPE_FP32 dims: [ {width} ] }}]\n'
+        f'output [{{ name: "y" data_type: TYPE_FP32 dims: [ {width * times} ] }}]\n{extra_config}',
+    )
+
+
+def _write_tile(model_dir: Path, shapes: tuple[list[int], list[int | str], list[int | str]], config: str) -> Path:
+    """An ONNX Runtime model dir whose one node tiles "x" into "y": (repeats, x's shape, y's shape)."""
+    repeats, x_shape, y_shape = shapes
     graph = helper.make_graph(
         [helper.make_node("Tile", ["x", "repeats"], ["y"])],
-        "repeat",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", width])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", width * times])],
-        [repeats],
+        "tile",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, y_shape)],
+        [numpy_helper.from_array(np.array(repeats, dtype=np.int64), "repeats")],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     (model_dir / "1").mkdir(parents=True, exist_ok=True)
     onnx.save(model, model_dir / "1" / "model.onnx")
     (model_dir / "config.pbtxt").write_text(
-        f'name: "{model_dir.name}"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 32\n'
-        f'input [{{ name: "x" data_type: TYPE_FP32 dims: [ {width} ] }}]\n'
-        f'output [{{ name: "y" data_type: TYPE_FP32 dims: [ {width * times} ] }}]\n'
-        f"instance_group [{{ kind: KIND_CPU count: 1 }}]\n{extra_config}"
+        f'name: "{model_dir.name}"\nplatform: "onnxruntime_onnx"\n{config}'
+        f"instance_group [{{ kind: KIND_CPU count: 1 }}]\n"
     )
     return model_dir
 
