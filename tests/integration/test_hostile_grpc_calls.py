@@ -351,6 +351,7 @@ def one_process_cap(tmp_path_factory) -> Iterator[RunningServer]:
     running = start_quick_server(
         tmp_path_factory.mktemp("hostile_grpc_process_cap"),
         *("--grpc-max-concurrent-rpcs", str(PROCESS_CAP), "--grpc-request-timeout-secs", "120"),
+        *("--intake-processes", "1"),  # one process, whatever the machine's cores
         *("--log-level", "debug"),  # says when a call's slot comes back
     )
     yield running
