@@ -425,13 +425,13 @@ class CallGuard:
 
         writes = self.writes
         cutoff = self.cutoff
-        error_written: Any = self._error_written  # the stubs type grpc's sync callback as a class
+        answer_written: Any = self._answer_written  # the stubs type grpc's sync callback as a class
 
         async def unary(_: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
             peer = await self._enter(context)
-            counted = not cutoff.closing  # accepted before the shutdown began: answered before grpc's begins
-            if counted:
+            if not cutoff.closing:  # accepted before the shutdown began: grpc's waits for its answer
                 cutoff.unanswered += 1
+                context.add_done_callback(answer_written)
             pending: list[Callable[[], object]] = []
             # left set: grpc's task for this call ends with it, and ExpectedFailures knows the call by it;
             # a context variable: grpc calls the servicer with (message, context) only
@@ -444,17 +444,13 @@ class CallGuard:
                 # the message goes to the handler without a name here to keep it alive after use
                 response = await behaviour(await first_message(context, turn), context)
             except asyncio.CancelledError:
-                self._release(pending, peer, None)
-                if counted:
-                    context.add_done_callback(error_written)
+                self._finish(pending, peer, None)
                 error = cutoff.taken(task)
                 if error is None:
                     raise
                 await context.abort(grpc.StatusCode.UNAVAILABLE, error.message)
             except BaseException:
-                self._release(pending, peer, None)
-                if counted:
-                    context.add_done_callback(error_written)
+                self._finish(pending, peer, None)
                 raise
             finally:
                 cutoff.tasks.discard(task)
@@ -463,7 +459,7 @@ class CallGuard:
                 watched = object()  # this call's write deadline
                 writes.watch(watched, context, id(pending), response)
             # grpc ends the call (and calls this) once the answer is written, or the call is gone
-            done: Any = lambda _: self._finish(pending, peer, watched, counted)  # noqa: E731 (the stubs type grpc's sync callback)
+            done: Any = lambda _: self._finish(pending, peer, watched)  # noqa: E731 (the stubs type grpc's sync callback)
             context.add_done_callback(done)
             return response
 
@@ -514,18 +510,12 @@ class CallGuard:
             bidi, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer
         )
 
-    def _finish(self, pending: list[Callable[[], object]], peer: str, watched: object | None, counted: bool) -> None:
-        """A unary call is over (answer written, or the call gone): release what it held."""
-        self._release(pending, peer, watched)
-        if counted:
-            self.cutoff.answer_written()
-
-    def _error_written(self, _: object) -> None:
-        """A unary call that failed is over (its error written, or the call gone): what it held
-        was released when it failed."""
+    def _answer_written(self, _: object) -> None:
+        """A unary call accepted before the shutdown is over (its answer or error written, or the call gone)."""
         self.cutoff.answer_written()
 
-    def _release(self, pending: list[Callable[[], object]], peer: str, watched: object | None) -> None:
+    def _finish(self, pending: list[Callable[[], object]], peer: str, watched: object | None) -> None:
+        """A unary call is over (answer written, failed or cancelled): release what it held."""
         if watched is not None:
             self.writes.done(watched)
         for release in pending:
