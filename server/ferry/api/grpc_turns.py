@@ -164,7 +164,7 @@ class PeerTurns:
     def hand_over(self) -> bool:
         """Give a free turn to the first waiting peer (longest waiting since it was last served)
         that is under its own limit; whether one took it."""
-        if self.full():
+        if not self._waiting or self.full():
             return False
         for peer in list(self._waiting):
             if self.peer_full(peer):
