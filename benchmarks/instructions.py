@@ -134,17 +134,20 @@ def report(results: dict[tuple[str, str, str], list[Count]], args: argparse.Name
             "",
             "## This checkout / baseline (last run of each)",
             "",
-            "| model | protocol | mode | server Ir/req |",
-            "|---|---|---|---:|",
+            "| model | protocol | mode | avg batch (this, baseline) | model Ir/req | intakes Ir/req | server Ir/req |",
+            "|---|---|---|---|---:|---:|---:|",
         ]
         for (server, model, protocol), runs in results.items():
-            if not server.startswith("this"):
-                continue
             base = results.get((server.replace("this", "baseline", 1), model, protocol))
-            if base:
-                this_ir = runs[-1].model_ir + runs[-1].intakes_ir
-                base_ir = base[-1].model_ir + base[-1].intakes_ir
-                lines.append(f"| {model} | {protocol} | {server.split(', ', 1)[1]} | {this_ir / base_ir:.3f}x |")
+            if not server.startswith("this") or not base:
+                continue
+            this, it = runs[-1], base[-1]
+            intakes = f"{this.intakes_ir / it.intakes_ir:.3f}x" if it.intakes_ir else "-"
+            lines.append(
+                f"| {model} | {protocol} | {server.split(', ', 1)[1]} | {this.batch:.2f}, {it.batch:.2f} "
+                f"| {this.model_ir / it.model_ir:.3f}x | {intakes} "
+                f"| {(this.model_ir + this.intakes_ir) / (it.model_ir + it.intakes_ir):.3f}x |"
+            )
     return "\n".join(lines) + "\n"
 
 

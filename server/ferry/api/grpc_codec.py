@@ -74,7 +74,10 @@ def decode_infer_request(
 
 
 def _parameters(message: Any) -> dict[str, Any]:
-    return {key: parameter_value(value) for key, value in message.parameters.items()}
+    parameters = message.parameters
+    if not parameters:  # the usual case: a third of the cost of iterating the empty map
+        return {}
+    return {key: parameter_value(value) for key, value in parameters.items()}
 
 
 def encode_infer_response(
