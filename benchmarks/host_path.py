@@ -48,7 +48,7 @@ import grpc
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
-from serving import ROOT, FerryProcess, _process_jiffies, child_pids, free_port
+from serving import ROOT, FerryProcess, _process_jiffies, descendant_pids, free_port, publish
 
 from ferry_client.protocol import grpc_service_pb2 as pb
 
@@ -176,13 +176,7 @@ def build_repository(directory: Path, tiny: bool) -> list[str]:
 
 def server_cpu(pid: int) -> tuple[float, float]:
     """CPU seconds so far of the model process and of its children (the intake processes)."""
-    below = []
-    stack = child_pids(pid)
-    while stack:
-        child = stack.pop()
-        below.append(child)
-        stack += child_pids(child)
-    return _process_jiffies(pid) / TICK, sum(_process_jiffies(p) for p in below) / TICK
+    return _process_jiffies(pid) / TICK, sum(_process_jiffies(p) for p in descendant_pids(pid)) / TICK
 
 
 def _children_cpu() -> float:
@@ -409,10 +403,7 @@ def main(argv: list[str] | None = None) -> int:
             server.stop()
         shutil.rmtree(workdir, ignore_errors=True)
     ordered = {key: results[key] for key in sorted(results, key=lambda k: (k[1], k[2], k[0]))}
-    text = report(ordered, args, client)
-    if args.out is not None:
-        args.out.write_text(text)
-    print(text)
+    publish(report(ordered, args, client), args.out)
     return 0
 
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from host_path import MODEL, TINY, build_repository, counts
-from serving import FerryProcess, child_pids
+from serving import FerryProcess, descendant_pids, publish
 
 CALLGRIND = ("valgrind", "--tool=callgrind", "--instr-atstart=no", "--callgrind-out-file=/dev/null")
 #: A thread's line in ``callgrind_control -e Ir``: "   Th 1   80,497,611 ".
@@ -69,16 +69,6 @@ def instructions(pid: int) -> int:
     )
 
 
-def server_pids(server: FerryProcess) -> tuple[int, list[int]]:
-    """The model process and its intake processes (every process below it)."""
-    below, stack = [], child_pids(server.pid)
-    while stack:
-        child = stack.pop()
-        below.append(child)
-        stack += child_pids(child)
-    return server.pid, below
-
-
 def load(binary: str, server: FerryProcess, model: str, protocol: str, requests: int, concurrency: int) -> None:
     """``requests`` batch-1 requests (at least) at ``concurrency``; perf_analyzer's verdict is ignored:
     under callgrind its windows never agree, and only the server's counts are read."""
@@ -93,7 +83,7 @@ def load(binary: str, server: FerryProcess, model: str, protocol: str, requests:
 
 
 def measure(binary: str, server: FerryProcess, model: str, protocol: str, args: argparse.Namespace) -> Count:
-    model_pid, intake_pids = server_pids(server)
+    model_pid, intake_pids = server.pid, descendant_pids(server.pid)
     pids = [model_pid, *intake_pids]
     for pid in pids:
         callgrind_control("-z", str(pid))
@@ -109,6 +99,8 @@ def measure(binary: str, server: FerryProcess, model: str, protocol: str, args: 
 
 
 def report(results: dict[tuple[str, str, str], list[Count]], args: argparse.Namespace) -> str:
+    """The table of every run, by model, protocol and server, and the ratios to the baseline."""
+    results = {key: results[key] for key in sorted(results, key=lambda k: (k[1], k[2], k[0]))}
     lines = [
         "# Instructions per request (callgrind, perf_analyzer)",
         "",
@@ -199,11 +191,7 @@ def main(argv: list[str] | None = None) -> int:
                     time.sleep(1)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    ordered = {key: results[key] for key in sorted(results, key=lambda k: (k[1], k[2], k[0]))}
-    text = report(ordered, args)
-    if args.out is not None:
-        args.out.write_text(text)
-    print(text)
+    publish(report(results, args), args.out)
     return 0
 
 

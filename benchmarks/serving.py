@@ -388,6 +388,23 @@ def child_pids(pid: int) -> list[int]:
     return found
 
 
+def publish(text: str, out: Path | None) -> None:
+    """Print a benchmark's table, and write it to ``out`` when given."""
+    if out is not None:
+        out.write_text(text)
+    print(text)
+
+
+def descendant_pids(pid: int) -> list[int]:
+    """Every process below ``pid`` (an intake process's own children too)."""
+    below, stack = [], child_pids(pid)
+    while stack:
+        child = stack.pop()
+        below.append(child)
+        stack += child_pids(child)
+    return below
+
+
 def _process_jiffies(pid: int) -> int:
     with contextlib.suppress(OSError, ValueError, IndexError):
         stat = Path(f"/proc/{pid}/stat").read_text()
