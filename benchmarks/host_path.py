@@ -48,11 +48,10 @@ import grpc
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
-from serving import ROOT, FerryProcess, _process_jiffies, descendant_pids, free_port, publish
+from serving import ROOT, FerryProcess, cpu_seconds, free_port, publish
 
 from ferry_client.protocol import grpc_service_pb2 as pb
 
-TICK = os.sysconf("SC_CLK_TCK")
 MODEL = "host_path"
 CONFIG = """name: "{name}"
 {platform}
@@ -174,11 +173,6 @@ def build_repository(directory: Path, tiny: bool) -> list[str]:
 # --- measuring ----------------------------------------------------------------------------------
 
 
-def server_cpu(pid: int) -> tuple[float, float]:
-    """CPU seconds so far of the model process and of its children (the intake processes)."""
-    return _process_jiffies(pid) / TICK, sum(_process_jiffies(p) for p in descendant_pids(pid)) / TICK
-
-
 def _children_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
@@ -235,13 +229,13 @@ def measure(server: FerryProcess, model: str, protocol: str, args: argparse.Name
         if args.perf_analyzer
         else ferry_perf_command(server, model, protocol, args)
     )
-    (own0, below0), (req0, items0, execs0), client0 = server_cpu(server.pid), counts(server, model), _children_cpu()
+    (own0, below0), (req0, items0, execs0), client0 = cpu_seconds(server.pid), counts(server, model), _children_cpu()
     for _ in range(3):  # perf_analyzer gives no figure when its windows differ too much: try again
         result = subprocess.run(command, capture_output=True, text=True, timeout=600)
         if result.returncode == 0:
             break
     client1 = _children_cpu()
-    (own1, below1), (req1, items1, execs1) = server_cpu(server.pid), counts(server, model)
+    (own1, below1), (req1, items1, execs1) = cpu_seconds(server.pid), counts(server, model)
     out = result.stdout + result.stderr
     found: list[float] = []
     if args.perf_analyzer:  # "Concurrency: 64, throughput: 812.4 infer/sec, latency ..."

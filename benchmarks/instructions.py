@@ -34,14 +34,20 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from host_path import MODEL, TINY, build_repository, counts
 from serving import FerryProcess, descendant_pids, publish
 
-CALLGRIND = ("valgrind", "--tool=callgrind", "--instr-atstart=no", "--callgrind-out-file=/dev/null")
+#: Instrumentation off until a run switches it on; intake processes are counted too (traced children).
+CALLGRIND = (
+    "valgrind",
+    "--tool=callgrind",
+    "--instr-atstart=no",
+    "--trace-children=yes",
+    "--callgrind-out-file=/dev/null",
+)
 #: A thread's line in ``callgrind_control -e Ir``: "   Th 1   80,497,611 ".
 THREAD_LINE = re.compile(r"^\s*Th\s+\d+\s+([\d,]+)\s*$")
 
@@ -168,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for mode, processes in modes:
             for label, checkout in checkouts.items():
-                launcher: tuple[str, ...] = (*CALLGRIND, "--trace-children=yes", sys.executable, "-m", "ferry")
+                launcher: tuple[str, ...] = (*CALLGRIND, sys.executable, "-m", "ferry")
                 if checkout is not None:
                     launcher = ("env", f"PYTHONPATH={checkout / 'server'}", *launcher)
                 name = f"{label}, {mode}"
@@ -188,7 +194,6 @@ def main(argv: list[str] | None = None) -> int:
                                 )
                 finally:
                     server.stop()
-                    time.sleep(1)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     publish(report(results, args), args.out)

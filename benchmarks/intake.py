@@ -36,26 +36,11 @@ from pathlib import Path
 
 import models
 from perf_tools import perf_analyzer
-from serving import ROOT, FerryProcess, _process_jiffies, child_pids, make_session, raw_window
+from serving import ROOT, FerryProcess, cpu_seconds, make_session, raw_window
 
 RESULTS = ROOT / "benchmarks" / "results"
-TICK = os.sysconf("SC_CLK_TCK")
 RAW_BATCHES = (1, 8, 16)
 PROJECTED_CORES = 16
-
-
-def _descendants(pid: int) -> list[int]:
-    out = []
-    for child in child_pids(pid):
-        out += [child, *_descendants(child)]
-    return out
-
-
-def cpu_seconds(pid: int) -> tuple[float, float]:
-    """CPU time so far of the model process itself and of everything below it (intake processes)."""
-    own = _process_jiffies(pid) / TICK
-    below = sum(_process_jiffies(p) for p in _descendants(pid)) / TICK
-    return own, below
 
 
 def served(server: FerryProcess, model: str) -> int:

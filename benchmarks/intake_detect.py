@@ -33,8 +33,7 @@ from pathlib import Path
 from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from intake import cpu_seconds  # noqa: E402
-from serving import ROOT, FerryProcess  # noqa: E402
+from serving import ROOT, FerryProcess, cpu_seconds  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 MODEL = "digit_detector"

@@ -405,6 +405,12 @@ def descendant_pids(pid: int) -> list[int]:
     return below
 
 
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """CPU time so far of the process ``pid`` itself and of everything below it (intake processes)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    return _process_jiffies(pid) / tick, sum(_process_jiffies(p) for p in descendant_pids(pid)) / tick
+
+
 def _process_jiffies(pid: int) -> int:
     with contextlib.suppress(OSError, ValueError, IndexError):
         stat = Path(f"/proc/{pid}/stat").read_text()
