@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import grpc
+import pytest
 
 from ferry.api.grpc_calls import WrappedRegistration
 from ferry_client.protocol import grpc_service_pb2 as pb
@@ -58,6 +59,11 @@ async def test_the_service_is_registered_as_one_generic_handler_and_served() -> 
     await server.start()
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            for method in ("/inference.GRPCInferenceService/NoSuchMethod", "/other.Service/ServerLive"):
+                call: Any = channel.unary_unary(method)  # raw bytes either way
+                with pytest.raises(grpc.aio.AioRpcError) as refused:  # no handler of either name
+                    await call(b"")
+                assert refused.value.code() == grpc.StatusCode.UNIMPLEMENTED, method
             answer = await pb_grpc.GRPCInferenceServiceStub(channel).ServerLive(pb.ServerLiveRequest())
         assert answer.live
     finally:
