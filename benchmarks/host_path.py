@@ -128,9 +128,9 @@ class GrpcFloorProcess(FerryProcess):
     """grpcio alone, configured as Ferry's, answering ModelInfer with a fixed answer after the one
     copy no intake can skip (``grpc_floor.py``): what a gRPC intake costs at the least."""
 
-    def __init__(self) -> None:
+    def __init__(self, launcher: Sequence[str] = (sys.executable,)) -> None:
         self.grpc_port = free_port()
-        self.start([sys.executable, str(Path(__file__).with_name("grpc_floor.py")), str(self.grpc_port)], "floor.log")
+        self.start([*launcher, str(Path(__file__).with_name("grpc_floor.py")), str(self.grpc_port)], "floor.log")
         self._channel = grpc.insecure_channel(self.grpc_url)
         self._statistics = self._channel.unary_unary(
             "/inference.GRPCInferenceService/ModelStatistics",

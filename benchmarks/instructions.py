@@ -21,6 +21,10 @@ branch behaviour of the real machine, and the kernel's work (syscalls count as o
 So it is for comparing two checkouts on the same path, next to ``host_path.py``'s timed figures,
 not instead of them.
 
+``--grpc-floor`` also counts grpcio alone (``grpc_floor.py``: what no gRPC intake can skip) on the
+602 KB model over gRPC, and prints each server's gRPC intakes (or one process) over it: what
+Ferry adds to grpcio, and the least a gRPC intake can cost.
+
     git worktree add --detach /tmp/main-base main
     LD_LIBRARY_PATH=... python benchmarks/instructions.py --perf-analyzer /tmp/pa/venv/bin/perf_analyzer \\
         --baseline /tmp/main-base --tiny
@@ -37,7 +41,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from host_path import MODEL, TINY, build_repository, counts
+from host_path import MODEL, TINY, GrpcFloorProcess, build_repository, counts
 from serving import FerryProcess, descendant_pids, publish
 
 #: Instrumentation off until a run switches it on; intake processes are counted too (traced children).
@@ -48,6 +52,7 @@ CALLGRIND = (
     "--trace-children=yes",
     "--callgrind-out-file=/dev/null",
 )
+FLOOR = "grpcio floor"
 #: A thread's line in ``callgrind_control -e Ir``: "   Th 1   80,497,611 ".
 THREAD_LINE = re.compile(r"^\s*Th\s+\d+\s+([\d,]+)\s*$")
 
@@ -127,6 +132,26 @@ def report(results: dict[tuple[str, str, str], list[Count]], args: argparse.Name
             f"| {model} | {protocol} | {server} | {last.requests} | {last.batch:.2f} | {last.model_ir / 1e3:,.0f}k | "
             f"{last.intakes_ir / 1e3:,.0f}k | {(last.model_ir + last.intakes_ir) / 1e3:,.0f}k | {totals} |"
         )
+    floor = results.get((FLOOR, MODEL, "grpc"))
+    if floor:
+        lines += [
+            "",
+            "## Over grpcio alone (the 602 KB model over gRPC, last run of each)",
+            "",
+            "| server | avg batch | gRPC front door Ir/req | / grpcio floor | server Ir/req | / grpcio floor |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        base = floor[-1].model_ir
+        for (server, model, protocol), runs in results.items():
+            if model != MODEL or protocol != "grpc" or server == FLOOR:
+                continue
+            run = runs[-1]
+            door = run.intakes_ir or run.model_ir  # the intakes, or the one process that is the door too
+            total = run.model_ir + run.intakes_ir
+            lines.append(
+                f"| {server} | {run.batch:.2f} | {door / 1e3:,.0f}k | {door / base:.3f}x "
+                f"| {total / 1e3:,.0f}k | {total / base:.3f}x |"
+            )
     if args.baseline is not None:
         lines += [
             "",
@@ -149,6 +174,21 @@ def report(results: dict[tuple[str, str, str], list[Count]], args: argparse.Name
     return "\n".join(lines) + "\n"
 
 
+def count_floor(binary: str, args: argparse.Namespace, results: dict[tuple[str, str, str], list[Count]]) -> None:
+    """grpcio alone under callgrind, counted as the servers are (one process: its count is in
+    ``model_ir``)."""
+    floor = GrpcFloorProcess(launcher=(*CALLGRIND, sys.executable))
+    try:
+        floor.wait_ready([MODEL], timeout=900)
+        load(binary, floor, MODEL, "grpc", 50, args.concurrency)
+        for _ in range(args.runs):
+            count = measure(binary, floor, MODEL, "grpc", args)
+            results.setdefault((FLOOR, MODEL, "grpc"), []).append(count)
+            print(f"{FLOOR}: {count.requests} requests, Ir/req {count.model_ir:,.0f}", flush=True)
+    finally:
+        floor.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--perf-analyzer", help="its path (default: perf_analyzer on PATH)")
@@ -161,6 +201,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--protocols", nargs="+", choices=("grpc", "http"), default=["grpc", "http"])
     parser.add_argument("--intakes", type=int, default=0, help="also count a server with this many intake processes")
     parser.add_argument("--tiny", action="store_true", help=f"also serve model_repo's tiny '{TINY}' model")
+    parser.add_argument(
+        "--grpc-floor", action="store_true", help="also count grpcio alone (grpc_floor.py) on the 602 KB model"
+    )
     parser.add_argument("--out", type=Path, help="also write the table here")
     args = parser.parse_args(argv)
     binary = args.perf_analyzer or shutil.which("perf_analyzer")
@@ -194,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
                                 )
                 finally:
                     server.stop()
+        if args.grpc_floor and "grpc" in args.protocols:
+            count_floor(binary, args, results)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     publish(report(results, args), args.out)
