@@ -174,19 +174,30 @@ def report(results: dict[tuple[str, str, str], list[Count]], args: argparse.Name
     return "\n".join(lines) + "\n"
 
 
-def count_floor(binary: str, args: argparse.Namespace, results: dict[tuple[str, str, str], list[Count]]) -> None:
-    """grpcio alone under callgrind, counted as the servers are (one process: its count is in
-    ``model_ir``)."""
-    floor = GrpcFloorProcess(launcher=(*CALLGRIND, sys.executable))
+def count_all(
+    binary: str,
+    server: FerryProcess,
+    name: str,
+    served: list[tuple[str, str]],
+    args: argparse.Namespace,
+    results: dict[tuple[str, str, str], list[Count]],
+) -> None:
+    """Count ``server`` (started under callgrind) on each (model, protocol) it serves, after a
+    warm-up of each, into ``results`` under ``name``; the server is stopped after."""
     try:
-        floor.wait_ready([MODEL], timeout=900)
-        load(binary, floor, MODEL, "grpc", 50, args.concurrency)
-        for _ in range(args.runs):
-            count = measure(binary, floor, MODEL, "grpc", args)
-            results.setdefault((FLOOR, MODEL, "grpc"), []).append(count)
-            print(f"{FLOOR}: {count.requests} requests, Ir/req {count.model_ir:,.0f}", flush=True)
+        server.wait_ready(sorted({model for model, _ in served}), timeout=900)
+        for model, protocol in served:
+            load(binary, server, model, protocol, 50, args.concurrency)  # warm-up, not counted
+            for _ in range(args.runs):
+                count = measure(binary, server, model, protocol, args)
+                results.setdefault((name, model, protocol), []).append(count)
+                print(
+                    f"{name} {model} {protocol}: {count.requests} requests, batch {count.batch:.2f}, "
+                    f"Ir/req model {count.model_ir:,.0f} intakes {count.intakes_ir:,.0f}",
+                    flush=True,
+                )
     finally:
-        floor.stop()
+        server.stop()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -222,23 +233,10 @@ def main(argv: list[str] | None = None) -> int:
                     launcher = ("env", f"PYTHONPATH={checkout / 'server'}", *launcher)
                 name = f"{label}, {mode}"
                 server = FerryProcess(workdir / "models", launcher, extra=("--intake-processes", processes))
-                try:
-                    server.wait_ready(models, timeout=900)
-                    for model in models:
-                        for protocol in args.protocols:
-                            load(binary, server, model, protocol, 50, args.concurrency)  # warm-up, not counted
-                            for _ in range(args.runs):
-                                count = measure(binary, server, model, protocol, args)
-                                results.setdefault((name, model, protocol), []).append(count)
-                                print(
-                                    f"{name} {model} {protocol}: {count.requests} requests, batch {count.batch:.2f}, "
-                                    f"Ir/req model {count.model_ir:,.0f} intakes {count.intakes_ir:,.0f}",
-                                    flush=True,
-                                )
-                finally:
-                    server.stop()
+                count_all(binary, server, name, [(m, p) for m in models for p in args.protocols], args, results)
         if args.grpc_floor and "grpc" in args.protocols:
-            count_floor(binary, args, results)
+            floor = GrpcFloorProcess(launcher=(*CALLGRIND, sys.executable))  # one process: counted as model_ir
+            count_all(binary, floor, FLOOR, [(MODEL, "grpc")], args, results)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     publish(report(results, args), args.out)
